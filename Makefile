@@ -1,0 +1,40 @@
+# Two commands for users: `make demo` (probe the default model) and `make test`.
+# Each creates .venv if missing, installs memopt with its ORT extra, builds ORTModule's
+# C++ extensions once, and skips whatever is already done.
+
+PYTHON ?= python3
+VENV ?= .venv
+# cpu: onnxruntime-training-cpu; gpu: the CUDA 11.8 build with a cu118 torch (README).
+EXTRA ?= $(if $(shell command -v nvidia-smi 2>/dev/null),gpu,cpu)
+TORCH_CU118_INDEX ?= https://download.pytorch.org/whl/cu118
+GPU_TORCH ?= torch==2.3.1
+
+BIN := $(VENV)/bin
+INSTALLED := $(VENV)/.memopt-installed-$(EXTRA)
+
+.PHONY: setup demo test clean-venv
+
+setup: $(INSTALLED)
+	$(BIN)/memopt stack --build-extensions
+
+demo: setup
+	$(BIN)/memopt probe gpt --batch 8
+
+test: setup
+	$(BIN)/python -m pytest
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+
+$(INSTALLED): pyproject.toml constraints.txt | $(BIN)/python
+ifeq ($(EXTRA),gpu)
+	$(BIN)/pip install $(GPU_TORCH) --index-url $(TORCH_CU118_INDEX)
+	$(BIN)/pip install -e '.[gpu,test]'
+else
+	$(BIN)/pip install -c constraints.txt -e '.[cpu,test]'
+endif
+	touch $@
+
+clean-venv:
+	rm -rf $(VENV)

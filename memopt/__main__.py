@@ -1,0 +1,3 @@
+from memopt.cli import main
+
+main()

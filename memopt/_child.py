@@ -1,0 +1,74 @@
+"""Child-process entry point: ``python -m memopt._child REQUEST.json RESULT.json``.
+
+Runs one recipe under ORTModule and writes a result whatever happens, so the parent
+can tell a recipe problem from a broken stack, an out-of-memory step or a crash.
+Its stdout/stderr are the run's log.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import sys
+import traceback
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from memopt.errors import MemoptError, one_line
+from memopt.recipes import RecipeError, load_recipe
+from memopt.stack import StackError, check_stack, inspect_stack
+
+
+def main(request_path: str, result_path: str) -> int:
+    request = json.loads(Path(request_path).read_text())
+    stack = inspect_stack()
+    result: dict[str, Any] = {"status": "running", "stack": asdict(stack), "python": platform.python_version()}
+
+    def write(**update: Any) -> None:
+        result.update(update)
+        temporary = Path(result_path + ".tmp")
+        temporary.write_text(json.dumps(result, indent=2))
+        os.replace(temporary, result_path)
+
+    write()
+    try:
+        check_stack(stack)
+        from memopt.steps import StepFailure, pick_device, run_steps
+
+        recipe = load_recipe(request["recipe"], request["options"])
+        device = pick_device(request["device"], ort_has_cuda=stack.ort_cuda_version is not None)
+        write(device=device)
+        print(f"[memopt] {request['recipe']} batch {request['batch_size']} on {device}", file=sys.stderr, flush=True)
+        run_steps(
+            recipe,
+            request["batch_size"],
+            steps=request["steps"],
+            device=device,
+            log_level=request["log_level"],
+            save_onnx=request["save_onnx"],
+            on_step=lambda report: write(steps=asdict(report)),
+        )
+    except StackError as err:
+        return _fail(write, "stack_error", err)
+    except RecipeError as err:
+        return _fail(write, "recipe_error", err)
+    except StepFailure as err:
+        return _fail(write, "out_of_memory" if err.out_of_memory else "step_error", err)
+    except ImportError as err:
+        return _fail(write, "stack_error", MemoptError(f"importing ORTModule failed: {one_line(err)}"))
+    except Exception as err:  # anything else the model, torch or ORT raised
+        return _fail(write, "crashed", MemoptError(one_line(err)))
+    write(status="ok")
+    return 0
+
+
+def _fail(write: Any, status: str, err: Exception) -> int:
+    traceback.print_exc()
+    write(status=status, error=str(err))
+    return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1], sys.argv[2]))

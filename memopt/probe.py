@@ -1,0 +1,71 @@
+"""``memopt probe``: a short real ORTModule run that captures what the memory optimizer printed.
+
+The run folder holds ort.log (everything the child printed, ORT's C++ and Python logs
+included), run.json (request, versions, memory, step times) and onnx/ with the graphs
+ORTModule saved, the execution training graph among them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from memopt.runs import ONNX_DIR, ONNX_PREFIX, RunRequest, RunResult, launch, new_run_dir
+
+__all__ = ["GRAPH_KINDS", "ProbeResult", "probe", "run_label"]
+
+# The graphs ORTModule 1.19 saves (``<prefix>_<name>_training.onnx``), in pipeline order;
+# "execution" is the training graph the session runs, before any recompute is applied
+# when no memory-optimizer config is set.
+GRAPH_KINDS: dict[str, str] = {
+    "torch_exported": "torch_exported",
+    "post_processed": "post_processed",
+    "pre_grad": "optimized_pre_grad",
+    "optimized": "optimized",
+    "execution": "execution_model",
+}
+
+
+@dataclass(frozen=True)
+class ProbeResult:
+    run: RunResult
+    graphs: Mapping[str, Path]
+
+    @property
+    def execution_graph(self) -> Path | None:
+        return self.graphs.get("execution")
+
+
+def run_label(recipe: str, batch_size: int) -> str:
+    name = Path(recipe.partition(":")[0]).stem.replace(".", "-") if recipe else "recipe"
+    return f"probe-{name}-b{batch_size}"
+
+
+def probe(
+    recipe: str,
+    batch_size: int,
+    *,
+    options: Mapping[str, Any] | None = None,
+    steps: int = 2,
+    device: str = "auto",
+    log_level: str = "INFO",
+    runs_dir: Path = Path("runs"),
+    env: Mapping[str, str] | None = None,
+    python: str | None = None,
+    timeout_s: float = 1800.0,
+) -> ProbeResult:
+    """Run the recipe for a warm-up step and ``steps`` more with ORT's plans logged and graphs saved."""
+    request = RunRequest(
+        recipe=recipe, batch_size=batch_size, options=dict(options or {}), steps=steps, device=device,
+        log_level=log_level, save_onnx=True, env=dict(env or {}), timeout_s=timeout_s,
+        **({"python": python} if python else {}),
+    )
+    run = launch(request, new_run_dir(runs_dir, run_label(recipe, batch_size)))
+    return ProbeResult(run=run, graphs=_saved_graphs(run.run_dir / ONNX_DIR))
+
+
+def _saved_graphs(folder: Path) -> dict[str, Path]:
+    paths = {kind: folder / f"{ONNX_PREFIX}_{name}_training.onnx" for kind, name in GRAPH_KINDS.items()}
+    return {kind: path for kind, path in paths.items() if path.is_file()}

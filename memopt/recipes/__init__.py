@@ -1,0 +1,157 @@
+"""Model recipes: how a user hands memopt a model.
+
+A recipe is a Python module (a ``.py`` file path, or ``package.module``) or an object
+inside one (``package.module:attr``) that provides:
+
+``build_model(**options) -> torch.nn.Module``
+    The model to train.
+``make_batch(batch_size, **options) -> (inputs, target)``
+    One training step's data. ``inputs`` is a tensor, a tuple of tensors (passed
+    positionally) or a dict of tensors (passed by keyword); ``target`` is a tensor or None.
+``loss(output, target) -> scalar tensor`` (optional)
+    Default: cross-entropy when ``target`` holds integers, mean squared error when it
+    holds floats, ``output.float().mean()`` when it is None.
+``optimizer(parameters) -> torch.optim.Optimizer`` (optional)
+    Default: ``torch.optim.AdamW(parameters, lr=1e-4)``. Its state is part of the peak.
+
+Options (``--seq``, ``--size``, ``-o key=value``) reach each function that declares a
+parameter of that name; an option no function declares is an error.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import inspect
+import sys
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from memopt.errors import MemoptError
+
+__all__ = [
+    "BUILTIN_RECIPES",
+    "DEFAULT_RECIPE",
+    "Recipe",
+    "RecipeError",
+    "load_recipe",
+    "parse_option_value",
+]
+
+BUILTIN_RECIPES: dict[str, str] = {
+    "gpt": "memopt.recipes.gpt",
+    "bert": "memopt.recipes.bert",
+    "mlp": "memopt.recipes.mlp",
+    "cnn": "memopt.recipes.cnn",
+}
+DEFAULT_RECIPE = "gpt"
+REQUIRED = ("build_model", "make_batch")
+
+
+class RecipeError(MemoptError):
+    """The recipe cannot be loaded or breaks the contract."""
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """A loaded recipe bound to its options."""
+
+    spec: str
+    build_model: Callable[..., Any]
+    make_batch: Callable[..., Any]
+    loss: Callable[[Any, Any], Any] | None = None
+    optimizer: Callable[[Any], Any] | None = None
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+    def model(self) -> Any:
+        return self.build_model(**_accepted(self.build_model, self.options))
+
+    def batch(self, batch_size: int) -> Any:
+        return self.make_batch(batch_size, **_accepted(self.make_batch, self.options))
+
+
+def parse_option_value(text: str) -> bool | int | float | str:
+    """``-o key=value`` values: booleans, integers and floats by their spelling, else text."""
+    lowered = text.lower()
+    if lowered in ("true", "false"):
+        return lowered == "true"
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
+
+
+def load_recipe(spec: str, options: Mapping[str, Any] | None = None) -> Recipe:
+    """Import the recipe named by ``spec`` and check it against the contract."""
+    options = dict(options or {})
+    source = _import_source(spec)
+    missing = [name for name in REQUIRED if not callable(getattr(source, name, None))]
+    if missing:
+        raise RecipeError(f"recipe {spec!r} has no {' or '.join(f'{n}()' for n in missing)}; "
+                          "a recipe must provide build_model() and make_batch(batch_size)")
+    functions = {name: getattr(source, name, None) for name in (*REQUIRED, "loss", "optimizer")}
+    for name in ("loss", "optimizer"):
+        if functions[name] is not None and not callable(functions[name]):
+            raise RecipeError(f"recipe {spec!r}: {name} is not callable")
+    declared = set().union(*(_parameters(functions[n]) for n in REQUIRED))
+    unknown = sorted(set(options) - declared)
+    if unknown:
+        takes = ", ".join(sorted(declared - {"batch_size"})) or "none"
+        raise RecipeError(f"recipe {spec!r} takes no option {', '.join(unknown)} (its options: {takes})")
+    return Recipe(spec=spec, options=options, **functions)
+
+
+def _import_source(spec: str) -> ModuleType | Any:
+    if spec in BUILTIN_RECIPES:
+        return importlib.import_module(BUILTIN_RECIPES[spec])
+    module_name, _, attr = spec.partition(":")
+    path = Path(module_name)
+    try:
+        if module_name.endswith(".py") or "/" in module_name or path.is_file():
+            module = _import_file(path)
+        else:
+            module = importlib.import_module(module_name)
+    except RecipeError:
+        raise
+    except ModuleNotFoundError as err:
+        if err.name != module_name.split(".")[0]:
+            raise RecipeError(f"recipe {spec!r} failed to import: {type(err).__name__}: {err}") from err
+        builtins = ", ".join(BUILTIN_RECIPES)
+        raise RecipeError(
+            f"recipe {spec!r} not found: not a built-in ({builtins}), a .py file or an importable module"
+        ) from err
+    except Exception as err:  # the user's module may raise anything while importing
+        raise RecipeError(f"recipe {spec!r} failed to import: {type(err).__name__}: {err}") from err
+    if not attr:
+        return module
+    if not hasattr(module, attr):
+        raise RecipeError(f"recipe {spec!r}: module {module_name!r} has no attribute {attr!r}")
+    return getattr(module, attr)
+
+
+def _import_file(path: Path) -> ModuleType:
+    if not path.is_file():
+        builtins = ", ".join(BUILTIN_RECIPES)
+        raise RecipeError(f"recipe {str(path)!r} not found (built-in recipes: {builtins})")
+    name = f"memopt_user_recipe_{path.stem}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise RecipeError(f"recipe {str(path)!r} is not a Python file")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def _parameters(function: Callable[..., Any]) -> set[str]:
+    return set(inspect.signature(function).parameters)
+
+
+def _accepted(function: Callable[..., Any], options: Mapping[str, Any]) -> dict[str, Any]:
+    names = _parameters(function)
+    return {key: value for key, value in options.items() if key in names}

@@ -1,0 +1,197 @@
+"""Run folders and child processes: one recipe, a few ORTModule steps, in its own process.
+
+A child that crashes, hangs or runs out of memory never takes the caller down: the
+outcome comes back as a ``RunResult`` and the full story stays in the folder's log.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import memopt
+
+__all__ = ["RunRequest", "RunResult", "launch", "new_run_dir", "LOG_NAME", "RECORD_NAME", "ONNX_DIR", "ONNX_PREFIX"]
+
+LOG_NAME = "ort.log"
+RECORD_NAME = "run.json"
+ONNX_DIR = "onnx"
+ONNX_PREFIX = "memopt"
+_PACKAGE_ROOT = str(Path(memopt.__file__).resolve().parent.parent)
+
+
+@dataclass(frozen=True)
+class RunRequest:
+    """What the child runs. ``env`` adds to (or overrides) the caller's environment."""
+
+    recipe: str
+    batch_size: int
+    options: Mapping[str, Any] = field(default_factory=dict)
+    steps: int = 2
+    device: str = "auto"
+    log_level: str = "INFO"
+    save_onnx: bool = False
+    env: Mapping[str, str] = field(default_factory=dict)
+    python: str = sys.executable
+    timeout_s: float = 1800.0
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """Outcome of one child run.
+
+    ``status``: ok, stack_error, recipe_error, step_error, out_of_memory, crashed, timed_out.
+    Memory in bytes (``memory_kind`` rss or cuda_allocated), times in seconds;
+    ``step_times_s[0]`` is the warm-up step.
+    """
+
+    status: str
+    run_dir: Path
+    error: str | None = None
+    device: str | None = None
+    stack: Mapping[str, Any] = field(default_factory=dict)
+    step_times_s: tuple[float, ...] = ()
+    losses: tuple[float, ...] = ()
+    memory_kind: str | None = None
+    memory_after_setup: int | None = None
+    peak_memory: int | None = None
+    steady_peak_memory: int | None = None
+    cuda_peak_reserved: int | None = None
+    cuda_device_name: str | None = None
+    wall_s: float = 0.0
+    returncode: int | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+    @property
+    def log_path(self) -> Path:
+        return self.run_dir / LOG_NAME
+
+    @property
+    def median_step_s(self) -> float | None:
+        measured = self.step_times_s[1:]
+        return statistics.median(measured) if measured else None
+
+
+def new_run_dir(base: Path, label: str) -> Path:
+    """A fresh folder ``base/label-YYYYmmdd-HHMMSS[-n]``; an existing folder is never reused."""
+    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+    base.mkdir(parents=True, exist_ok=True)
+    for attempt in range(1, 1000):
+        candidate = base / (f"{label}-{stamp}" if attempt == 1 else f"{label}-{stamp}-{attempt}")
+        try:
+            candidate.mkdir()
+        except FileExistsError:
+            continue
+        return candidate
+    raise FileExistsError(f"no free run folder name under {base}")
+
+
+def launch(request: RunRequest, run_dir: Path) -> RunResult:
+    """Run ``request`` in a child process writing into ``run_dir``; record it in run.json."""
+    request_path = run_dir / ".request.json"
+    result_path = run_dir / ".result.json"
+    request_path.write_text(json.dumps(
+        {"recipe": request.recipe, "options": dict(request.options), "batch_size": request.batch_size,
+         "steps": request.steps, "device": request.device, "log_level": request.log_level,
+         "save_onnx": request.save_onnx}
+    ))
+    started = time.monotonic()
+    with open(run_dir / LOG_NAME, "wb") as log:
+        child = subprocess.Popen(
+            [request.python, "-m", "memopt._child", str(request_path), str(result_path)],
+            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            env=_child_env(request, run_dir), start_new_session=True,
+        )
+        try:
+            returncode = child.wait(timeout=request.timeout_s)
+            timed_out = False
+        except subprocess.TimeoutExpired:
+            _kill_group(child)
+            returncode, timed_out = child.wait(), True
+        except BaseException:  # Ctrl-C or the caller's own shutdown: leave no child behind
+            _kill_group(child)
+            child.wait()
+            raise
+    result = _collect(result_path, run_dir, returncode, timed_out, time.monotonic() - started, request)
+    request_path.unlink(missing_ok=True)
+    result_path.unlink(missing_ok=True)
+    _write_record(run_dir, request, result)
+    return result
+
+
+def _child_env(request: RunRequest, run_dir: Path) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(request.env)
+    # memopt must be importable by the child even from another interpreter; paths the
+    # caller put on PYTHONPATH (e.g. another ORT release unpacked) keep precedence.
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (env.get("PYTHONPATH", ""), _PACKAGE_ROOT) if p)
+    # A run that silently fell back to PyTorch would measure the wrong thing.
+    env["ORTMODULE_FALLBACK_POLICY"] = "FALLBACK_DISABLE"
+    env["ORTMODULE_SAVE_ONNX_PATH"] = str(run_dir / ONNX_DIR)
+    env["PYTHONUNBUFFERED"] = "1"
+    if request.save_onnx:
+        (run_dir / ONNX_DIR).mkdir(exist_ok=True)
+    return env
+
+
+def _kill_group(child: subprocess.Popen[bytes]) -> None:
+    try:
+        os.killpg(child.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+def _collect(
+    result_path: Path, run_dir: Path, returncode: int, timed_out: bool, wall_s: float, request: RunRequest
+) -> RunResult:
+    try:
+        reported = json.loads(result_path.read_text())
+    except (OSError, ValueError):
+        reported = {}
+    steps = reported.get("steps") or {}
+    status = reported.get("status", "crashed")
+    error = reported.get("error")
+    if timed_out:
+        status, error = "timed_out", f"killed after {request.timeout_s:g} s without finishing"
+    elif status in ("running", "crashed") and error is None:
+        status, error = "crashed", _crash_reason(run_dir / LOG_NAME, returncode)
+    return RunResult(
+        status=status, run_dir=run_dir, error=error, device=reported.get("device"),
+        stack=reported.get("stack", {}),
+        step_times_s=tuple(steps.get("step_times_s", ())), losses=tuple(steps.get("losses", ())),
+        memory_kind=steps.get("memory_kind"), memory_after_setup=steps.get("memory_after_setup"),
+        peak_memory=steps.get("peak_memory"), steady_peak_memory=steps.get("steady_peak_memory"),
+        cuda_peak_reserved=steps.get("cuda_peak_reserved"), cuda_device_name=steps.get("cuda_device_name"),
+        wall_s=wall_s, returncode=returncode,
+    )
+
+
+def _crash_reason(log_path: Path, returncode: int) -> str:
+    if returncode < 0:
+        name = signal.Signals(-returncode).name if -returncode in signal.Signals._value2member_map_ else returncode
+        cause = " (likely the kernel's out-of-memory killer)" if returncode == -signal.SIGKILL else ""
+        return f"the run was killed by {name}{cause}"
+    lines = [line for line in log_path.read_text(errors="replace").splitlines() if line.strip()]
+    return f"the run exited with status {returncode}: {lines[-1].strip()[:300] if lines else 'no output'}"
+
+
+def _write_record(run_dir: Path, request: RunRequest, result: RunResult) -> None:
+    record = {
+        "memopt_version": memopt.__version__,
+        "request": {**asdict(request), "options": dict(request.options), "env": dict(request.env)},
+        "result": {**asdict(result), "run_dir": str(result.run_dir), "median_step_s": result.median_step_s},
+    }
+    (run_dir / RECORD_NAME).write_text(json.dumps(record, indent=2, default=str))

@@ -1,0 +1,221 @@
+"""Training steps under ORTModule, measured: runs inside the child process only.
+
+This module imports torch and ORT; the parent process never imports it.
+"""
+
+from __future__ import annotations
+
+import re
+import resource
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from memopt.errors import one_line
+from memopt.recipes import Recipe, RecipeError
+from memopt.runs import ONNX_PREFIX
+
+__all__ = ["StepReport", "StepFailure", "is_out_of_memory", "pick_device", "run_steps"]
+
+_OOM_MARKERS = ("out of memory", "failed to allocate memory", "bad_alloc", "cannot allocate memory")
+
+
+class StepFailure(Exception):
+    """A training step raised: ``out_of_memory`` tells an allocation failure from other errors."""
+
+    def __init__(self, message: str, out_of_memory: bool) -> None:
+        super().__init__(message)
+        self.out_of_memory = out_of_memory
+
+
+@dataclass
+class StepReport:
+    """What the measured steps did. Sizes in bytes, times in seconds."""
+
+    device: str
+    step_times_s: list[float] = field(default_factory=list)
+    losses: list[float] = field(default_factory=list)
+    memory_kind: str = "rss"
+    memory_after_setup: int | None = None
+    peak_memory: int | None = None
+    steady_peak_memory: int | None = None
+    cuda_peak_reserved: int | None = None
+    cuda_device_name: str | None = None
+
+
+def pick_device(requested: str, ort_has_cuda: bool) -> str:
+    if requested == "auto":
+        return "cuda" if ort_has_cuda and torch.cuda.is_available() else "cpu"
+    if requested == "cuda" and not torch.cuda.is_available():
+        raise RecipeError("--device cuda was asked for but torch sees no CUDA device")
+    return requested
+
+
+def is_out_of_memory(err: BaseException) -> bool:
+    if isinstance(err, (torch.cuda.OutOfMemoryError, MemoryError)):
+        return True
+    return any(marker in str(err).lower() for marker in _OOM_MARKERS)
+
+
+def run_steps(
+    recipe: Recipe,
+    batch_size: int,
+    *,
+    steps: int,
+    device: str,
+    log_level: str,
+    save_onnx: bool,
+    on_step: Callable[[StepReport], None] = lambda report: None,
+) -> StepReport:
+    """Build the recipe's model under ORTModule and run one warm-up step plus ``steps`` more.
+
+    ``step_times_s[0]`` is the warm-up step (export and session build included).
+    """
+    from onnxruntime.training.ortmodule import DebugOptions, LogLevel, ORTModule
+
+    report = StepReport(device=device, memory_kind="cuda_allocated" if device == "cuda" else "rss")
+    if device == "cuda":
+        report.cuda_device_name = torch.cuda.get_device_name()
+    model = _call_recipe("build_model", recipe.model)
+    if not isinstance(model, nn.Module):
+        raise RecipeError(f"build_model() returned {type(model).__name__}; expected a torch.nn.Module")
+    inputs, target = _split_batch(_call_recipe("make_batch", lambda: recipe.batch(batch_size)))
+    model = model.to(device)
+    inputs = _to_device(inputs, device)
+    target = target.to(device) if target is not None else None
+    options = DebugOptions(log_level=LogLevel[log_level], save_onnx=save_onnx, onnx_prefix=ONNX_PREFIX)
+    ort_model = ORTModule(model, options)
+    optimizer = _call_recipe("optimizer", lambda: _make_optimizer(recipe, ort_model.parameters()))
+    loss_fn = recipe.loss or default_loss
+    report.memory_after_setup = _memory_now(device)
+
+    for index in range(steps + 1):
+        if index == 1:
+            _reset_peak(device)
+        started = time.perf_counter()
+        try:
+            output = ort_model(**inputs) if isinstance(inputs, dict) else ort_model(*inputs)
+            loss = loss_fn(output, target)
+            _check_loss(loss)
+            loss.backward()
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            if device == "cuda":
+                torch.cuda.synchronize()
+        except RecipeError:
+            raise
+        except Exception as err:
+            raise StepFailure(one_line(err), is_out_of_memory(err)) from err
+        report.step_times_s.append(time.perf_counter() - started)
+        report.losses.append(float(loss.detach()))
+        _read_peaks(report, device, steady=index >= 1)
+        on_step(report)
+    return report
+
+
+def default_loss(output: Any, target: torch.Tensor | None) -> torch.Tensor:
+    """Cross-entropy for integer targets, MSE for float targets, the output's mean without one."""
+    if isinstance(output, (tuple, list)):
+        output = output[0]
+    if target is None:
+        return output.float().mean()
+    if target.dtype.is_floating_point:
+        return F.mse_loss(output, target)
+    return F.cross_entropy(output.reshape(-1, output.shape[-1]), target.reshape(-1))
+
+
+def _make_optimizer(recipe: Recipe, parameters: Any) -> torch.optim.Optimizer:
+    if recipe.optimizer is None:
+        return torch.optim.AdamW(parameters, lr=1e-4)
+    optimizer = recipe.optimizer(parameters)
+    if not isinstance(optimizer, torch.optim.Optimizer):
+        raise RecipeError(f"optimizer() returned {type(optimizer).__name__}; expected a torch.optim.Optimizer")
+    return optimizer
+
+
+def _call_recipe(name: str, call: Callable[[], Any]) -> Any:
+    try:
+        return call()
+    except RecipeError:
+        raise
+    except Exception as err:
+        raise RecipeError(f"{name}() failed: {one_line(err)}") from err
+
+
+def _split_batch(batch: Any) -> tuple[tuple[torch.Tensor, ...] | dict[str, torch.Tensor], torch.Tensor | None]:
+    expected = "expected (inputs, target) with inputs a tensor, tuple or dict of tensors and target a tensor or None"
+    if not isinstance(batch, (tuple, list)) or len(batch) != 2:
+        got = f"a {type(batch).__name__} of {len(batch)}" if isinstance(batch, (tuple, list)) else type(batch).__name__
+        raise RecipeError(f"make_batch() returned {got}; {expected}")
+    inputs, target = batch
+    if isinstance(inputs, torch.Tensor):
+        inputs = (inputs,)
+    values = inputs.values() if isinstance(inputs, dict) else inputs
+    if not isinstance(inputs, (tuple, list, dict)) or not all(isinstance(v, torch.Tensor) for v in values):
+        raise RecipeError(f"make_batch() returned inputs of type {_describe(inputs)}; {expected}")
+    if target is not None and not isinstance(target, torch.Tensor):
+        raise RecipeError(f"make_batch() returned a target of type {type(target).__name__}; {expected}")
+    return (dict(inputs) if isinstance(inputs, dict) else tuple(inputs)), target
+
+
+def _describe(value: Any) -> str:
+    if isinstance(value, (tuple, list)):
+        return f"{type(value).__name__}[{', '.join(type(v).__name__ for v in value)}]"
+    return type(value).__name__
+
+
+def _to_device(inputs: tuple[torch.Tensor, ...] | dict[str, torch.Tensor], device: str) -> Any:
+    if isinstance(inputs, dict):
+        return {key: value.to(device) for key, value in inputs.items()}
+    return tuple(value.to(device) for value in inputs)
+
+
+def _check_loss(loss: Any) -> None:
+    if not isinstance(loss, torch.Tensor) or loss.dim() != 0:
+        shape = list(loss.shape) if isinstance(loss, torch.Tensor) else type(loss).__name__
+        raise RecipeError(f"loss() returned {shape}; expected a scalar tensor")
+
+
+def _memory_now(device: str) -> int:
+    if device == "cuda":
+        return torch.cuda.memory_allocated()
+    return _proc_status_bytes("VmRSS")
+
+
+def _reset_peak(device: str) -> None:
+    """Start the steady-state peak after the warm-up step (export and session build)."""
+    if device == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+        return
+    try:
+        Path("/proc/self/clear_refs").write_text("5")  # resets VmHWM
+    except OSError:
+        pass  # no reset here: the steady peak then includes the warm-up step
+
+
+def _read_peaks(report: StepReport, device: str, steady: bool) -> None:
+    if device == "cuda":
+        peak = torch.cuda.max_memory_allocated()
+        report.cuda_peak_reserved = max(report.cuda_peak_reserved or 0, torch.cuda.max_memory_reserved())
+    else:
+        peak = _proc_status_bytes("VmHWM")
+    report.peak_memory = max(report.peak_memory or 0, peak)
+    if steady:
+        report.steady_peak_memory = max(report.steady_peak_memory or 0, peak)
+
+
+def _proc_status_bytes(field_name: str) -> int:
+    """A VmRSS/VmHWM figure; without /proc, the lifetime peak RSS stands in for both."""
+    try:
+        match = re.search(rf"^{field_name}:\s+(\d+) kB", Path("/proc/self/status").read_text(), re.MULTILINE)
+    except OSError:
+        match = None
+    if match:
+        return int(match.group(1)) * 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024

@@ -1,0 +1,3 @@
+import torch  # noqa: F401
+
+raise RuntimeError("this recipe cannot be imported")
