@@ -66,7 +66,7 @@ def inspect_stack() -> StackInfo:
         ort_cuda_version=_first(_CUDA_LINE, package_info) or None,
         has_ortmodule=(extensions.parent / "ortmodule.py").is_file(),
         extensions_dir=str(extensions),
-        extensions_built=any(extensions.glob(pattern) for pattern in ("*.so", "*.dll", "*.dylib")),
+        extensions_built=any(any(extensions.glob(pattern)) for pattern in ("*.so", "*.dll", "*.dylib")),
         torch_version=torch_version,
     )
 

@@ -11,6 +11,7 @@ import sys
 
 import typer
 from rich.console import Console
+from rich.text import Text
 
 from memopt import __version__
 from memopt.errors import MemoptError
@@ -47,7 +48,7 @@ def main() -> None:
     try:
         app()
     except MemoptError as err:
-        error_console.print(f"[bold red]error:[/] {err}", highlight=False, soft_wrap=True)
+        error_console.print(Text.assemble(("error: ", "bold red"), str(err)), highlight=False, soft_wrap=True)
         sys.exit(2)
     except KeyboardInterrupt:
         error_console.print("interrupted")
