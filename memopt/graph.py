@@ -1,0 +1,165 @@
+"""A training graph as ORT sees it: nodes in ORT's topological order, tensors with shapes.
+
+Loaded from the ONNX file ORTModule saves (``memopt_execution_model_training.onnx``):
+ORT writes nodes in the topological order its memory optimizer walks, so file order
+is analysis order. Weights are dropped after loading; only names, types and shapes stay.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import onnx
+from onnx.defs import SchemaError, get_schema
+
+from memopt.errors import MemoptError
+
+__all__ = [
+    "Dim",
+    "GraphError",
+    "Node",
+    "TensorInfo",
+    "TrainingGraph",
+    "load_graph",
+]
+
+# A dimension: its value, its symbolic name, or None when ORT knows neither.
+Dim = int | str | None
+
+_ONNX_DOMAINS = ("", "ai.onnx")
+# ORT's own contrib ops are registered at opset 1 in their domains; ORT also registers
+# LayerNormalization/SimplifiedLayerNormalization at opset 1 in the ONNX domain.
+_ORT_CONTRIB_SINCE_VERSION = 1
+
+
+class GraphError(MemoptError):
+    """The ONNX file cannot be read as a graph."""
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    """Element type (ONNX ``TensorProto`` enum) and shape; ``dims`` is None when unknown."""
+
+    elem_type: int | None
+    dims: tuple[Dim, ...] | None
+
+
+@dataclass(frozen=True)
+class Node:
+    order: int
+    name: str
+    op_type: str
+    domain: str
+    since_version: int | None
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    func_name: str | None = None
+
+    @property
+    def qualified_op(self) -> str:
+        return f"{self.domain or 'ai.onnx'}::{self.op_type}"
+
+
+@dataclass
+class TrainingGraph:
+    nodes: list[Node]
+    tensors: dict[str, TensorInfo]
+    producer: dict[str, tuple[int, int]] = field(default_factory=dict)
+    consumers: dict[str, list[int]] = field(default_factory=dict)
+    graph_inputs: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        for node in self.nodes:
+            for index, name in enumerate(node.outputs):
+                if name:
+                    self.producer[name] = (node.order, index)
+            for name in node.inputs:
+                if name:
+                    consumers = self.consumers.setdefault(name, [])
+                    if node.order not in consumers:
+                        consumers.append(node.order)
+
+    def tensor(self, name: str) -> TensorInfo:
+        return self.tensors.get(name, TensorInfo(None, None))
+
+    def input_edges(self, node: Node) -> list[tuple[int, int, int]]:
+        """``(producer order, producer output index, input index)`` for inputs made by nodes."""
+        edges = []
+        for input_index, name in enumerate(node.inputs):
+            if name in self.producer:
+                producer_order, output_index = self.producer[name]
+                edges.append((producer_order, output_index, input_index))
+        return sorted(edges)
+
+
+def load_graph(path: Path | str) -> TrainingGraph:
+    try:
+        model = onnx.load(str(path), load_external_data=False)
+    except FileNotFoundError as err:
+        raise GraphError(f"{path}: no such file") from err
+    except Exception as err:  # protobuf raises DecodeError and others for corrupt files
+        raise GraphError(f"{path} is not a readable ONNX model ({type(err).__name__})") from err
+    if not model.graph.node:
+        raise GraphError(f"{path} holds no graph nodes")
+    return graph_from_model(model)
+
+
+def graph_from_model(model: onnx.ModelProto) -> TrainingGraph:
+    opsets = {entry.domain: entry.version for entry in model.opset_import}
+    graph = model.graph
+    tensors: dict[str, TensorInfo] = {}
+    for value in (*graph.input, *graph.value_info, *graph.output):
+        tensors[value.name] = _tensor_info(value.type)
+    for initializer in graph.initializer:
+        tensors.setdefault(initializer.name, TensorInfo(initializer.data_type, tuple(initializer.dims)))
+    nodes = [
+        Node(
+            order=order, name=node.name, op_type=node.op_type, domain=node.domain,
+            since_version=_since_version(node.op_type, node.domain, opsets),
+            inputs=tuple(node.input), outputs=tuple(node.output),
+            func_name=next((a.s.decode() for a in node.attribute if a.name == "func_name"), None),
+        )
+        for order, node in enumerate(graph.node)
+    ]
+    return TrainingGraph(nodes=nodes, tensors=tensors, graph_inputs=tuple(value.name for value in graph.input))
+
+
+def _tensor_info(type_proto: onnx.TypeProto) -> TensorInfo:
+    if not type_proto.HasField("tensor_type"):
+        return TensorInfo(None, None)
+    tensor = type_proto.tensor_type
+    if not tensor.HasField("shape"):
+        return TensorInfo(tensor.elem_type, None)
+    return TensorInfo(tensor.elem_type, tuple(_dim(d) for d in tensor.shape.dim))
+
+
+def _dim(dim: onnx.TensorShapeProto.Dimension) -> Dim:
+    if dim.HasField("dim_value"):
+        return dim.dim_value
+    if dim.HasField("dim_param"):
+        return dim.dim_param
+    return None
+
+
+def _since_version(op_type: str, domain: str, opsets: dict[str, int]) -> int | None:
+    if domain not in _ONNX_DOMAINS:
+        return _ORT_CONTRIB_SINCE_VERSION
+    opset = opsets.get("", opsets.get("ai.onnx"))
+    if opset is None:
+        return None
+    try:
+        return get_schema(op_type, opset, "").since_version
+    except SchemaError:
+        return _ORT_CONTRIB_SINCE_VERSION  # an ORT-registered op in the ONNX domain
+
+
+def element_count_dims(dims: Sequence[Dim] | None) -> int | None:
+    """The element count of a fully static shape, else None."""
+    if dims is None or any(not isinstance(d, int) for d in dims):
+        return None
+    count = 1
+    for d in dims:
+        count *= d
+    return count

@@ -1,0 +1,69 @@
+"""How memopt's scan compares with the Plan table ORT printed for the same graph."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from memopt.logparse import Plan
+from memopt.polynomial import NotPolynomialError, Polynomial
+from memopt.scan.patterns import Pattern
+
+__all__ = ["PlanParity", "Parity", "compare_plans"]
+
+
+@dataclass(frozen=True)
+class PlanParity:
+    key: str
+    in_scan: bool
+    in_log: bool
+    scan_frequency: int | None = None
+    log_frequency: int | None = None
+    saving_matches: bool | None = None  # ORT's expression is one ORT could print for the scan's plan
+    saving_exact: bool | None = None  # ... and equals the exact saving (no one-output-per-node quirk)
+
+    @property
+    def agrees(self) -> bool:
+        return self.in_scan and self.in_log and self.scan_frequency == self.log_frequency and bool(self.saving_matches)
+
+
+@dataclass(frozen=True)
+class Parity:
+    plans: tuple[PlanParity, ...]
+
+    @property
+    def agreeing(self) -> int:
+        return sum(p.agrees for p in self.plans)
+
+    @property
+    def complete(self) -> bool:
+        return bool(self.plans) and self.agreeing == len(self.plans)
+
+
+def compare_plans(patterns: Iterable[Pattern], logged: Iterable[Plan]) -> Parity:
+    """Match patterns and logged plans by key (subgraph string and type)."""
+    scanned = {p.key: p for p in patterns}
+    printed = {p.config_key: p for p in logged}
+    rows = []
+    for key in sorted(scanned.keys() | printed.keys()):
+        pattern, plan = scanned.get(key), printed.get(key)
+        if pattern is None or plan is None:
+            rows.append(PlanParity(key, pattern is not None, plan is not None,
+                                   pattern.frequency if pattern else None, plan.frequency if plan else None))
+            continue
+        logged_saving = _polynomial(plan)
+        rows.append(PlanParity(
+            key, True, True, pattern.frequency, plan.frequency,
+            saving_matches=logged_saving is not None and pattern.ort_matches(logged_saving),
+            saving_exact=logged_saving == pattern.exact,
+        ))
+    return Parity(tuple(rows))
+
+
+def _polynomial(plan: Plan) -> Polynomial | None:
+    if plan.saving_symbolic is None:
+        return None
+    try:
+        return Polynomial.from_expression(plan.saving_symbolic)
+    except NotPolynomialError:
+        return None

@@ -1,0 +1,99 @@
+"""Bytes each plan frees, as polynomials in the graph's symbolic dims.
+
+Two figures per plan: the exact one (every stashed output of the entry node counted)
+and the one ORT prints, which counts only the last output in its candidate list
+(doc §3.7). That list is in hash order, so ORT's figure for a node with several
+stashed outputs of different sizes can be any one of them; ``ort_choices`` keeps them all.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from fractions import Fraction
+
+from memopt.graph import Dim, TrainingGraph
+from memopt.polynomial import Polynomial
+from memopt.scan.detect import NodePlan, element_size
+
+__all__ = ["OutputSaving", "PlanSaving", "UNKNOWN_SHAPE_SYMBOL", "plan_saving"]
+
+UNKNOWN_SHAPE_SYMBOL = "unknown"
+
+
+@dataclass(frozen=True)
+class OutputSaving:
+    index: int
+    tensor: str
+    elements: Polynomial
+    bytes_per_element: int
+    save_ratio: float
+
+    @property
+    def bytes(self) -> Polynomial:
+        # ORT prints the ratio with std::to_string (6 decimals) before sympy reads it.
+        return self.elements.scale(self.bytes_per_element).scale(Fraction(f"{self.save_ratio:.6f}"))
+
+
+@dataclass(frozen=True)
+class PlanSaving:
+    plan: NodePlan
+    outputs: tuple[OutputSaving, ...]
+    warnings: tuple[str, ...]
+
+    @property
+    def exact(self) -> Polynomial:
+        total = Polynomial()
+        for output in self.outputs:
+            total = total + output.bytes
+        return total
+
+    @property
+    def ort_choices(self) -> tuple[Polynomial, ...]:
+        """The figures ORT may print for this node, one per candidate output (hash order decides)."""
+        return tuple(output.bytes for output in self.outputs)
+
+    @property
+    def ort(self) -> Polynomial:
+        """ORT's figure if its hash order listed outputs by index (the last one counts)."""
+        return self.outputs[-1].bytes if self.outputs else Polynomial()
+
+
+class _UnknownDims:
+    """ORT names dims it knows nothing about ``empty_dim_param<k>`` from a process-wide counter."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    def name(self) -> str:
+        self.count += 1
+        return f"empty_dim_param{self.count}"
+
+
+def plan_saving(graph: TrainingGraph, plan: NodePlan, unknown_dims: _UnknownDims | None = None) -> PlanSaving:
+    unknown_dims = unknown_dims or _UnknownDims()
+    outputs, warnings = [], []
+    for index in plan.stashed_outputs:
+        tensor = plan.entry.outputs[index]
+        info = graph.tensor(tensor)
+        dims = _saving_dims(graph, plan, index)
+        size = element_size(info.elem_type)
+        if size is None:
+            warnings.append(f"{plan.entry.name}: element type of {tensor} unknown; its saving is counted as 0")
+            size = 0
+        if dims is None:
+            warnings.append(f"{plan.entry.name}: shape of {tensor} unknown; its saving is symbolic in '{UNKNOWN_SHAPE_SYMBOL}'")
+            elements = Polynomial.symbol(UNKNOWN_SHAPE_SYMBOL)
+        else:
+            elements = Polynomial.product_of(d if d is not None else unknown_dims.name() for d in dims)
+        outputs.append(OutputSaving(index, tensor, elements, size, plan.save_ratio))
+    return PlanSaving(plan, tuple(outputs), tuple(warnings))
+
+
+def _saving_dims(graph: TrainingGraph, plan: NodePlan, index: int) -> tuple[Dim, ...] | None:
+    dims = graph.tensor(plan.entry.outputs[index]).dims
+    if plan.entry.op_type == "Reshape" and dims is not None and None in dims:
+        # ORT measures a Reshape whose output shape has an unnamed dim by its input instead.
+        source = graph.tensor(plan.entry.inputs[0]).dims
+        if source is not None and None not in source:
+            return source
+    return dims
