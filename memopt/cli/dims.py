@@ -1,0 +1,38 @@
+"""Options shared by ``memopt parse`` and ``memopt config``: dims and ORT versions."""
+
+from __future__ import annotations
+
+from memopt.errors import MemoptError
+from memopt.logparse import Summary
+from memopt.ortversion import OrtVersion
+
+__all__ = ["config_version", "parse_dims_option"]
+
+
+def parse_dims_option(text: str | None) -> dict[str, int]:
+    """``--dims ids_dim0=32,ids_dim1=512`` as a dict."""
+    dims: dict[str, int] = {}
+    for pair in (text or "").split(","):
+        if not pair.strip():
+            continue
+        name, sep, value = pair.partition("=")
+        name, value = name.strip(), value.strip()
+        if not sep or not name.isidentifier() or not value.lstrip("-").isdigit():
+            raise MemoptError(f"--dims takes name=integer pairs separated by commas, not {pair.strip()!r}")
+        dims[name] = int(value)
+    return dims
+
+
+def config_version(given: str | None, summary: Summary | None) -> OrtVersion:
+    """The release to write a config for: ``--ort-version``, else what the log shows."""
+    if given is not None:
+        return OrtVersion.parse(given)
+    if summary is None:
+        raise MemoptError("give --ort-version (the config syntax depends on the ORT release)")
+    versions = summary.versions
+    if versions.exact is not None:
+        return versions.exact
+    if versions.highest_minor <= 18 or versions.lowest_minor >= 19:
+        # Within 1.14-1.16 and within 1.17-1.18 every release takes the same configs.
+        return OrtVersion(versions.lowest_minor)
+    raise MemoptError(f"the log could come from ORT {versions}; give --ort-version to choose the config syntax")

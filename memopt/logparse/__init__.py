@@ -1,0 +1,34 @@
+"""Read every ORT memory-optimizer summary (1.14-1.19) from training logs.
+
+``parse_file``/``parse_text``/``parse_lines`` stream the log line by line; the result
+holds one ``Summary`` per session build, each with its ``Plan`` list.
+"""
+
+from memopt.logparse.model import (
+    Cluster,
+    NodeEvent,
+    OptimizationType,
+    ParseResult,
+    Plan,
+    StashedOutput,
+    Summary,
+    SummarySource,
+)
+from memopt.logparse.reader import LogReadError, NoSummaryError, parse_file, parse_lines, parse_text, require_summaries
+
+__all__ = [
+    "Cluster",
+    "LogReadError",
+    "NoSummaryError",
+    "NodeEvent",
+    "OptimizationType",
+    "ParseResult",
+    "Plan",
+    "StashedOutput",
+    "Summary",
+    "SummarySource",
+    "parse_file",
+    "parse_lines",
+    "parse_text",
+    "require_summaries",
+]

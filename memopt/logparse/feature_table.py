@@ -1,0 +1,119 @@
+"""The Python feature table's "Memory Optimizer" row, its Plan table, and the Notes line
+with the first batch's dims (ORT 1.16-1.19, doc §1.3-§1.6)."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from memopt.expr import Expression, ExpressionError, parse_expression
+from memopt.logparse.clues import version_clue
+from memopt.logparse.lines import LogLine
+from memopt.ortversion import OrtVersionRange
+
+__all__ = ["DIMS_NOTE", "FeatureBlock", "FeatureTableParser", "PlanRow", "parse_dims"]
+
+MEMORY_ROW = re.compile(r"Memory Optimizer\s*:\s*(ON|OFF)\s*:\s*(.*?)\s*$")
+DIMS_NOTE = re.compile(r"Note \d+: (?:\[Memory Optimizer\] )?[Mm]emory saving is calculated based on the 1st batch")
+_LEVEL = re.compile(r"Memory Optimization Level: \[(\w+)\], Optimization Config: \[(.*)\]")
+_CONFIG_IN_HINT = re.compile(r"ORTMODULE_MEMORY_OPT_CONFIG=(.*)$")
+_PLAN_HEADER = re.compile(r"Configs\s+Freq\s+Max Saving\(Bytes\)\s+Saving Symbolic\(Bytes\)")
+_PLAN_ROW = re.compile(r"- Plan (\d+)\s*:\s*(ON|OFF)\s*:\s*(.*?)\s*$")
+# Cells are left-justified to the column width plus 2, so two spaces always separate them,
+# while sympy prints a sum with single spaces ("a + b").
+_CELL_GAP = re.compile(r"\s{2,}")
+_SAVING_NUMBER = re.compile(r"^\d{1,3}(?:,\d{3})*$")
+_DIM = re.compile(r"([A-Za-z_]\w*)=(-?\d+)")
+
+
+@dataclass(frozen=True)
+class PlanRow:
+    line_number: int
+    number: int
+    enabled: bool
+    config_key: str
+    frequency: int
+    max_saving_bytes: int | None
+    saving_symbolic: Expression | None
+
+
+@dataclass(frozen=True)
+class FeatureBlock:
+    first_line: int
+    memory_optimizer_on: bool
+    optimization_level: str | None
+    user_config: str | None
+    rows: tuple[PlanRow, ...]
+    versions: OrtVersionRange | None
+    warnings: tuple[str, ...]
+
+
+class FeatureTableParser:
+    """Starts at the "Memory Optimizer" row; ``feed`` returns False after the last Plan row."""
+
+    def __init__(self, header: LogLine) -> None:
+        match = MEMORY_ROW.search(header.text)
+        assert match is not None
+        self.first_line = header.number
+        self.on = match.group(1) == "ON"
+        description = match.group(2)
+        self.versions = version_clue(description)
+        self.level: str | None = None
+        self.user_config: str | None = None
+        if level := _LEVEL.search(description):
+            self.level, self.user_config = level.group(1), level.group(2)
+        elif self.on and (hint := _CONFIG_IN_HINT.search(description)):
+            self.user_config = hint.group(1)
+        self.rows: list[PlanRow] = []
+        self.warnings: list[str] = []
+        self.complete = False
+
+    def feed(self, line: LogLine) -> bool:
+        if self.complete:
+            return False
+        text = line.text
+        if _PLAN_HEADER.search(text):
+            self.versions = self.versions or OrtVersionRange(17)
+            return True
+        match = _PLAN_ROW.search(text)
+        if match is None:
+            self.complete = True
+            return False
+        cells = _CELL_GAP.split(match.group(3))
+        if len(cells) != 4 or not cells[1].isdigit():
+            self.warnings.append(f"line {line.number}: unreadable Plan row {text.strip()!r}")
+            return True
+        config_key, frequency, max_saving, symbolic = cells
+        try:
+            expression: Expression | None = parse_expression(symbolic)
+        except ExpressionError as err:
+            self.warnings.append(f"line {line.number}: Plan {match.group(1)} saving {symbolic!r} unreadable: {err}")
+            expression = None
+        self.rows.append(
+            PlanRow(
+                line_number=line.number,
+                number=int(match.group(1)),
+                enabled=match.group(2) == "ON",
+                config_key=config_key,
+                frequency=int(frequency),
+                max_saving_bytes=int(max_saving.replace(",", "")) if _SAVING_NUMBER.match(max_saving) else None,
+                saving_symbolic=expression,
+            )
+        )
+        return True
+
+    def block(self) -> FeatureBlock:
+        return FeatureBlock(
+            self.first_line,
+            self.on,
+            self.level,
+            self.user_config,
+            tuple(self.rows),
+            self.versions,
+            tuple(self.warnings),
+        )
+
+
+def parse_dims(text: str) -> dict[str, int]:
+    """``input_ids_dim0=4,  input_ids_dim1=16,`` as a dict."""
+    return {name: int(value) for name, value in _DIM.findall(text)}

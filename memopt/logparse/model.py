@@ -1,0 +1,135 @@
+"""What memopt recovers from ORT memory-optimizer logs.
+
+One ``Summary`` per session build ORT reported on: the C++ summary (Format A
+"MemoryOptimizer Summary" on 1.14-1.16, the "MemoryInsight Summary" table on 1.17-1.19),
+the Python feature table's "Memory Optimizer" row with its Plan table and the first
+batch's dims, and the per-node lines, merged into plans. Each field is None where the
+log did not say.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import Enum, IntEnum
+from typing import TYPE_CHECKING
+
+from memopt.expr import Expression
+from memopt.ortversion import OrtVersionRange
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+__all__ = [
+    "Cluster",
+    "NodeEvent",
+    "OptimizationType",
+    "ParseResult",
+    "Plan",
+    "StashedOutput",
+    "Summary",
+    "SummarySource",
+]
+
+
+class OptimizationType(IntEnum):
+    """The ``<type>`` field of a config entry."""
+
+    DISABLED = 0
+    RECOMPUTE = 1
+    COMPROMISE = 2  # "RecomputeWithCompromise": Cast up-casts keep their smaller input
+
+    @property
+    def label(self) -> str:
+        return self.name.lower()
+
+
+class SummarySource(Enum):
+    MEMORY_OPTIMIZER_SUMMARY = "MemoryOptimizer Summary"  # Format A, 1.14-1.16
+    MEMORY_INSIGHT_SUMMARY = "MemoryInsight Summary"  # Formats B and C, 1.17-1.19
+    FEATURE_TABLE = "feature table"  # Python "Memory Optimizer" row, Plan table, Notes
+
+
+@dataclass(frozen=True)
+class StashedOutput:
+    """An activation the plan would stop stashing for the backward pass."""
+
+    shape: str  # as logged: "a x 16 x " (Format A) or "((a)*(16))" (Formats B/C)
+    element_count: Expression | None  # None when ORT printed "unknown"
+    output_index: int | None = None
+    bytes_per_element: int | None = None
+    saved_percent: int | None = None
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """Nodes sharing one activation pattern: a Format A PatternShape, or one option of a
+    MemoryInsight table row."""
+
+    frequency: int
+    outputs: tuple[StashedOutput, ...]
+    applied_count: int | None = None
+
+
+@dataclass(frozen=True)
+class Plan:
+    """One recompute opportunity: a subgraph and how to treat it."""
+
+    subgraph: str
+    optimization: OptimizationType
+    config_key: str  # what enables it: "<subgraph>:<type>:-1", comma-joined when combined
+    enabled: bool | None
+    frequency: int | None
+    requested_count: int | None = None
+    applied_count: int | None = None
+    clusters: tuple[Cluster, ...] = ()
+    plan_number: int | None = None  # "Plan <i>" in the feature table
+    max_saving_bytes: int | None = None  # ORT's own figure at the first batch's dims
+    saving_symbolic: Expression | None = None
+    saving_at_logged_dims: float | None = None  # ``saving_symbolic`` evaluated by memopt
+
+    def saving_at(self, dims: Mapping[str, int]) -> float | None:
+        """Bytes saved at ``dims``; None when ORT printed no saving expression."""
+        return None if self.saving_symbolic is None else self.saving_symbolic.evaluate(dims)
+
+
+@dataclass(frozen=True)
+class NodeEvent:
+    """A per-node line: "is Recomputed" (<=1.16) or "is applying following optimization"."""
+
+    line_number: int
+    node_name: str
+    op_type: str
+    optimization: str | None = None
+    request_count: int | None = None
+
+
+@dataclass(frozen=True)
+class Summary:
+    first_line: int
+    stream: str | None  # the rank tag ("rank1", "1") of a multi-process log
+    sources: tuple[SummarySource, ...]
+    versions: OrtVersionRange
+    user_config: str | None  # config string (<=1.18) or JSON path (1.19) ORT reported
+    memory_optimizer_on: bool | None
+    optimization_level: str | None  # "USER_SPECIFIED", "TRANSFORMER_LAYERWISE_RECOMPUTE", ...
+    plans: tuple[Plan, ...]
+    dims: Mapping[str, int]  # the first batch's symbolic dim values (Notes)
+    node_events: tuple[NodeEvent, ...] = ()
+    total_recomputed_nodes: int | None = None
+    warnings: tuple[str, ...] = ()
+    truncated: bool = False
+
+
+@dataclass(frozen=True)
+class ParseResult:
+    source: str
+    summaries: tuple[Summary, ...]
+    lines_read: int
+    warnings: tuple[str, ...] = ()
+    ort_errors: tuple[str, ...] = ()  # config errors ORT raised, as logged
+
+    def to_dataframe(self) -> pd.DataFrame:
+        from memopt.logparse.frame import plans_dataframe
+
+        return plans_dataframe(self)
