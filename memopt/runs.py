@@ -34,6 +34,7 @@ _PACKAGE_ROOT = str(Path(memopt.__file__).resolve().parent.parent)
 class RunRequest:
     """What the child runs. ``env`` adds to (or overrides) the caller's environment."""
 
+
     recipe: str
     batch_size: int
     options: Mapping[str, Any] = field(default_factory=dict)
@@ -42,6 +43,7 @@ class RunRequest:
     log_level: str = "INFO"
     save_onnx: bool = False
     env: Mapping[str, str] = field(default_factory=dict)
+    unset_env: tuple[str, ...] = ()  # caller's variables the child must not see
     python: str = sys.executable
     timeout_s: float = 1800.0
 
@@ -68,6 +70,7 @@ class RunResult:
     steady_peak_memory: int | None = None
     cuda_peak_reserved: int | None = None
     cuda_device_name: str | None = None
+    cuda_total_memory: int | None = None
     wall_s: float = 0.0
     returncode: int | None = None
 
@@ -133,7 +136,7 @@ def launch(request: RunRequest, run_dir: Path) -> RunResult:
 
 
 def _child_env(request: RunRequest, run_dir: Path) -> dict[str, str]:
-    env = dict(os.environ)
+    env = {key: value for key, value in os.environ.items() if key not in request.unset_env}
     env.update(request.env)
     # memopt must be importable by the child even from another interpreter; paths the
     # caller put on PYTHONPATH (e.g. another ORT release unpacked) keep precedence.
@@ -175,6 +178,7 @@ def _collect(
         memory_kind=steps.get("memory_kind"), memory_after_setup=steps.get("memory_after_setup"),
         peak_memory=steps.get("peak_memory"), steady_peak_memory=steps.get("steady_peak_memory"),
         cuda_peak_reserved=steps.get("cuda_peak_reserved"), cuda_device_name=steps.get("cuda_device_name"),
+        cuda_total_memory=steps.get("cuda_total_memory"),
         wall_s=wall_s, returncode=returncode,
     )
 
@@ -191,7 +195,8 @@ def _crash_reason(log_path: Path, returncode: int) -> str:
 def _write_record(run_dir: Path, request: RunRequest, result: RunResult) -> None:
     record = {
         "memopt_version": memopt.__version__,
-        "request": {**asdict(request), "options": dict(request.options), "env": dict(request.env)},
+        "request": {**asdict(request), "options": dict(request.options), "env": dict(request.env),
+                    "unset_env": list(request.unset_env)},
         "result": {**asdict(result), "run_dir": str(result.run_dir), "median_step_s": result.median_step_s},
     }
     (run_dir / RECORD_NAME).write_text(json.dumps(record, indent=2, default=str))

@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,6 +34,14 @@ class CliRun:
     def record(self) -> dict:
         return json.loads((self.run_dir / "run.json").read_text())
 
+    @property
+    def log_path(self) -> Path:
+        return self.run_dir / "ort.log"
+
+    @property
+    def execution_graph(self) -> Path:
+        return self.run_dir / "onnx" / "memopt_execution_model_training.onnx"
+
 
 def memopt(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None, timeout: float = 600) -> CliRun:
     """Run the real ``memopt`` command line in a subprocess, as a user would."""
@@ -59,8 +68,20 @@ def runs_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def gpt_probe(runs_dir: Path) -> CliRun:
-    """One real ORTModule probe of the tiny GPT on CPU, shared by every test that reads it."""
-    run = memopt("probe", "gpt", "--size", "tiny", "--batch", "4", "--runs-dir", str(runs_dir))
-    assert run.returncode == 0, run.stderr
-    return run
+def tiny_probe(runs_dir: Path) -> Callable[[str], CliRun]:
+    """Real ORTModule probes of the tiny built-in recipes on CPU, each run once per session."""
+    done: dict[str, CliRun] = {}
+
+    def get(recipe: str) -> CliRun:
+        if recipe not in done:
+            run = memopt("probe", recipe, "--size", "tiny", "--batch", "4", "--runs-dir", str(runs_dir))
+            assert run.returncode == 0, run.stderr
+            done[recipe] = run
+        return done[recipe]
+
+    return get
+
+
+@pytest.fixture(scope="session")
+def gpt_probe(tiny_probe: Callable[[str], CliRun]) -> CliRun:
+    return tiny_probe("gpt")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import onnx
@@ -45,11 +46,9 @@ def test_two_probes_never_share_a_folder(gpt_probe: CliRun, runs_dir: Path) -> N
     assert again.run_dir != gpt_probe.run_dir and gpt_probe.run_dir.is_dir()
 
 
-@pytest.mark.parametrize("name", ["bert", "cnn"])
-def test_other_builtin_recipes_probe(name: str, runs_dir: Path) -> None:
-    run = memopt("probe", name, "--size", "tiny", "--batch", "2", "--steps", "1", "--runs-dir", str(runs_dir))
-    assert run.returncode == 0, run.stderr
-    assert run.record()["result"]["status"] == "ok"
+@pytest.mark.parametrize("name", ["bert", "mlp", "cnn"])
+def test_other_builtin_recipes_probe(name: str, tiny_probe: Callable[[str], CliRun]) -> None:
+    assert tiny_probe(name).record()["result"]["status"] == "ok"
 
 
 def test_user_recipe_file_with_options(runs_dir: Path) -> None:

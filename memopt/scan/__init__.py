@@ -5,11 +5,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from memopt.graph import Dim, TrainingGraph
+from memopt.graph import TensorInfo, TrainingGraph
+from memopt.polynomial import Polynomial
 from memopt.scan.detect import Analysis, ScanError, analyse
 from memopt.scan.patterns import Pattern, group_patterns
 from memopt.scan.rules import ProbeLevel, rules_for
-from memopt.scan.savings import _UnknownDims, plan_saving
+from memopt.scan.savings import UnknownDims, plan_saving, stashed_bytes
 
 __all__ = ["ScanReport", "ScanError", "ProbeLevel", "scan_graph"]
 
@@ -19,13 +20,16 @@ class ScanReport:
     family: str
     layer_boundary: bool
     patterns: tuple[Pattern, ...]
-    input_dims: Mapping[str, tuple[Dim, ...]]  # graph input -> its dims (symbol names where dynamic)
+    inputs: Mapping[str, TensorInfo]  # the model's inputs (weights excluded), dims named where dynamic
+    stashed: Polynomial  # bytes of every activation kept from forward for backward, no recompute
     analysis: Analysis
     warnings: tuple[str, ...]
 
     @property
     def symbols(self) -> frozenset[str]:
-        return frozenset(s for p in self.patterns for s in p.exact.symbols | p.ort.symbols)
+        found = {s for p in self.patterns for s in p.exact.symbols | p.ort.symbols} | set(self.stashed.symbols)
+        found |= {d for info in self.inputs.values() for d in info.dims or () if isinstance(d, str)}
+        return frozenset(found)
 
 
 def scan_graph(
@@ -39,11 +43,13 @@ def scan_graph(
     """Analyse ``graph`` with the rules of ``ort_version``; order patterns by saving at ``dims``."""
     rules = rules_for(ort_version)
     analysis = analyse(graph, rules, level, layer_boundary)
-    unknown_dims = _UnknownDims()
+    unknown_dims = UnknownDims()
     savings = [plan_saving(graph, plan, unknown_dims) for plan in analysis.plans]
     warnings = [*analysis.warnings, *(w for s in savings for w in s.warnings)]
-    input_dims = {
-        name: graph.tensor(name).dims or () for name in graph.graph_inputs if name not in graph.producer
-        and any(isinstance(d, str) for d in graph.tensor(name).dims or ())
+    inputs = {
+        name: graph.tensor(name) for name in graph.graph_inputs
+        if any(isinstance(d, str) for d in graph.tensor(name).dims or ())
     }
-    return ScanReport(rules.family, layer_boundary, group_patterns(savings, dims), input_dims, analysis, tuple(warnings))
+    stashed = stashed_bytes(graph, analysis.candidates, unknown_dims)
+    patterns = group_patterns(savings, dims, compromise_type=2 if rules.has_compromise_type else 1)
+    return ScanReport(rules.family, layer_boundary, patterns, inputs, stashed, analysis, tuple(warnings))

@@ -8,14 +8,16 @@ stashed outputs of different sizes can be any one of them; ``ort_choices`` keeps
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 
 from memopt.graph import Dim, TrainingGraph
 from memopt.polynomial import Polynomial
 from memopt.scan.detect import NodePlan, element_size
+from memopt.scan.modules import module_path
 
-__all__ = ["OutputSaving", "PlanSaving", "UNKNOWN_SHAPE_SYMBOL", "plan_saving"]
+__all__ = ["OutputSaving", "PlanSaving", "UNKNOWN_SHAPE_SYMBOL", "UnknownDims", "plan_saving", "stashed_bytes"]
 
 UNKNOWN_SHAPE_SYMBOL = "unknown"
 
@@ -39,6 +41,7 @@ class PlanSaving:
     plan: NodePlan
     outputs: tuple[OutputSaving, ...]
     warnings: tuple[str, ...]
+    module: str | None = None  # the torch module the entry node came from
 
     @property
     def exact(self) -> Polynomial:
@@ -58,7 +61,7 @@ class PlanSaving:
         return self.outputs[-1].bytes if self.outputs else Polynomial()
 
 
-class _UnknownDims:
+class UnknownDims:
     """ORT names dims it knows nothing about ``empty_dim_param<k>`` from a process-wide counter."""
 
     def __init__(self) -> None:
@@ -69,8 +72,8 @@ class _UnknownDims:
         return f"empty_dim_param{self.count}"
 
 
-def plan_saving(graph: TrainingGraph, plan: NodePlan, unknown_dims: _UnknownDims | None = None) -> PlanSaving:
-    unknown_dims = unknown_dims or _UnknownDims()
+def plan_saving(graph: TrainingGraph, plan: NodePlan, unknown_dims: UnknownDims | None = None) -> PlanSaving:
+    unknown_dims = unknown_dims or UnknownDims()
     outputs, warnings = [], []
     for index in plan.stashed_outputs:
         tensor = plan.entry.outputs[index]
@@ -82,11 +85,35 @@ def plan_saving(graph: TrainingGraph, plan: NodePlan, unknown_dims: _UnknownDims
             size = 0
         if dims is None:
             warnings.append(f"{plan.entry.name}: shape of {tensor} unknown; its saving is symbolic in '{UNKNOWN_SHAPE_SYMBOL}'")
-            elements = Polynomial.symbol(UNKNOWN_SHAPE_SYMBOL)
-        else:
-            elements = Polynomial.product_of(d if d is not None else unknown_dims.name() for d in dims)
-        outputs.append(OutputSaving(index, tensor, elements, size, plan.save_ratio))
-    return PlanSaving(plan, tuple(outputs), tuple(warnings))
+        outputs.append(OutputSaving(index, tensor, _elements(dims, unknown_dims), size, plan.save_ratio))
+    return PlanSaving(plan, tuple(outputs), tuple(warnings), _module(graph, plan))
+
+
+def stashed_bytes(graph: TrainingGraph, candidates: Mapping[int, tuple[int, ...]], unknown_dims: UnknownDims) -> Polynomial:
+    """Bytes of all stashed activations (every candidate output), as if nothing were recomputed."""
+    total = Polynomial()
+    for order, indices in candidates.items():
+        for index in indices:
+            info = graph.tensor(graph.nodes[order].outputs[index])
+            total = total + _elements(info.dims, unknown_dims).scale(element_size(info.elem_type) or 0)
+    return total
+
+
+def _elements(dims: Sequence[Dim] | None, unknown_dims: UnknownDims) -> Polynomial:
+    if dims is None:
+        return Polynomial.symbol(UNKNOWN_SHAPE_SYMBOL)
+    return Polynomial.product_of(d if d is not None else unknown_dims.name() for d in dims)
+
+
+def _module(graph: TrainingGraph, plan: NodePlan) -> str | None:
+    """The entry's module scope; fused nodes (``Gelu_token_0``) lost theirs, so their input's."""
+    for node in (plan.entry, *reversed(plan.nodes)):
+        if module := module_path(node.name):
+            return module
+    for name in plan.nodes[0].inputs:
+        if name in graph.producer and (module := module_path(graph.nodes[graph.producer[name][0]].name)):
+            return module
+    return None
 
 
 def _saving_dims(graph: TrainingGraph, plan: NodePlan, index: int) -> tuple[Dim, ...] | None:

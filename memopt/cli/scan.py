@@ -1,0 +1,159 @@
+"""``memopt scan``: ORT's recompute plans from the graph alone, with savings at any size."""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from pathlib import Path
+
+import pandas as pd
+import typer
+from rich.table import Table
+
+from memopt.cli import app, console, error_console
+from memopt.cli.dims import parse_dims_option
+from memopt.cli.options import recipe_options
+from memopt.errors import MemoptError
+from memopt.recipes import DEFAULT_RECIPE
+from memopt.scan import ProbeLevel, ScanReport, scan_graph
+from memopt.scan.patterns import Pattern
+from memopt.scan.sizes import resolve_dims
+from memopt.scan.target import load_target
+from memopt.stack import inspect_stack
+from memopt.units import format_bytes
+
+__all__ = ["scan_command"]
+
+
+@app.command("scan")
+def scan_command(
+    target: str = typer.Argument(DEFAULT_RECIPE, help="A recipe (built-in name, .py file, package.module[:attr]) or an ONNX training graph with a YieldOp."),
+    batch: int | None = typer.Option(None, "--batch", "-b", help="Evaluate savings at this batch size (every input's first dim)."),
+    seq: int | None = typer.Option(None, "--seq", help="Evaluate savings at this sequence length (second dim of token inputs)."),
+    dims: str | None = typer.Option(None, "--dims", help="Exact dim values, e.g. input_ids_dim0=32,input_ids_dim1=512."),
+    size: str | None = typer.Option(None, "--size", help="Model size of a built-in recipe, e.g. tiny, small."),
+    option: list[str] = typer.Option([], "--option", "-o", help="Recipe option key=value (repeatable)."),
+    ort_version: str | None = typer.Option(None, "--ort-version", help="Apply this ORT release's rules (default: the ORT that built the graph, else the installed one)."),
+    basic: bool = typer.Option(False, "--basic", help="Probe level Basic (cheap ops only) instead of ORTModule's Advanced."),
+    layerwise: bool = typer.Option(False, "--layerwise", help="Analyse as ORTMODULE_MEMORY_OPT_LEVEL=1/2 does (transformer layer boundaries)."),
+    details: bool = typer.Option(False, "--details", help="List every occurrence: entry node, module and recomputed nodes."),
+    as_json: bool = typer.Option(False, "--json", help="Print the plans as JSON."),
+    as_csv: bool = typer.Option(False, "--csv", help="Print the plans as CSV."),
+    plot: Path | None = typer.Option(None, "--plot", help="Write a PNG/SVG: savings per plan and stashed memory vs batch."),
+    probe_batch: int = typer.Option(2, "--probe-batch", min=1, help="Batch of the short probe that builds a recipe's graph."),
+    runs_dir: Path = typer.Option(Path("runs"), "--runs-dir", help="Where the probe's run folder goes."),
+    python: str | None = typer.Option(None, "--python", help="Interpreter whose ORT/torch stack builds a recipe's graph."),
+) -> None:
+    """Find the stashed activations ORT could recompute, grouped into ORT's plans, with their savings."""
+    if as_json and as_csv:
+        raise MemoptError("choose one of --json and --csv")
+    options = recipe_options(seq=None, size=size, pairs=option)
+    status = error_console if as_json or as_csv else console
+    with status.status(f"Building the training graph of {target} (ORTModule export and session, once)…"):
+        loaded = load_target(target, options=options, runs_dir=runs_dir, probe_batch=probe_batch, python=python)
+    version = ort_version or loaded.ort_version or inspect_stack().ort_version
+    if version is None:
+        raise MemoptError("no ORT installed to take rules from; give --ort-version")
+    level = ProbeLevel.BASIC if basic else ProbeLevel.ADVANCED
+    symbolic = scan_graph(loaded.graph, version, level=level, layer_boundary=layerwise)
+    values = resolve_dims(symbolic.inputs, symbolic.symbols, batch=batch, seq=seq,
+                          explicit=parse_dims_option(dims), defaults=loaded.logged_dims)
+    report = scan_graph(loaded.graph, version, level=level, layer_boundary=layerwise, dims=values)
+    missing = sorted(report.symbols - set(values))
+    for warning in report.warnings:
+        error_console.print(f"[yellow]warning:[/] {warning}", highlight=False, soft_wrap=True)
+    if not report.patterns and report.analysis.yield_order is None:
+        raise MemoptError(f"{target}: {report.warnings[0] if report.warnings else 'nothing to scan'}")
+    if missing:
+        error_console.print(f"[yellow]warning:[/] no value for {', '.join(missing)}: savings stay symbolic "
+                            "(give --batch/--seq or --dims)", highlight=False, soft_wrap=True)
+    frame = plans_frame(report, values if not missing else None)
+    if as_json:
+        sys.stdout.write(json.dumps(_json(report, values, loaded.description, version), indent=2) + "\n")
+    elif as_csv:
+        sys.stdout.write(frame.to_csv(index=False))
+    else:
+        _print_table(report, frame, values, loaded.description, version, details)
+    if plot is not None:
+        if missing:
+            raise MemoptError(f"--plot needs values for {', '.join(missing)}")
+        from memopt.scan.plot import plot_scan
+
+        plot_scan(report, values, plot)
+        status.print(f"plot written to {plot}")
+
+
+def plans_frame(report: ScanReport, dims: dict[str, int] | None) -> pd.DataFrame:
+    """One row per plan, largest exact saving first when dims are known."""
+    rows = [{
+        "config": p.key,
+        "subgraph": p.subgraph,
+        "type": p.kind.name.lower(),
+        "frequency": p.frequency,
+        "saving_symbolic": str(p.exact),
+        "ort_saving_symbolic": str(p.ort),
+        "saving_bytes": p.exact.evaluate(dims) if dims is not None else None,
+        "ort_saving_bytes": p.ort.evaluate(dims) if dims is not None else None,
+        "modules": ";".join(module_summary(p)),
+    } for p in report.patterns]
+    frame = pd.DataFrame(rows, columns=["config", "subgraph", "type", "frequency", "saving_symbolic", "ort_saving_symbolic",
+                                        "saving_bytes", "ort_saving_bytes", "modules"])
+    if dims is not None:
+        frame = frame.sort_values("saving_bytes", ascending=False, kind="stable")
+    return frame.reset_index(drop=True)
+
+
+def module_summary(pattern: Pattern) -> list[str]:
+    """Where a plan occurs, layer indices folded: ``blocks.*.mlp.fc`` for blocks.0…11.mlp.fc."""
+    return list(dict.fromkeys(re.sub(r"(?<=\.)\d+(?=\.|$)", "*", module) for module in pattern.modules))
+
+
+def _print_table(report: ScanReport, frame: pd.DataFrame, dims: dict[str, int], source: str, version: str,
+                 details: bool) -> None:
+    known = all(v is not None for v in frame["saving_bytes"])
+    shown = ", ".join(f"{k}={v}" for k, v in sorted(dims.items())) or "symbolic"
+    console.print(f"[bold]memopt scan[/] {source}: ORT {version} rules (family {report.family})"
+                  f"{', layer-wise' if report.layer_boundary else ''}; sizes {shown}", highlight=False)
+    table = Table(show_lines=False)
+    table.add_column("#", justify="right")
+    table.add_column("ORT config entry", overflow="fold")  # copied into configs: folded, never cut
+    for column in ("Freq", "Saving", "ORT prints"):
+        table.add_column(column, justify="right", overflow="fold")
+    table.add_column("Where", overflow="fold")
+    for index, row in frame.iterrows():
+        saving = format_bytes(row.saving_bytes) if known else row.saving_symbolic
+        ort = format_bytes(row.ort_saving_bytes) if known else row.ort_saving_symbolic
+        table.add_row(str(index + 1), row.config, str(row.frequency), saving, ort, row.modules.replace(";", ", ") or "-")
+    console.print(table)
+    if known and report.patterns:
+        stashed = report.stashed.evaluate(dims)
+        console.print(f"Stashed activations without recompute: {format_bytes(stashed)}; "
+                      f"'Saving' counts every stashed output, 'ORT prints' what ORT's Plan table shows.", highlight=False)
+    if not report.patterns:
+        console.print("No recomputable plans in this graph.")
+    if details:
+        for pattern in report.patterns:
+            console.print(f"[bold]{pattern.key}[/]", highlight=False)
+            for occurrence in pattern.occurrences:
+                console.print(f"  {occurrence.module or '-'}: {occurrence.entry} <- {' + '.join(occurrence.nodes)}",
+                              highlight=False, soft_wrap=True)
+
+
+def _json(report: ScanReport, dims: dict[str, int], source: str, version: str) -> dict:
+    known = report.symbols <= set(dims)
+    return {
+        "source": source, "ort_version": version, "family": report.family, "layerwise": report.layer_boundary,
+        "dims": dims,
+        "stashed_symbolic": str(report.stashed),
+        "stashed_bytes": report.stashed.evaluate(dims) if known else None,
+        "plans": [{
+            "config": p.key, "subgraph": p.subgraph, "type": p.kind.name.lower(), "frequency": p.frequency,
+            "saving_symbolic": str(p.exact), "ort_saving_symbolic": str(p.ort),
+            "saving_bytes": p.exact.evaluate(dims) if known else None,
+            "ort_saving_bytes": p.ort.evaluate(dims) if known else None,
+            "occurrences": [{"entry": o.entry, "module": o.module, "nodes": list(o.nodes),
+                             "saving_symbolic": str(o.exact)} for o in p.occurrences],
+        } for p in report.patterns],
+        "warnings": list(report.warnings),
+    }

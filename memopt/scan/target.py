@@ -1,0 +1,53 @@
+"""What ``memopt scan TARGET`` analyses: a recipe's ORT training graph, or an ONNX file."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from memopt.errors import MemoptError
+from memopt.graph import TrainingGraph, load_graph
+from memopt.logparse import parse_file
+from memopt.probe import probe
+
+__all__ = ["CONFIG_VARIABLES", "ScanTarget", "load_target"]
+
+# A graph probe must see the graph before recompute is applied.
+CONFIG_VARIABLES = ("ORTMODULE_MEMORY_OPT_CONFIG", "ORTMODULE_MEMORY_OPT_LEVEL")
+
+
+@dataclass(frozen=True)
+class ScanTarget:
+    graph: TrainingGraph
+    description: str
+    graph_path: Path
+    logged_dims: Mapping[str, int] = field(default_factory=dict)  # the probe's first-batch dims
+    ort_version: str | None = None  # the ORT that built the graph, when memopt ran it
+
+
+def load_target(
+    target: str,
+    *,
+    options: Mapping[str, Any] | None = None,
+    runs_dir: Path = Path("runs"),
+    probe_batch: int = 2,
+    python: str | None = None,
+) -> ScanTarget:
+    """An ONNX training graph as is, or a recipe's graph from a short no-config probe."""
+    if target.endswith(".onnx") or (Path(target).is_file() and not target.endswith(".py")):
+        if options:
+            raise MemoptError("recipe options (--size, --seq, -o) do not apply to an ONNX file")
+        return ScanTarget(load_graph(target), target, Path(target))
+    result = probe(target, probe_batch, options=options, steps=1, runs_dir=runs_dir, python=python,
+                   unset_env=CONFIG_VARIABLES)
+    run = result.run
+    if not run.ok:
+        raise MemoptError(f"could not build the training graph of {target}: {run.error} (log: {run.log_path})")
+    if result.execution_graph is None:
+        raise MemoptError(f"ORTModule saved no execution graph for {target} (log: {run.log_path})")
+    summaries = parse_file(run.log_path).summaries
+    dims = dict(summaries[-1].dims) if summaries else {}
+    return ScanTarget(load_graph(result.execution_graph), f"{target} (probe {run.run_dir})",
+                      result.execution_graph, dims, run.stack.get("ort_version"))
