@@ -37,6 +37,7 @@ def test_probe_console_summary(gpt_probe: CliRun) -> None:
     out = gpt_probe.stdout
     assert "Probe of gpt (size=tiny) at batch 4 on CPU" in out
     assert "ORT 1.19.2" in out and "peak RSS" in out and "median" in out
+    assert "10 in ORT's Plan table (memory optimizer OFF); largest FusedMatMul+Add+:1:-1" in out
     assert f"run folder   {gpt_probe.run_dir}" in out
 
 

@@ -9,6 +9,7 @@ import typer
 from memopt.cli import app, console
 from memopt.cli.options import recipe_options
 from memopt.errors import MemoptError
+from memopt.logparse import parse_file
 from memopt.probe import ProbeResult, probe
 from memopt.recipes import DEFAULT_RECIPE
 from memopt.units import format_bytes
@@ -52,6 +53,17 @@ def probe_command(
     _summarise(recipe, batch, options, result)
 
 
+def _plans_line(log: Path) -> str:
+    summaries = [s for s in parse_file(log).summaries if s.plans]
+    if not summaries:
+        return "ORT printed no memory-optimizer plans (nothing it can recompute)"
+    plans = summaries[-1].plans
+    top = max(plans, key=lambda p: p.max_saving_bytes or 0)
+    state = "ON" if summaries[-1].memory_optimizer_on else "OFF"
+    return (f"{len(plans)} in ORT's Plan table (memory optimizer {state}); largest {top.config_key} "
+            f"saves {format_bytes(top.max_saving_bytes)} at this batch — `memopt parse {log}` lists them")
+
+
 def _summarise(recipe: str, batch: int, options: dict[str, object], result: ProbeResult) -> None:
     run = result.run
     stack = run.stack
@@ -65,6 +77,7 @@ def _summarise(recipe: str, batch: int, options: dict[str, object], result: Prob
     label = "peak RSS" if run.memory_kind == "rss" else "peak allocated"
     console.print(f"  memory       {label} {format_bytes(run.peak_memory)} over the run, "
                   f"{format_bytes(run.steady_peak_memory)} in the measured steps")
+    console.print(f"  plans        {_plans_line(run.log_path)}")
     graph = result.execution_graph
     console.print(f"  graphs       {len(result.graphs)} ONNX files; execution training graph: {graph or 'not saved'}")
     console.print(f"  log          {run.log_path}")

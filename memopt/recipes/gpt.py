@@ -7,7 +7,7 @@ symbolic shape inference cannot follow the latter's exported graph.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 from torch import nn
@@ -114,8 +114,10 @@ def _init_weights(module: nn.Module) -> None:
         nn.init.zeros_(module.bias)
 
 
-def build_model(size: str = "small", tied: bool = True) -> GPT:
-    return GPT(SIZES[size], tied=tied)
+def build_model(size: str = "small", tied: bool = True, n_layer: int | None = None) -> GPT:
+    """``n_layer`` overrides the size's depth (e.g. 48 GPT-2-XL layers at tiny width)."""
+    cfg = SIZES[size]
+    return GPT(replace(cfg, n_layer=n_layer) if n_layer else cfg, tied=tied)
 
 
 def make_batch(batch_size: int, size: str = "small", seq_len: int | None = None) -> tuple[tuple[torch.Tensor], torch.Tensor]:
