@@ -11,7 +11,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
 
-from memopt.expr import BinaryOp, Expression, Number, Symbol, UnaryMinus, UnknownSymbolError
+from memopt.expr import BinaryOp, Expression, ExpressionError, Number, Symbol, UnaryMinus, UnknownSymbolError, parse_expression
 
 __all__ = ["Monomial", "Polynomial", "NotPolynomialError"]
 
@@ -44,11 +44,22 @@ class Polynomial:
 
     @staticmethod
     def product_of(factors: Iterable[int | str]) -> Polynomial:
-        """The product of dims given as values or symbol names."""
+        """The product of dims given as values or symbolic names.
+
+        A name may itself be an expression (ORT's shape inference writes merged dims as
+        ``a*b`` or ``a + 1``); it is read as one, as sympy reads it in ORT.
+        """
         result = Polynomial.constant(1)
         for factor in factors:
-            result = result * (Polynomial.symbol(factor) if isinstance(factor, str) else Polynomial.constant(factor))
+            result = result * (Polynomial.of_dim(factor) if isinstance(factor, str) else Polynomial.constant(factor))
         return result
+
+    @staticmethod
+    def of_dim(name: str) -> Polynomial:
+        try:
+            return _convert(parse_expression(name).root)
+        except (ExpressionError, NotPolynomialError):
+            return Polynomial.symbol(name)
 
     @staticmethod
     def from_expression(expression: Expression) -> Polynomial:

@@ -28,7 +28,7 @@ __all__ = ["scan_command"]
 
 @app.command("scan")
 def scan_command(
-    target: str = typer.Argument(DEFAULT_RECIPE, help="A recipe (built-in name, .py file, package.module[:attr]) or an ONNX training graph with a YieldOp."),
+    target: str = typer.Argument(DEFAULT_RECIPE, help="A recipe (built-in name, .py file, package.module[:attr]), an ONNX training graph with a YieldOp, or a forward-only ONNX model."),
     batch: int | None = typer.Option(None, "--batch", "-b", help="Evaluate savings at this batch size (every input's first dim)."),
     seq: int | None = typer.Option(None, "--seq", help="Evaluate savings at this sequence length (second dim of token inputs)."),
     dims: str | None = typer.Option(None, "--dims", help="Exact dim values, e.g. input_ids_dim0=32,input_ids_dim1=512."),
@@ -41,6 +41,7 @@ def scan_command(
     as_json: bool = typer.Option(False, "--json", help="Print the plans as JSON."),
     as_csv: bool = typer.Option(False, "--csv", help="Print the plans as CSV."),
     plot: Path | None = typer.Option(None, "--plot", help="Write a PNG/SVG: savings per plan and stashed memory vs batch."),
+    loss: str = typer.Option("outside", "--loss", help="Forward-only ONNX: where the loss is. outside (ORTModule's case: computed in PyTorch), cross-entropy or mse (added to the graph)."),
     probe_batch: int = typer.Option(2, "--probe-batch", min=1, help="Batch of the short probe that builds a recipe's graph."),
     runs_dir: Path = typer.Option(Path("runs"), "--runs-dir", help="Where the probe's run folder goes."),
     python: str | None = typer.Option(None, "--python", help="Interpreter whose ORT/torch stack builds a recipe's graph."),
@@ -51,7 +52,8 @@ def scan_command(
     options = recipe_options(seq=None, size=size, pairs=option)
     status = error_console if as_json or as_csv else console
     with status.status(f"Building the training graph of {target} (ORTModule export and session, once)…"):
-        loaded = load_target(target, options=options, runs_dir=runs_dir, probe_batch=probe_batch, python=python)
+        loaded = load_target(target, options=options, runs_dir=runs_dir, probe_batch=probe_batch, python=python,
+                             loss=loss)
     version = ort_version or loaded.ort_version or inspect_stack().ort_version
     if version is None:
         raise MemoptError("no ORT installed to take rules from; give --ort-version")

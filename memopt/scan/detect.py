@@ -133,6 +133,10 @@ def _stashed_candidates(
 ) -> dict[int, tuple[int, ...]]:
     candidates: dict[int, list[int]] = {}
     for name, (in_forward, in_backward) in usage.items():
+        if graph.tensor(name).elem_type is None:
+            # ORT has no plan for an output whose type the graph does not record (seen: an
+            # untyped int64 Unsqueeze output ORT 1.19.2 left out while memopt listed it).
+            continue
         if in_backward and (in_forward or not rules.stashed_needs_forward_use):
             order, index = graph.producer[name]
             candidates.setdefault(order, []).append(index)

@@ -11,6 +11,8 @@ from memopt.errors import MemoptError
 from memopt.graph import TrainingGraph, load_graph
 from memopt.logparse import parse_file
 from memopt.probe import probe
+from memopt.runs import new_run_dir
+from memopt.scan.gradient import build_training_graph
 
 __all__ = ["CONFIG_VARIABLES", "ScanTarget", "load_target"]
 
@@ -34,12 +36,20 @@ def load_target(
     runs_dir: Path = Path("runs"),
     probe_batch: int = 2,
     python: str | None = None,
+    loss: str = "outside",
 ) -> ScanTarget:
-    """An ONNX training graph as is, or a recipe's graph from a short no-config probe."""
+    """An ONNX training graph as is, a forward-only ONNX model through ORT's gradient
+    builder, or a recipe's graph from a short no-config probe."""
     if target.endswith(".onnx") or (Path(target).is_file() and not target.endswith(".py")):
         if options:
             raise MemoptError("recipe options (--size, --seq, -o) do not apply to an ONNX file")
-        return ScanTarget(load_graph(target), target, Path(target))
+        graph = load_graph(target)
+        if any(node.op_type == "YieldOp" for node in graph.nodes):
+            return ScanTarget(graph, target, Path(target))
+        folder = new_run_dir(runs_dir, f"graph-{Path(target).stem}")
+        built = build_training_graph(Path(target), folder / "training_graph.onnx", loss, python)
+        return ScanTarget(load_graph(built), f"{target} (forward only; training graph by ORT's gradient builder, "
+                          f"loss {loss}: {built})", built)
     result = probe(target, probe_batch, options=options, steps=1, runs_dir=runs_dir, python=python,
                    unset_env=CONFIG_VARIABLES)
     run = result.run
