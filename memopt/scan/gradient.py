@@ -33,6 +33,7 @@ __all__ = ["LOSSES", "GradientError", "build_training_graph"]
 
 LOSSES = ("outside", "cross-entropy", "mse")
 _TIMEOUT_S = 1800
+_ORT_MAX_IR_VERSION = 10
 
 
 class GradientError(MemoptError):
@@ -50,7 +51,8 @@ def build_training_graph(forward: Path, output: Path, loss: str = "outside", pyt
         raise GradientError(f"building the training graph of {forward} took over {_TIMEOUT_S} s") from err
     if done.returncode != 0 or not output.is_file():
         lines = [line for line in done.stderr.splitlines() if line.strip() and not line.startswith(" ")]
-        raise GradientError(f"ORT could not build a training graph from {forward}: {lines[-1] if lines else 'no output'}")
+        reason = lines[-1].rsplit("] : ", 1)[-1] if lines else "no output"
+        raise GradientError(f"ORT could not build a training graph from {forward}: {reason}")
     return output
 
 
@@ -59,8 +61,9 @@ def _main(forward_path: str, output_path: str, loss: str) -> None:
     from onnxruntime.tools.symbolic_shape_infer import SymbolicShapeInference
 
     model = onnx.load(forward_path)
-    if any(node.op_type == "YieldOp" for node in model.graph.node):
-        raise SystemExit("the model is already a training graph")
+    # Newer onnx packages stamp IR versions ORT 1.19 refuses to load; nothing in a model
+    # ORTModule can train depends on the newer IR.
+    model.ir_version = min(model.ir_version, _ORT_MAX_IR_VERSION)
     trainable = _parameters_as_inputs(model)
     _add_gradient_outputs(model)
     if loss != "outside":
