@@ -47,6 +47,7 @@ class StepReport:
     steady_peak_memory: int | None = None
     cuda_peak_reserved: int | None = None
     cuda_device_name: str | None = None
+    cuda_total_memory: int | None = None  # the device's capacity, for budgets given as a percentage
 
 
 def pick_device(requested: str, ort_has_cuda: bool) -> str:
@@ -82,6 +83,7 @@ def run_steps(
     report = StepReport(device=device, memory_kind="cuda_allocated" if device == "cuda" else "rss")
     if device == "cuda":
         report.cuda_device_name = torch.cuda.get_device_name()
+        report.cuda_total_memory = torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory
     model = _call_recipe("build_model", recipe.model)
     if not isinstance(model, nn.Module):
         raise RecipeError(f"build_model() returned {type(model).__name__}; expected a torch.nn.Module")

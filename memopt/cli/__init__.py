@@ -45,6 +45,7 @@ def _root(
 def main() -> None:
     from memopt.cli import probe, stack  # noqa: F401  (each registers its command)
     from memopt.cli import config, parse, scan  # noqa: F401  (each registers its command)
+    from memopt.cli import plan, trial  # noqa: F401  (each registers its command)
 
     try:
         app()

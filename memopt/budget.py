@@ -1,0 +1,64 @@
+"""Memory budgets as people write them: ``2.5GiB``, ``2500MB``, ``80%`` (of the device)."""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+
+from memopt.errors import MemoptError
+
+__all__ = ["Budget", "BudgetError", "parse_budget", "total_ram"]
+
+_UNITS = {
+    "b": 1, "k": 1000, "kb": 1000, "m": 1000**2, "mb": 1000**2, "g": 1000**3, "gb": 1000**3, "t": 1000**4, "tb": 1000**4,
+    "kib": 1024, "mib": 1024**2, "gib": 1024**3, "tib": 1024**4,
+}
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?|\.\d+)\s*([a-zA-Z]*)\s*$")
+_PERCENT = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*%\s*$")
+
+
+class BudgetError(MemoptError):
+    """A budget memopt cannot read."""
+
+
+@dataclass(frozen=True)
+class Budget:
+    """Either bytes or a fraction of the device's memory (resolved with ``bytes_of``)."""
+
+    text: str
+    bytes: int | None = None
+    fraction: float | None = None
+
+    def bytes_of(self, device_total: int | None) -> int:
+        if self.bytes is not None:
+            return self.bytes
+        if device_total is None:
+            raise BudgetError(f"--budget {self.text}: the device's total memory is unknown; give bytes, e.g. 2.5GiB")
+        return int(device_total * (self.fraction or 0.0))
+
+
+def parse_budget(text: str) -> Budget:
+    """``2.5GiB``/``2500MB``/``1.5G``/``123456789`` (bytes) or ``80%``; anything else is an error."""
+    percent = _PERCENT.match(text)
+    if percent:
+        value = float(percent.group(1))
+        if not 0 < value <= 100:
+            raise BudgetError(f"--budget {text!r}: a percentage must be above 0 and at most 100")
+        return Budget(text.strip(), fraction=value / 100)
+    size = _SIZE.match(text)
+    unit = size.group(2).lower() if size else ""
+    if size is None or unit not in _UNITS and unit != "":
+        raise BudgetError(f"--budget {text!r} is not a size like 2.5GiB, 2500MB or 80% (units: B, KB, MB, GB, TB, KiB, MiB, GiB, TiB)")
+    value = int(float(size.group(1)) * _UNITS.get(unit, 1))
+    if value <= 0:
+        raise BudgetError(f"--budget {text!r} must be more than zero")
+    return Budget(text.strip(), bytes=value)
+
+
+def total_ram() -> int | None:
+    """This machine's physical memory (the CPU device's total)."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return None

@@ -1,0 +1,209 @@
+"""Everything the planner needs for a recipe, from real runs: graph, plans, memory model, costs.
+
+1. a no-config probe saves ORT's training graph (``memopt.scan.target.load_target``), and
+   the scan lists its plans with exact saving polynomials;
+2. no-config trials at two small batch sizes fit the memory model's static and per-sample
+   parts (journaled, reused with ``resume``); every other finished trial of the same
+   recipe, options and stack in the journal (configs included) refines the plans'
+   effectiveness and the recompute-cost scale;
+3. recompute costs come from the graph (FLOPs/bytes of each plan's subgraph), in seconds
+   via the measured no-config step time.
+The model is saved next to the journal so ``memopt trial`` can show predicted vs measured.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from memopt.budget import total_ram
+from memopt.journal import Journal
+from memopt.memory_model import MemoryModel, ModelError, Observation, PlanSavings, fit_memory_model
+from memopt.recompute_cost import BALANCE, nodes_work, seconds_per_unit
+from memopt.scan import scan_graph
+from memopt.scan.sizes import batch_symbols
+from memopt.scan.target import load_target
+from memopt.trials import StackVersions, TrialResult, TrialSpec, recipe_identity, run_trial, stack_versions
+
+__all__ = ["Calibration", "MODEL_FILE", "calibrate", "default_calibration_batches", "load_saved_model", "model_identity"]
+
+MODEL_FILE = "memopt_models.json"
+
+
+@dataclass(frozen=True)
+class Calibration:
+    model: MemoryModel
+    unit_costs: Mapping[str, float]  # work units per plan at the target batch
+    seconds_per_unit: float
+    cost_scale: float  # measured extra step time / predicted, from trials with plans (1.0 without)
+    baseline_step_s: float | None  # predicted no-config step time at the target batch
+    target_batch: int
+    trials: tuple[TrialResult, ...]  # the no-config calibration trials
+    graph_source: str
+    ort_version: str
+    device: str
+    device_total: int | None
+    identity: str
+
+    @property
+    def costs_s(self) -> dict[str, float]:
+        return {key: units * self.seconds_per_unit * self.cost_scale for key, units in self.unit_costs.items()}
+
+
+def default_calibration_batches(target_batch: int) -> tuple[int, int]:
+    low = max(1, target_batch // 8)
+    high = max(low + 1, target_batch // 4)
+    return low, high
+
+
+def model_identity(recipe: str, options: Mapping[str, Any], versions: StackVersions, device: str) -> str:
+    return json.dumps({"recipe": recipe_identity(recipe), "options": dict(options), "ort": versions.ort_version,
+                       "torch": versions.torch_version, "device": device}, sort_keys=True, default=str)
+
+
+def load_saved_model(runs_dir: Path, identity: str) -> MemoryModel | None:
+    try:
+        saved = json.loads((Path(runs_dir) / MODEL_FILE).read_text())
+        return MemoryModel.from_json(saved[identity])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def save_model(runs_dir: Path, identity: str, model: MemoryModel) -> None:
+    path = Path(runs_dir) / MODEL_FILE
+    try:
+        saved = json.loads(path.read_text())
+    except (OSError, ValueError):
+        saved = {}
+    saved[identity] = model.to_json()
+    temporary = path.with_suffix(".tmp")
+    temporary.write_text(json.dumps(saved, indent=1))
+    temporary.replace(path)
+
+
+def calibrate(
+    recipe: str,
+    target_batch: int,
+    *,
+    options: Mapping[str, Any] | None = None,
+    runs_dir: Path = Path("runs"),
+    calibration_batches: tuple[int, ...] | None = None,
+    steps: int = 3,
+    device: str = "auto",
+    python: str | None = None,
+    timeout_s: float = 1800.0,
+    resume: bool = True,
+) -> Calibration:
+    options = dict(options or {})
+    runs_dir = Path(runs_dir)
+    journal = Journal.in_folder(runs_dir)
+    versions = stack_versions(python)
+    target = load_target(recipe, options=options, runs_dir=runs_dir, python=python)
+    ort_version = target.ort_version or versions.ort_version or "1.19"
+    report = scan_graph(target.graph, ort_version, dims=target.logged_dims or None)
+    symbols = batch_symbols(report.inputs)
+    if not symbols:
+        raise ModelError(f"the training graph of {recipe} has no dynamic batch dim; memopt cannot scale it by batch")
+    fixed = {name: value for name, value in target.logged_dims.items() if name not in symbols}
+    order = {node.name: node.order for node in target.graph.nodes}
+    plans = tuple(
+        PlanSavings(p.key, _entries(p.key), p.frequency, p.exact,
+                    tuple(o.exact for o in sorted(p.occurrences, key=lambda o: order.get(o.entry, 0))))
+        for p in report.patterns
+    )
+
+    batches = tuple(dict.fromkeys(calibration_batches or default_calibration_batches(target_batch)))
+    trials = []
+    for batch in batches:
+        trial = run_trial(TrialSpec(recipe, batch, options, (), steps, device, timeout_s, python), runs_dir,
+                          journal=journal, resume=resume, versions=versions)
+        if not trial.ran:
+            raise ModelError(f"the no-config calibration trial at batch {batch} did not run: {trial.outcome}: "
+                             f"{trial.error} (log: {trial.run_dir}/ort.log)")
+        trials.append(trial)
+    device_used = trials[0].device or "cpu"
+    history = _history(journal, recipe, options, versions, device_used)
+    observations = [Observation(t.batch_size, _plans_of(t, plans), int(t.peak_bytes)) for t in history if t.peak_bytes]
+    model = fit_memory_model(observations, plans, symbols, fixed)
+    identity = model_identity(recipe, options, versions, device_used)
+    save_model(runs_dir, identity, model)
+
+    # Costs: the graph's work in seconds via the largest calibration trial's step time.
+    balance = BALANCE.get(device_used, BALANCE["cpu"])
+    reference = max(trials, key=lambda t: t.batch_size)
+    spu = seconds_per_unit(reference.median_step_s or 0.0, target.graph, model.dims(reference.batch_size), balance)
+    occurrences = {p.key: p.occurrences for p in report.patterns}
+    unit_costs = {
+        key: sum(nodes_work(target.graph, o.nodes, model.dims(target_batch)).units(balance) for o in occurrences[key])
+        for key in occurrences
+    }
+    step_fit = _step_fit([t for t in history if not t.config and t.median_step_s])
+    scale = _cost_scale(history, step_fit, target.graph, occurrences, model, balance, spu, plans)
+    baseline_step = max(step_fit[0] + step_fit[1] * target_batch, 0.0) if step_fit else None
+    totals = [t.cuda_total_memory for t in trials if t.cuda_total_memory]
+    device_total = totals[0] if totals else (total_ram() if device_used == "cpu" else None)
+    return Calibration(model, unit_costs, spu, scale, baseline_step, target_batch, tuple(trials), target.description,
+                       ort_version, device_used, device_total, identity)
+
+
+def _entries(key: str) -> tuple[str, ...]:
+    """``"A+:1:-1,B+:2:-1"`` -> ``("A+:1", "B+:2")``: the config entries behind a Plan-table key."""
+    return tuple(part.rsplit(":", 1)[0] for part in key.split(",") if part)
+
+
+def _history(journal: Journal, recipe: str, options: Mapping[str, Any], versions: StackVersions, device: str) -> list[TrialResult]:
+    """Finished trials of this recipe/options/stack/device, newest per key."""
+    identity = recipe_identity(recipe)
+    latest: dict[str, TrialResult] = {}
+    for entry in journal.entries():
+        record = entry.record
+        if record.get("status") != "ok" or record.get("device") != device:
+            continue
+        if recipe_identity(str(record.get("recipe"))) != identity or dict(record.get("options") or {}) != dict(options):
+            continue
+        if record.get("ort_version") != versions.ort_version or record.get("torch_version") != versions.torch_version:
+            continue
+        latest[entry.key] = TrialResult.from_record(record)
+    return list(latest.values())
+
+
+def _plans_of(trial: TrialResult, plans: tuple[PlanSavings, ...]) -> tuple[str, ...]:
+    """The model's plans a trial had on: what ORT reported ON, else what its config names."""
+    known = {p.key for p in plans}
+    if trial.plans_on:
+        return tuple(key for key in trial.plans_on if key in known)
+    configured = {entry.rsplit(":", 1)[0] for entry in trial.config if not entry.split(":")[-2] == "0"}
+    return tuple(p.key for p in plans if configured and set(p.entries) <= configured)
+
+
+def _step_fit(trials: list[TrialResult]) -> tuple[float, float] | None:
+    if not trials:
+        return None
+    x = np.array([t.batch_size for t in trials], dtype=float)
+    y = np.array([t.median_step_s for t in trials], dtype=float)
+    if len(set(x)) < 2:
+        return 0.0, float(y.mean() / x.mean())
+    slope, intercept = np.polyfit(x, y, 1)
+    return float(intercept), float(max(slope, 0.0))
+
+
+def _cost_scale(history, step_fit, graph, occurrences, model, balance, spu, plans) -> float:  # type: ignore[no-untyped-def]
+    """Measured extra step time over predicted recompute time, over trials with plans on."""
+    if step_fit is None or spu <= 0:
+        return 1.0
+    extra, predicted = 0.0, 0.0
+    for trial in history:
+        keys = _plans_of(trial, plans) if trial.config else ()
+        if not keys or not trial.median_step_s:
+            continue
+        dims = model.dims(trial.batch_size)
+        predicted += sum(nodes_work(graph, o.nodes, dims).units(balance) for k in keys for o in occurrences.get(k, ())) * spu
+        extra += trial.median_step_s - (step_fit[0] + step_fit[1] * trial.batch_size)
+    if predicted <= 0 or extra <= 0:
+        return 1.0
+    return float(np.clip(extra / predicted, 0.1, 10.0))

@@ -1,0 +1,161 @@
+"""``memopt plan``: the cheapest recompute config predicted to fit a target batch in a budget."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+from rich.table import Table
+
+from memopt.budget import parse_budget
+from memopt.calibrate import Calibration, calibrate, save_model
+from memopt.cli import app, console
+from memopt.cli.options import recipe_options
+from memopt.cli.trial import print_trial
+from memopt.config import export_line, format_config_string, takes_json_file, write_json_config
+from memopt.errors import MemoptError
+from memopt.journal import Journal
+from memopt.memory_model import Observation
+from memopt.ortversion import OrtVersion
+from memopt.planner import PlanResult, choose_plans
+from memopt.trials import TrialSpec, run_trial, stack_versions
+from memopt.units import format_bytes
+
+__all__ = ["plan_command"]
+
+_CUDA_DEFAULT_FRACTION = 0.9  # default CUDA budget: the device's memory less 10% (allocator cache, context)
+
+
+@app.command("plan")
+def plan_command(
+    recipe: str = typer.Argument(..., help="Built-in recipe (gpt, bert, mlp, cnn), a .py file or package.module[:attr]."),
+    target_batch: int = typer.Option(..., "--target-batch", help="The batch size to fit."),
+    budget: str | None = typer.Option(None, "--budget", help="Peak memory allowed: 2.5GiB, 2500MB or 80% (of the GPU; on CPU of RAM). Required on CPU."),
+    seq: int | None = typer.Option(None, "--seq", min=1, help="Sequence length (recipes with a seq_len option)."),
+    size: str | None = typer.Option(None, "--size", help="Model size of a built-in recipe, e.g. tiny, small."),
+    option: list[str] = typer.Option([], "--option", "-o", help="Recipe option key=value (repeatable)."),
+    calibrate_at: str | None = typer.Option(None, "--calibrate", help="Batch sizes of the no-config calibration trials, e.g. 2,4 (default: target/8 and target/4)."),
+    margin: float = typer.Option(0.01, "--margin", help="Fraction of the budget held back for prediction error."),
+    steps: int = typer.Option(3, "--steps", help="Measured steps per trial."),
+    device: str = typer.Option("auto", "--device", help="auto, cpu or cuda."),
+    runs_dir: Path = typer.Option(Path("runs"), "--runs-dir", help="Where trial folders, the journal and the config file go."),
+    resume: bool = typer.Option(True, "--resume/--no-resume", help="Reuse finished calibration trials from the journal."),
+    verify: bool = typer.Option(False, "--verify", help="Run a trial with the chosen config at the target batch and report measured vs predicted."),
+    out: Path | None = typer.Option(None, "--out", help="ORT 1.19: where to write the JSON config (default: in --runs-dir)."),
+    python: str | None = typer.Option(None, "--python", help="Interpreter whose ORT/torch stack runs the model."),
+    timeout: float = typer.Option(1800.0, "--timeout", help="Seconds before a trial is killed."),
+    as_json: bool = typer.Option(False, "--json", help="Print the plan as JSON."),
+) -> None:
+    """Choose the plans that bring RECIPE's predicted peak at --target-batch under --budget at least recompute cost."""
+    if target_batch < 1:
+        raise MemoptError(f"--target-batch must be a positive integer, not {target_batch}")
+    if not 0 <= margin < 1:
+        raise MemoptError(f"--margin must be a fraction in [0, 1), not {margin:g}")
+    if steps < 1:
+        raise MemoptError(f"--steps must be at least 1, not {steps}")
+    if device not in ("auto", "cpu", "cuda"):
+        raise MemoptError(f"--device must be auto, cpu or cuda, not {device!r}")
+    batches = _batches(calibrate_at)
+    parsed = parse_budget(budget) if budget is not None else None
+    options = recipe_options(seq=seq, size=size, pairs=option)
+    versions = stack_versions(python)
+    if parsed is None and (device == "cpu" or not versions.cuda):
+        raise MemoptError("--budget is required on CPU (e.g. --budget 2.5GiB or --budget 50%)")
+    with console.status(f"Calibrating {recipe}: graph probe and no-config trials…"):
+        cal = calibrate(recipe, target_batch, options=options, runs_dir=runs_dir, calibration_batches=batches,
+                        steps=steps, device=device, python=python, timeout_s=timeout, resume=resume)
+    budget_bytes = parsed.bytes_of(cal.device_total) if parsed else int((cal.device_total or 0) * _CUDA_DEFAULT_FRACTION)
+    if budget_bytes <= 0:
+        raise MemoptError("the device's memory is unknown; give --budget")
+    result = choose_plans(cal.model, cal.costs_s, target_batch, budget_bytes, cal.ort_version, margin=margin,
+                          baseline_step_s=cal.baseline_step_s)
+    config_value = _write_config(result, cal, runs_dir, recipe, out)
+    trial = None
+    if verify and result.choices is not None:
+        predicted = int(result.predicted_bytes)
+        with console.status(f"Verifying at batch {target_batch}…"):
+            trial = run_trial(TrialSpec(recipe, target_batch, options, result.entries, steps, device, timeout, python),
+                              runs_dir, journal=Journal.in_folder(runs_dir), budget_bytes=budget_bytes,
+                              predicted_peak_bytes=predicted, versions=versions)
+        if trial.ran and trial.peak_bytes:
+            save_model(runs_dir, cal.identity, cal.model.with_observation(
+                Observation(target_batch, result.plans, trial.peak_bytes, result.counts)))
+    if as_json:
+        print(json.dumps(_as_json(result, cal, config_value, trial), indent=2, default=str))
+        return
+    _print(result, cal, config_value, recipe)
+    if trial is not None:
+        print_trial(trial)
+
+
+def _batches(text: str | None) -> tuple[int, ...] | None:
+    if text is None:
+        return None
+    try:
+        values = tuple(int(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        raise MemoptError(f"--calibrate takes batch sizes like 2,4, not {text!r}") from None
+    if len(set(values)) < 2 or min(values) < 1:
+        raise MemoptError(f"--calibrate needs two or more different positive batch sizes, not {text!r}")
+    return values
+
+
+def _write_config(result: PlanResult, cal: Calibration, runs_dir: Path, recipe: str, out: Path | None) -> str | None:
+    entries = result.entries
+    if not entries:
+        return None
+    version = OrtVersion.parse(cal.ort_version)
+    if not takes_json_file(version):
+        return format_config_string(entries, version)
+    name = Path(recipe.partition(":")[0]).stem.replace(".", "-")
+    path = out or Path(runs_dir) / f"plan-{name}-b{result.target_batch}.json"
+    return str(write_json_config(entries, path, version, overwrite=True))
+
+
+def _print(result: PlanResult, cal: Calibration, config_value: str | None, recipe: str) -> None:
+    model = cal.model
+    console.print(f"[bold]Plan for {recipe}[/] at batch {result.target_batch} on {cal.device.upper()} "
+                  f"(ORT {cal.ort_version}), budget {format_bytes(result.budget_bytes)}", highlight=False)
+    fitted = ", ".join(str(o.batch_size) for o in model.observations if not o.plans)
+    console.print(f"  model        static {format_bytes(model.static_bytes)} + {format_bytes(model.per_sample_bytes)}/sample "
+                  f"(no-config trials at batch {fitted}); plan effectiveness {model.global_effectiveness:.2f}", highlight=False)
+    console.print(f"  no config    predicted peak {format_bytes(result.baseline_bytes)}", highlight=False)
+    if result.choices:
+        table = Table(show_edge=False, pad_edge=False, box=None)
+        for column in ("plan", "count", "saving", "cost/step"):
+            table.add_column(column, justify="left" if column == "plan" else "right")
+        for choice in result.choices:
+            table.add_row(choice.key, "all" if choice.count < 0 else str(choice.count),
+                          format_bytes(choice.saving_bytes), f"{choice.cost_s * 1000:.1f} ms")
+        console.print(table)
+    overhead = f" (~{result.overhead * 100:.1f}% of a {result.baseline_step_s:.3f} s step)" if result.overhead is not None else ""
+    verdict = "fits" if result.feasible else "DOES NOT FIT"
+    console.print(f"  predicted    {format_bytes(result.predicted_bytes)} vs budget {format_bytes(result.budget_bytes)} "
+                  f"(limit {format_bytes(result.limit_bytes)} after margin): [bold]{verdict}[/]; "
+                  f"recompute cost {result.cost_s * 1000:.1f} ms/step{overhead}", highlight=False)
+    if not result.needs_recompute:
+        console.print("  no recompute is needed: the no-config run is predicted to fit", highlight=False)
+    if not result.feasible:
+        console.print(f"  batch {result.target_batch} cannot fit even with every plan; predicted to fit: batch "
+                      f"{result.max_batch_all_plans} with every plan, {result.max_batch_no_plans} without", highlight=False)
+    if config_value:
+        console.print(export_line(config_value), highlight=False, soft_wrap=True)
+
+
+def _as_json(result: PlanResult, cal: Calibration, config_value: str | None, trial) -> dict:  # type: ignore[no-untyped-def]
+    return {
+        "recipe_graph": cal.graph_source, "device": cal.device, "ort_version": cal.ort_version,
+        "target_batch": result.target_batch, "budget_bytes": result.budget_bytes, "limit_bytes": result.limit_bytes,
+        "baseline_bytes": result.baseline_bytes, "predicted_bytes": result.predicted_bytes, "feasible": result.feasible,
+        "needs_recompute": result.needs_recompute, "cost_s": result.cost_s, "baseline_step_s": result.baseline_step_s,
+        "overhead": result.overhead, "solver": result.solver,
+        "max_batch_all_plans": result.max_batch_all_plans, "max_batch_no_plans": result.max_batch_no_plans,
+        "plans": [{"key": c.key, "count": c.count, "frequency": c.frequency, "saving_bytes": c.saving_bytes,
+                   "cost_s": c.cost_s} for c in result.choices],
+        "config": [str(e) for e in result.entries], "config_value": config_value,
+        "export": export_line(config_value) if config_value else None,
+        "model": {"static_bytes": cal.model.static_bytes, "per_sample_bytes": cal.model.per_sample_bytes,
+                  "global_effectiveness": cal.model.global_effectiveness},
+        "verification": trial.to_record() if trial is not None else None,
+    }

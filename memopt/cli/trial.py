@@ -1,0 +1,129 @@
+"""``memopt trial``: one config, one batch size, real ORTModule steps, journaled."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import typer
+
+from memopt.budget import parse_budget, total_ram
+from memopt.calibrate import load_saved_model, model_identity, save_model
+from memopt.cli import app, console
+from memopt.cli.options import recipe_options
+from memopt.errors import MemoptError
+from memopt.journal import Journal
+from memopt.memory_model import ModelError, Observation
+from memopt.ortversion import OrtVersion
+from memopt.trials import TrialResult, TrialSpec, parse_trial_config, run_trial, stack_versions
+from memopt.units import format_bytes
+
+__all__ = ["trial_command", "print_trial"]
+
+_FATAL = {"recipe_error": "the recipe is broken", "stack_error": "the ORT training stack cannot run"}
+
+
+@app.command("trial")
+def trial_command(
+    recipe: str = typer.Argument(..., help="Built-in recipe (gpt, bert, mlp, cnn), a .py file or package.module[:attr]."),
+    batch: int = typer.Option(..., "--batch", "-b", help="Batch size."),
+    config: str = typer.Option("none", "--config", "-c", help="A JSON config file, a config string, a comma list of plan keys (X+ means X+:1:-1), or none."),
+    steps: int = typer.Option(3, "--steps", help="Measured steps after the warm-up step."),
+    seq: int | None = typer.Option(None, "--seq", min=1, help="Sequence length (recipes with a seq_len option)."),
+    size: str | None = typer.Option(None, "--size", help="Model size of a built-in recipe, e.g. tiny, small."),
+    option: list[str] = typer.Option([], "--option", "-o", help="Recipe option key=value (repeatable)."),
+    budget: str | None = typer.Option(None, "--budget", help="Peak memory allowed, e.g. 2.5GiB, 2500MB, 80%: above it the trial is over budget."),
+    device: str = typer.Option("auto", "--device", help="auto (CUDA when ORT and torch have it), cpu or cuda."),
+    runs_dir: Path = typer.Option(Path("runs"), "--runs-dir", help="Where trial folders and the journal (journal.jsonl) live."),
+    resume: bool = typer.Option(False, "--resume", help="Reuse a finished trial of the journal with the same recipe, options, batch, config and versions."),
+    python: str | None = typer.Option(None, "--python", help="Interpreter whose ORT/torch stack runs the model."),
+    timeout: float = typer.Option(1800.0, "--timeout", help="Seconds before the trial is killed."),
+    as_json: bool = typer.Option(False, "--json", help="Print the journal record as JSON."),
+) -> None:
+    """Run RECIPE at --batch with --config applied as a user would; record memory, time and ORT's plans."""
+    if batch < 1:
+        raise MemoptError(f"--batch must be a positive integer, not {batch}")
+    if steps < 1:
+        raise MemoptError(f"--steps must be at least 1, not {steps}")
+    if timeout <= 0:
+        raise MemoptError(f"--timeout must be positive, not {timeout:g}")
+    if device not in ("auto", "cpu", "cuda"):
+        raise MemoptError(f"--device must be auto, cpu or cuda, not {device!r}")
+    parsed_budget = parse_budget(budget) if budget is not None else None
+    options = recipe_options(seq=seq, size=size, pairs=option)
+    versions = stack_versions(python)
+    if versions.ort_version is None:
+        raise MemoptError("the ORT training stack cannot run: onnxruntime-training is not installed")
+    validated = parse_trial_config(config, OrtVersion.parse(versions.ort_version))
+    spec = TrialSpec(recipe, batch, options, validated.entries, steps, device, timeout, python)
+    budget_bytes = None
+    if parsed_budget is not None:
+        budget_bytes = parsed_budget.bytes if parsed_budget.bytes is not None else parsed_budget.bytes_of(
+            None if versions.cuda and device != "cpu" else total_ram())
+
+    identity_device = "cuda" if versions.cuda and device != "cpu" else "cpu"
+    identity = model_identity(recipe, options, versions, identity_device)
+    model = load_saved_model(runs_dir, identity)
+    plan_keys = _plan_keys(model, validated.entries) if model else ()
+    predicted = None
+    if model is not None:
+        try:
+            predicted = int(model.predict(batch, plan_keys).peak_bytes)
+        except ModelError:
+            predicted = None
+    with console.status(f"Trial of {recipe} at batch {batch} ({len(validated.entries)} config entries, {steps + 1} steps)…"):
+        result = run_trial(spec, runs_dir, journal=Journal.in_folder(runs_dir), resume=resume,
+                           budget_bytes=budget_bytes, predicted_peak_bytes=predicted, versions=versions)
+    if result.outcome in _FATAL:
+        raise MemoptError(f"{_FATAL[result.outcome]}: {result.error} (log: {result.run_dir}/ort.log)")
+    if model is not None and result.ran and result.peak_bytes and not result.reused:
+        plans = tuple(key for key in result.plans_on if key in {p.key for p in model.plans}) or plan_keys
+        save_model(runs_dir, identity, model.with_observation(Observation(batch, plans, result.peak_bytes)))
+    if as_json:
+        print(json.dumps(result.to_record(), indent=2, default=str))
+    else:
+        for warning in validated.warnings:
+            console.print(f"[yellow]warning:[/] {warning}", highlight=False, soft_wrap=True)
+        print_trial(result)
+    if not result.ok:
+        sys.exit(1)
+
+
+def _plan_keys(model, entries) -> tuple[str, ...]:  # type: ignore[no-untyped-def]
+    enabled = {f"{e.subgraph}:{int(e.optimization)}" for e in entries if int(e.optimization)}
+    return tuple(p.key for p in model.plans if enabled and set(p.entries) <= enabled)
+
+
+def print_trial(result: TrialResult) -> None:
+    """The console summary of one trial."""
+    shown = ", ".join(f"{k}={v}" for k, v in result.options.items()) or "default options"
+    config = ", ".join(result.config) or "no config"
+    where = (result.device or "?").upper()
+    console.print(f"[bold]Trial of {result.recipe}[/] ({shown}) at batch {result.batch_size} on {where}: "
+                  f"[bold]{result.outcome.replace('_', ' ')}[/]{' (reused from the journal)' if result.reused else ''}",
+                  highlight=False)
+    console.print(f"  config       {config}", highlight=False, soft_wrap=True)
+    if result.config_value:
+        console.print(f"  applied as   ORTMODULE_MEMORY_OPT_CONFIG={result.config_value}", highlight=False, soft_wrap=True)
+    console.print(f"  stack        ORT {result.ort_version} ({result.ort_package}), torch {result.torch_version}", highlight=False)
+    if result.error:
+        console.print(f"  error        {result.error}", highlight=False, soft_wrap=True)
+    if result.ran:
+        label = "peak RSS" if result.memory_kind == "rss" else "peak allocated"
+        line = f"  memory       {label} {format_bytes(result.peak_bytes)} in the measured steps; static {format_bytes(result.static_bytes)} before step 1"
+        if result.cuda_reserved_bytes:
+            line += f"; reserved {format_bytes(result.cuda_reserved_bytes)}"
+        console.print(line, highlight=False)
+        if result.budget_bytes is not None:
+            console.print(f"  budget       {format_bytes(result.budget_bytes)}: "
+                          f"{'within' if result.peak_bytes and result.peak_bytes <= result.budget_bytes else 'OVER'}", highlight=False)
+        if result.predicted_peak_bytes is not None:
+            console.print(f"  predicted    {format_bytes(result.predicted_peak_bytes)} "
+                          f"({(result.prediction_error or 0) * 100:+.1f}% vs measured)", highlight=False)
+        console.print(f"  steps        median {result.median_step_s:.3f} s, {result.throughput:.1f} samples/s "
+                      f"(warm-up {result.step_times_s[0]:.2f} s)", highlight=False)
+        on = ", ".join(result.plans_on) or "none"
+        console.print(f"  ORT plans    ON: {on}; {result.recomputed_nodes if result.recomputed_nodes is not None else '?'} "
+                      f"nodes recomputed; {result.plans_seen or 0} plans listed", highlight=False, soft_wrap=True)
+    console.print(f"  run folder   [bold]{result.run_dir}[/]", highlight=False, soft_wrap=True)

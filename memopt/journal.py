@@ -1,0 +1,79 @@
+"""The trial journal: one JSON line per finished trial, written the moment it ends.
+
+Each line is appended, flushed and fsynced before the next trial starts, so a memopt
+that is killed loses at most the trial in flight. A torn last line (the process died
+mid-write) is skipped on reading. ``--resume`` looks trials up by their key: a digest
+of what decides the outcome (recipe, options, batch, config, steps, device, versions).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+__all__ = ["JOURNAL_NAME", "Journal", "JournalEntry"]
+
+JOURNAL_NAME = "journal.jsonl"
+
+
+@dataclass(frozen=True)
+class JournalEntry:
+    """One journal line: ``record`` is the trial as ``TrialResult.to_record()`` wrote it."""
+
+    line_number: int
+    key: str
+    record: Mapping[str, Any]
+
+
+class Journal:
+    """A JSON-lines file of trial records; safe to read while another process appends."""
+
+    def __init__(self, path: Path | str) -> None:
+        self.path = Path(path)
+
+    @classmethod
+    def in_folder(cls, folder: Path | str) -> Journal:
+        return cls(Path(folder) / JOURNAL_NAME)
+
+    def append(self, record: Mapping[str, Any]) -> None:
+        """Write ``record`` (it must hold a ``key``) as one line, durably."""
+        if "key" not in record:
+            raise ValueError("a journal record needs a 'key'")
+        line = json.dumps(record, sort_keys=True, default=str, separators=(",", ":")) + "\n"
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        # One write of a whole line in append mode: concurrent writers never interleave lines.
+        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        try:
+            os.write(fd, line.encode())
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def entries(self) -> Iterator[JournalEntry]:
+        """Every complete line, oldest first; unreadable lines are skipped."""
+        try:
+            handle = open(self.path, encoding="utf-8", errors="replace")
+        except FileNotFoundError:
+            return
+        with handle:
+            for number, line in enumerate(handle, 1):
+                if not line.endswith("\n"):
+                    break  # torn last line: the writer died mid-line
+                try:
+                    record = json.loads(line)
+                except ValueError:
+                    continue
+                if isinstance(record, dict) and isinstance(record.get("key"), str):
+                    yield JournalEntry(number, record["key"], record)
+
+    def latest(self, key: str, usable: tuple[str, ...] | None = None) -> JournalEntry | None:
+        """The newest entry with ``key`` (whose ``status`` is in ``usable``, when given)."""
+        found = None
+        for entry in self.entries():
+            if entry.key == key and (usable is None or entry.record.get("status") in usable):
+                found = entry
+        return found

@@ -1,0 +1,219 @@
+"""Peak memory for (batch size, enabled plans), from a few real measurements.
+
+    peak(b, S) = static + per_sample · b − Σ_{p∈S} effectiveness_p · saving_p(b)
+
+``static`` and ``per_sample`` are fitted (least squares) on no-config trials at two or
+more batch sizes; ``saving_p(b)`` is the scan's exact saving polynomial of plan p with the
+batch symbols set to b and the other dims (sequence length) fixed at the probe's values.
+``effectiveness`` says how much of a plan's saving actually lowers the peak (freed
+activations may not sit at the peak; recomputed tensors live for a while): 1.0 until
+trials with plans on are observed, then refitted by ridge regression towards one global
+factor after every trial (``with_observation``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from fractions import Fraction
+from typing import Any
+
+import numpy as np
+
+from memopt.errors import MemoptError
+from memopt.polynomial import Polynomial
+
+__all__ = [
+    "MemoryModel",
+    "ModelError",
+    "Observation",
+    "PlanSavings",
+    "Prediction",
+    "fit_memory_model",
+    "polynomial_from_json",
+    "polynomial_to_json",
+]
+
+_EFFECTIVENESS_RANGE = (0.0, 2.0)
+
+
+class ModelError(MemoptError):
+    """The measurements cannot support a model."""
+
+
+@dataclass(frozen=True)
+class PlanSavings:
+    """A Plan-table row and the bytes it frees; ``occurrences`` in topological order."""
+
+    key: str  # e.g. "FusedMatMul+Add+:1:-1"
+    entries: tuple[str, ...]  # "<subgraph>:<type>" parts
+    frequency: int
+    saving: Polynomial  # all occurrences, exact
+    occurrences: tuple[Polynomial, ...] = ()
+
+
+@dataclass(frozen=True)
+class Observation:
+    """A measured peak. ``plans``: keys enabled; ``counts``: occurrences per key where partial."""
+
+    batch_size: int
+    plans: tuple[str, ...]
+    peak_bytes: int
+    counts: Mapping[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Prediction:
+    batch_size: int
+    plans: tuple[str, ...]
+    peak_bytes: float
+    baseline_bytes: float  # no config
+    savings: Mapping[str, float]  # effective bytes per enabled plan
+
+
+@dataclass(frozen=True)
+class MemoryModel:
+    batch_symbols: tuple[str, ...]
+    fixed_dims: Mapping[str, int]
+    plans: tuple[PlanSavings, ...]
+    static_bytes: float
+    per_sample_bytes: float
+    effectiveness: Mapping[str, float] = field(default_factory=dict)
+    global_effectiveness: float = 1.0
+    observations: tuple[Observation, ...] = ()
+
+    def plan(self, key: str) -> PlanSavings:
+        for plan in self.plans:
+            if plan.key == key:
+                return plan
+        raise ModelError(f"no plan {key!r} in this model (known: {', '.join(p.key for p in self.plans)})")
+
+    def dims(self, batch_size: int) -> dict[str, int]:
+        return {**self.fixed_dims, **{symbol: batch_size for symbol in self.batch_symbols}}
+
+    def raw_saving(self, key: str, batch_size: int, count: int | None = None) -> float:
+        """The scan's bytes for ``key`` at ``batch_size`` (first ``count`` occurrences when given)."""
+        plan = self.plan(key)
+        dims = self.dims(batch_size)
+        if count is None or count < 0 or count >= plan.frequency or not plan.occurrences:
+            return _evaluate(plan.saving, dims)
+        return sum(_evaluate(p, dims) for p in plan.occurrences[:count])
+
+    def factor(self, key: str) -> float:
+        return self.effectiveness.get(key, self.global_effectiveness)
+
+    def baseline(self, batch_size: int) -> float:
+        return self.static_bytes + self.per_sample_bytes * batch_size
+
+    def predict(self, batch_size: int, plans: Iterable[str] = (), counts: Mapping[str, int] | None = None) -> Prediction:
+        plans = tuple(dict.fromkeys(plans))
+        counts = counts or {}
+        savings = {key: self.factor(key) * self.raw_saving(key, batch_size, counts.get(key)) for key in plans}
+        baseline = self.baseline(batch_size)
+        return Prediction(batch_size, plans, baseline - sum(savings.values()), baseline, savings)
+
+    def max_batch(self, limit_bytes: float, plans: Iterable[str] = (), ceiling: int = 1 << 20) -> int:
+        """The largest batch whose predicted peak stays within ``limit_bytes`` (0: none)."""
+        plans = tuple(plans)
+        if self.predict(1, plans).peak_bytes > limit_bytes:
+            return 0
+        low, high = 1, 2
+        while high <= ceiling and self.predict(high, plans).peak_bytes <= limit_bytes:
+            low, high = high, high * 2
+        high = min(high, ceiling + 1)
+        while high - low > 1:
+            middle = (low + high) // 2
+            if self.predict(middle, plans).peak_bytes <= limit_bytes:
+                low = middle
+            else:
+                high = middle
+        return low
+
+    def with_observation(self, observation: Observation) -> MemoryModel:
+        """This model refitted with one more measurement."""
+        return fit_memory_model([*self.observations, observation], self.plans, self.batch_symbols, self.fixed_dims)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "batch_symbols": list(self.batch_symbols), "fixed_dims": dict(self.fixed_dims),
+            "static_bytes": self.static_bytes, "per_sample_bytes": self.per_sample_bytes,
+            "effectiveness": dict(self.effectiveness), "global_effectiveness": self.global_effectiveness,
+            "plans": [{"key": p.key, "entries": list(p.entries), "frequency": p.frequency,
+                       "saving": polynomial_to_json(p.saving),
+                       "occurrences": [polynomial_to_json(o) for o in p.occurrences]} for p in self.plans],
+            "observations": [{"batch_size": o.batch_size, "plans": list(o.plans), "peak_bytes": o.peak_bytes,
+                              "counts": dict(o.counts)} for o in self.observations],
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> MemoryModel:
+        plans = tuple(PlanSavings(p["key"], tuple(p["entries"]), int(p["frequency"]), polynomial_from_json(p["saving"]),
+                                  tuple(polynomial_from_json(o) for o in p.get("occurrences", ()))) for p in data["plans"])
+        observations = tuple(Observation(int(o["batch_size"]), tuple(o["plans"]), int(o["peak_bytes"]), dict(o.get("counts", {})))
+                             for o in data.get("observations", ()))
+        return cls(tuple(data["batch_symbols"]), dict(data["fixed_dims"]), plans, float(data["static_bytes"]),
+                   float(data["per_sample_bytes"]), dict(data.get("effectiveness", {})),
+                   float(data.get("global_effectiveness", 1.0)), observations)
+
+
+def fit_memory_model(
+    observations: Iterable[Observation],
+    plans: Iterable[PlanSavings],
+    batch_symbols: Iterable[str],
+    fixed_dims: Mapping[str, int],
+    prior_effectiveness: float = 1.0,
+) -> MemoryModel:
+    """Fit static/per-sample bytes on the no-config observations, then plan effectiveness on the rest."""
+    observations = tuple(observations)
+    baseline = [o for o in observations if not o.plans]
+    batches = {o.batch_size for o in baseline}
+    if len(batches) < 2:
+        raise ModelError(
+            f"the memory model needs no-config measurements at two or more batch sizes (has {sorted(batches) or 'none'})"
+        )
+    x = np.array([o.batch_size for o in baseline], dtype=float)
+    y = np.array([o.peak_bytes for o in baseline], dtype=float)
+    slope, intercept = np.polyfit(x, y, 1)
+    if slope < 0:  # noise larger than the activations: memory does not grow with the batch here
+        slope, intercept = 0.0, float(y.mean())
+    model = MemoryModel(tuple(batch_symbols), dict(fixed_dims), tuple(plans), float(intercept), float(slope),
+                        {}, prior_effectiveness, observations)
+    with_plans = [o for o in observations if o.plans]
+    if not with_plans:
+        return model
+    return _fit_effectiveness(model, with_plans, prior_effectiveness)
+
+
+def _fit_effectiveness(model: MemoryModel, observed: list[Observation], prior: float) -> MemoryModel:
+    keys = sorted({key for o in observed for key in o.plans})
+    known = {p.key for p in model.plans}
+    keys = [key for key in keys if key in known]
+    if not keys:
+        return model
+    a = np.array([[model.raw_saving(k, o.batch_size, o.counts.get(k)) if k in o.plans else 0.0 for k in keys]
+                  for o in observed])
+    d = np.array([model.baseline(o.batch_size) - o.peak_bytes for o in observed])
+    total = a.sum(axis=1)
+    if not np.any(total > 0):
+        return model
+    overall = float(np.clip(total @ d / (total @ total), *_EFFECTIVENESS_RANGE))
+    # Ridge towards the global factor: one trial with three plans cannot tell them apart.
+    gram = a.T @ a
+    strength = 0.5 * float(np.mean(np.diag(gram)[np.diag(gram) > 0]))
+    solution = np.linalg.solve(gram + strength * np.eye(len(keys)), a.T @ d + strength * overall * np.ones(len(keys)))
+    factors = {k: float(np.clip(v, *_EFFECTIVENESS_RANGE)) for k, v in zip(keys, solution)}
+    return replace(model, effectiveness=factors, global_effectiveness=overall)
+
+
+def _evaluate(polynomial: Polynomial, dims: Mapping[str, int]) -> float:
+    # A dim the model cannot name (ORT's "unknown" shapes) counts as 1: it is not batch-dependent.
+    return polynomial.evaluate({**{s: 1 for s in polynomial.symbols}, **dims})
+
+
+def polynomial_to_json(polynomial: Polynomial) -> list[list[Any]]:
+    return [[[list(factor) for factor in monomial], str(coefficient)] for monomial, coefficient in polynomial.terms.items()]
+
+
+def polynomial_from_json(data: Iterable[Any]) -> Polynomial:
+    return Polynomial({tuple((str(name), int(power)) for name, power in monomial): Fraction(coefficient)
+                       for monomial, coefficient in data})

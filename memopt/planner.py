@@ -1,0 +1,172 @@
+"""Exact plan selection: the cheapest set of recompute plans whose predicted peak fits.
+
+    minimise Σ cost_p · x_p   subject to   Σ saving_p · x_p ≥ baseline − limit,  x binary
+
+solved with ``scipy.optimize.milp`` (HiGHS branch and bound: optimal, not greedy). ORT
+1.17–1.19 switch a plan on for all its occurrences (partial counts are broken there, doc
+§3.9), so there is one variable per plan; ORT ≤1.16 recomputes the first ``count``
+occurrences in topological order, so there is one variable per occurrence with
+``y_p,j ≥ y_p,j+1`` and the count is their sum.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.optimize import Bounds, LinearConstraint, milp
+
+from memopt.config import ConfigEntry
+from memopt.logparse import OptimizationType
+from memopt.memory_model import MemoryModel
+from memopt.ortversion import OrtVersion
+
+__all__ = ["PlanChoice", "PlanResult", "choose_plans", "config_entries"]
+
+
+@dataclass(frozen=True)
+class PlanChoice:
+    key: str
+    entries: tuple[str, ...]
+    count: int  # -1: every occurrence
+    frequency: int
+    saving_bytes: float  # effective (effectiveness applied) at the target batch
+    cost_s: float  # extra seconds per step
+
+
+@dataclass(frozen=True)
+class PlanResult:
+    target_batch: int
+    budget_bytes: int
+    limit_bytes: float  # budget less the safety margin: what the prediction must stay under
+    baseline_bytes: float  # predicted peak with no config
+    predicted_bytes: float  # with the chosen plans
+    feasible: bool
+    choices: tuple[PlanChoice, ...]
+    cost_s: float
+    baseline_step_s: float | None
+    max_batch_all_plans: int
+    max_batch_no_plans: int
+    ort_version: str
+    solver: str
+
+    @property
+    def needs_recompute(self) -> bool:
+        return self.baseline_bytes > self.limit_bytes
+
+    @property
+    def overhead(self) -> float | None:
+        return self.cost_s / self.baseline_step_s if self.baseline_step_s else None
+
+    @property
+    def plans(self) -> tuple[str, ...]:
+        return tuple(choice.key for choice in self.choices)
+
+    @property
+    def counts(self) -> dict[str, int]:
+        return {c.key: c.count for c in self.choices if c.count >= 0}
+
+    @property
+    def entries(self) -> tuple[ConfigEntry, ...]:
+        return config_entries(self.choices)
+
+
+def config_entries(choices: tuple[PlanChoice, ...]) -> tuple[ConfigEntry, ...]:
+    found: dict[str, ConfigEntry] = {}
+    for choice in choices:
+        for part in choice.entries:
+            subgraph, _, kind = part.rpartition(":")
+            found[part] = ConfigEntry(subgraph, OptimizationType(int(kind)), choice.count)
+    return tuple(found.values())
+
+
+def choose_plans(
+    model: MemoryModel,
+    costs_s: Mapping[str, float],
+    target_batch: int,
+    budget_bytes: int,
+    ort_version: str | OrtVersion,
+    *,
+    margin: float = 0.0,
+    baseline_step_s: float | None = None,
+) -> PlanResult:
+    """The least-cost plans keeping ``model``'s predicted peak at ``target_batch`` within
+    ``budget_bytes · (1 − margin)``. ``costs_s``: extra step seconds per plan (all occurrences)."""
+    version = ort_version if isinstance(ort_version, OrtVersion) else OrtVersion.parse(ort_version)
+    limit = budget_bytes * (1.0 - margin)
+    baseline = model.baseline(target_batch)
+    usable = [p for p in model.plans if model.factor(p.key) * model.raw_saving(p.key, target_batch) > 0]
+    all_keys = tuple(p.key for p in usable)
+    max_all = model.max_batch(limit, all_keys)
+    max_none = model.max_batch(limit)
+    common = dict(target_batch=target_batch, budget_bytes=budget_bytes, limit_bytes=limit, baseline_bytes=baseline,
+                  baseline_step_s=baseline_step_s, max_batch_all_plans=max_all, max_batch_no_plans=max_none,
+                  ort_version=str(version))
+    need = baseline - limit
+    if need <= 0:
+        return PlanResult(predicted_bytes=baseline, feasible=True, choices=(), cost_s=0.0, solver="none needed", **common)
+    per_occurrence = version.minor <= 16
+    # Variables: (plan, occurrences covered by this variable, saving, cost).
+    variables: list[tuple[int, int, float, float]] = []
+    for index, plan in enumerate(usable):
+        factor, cost = model.factor(plan.key), max(costs_s.get(plan.key, 0.0), 0.0)
+        if per_occurrence and plan.occurrences and len(plan.occurrences) == plan.frequency:
+            dims = model.dims(target_batch)
+            occ = [factor * _evaluate(o, dims) for o in plan.occurrences]
+            share = cost / len(occ)
+            variables += [(index, 1, saving, share) for saving in occ]
+        else:
+            variables.append((index, plan.frequency, factor * model.raw_saving(plan.key, target_batch), cost))
+    savings = np.array([v[2] for v in variables])
+    if savings.sum() < need:
+        chosen = np.ones(len(variables))
+        solver = "infeasible: every plan is not enough"
+        feasible = False
+    else:
+        chosen, solver = _solve(variables, savings, need)
+        feasible = True
+    choices = _choices(model, usable, variables, chosen, costs_s, target_batch, per_occurrence)
+    predicted = model.predict(target_batch, [c.key for c in choices], {c.key: c.count for c in choices if c.count >= 0})
+    return PlanResult(predicted_bytes=predicted.peak_bytes, feasible=feasible and predicted.peak_bytes <= limit,
+                      choices=choices, cost_s=sum(c.cost_s for c in choices), solver=solver, **common)
+
+
+def _solve(variables: list[tuple[int, int, float, float]], savings: np.ndarray, need: float) -> tuple[np.ndarray, str]:
+    n = len(variables)
+    scale = max(float(savings.max()), 1.0)
+    costs = np.array([v[3] for v in variables])
+    # A tiny price per variable: between equally cheap sets, enable fewer plans.
+    objective = costs + 1e-9 * (1 + costs.max(initial=0.0))
+    constraints = [LinearConstraint((savings / scale)[None, :], lb=need / scale, ub=np.inf)]
+    order = []  # y_{p,j} >= y_{p,j+1}: ORT <=1.16 recomputes the first occurrences in topological order
+    for i in range(n - 1):
+        if variables[i][0] == variables[i + 1][0] and variables[i][1] == 1:
+            row = np.zeros(n)
+            row[i], row[i + 1] = 1.0, -1.0
+            order.append(row)
+    if order:
+        constraints.append(LinearConstraint(np.array(order), lb=0.0, ub=np.inf))
+    result = milp(objective, constraints=constraints, integrality=np.ones(n), bounds=Bounds(0, 1))
+    if result.x is None:
+        return np.ones(n), f"milp failed ({result.message}); every plan enabled"
+    return np.round(result.x), "milp (HiGHS), optimal"
+
+
+def _choices(model, usable, variables, chosen, costs_s, batch, per_occurrence) -> tuple[PlanChoice, ...]:  # type: ignore[no-untyped-def]
+    taken: dict[int, int] = {}
+    for (index, covers, _, _), on in zip(variables, chosen):
+        if on > 0.5:
+            taken[index] = taken.get(index, 0) + covers
+    choices = []
+    for index, covered in sorted(taken.items()):
+        plan = usable[index]
+        count = -1 if covered >= plan.frequency else covered
+        saving = model.factor(plan.key) * model.raw_saving(plan.key, batch, None if count < 0 else count)
+        cost = max(costs_s.get(plan.key, 0.0), 0.0) * (1.0 if count < 0 else count / max(plan.frequency, 1))
+        choices.append(PlanChoice(plan.key, plan.entries, count, plan.frequency, saving, cost))
+    return tuple(sorted(choices, key=lambda c: -c.saving_bytes))
+
+
+def _evaluate(polynomial, dims) -> float:  # type: ignore[no-untyped-def]
+    return polynomial.evaluate({**{s: 1 for s in polynomial.symbols}, **dims})

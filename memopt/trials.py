@@ -1,0 +1,357 @@
+"""Trials: one recipe, one batch size, one memory-optimizer config, real ORTModule steps.
+
+A trial applies the config exactly as a user would (``ORTMODULE_MEMORY_OPT_CONFIG`` set
+to the config string on ORT <=1.18, to a JSON file in the trial's folder on 1.19), runs a
+warm-up step and N measured steps in a child process (``memopt.runs.launch``), and reads
+the child's own log for the plans ORT reported ON and the nodes it recomputed. The
+config is validated for the ORT release before anything is launched. Whatever the child
+does (crash, hang, out of memory), the caller gets a ``TrialResult``; every finished
+trial is appended to the journal before the next one starts.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+from memopt.config import (
+    ENV_VAR,
+    ConfigEntry,
+    ConfigError,
+    ValidatedConfig,
+    format_config_string,
+    parse_config_json,
+    parse_config_string,
+    takes_json_file,
+    validate_entries,
+    write_json_config,
+)
+from memopt.errors import MemoptError
+from memopt.journal import Journal
+from memopt.logparse import LogReadError, parse_file
+from memopt.ortversion import OrtVersion
+from memopt.runs import _PACKAGE_ROOT, RunRequest, RunResult, launch, new_run_dir
+
+__all__ = [
+    "LEVEL_VAR",
+    "OUTCOMES",
+    "REUSABLE_STATUSES",
+    "StackVersions",
+    "TrialError",
+    "TrialResult",
+    "TrialSpec",
+    "config_key",
+    "parse_trial_config",
+    "recipe_identity",
+    "run_trial",
+    "stack_versions",
+]
+
+LEVEL_VAR = "ORTMODULE_MEMORY_OPT_LEVEL"  # would override any config: never inherited by a trial
+CONFIG_FILE = "memopt_config.json"
+# Outcomes: the first five are what a trial found; the last two mean it could not run at all.
+OUTCOMES = ("ok", "over_budget", "out_of_memory", "crashed", "timed_out", "recipe_error", "stack_error")
+# Runs whose result does not depend on luck: reused by --resume. Crashes and timeouts rerun.
+REUSABLE_STATUSES = ("ok", "out_of_memory")
+_STATUS_TO_OUTCOME = {"ok": "ok", "out_of_memory": "out_of_memory", "step_error": "crashed", "crashed": "crashed",
+                      "timed_out": "timed_out", "recipe_error": "recipe_error", "stack_error": "stack_error"}
+
+
+class TrialError(MemoptError):
+    """A trial cannot be set up (bad config, unknown stack); nothing was launched."""
+
+
+@dataclass(frozen=True)
+class StackVersions:
+    ort_version: str | None
+    ort_package: str | None
+    torch_version: str | None
+    cuda: bool
+
+
+@dataclass(frozen=True)
+class TrialSpec:
+    """What to run. ``config`` empty means no memory-optimizer config at all."""
+
+    recipe: str
+    batch_size: int
+    options: Mapping[str, Any] = field(default_factory=dict)
+    config: tuple[ConfigEntry, ...] = ()
+    steps: int = 3
+    device: str = "auto"
+    timeout_s: float = 1800.0
+    python: str | None = None
+    log_level: str = "DEVINFO"  # C++ INFO lines: "Total number of recomputed nodes", per-node lines
+
+    def __post_init__(self) -> None:
+        if self.batch_size < 1:
+            raise TrialError(f"the batch size must be a positive integer, not {self.batch_size}")
+        if self.steps < 1:
+            raise TrialError(f"a trial needs at least one measured step, not {self.steps}")
+
+
+@dataclass(frozen=True)
+class TrialResult:
+    """What a trial measured. Bytes and seconds; ``peak_bytes`` is the peak over the measured
+    steps (CPU: peak RSS reset after the warm-up step; CUDA: max_memory_allocated)."""
+
+    key: str
+    recipe: str
+    options: Mapping[str, Any]
+    batch_size: int
+    config: tuple[str, ...]  # entries as "<subgraph>:<type>:<count>"
+    config_value: str | None  # what ORTMODULE_MEMORY_OPT_CONFIG was set to
+    outcome: str
+    status: str  # the child's own status (runs.RunResult.status)
+    run_dir: str
+    steps: int
+    device: str | None = None
+    error: str | None = None
+    ort_version: str | None = None
+    torch_version: str | None = None
+    ort_package: str | None = None
+    memory_kind: str | None = None
+    static_bytes: int | None = None  # after model, optimizer and ORTModule are set up, before step 1
+    peak_bytes: int | None = None
+    peak_over_run_bytes: int | None = None  # warm-up (export, session build) included
+    cuda_reserved_bytes: int | None = None
+    cuda_total_memory: int | None = None
+    step_times_s: tuple[float, ...] = ()  # [0] is the warm-up step
+    median_step_s: float | None = None
+    throughput: float | None = None  # samples per second over the measured steps
+    plans_on: tuple[str, ...] = ()  # Plan-table "Configs" ORT reported ON
+    plans_seen: int | None = None  # rows in ORT's Plan table
+    recomputed_nodes: int | None = None  # "Total number of recomputed nodes", else node lines counted
+    budget_bytes: int | None = None
+    predicted_peak_bytes: int | None = None
+    config_warnings: tuple[str, ...] = ()
+    wall_s: float = 0.0
+    finished_at: float = 0.0
+    reused: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return self.outcome == "ok"
+
+    @property
+    def ran(self) -> bool:
+        """The training steps ran to the end (within budget or not)."""
+        return self.status == "ok"
+
+    @property
+    def prediction_error(self) -> float | None:
+        """(predicted − measured) / measured peak."""
+        if self.predicted_peak_bytes is None or not self.peak_bytes:
+            return None
+        return (self.predicted_peak_bytes - self.peak_bytes) / self.peak_bytes
+
+    def to_record(self) -> dict[str, Any]:
+        record = asdict(self)
+        record["options"] = dict(self.options)
+        record["prediction_error"] = self.prediction_error
+        return record
+
+    @classmethod
+    def from_record(cls, record: Mapping[str, Any]) -> TrialResult:
+        known = {f.name for f in fields(cls)}
+        values = {name: value for name, value in record.items() if name in known}
+        for name in ("config", "step_times_s", "plans_on", "config_warnings"):
+            values[name] = tuple(values.get(name) or ())
+        return cls(**values)
+
+    def judged(self, budget_bytes: int | None) -> TrialResult:
+        """This result with its outcome decided against ``budget_bytes``."""
+        return replace(self, budget_bytes=budget_bytes, outcome=_outcome(self.status, self.peak_bytes, budget_bytes))
+
+
+def stack_versions(python: str | None = None) -> StackVersions:
+    """The ORT/torch versions a trial would run with (another interpreter is asked, not imported)."""
+    if python is None or Path(python).resolve() == Path(sys.executable).resolve():
+        from memopt.stack import inspect_stack
+
+        info = asdict(inspect_stack())
+    else:
+        script = "import json, dataclasses; from memopt.stack import inspect_stack; print(json.dumps(dataclasses.asdict(inspect_stack())))"
+        try:
+            done = subprocess.run([python, "-c", script], capture_output=True, text=True, timeout=120,
+                                  env={"PYTHONPATH": _PACKAGE_ROOT, "PATH": "/usr/bin:/bin"})
+            info = json.loads(done.stdout.strip().splitlines()[-1])
+        except (OSError, ValueError, IndexError, subprocess.TimeoutExpired) as err:
+            raise TrialError(f"cannot ask {python} for its ORT/torch versions: {err}") from None
+    return StackVersions(info.get("ort_version"), info.get("ort_package"), info.get("torch_version"),
+                         info.get("ort_cuda_version") is not None)
+
+
+def parse_trial_config(text: str, version: OrtVersion) -> ValidatedConfig:
+    """``--config``: a JSON file, a config string, or a comma list of plan keys (``X+`` = ``X+:1:-1``).
+
+    ``""`` and ``none`` mean no config. Raises ``ConfigError`` for what ORT would reject.
+    """
+    text = text.strip()
+    if text.lower() in ("", "none", "off"):
+        return ValidatedConfig((), ())
+    path = Path(text)
+    if text.endswith(".json") or (path.is_file() and ":" not in text.split("/")[-1]):
+        try:
+            content = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as err:
+            raise ConfigError(f"cannot read the config file {text}: {getattr(err, 'strerror', None) or err}") from None
+        if takes_json_file(version):
+            return parse_config_json(content, version)
+        # Older releases take the string itself; a memopt JSON file is converted for them.
+        parsed = parse_config_json(content, OrtVersion(19))
+        return validate_entries(parsed.entries, version, warnings=list(parsed.warnings))
+    items = [item if item.count(":") else f"{item}:1:-1" for item in text.split(",") if item]
+    return parse_config_string(",".join(items), version)
+
+
+def config_key(entries: tuple[ConfigEntry, ...]) -> tuple[str, ...]:
+    """Entries as ORT reads them (the last one per subgraph wins), in a canonical order."""
+    effective = {entry.subgraph: entry for entry in entries}
+    return tuple(sorted(str(entry) for entry in effective.values() if int(entry.optimization) != 0))
+
+
+def recipe_identity(recipe: str) -> str:
+    """The recipe as the journal keys it: a file recipe also by its content."""
+    path = Path(recipe.partition(":")[0])
+    if path.suffix == ".py" and path.is_file():
+        return f"{path.resolve()}#{hashlib.sha256(path.read_bytes()).hexdigest()[:16]}"
+    return recipe
+
+
+def trial_key(spec: TrialSpec, versions: StackVersions) -> str:
+    identity = {
+        "recipe": recipe_identity(spec.recipe), "options": dict(spec.options), "batch": spec.batch_size,
+        "config": list(config_key(spec.config)), "steps": spec.steps, "device": spec.device,
+        "ort": versions.ort_version, "ort_package": versions.ort_package, "torch": versions.torch_version,
+    }
+    return hashlib.sha256(json.dumps(identity, sort_keys=True, default=str).encode()).hexdigest()[:20]
+
+
+def run_trial(
+    spec: TrialSpec,
+    runs_dir: Path,
+    *,
+    journal: Journal | None = None,
+    resume: bool = False,
+    budget_bytes: int | None = None,
+    predicted_peak_bytes: int | None = None,
+    versions: StackVersions | None = None,
+) -> TrialResult:
+    """Run ``spec`` (or, with ``resume``, reuse the journal's finished trial with the same key).
+
+    Raises ``TrialError``/``ConfigError`` only before launching (bad config, no ORT);
+    anything the child does comes back as the result's ``outcome``.
+    """
+    versions = versions or stack_versions(spec.python)
+    if versions.ort_version is None:
+        raise TrialError("onnxruntime-training is not installed for the interpreter that would run the trial")
+    version = OrtVersion.parse(versions.ort_version)
+    validated = validate_entries(spec.config, version) if spec.config else ValidatedConfig((), ())
+    journal = journal or Journal.in_folder(runs_dir)
+    key = trial_key(spec, versions)
+    if resume:
+        previous = journal.latest(key, REUSABLE_STATUSES)
+        if previous is not None:
+            result = TrialResult.from_record(previous.record)
+            return replace(result.judged(budget_bytes), reused=True,
+                           predicted_peak_bytes=predicted_peak_bytes or result.predicted_peak_bytes)
+
+    run_dir = new_run_dir(Path(runs_dir), _label(spec))
+    env, unset, value = _config_env(spec.config, version, run_dir)
+    request = RunRequest(
+        recipe=spec.recipe, batch_size=spec.batch_size, options=dict(spec.options), steps=spec.steps,
+        device=spec.device, log_level=spec.log_level, save_onnx=False, env=env, unset_env=unset,
+        timeout_s=spec.timeout_s, **({"python": spec.python} if spec.python else {}),
+    )
+    run = launch(request, run_dir)
+    result = _result(spec, run, key, value, versions, validated.warnings, budget_bytes, predicted_peak_bytes)
+    journal.append(result.to_record())
+    return result
+
+
+def _label(spec: TrialSpec) -> str:
+    name = Path(spec.recipe.partition(":")[0]).stem.replace(".", "-") if spec.recipe else "recipe"
+    return f"trial-{name}-b{spec.batch_size}"
+
+
+def _config_env(
+    entries: tuple[ConfigEntry, ...], version: OrtVersion, run_dir: Path
+) -> tuple[dict[str, str], tuple[str, ...], str | None]:
+    """The variables that apply ``entries`` as a user would, and the inherited ones to drop."""
+    if not entries:
+        return {}, (ENV_VAR, LEVEL_VAR), None
+    if takes_json_file(version):
+        value = str(write_json_config(entries, run_dir / CONFIG_FILE, version, overwrite=True))
+    else:
+        value = format_config_string(entries, version)
+    return {ENV_VAR: value}, (LEVEL_VAR,), value
+
+
+def _outcome(status: str, peak: int | None, budget: int | None) -> str:
+    if status == "ok" and budget is not None and peak is not None and peak > budget:
+        return "over_budget"
+    return _STATUS_TO_OUTCOME.get(status, "crashed")
+
+
+def _result(
+    spec: TrialSpec,
+    run: RunResult,
+    key: str,
+    value: str | None,
+    versions: StackVersions,
+    warnings: tuple[str, ...],
+    budget: int | None,
+    predicted: int | None,
+) -> TrialResult:
+    plans_on, plans_seen, recomputed = _from_log(run.log_path) if run.status in ("ok", "out_of_memory", "step_error") else ((), None, None)
+    if recomputed is None and not spec.config and run.status == "ok":
+        recomputed = 0  # no config: ORT prints no count because it recomputes nothing
+    median = run.median_step_s
+    peak = run.steady_peak_memory if run.steady_peak_memory is not None else run.peak_memory
+    stack = run.stack or {}
+    return TrialResult(
+        key=key, recipe=spec.recipe, options=dict(spec.options), batch_size=spec.batch_size,
+        config=tuple(str(entry) for entry in spec.config), config_value=value,
+        outcome=_outcome(run.status, peak, budget), status=run.status, run_dir=str(run.run_dir), steps=spec.steps,
+        device=run.device, error=run.error,
+        ort_version=stack.get("ort_version") or versions.ort_version,
+        torch_version=stack.get("torch_version") or versions.torch_version,
+        ort_package=stack.get("ort_package") or versions.ort_package,
+        memory_kind=run.memory_kind, static_bytes=run.memory_after_setup, peak_bytes=peak,
+        peak_over_run_bytes=run.peak_memory, cuda_reserved_bytes=run.cuda_peak_reserved,
+        cuda_total_memory=run.cuda_total_memory,
+        step_times_s=tuple(run.step_times_s), median_step_s=median,
+        throughput=spec.batch_size / median if median else None,
+        plans_on=plans_on, plans_seen=plans_seen, recomputed_nodes=recomputed,
+        budget_bytes=budget, predicted_peak_bytes=predicted, config_warnings=tuple(warnings),
+        wall_s=run.wall_s, finished_at=time.time(),
+    )
+
+
+def _from_log(log_path: Path) -> tuple[tuple[str, ...], int | None, int | None]:
+    """Plans ORT reported ON, Plan-table rows, and recomputed nodes, from the child's log."""
+    try:
+        parsed = parse_file(log_path)
+    except (LogReadError, OSError):
+        return (), None, None
+    summaries = [s for s in parsed.summaries if s.plans or s.total_recomputed_nodes is not None or s.node_events]
+    if not summaries:
+        return (), None, None
+    with_plans = [s for s in summaries if s.plans]
+    last = with_plans[-1] if with_plans else summaries[-1]
+    plans_on = tuple(plan.config_key for plan in last.plans if plan.enabled)
+    totals = [s.total_recomputed_nodes for s in summaries if s.total_recomputed_nodes is not None]
+    if totals:
+        recomputed: int | None = totals[-1]
+    else:
+        events = [s for s in summaries if s.node_events]
+        recomputed = len(events[-1].node_events) if events else None
+    return plans_on, len(last.plans), recomputed
