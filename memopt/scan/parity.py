@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from memopt.logparse import Plan
@@ -40,8 +40,12 @@ class Parity:
         return bool(self.plans) and self.agreeing == len(self.plans)
 
 
-def compare_plans(patterns: Iterable[Pattern], logged: Iterable[Plan]) -> Parity:
-    """Match patterns and logged plans by key (subgraph string and type)."""
+def compare_plans(patterns: Iterable[Pattern], logged: Iterable[Plan], dims: Mapping[str, int] | None = None) -> Parity:
+    """Match patterns and logged plans by key (subgraph string and type).
+
+    Savings are compared as expressions; where the log names dims the graph does not
+    (ORT's names for one axis vary between runs), as values at the log's ``dims``.
+    """
     scanned = {p.key: p for p in patterns}
     printed = {p.config_key: p for p in logged}
     rows = []
@@ -52,9 +56,11 @@ def compare_plans(patterns: Iterable[Pattern], logged: Iterable[Plan]) -> Parity
                                    pattern.frequency if pattern else None, plan.frequency if plan else None))
             continue
         logged_saving = _polynomial(plan)
+        renamed = logged_saving is not None and logged_saving.symbols != pattern.exact.symbols
+        at = dims if renamed and dims is not None and logged_saving.symbols | pattern.exact.symbols <= set(dims) else None
         rows.append(PlanParity(
             key, True, True, pattern.frequency, plan.frequency,
-            saving_matches=logged_saving is not None and pattern.ort_matches(logged_saving),
+            saving_matches=logged_saving is not None and pattern.ort_matches(logged_saving, at),
             saving_exact=logged_saving == pattern.exact,
         ))
     return Parity(tuple(rows))

@@ -42,15 +42,23 @@ class Pattern:
     def modules(self) -> tuple[str, ...]:
         return tuple(dict.fromkeys(o.module for o in self.occurrences if o.module))
 
-    def ort_matches(self, printed: Polynomial) -> bool:
-        """Whether ORT could have printed ``printed``: one candidate output's saving per node."""
+    def ort_matches(self, printed: Polynomial, dims: Mapping[str, int] | None = None) -> bool:
+        """Whether ORT could have printed ``printed``: one candidate output's saving per node.
+
+        With ``dims``, compare values there instead of expressions: ORT may name the same
+        axis differently in another run (``input_ids_dim0`` or ``attention_mask_dim0``).
+        """
         reachable = {Polynomial()}
         for occurrence in self.occurrences:
             choices = occurrence.ort_choices or (Polynomial(),)
             reachable = {total + choice for total in reachable for choice in set(choices)}
             if len(reachable) > 4096:
                 break  # every realistic graph stays far below; beyond, fall back to the exact check
-        return printed in reachable or printed == self.exact
+        candidates = reachable | {self.exact}
+        if dims is None:
+            return printed in candidates
+        value = printed.evaluate(dims)
+        return any(abs(c.evaluate(dims) - value) <= 1e-9 * max(1.0, abs(value)) for c in candidates)
 
 
 def group_patterns(
