@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
+from functools import cache
 
 from memopt.expr import BinaryOp, Expression, ExpressionError, Number, Symbol, UnaryMinus, UnknownSymbolError, parse_expression
 
@@ -55,6 +56,7 @@ class Polynomial:
         return result
 
     @staticmethod
+    @cache
     def of_dim(name: str) -> Polynomial:
         try:
             return _convert(parse_expression(name).root)
@@ -68,6 +70,11 @@ class Polynomial:
     @property
     def symbols(self) -> frozenset[str]:
         return frozenset(name for monomial in self.terms for name, _ in monomial)
+
+    def __radd__(self, other: object) -> Polynomial:
+        if other == 0:  # sum() starts from 0
+            return self
+        return NotImplemented
 
     def __add__(self, other: Polynomial) -> Polynomial:
         terms = dict(self.terms)

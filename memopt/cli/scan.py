@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pandas as pd
@@ -17,7 +18,7 @@ from memopt.cli.options import recipe_options
 from memopt.errors import MemoptError
 from memopt.recipes import DEFAULT_RECIPE
 from memopt.scan import ProbeLevel, ScanReport, scan_graph
-from memopt.scan.patterns import Pattern
+from memopt.scan.patterns import Pattern, order_patterns
 from memopt.scan.sizes import resolve_dims
 from memopt.scan.target import load_target
 from memopt.stack import inspect_stack
@@ -58,10 +59,10 @@ def scan_command(
     if version is None:
         raise MemoptError("no ORT installed to take rules from; give --ort-version")
     level = ProbeLevel.BASIC if basic else ProbeLevel.ADVANCED
-    symbolic = scan_graph(loaded.graph, version, level=level, layer_boundary=layerwise)
-    values = resolve_dims(symbolic.inputs, symbolic.symbols, batch=batch, seq=seq,
+    report = scan_graph(loaded.graph, version, level=level, layer_boundary=layerwise)
+    values = resolve_dims(report.inputs, report.symbols, batch=batch, seq=seq,
                           explicit=parse_dims_option(dims), defaults=loaded.logged_dims)
-    report = scan_graph(loaded.graph, version, level=level, layer_boundary=layerwise, dims=values)
+    report = replace(report, patterns=order_patterns(report.patterns, values))
     missing = sorted(report.symbols - set(values))
     for warning in report.warnings:
         error_console.print(f"[yellow]warning:[/] {warning}", highlight=False, soft_wrap=True)

@@ -46,24 +46,50 @@ def compare_plans(patterns: Iterable[Pattern], logged: Iterable[Plan], dims: Map
     Savings are compared as expressions; where the log names dims the graph does not
     (ORT's names for one axis vary between runs), as values at the log's ``dims``.
     """
-    scanned = {p.key: p for p in patterns}
-    printed = {p.config_key: p for p in logged}
+    # Keyed by config entry and type: ORT <= 1.16 enables compromise plans as type 1 too.
+    scanned = {(p.key, int(p.kind)): p for p in patterns}
+    printed = {(p.config_key, int(p.optimization)): p for p in logged}
     rows = []
     for key in sorted(scanned.keys() | printed.keys()):
         pattern, plan = scanned.get(key), printed.get(key)
         if pattern is None or plan is None:
-            rows.append(PlanParity(key, pattern is not None, plan is not None,
+            rows.append(PlanParity(key[0], pattern is not None, plan is not None,
                                    pattern.frequency if pattern else None, plan.frequency if plan else None))
             continue
         logged_saving = _polynomial(plan)
-        renamed = logged_saving is not None and logged_saving.symbols != pattern.exact.symbols
+        if logged_saving is None:  # Format A (<= 1.16) prints stashed shapes, not bytes
+            logged_elements = _logged_elements(plan)
+            matches = logged_elements is not None and _same(logged_elements, pattern.elements, dims)
+            rows.append(PlanParity(key[0], True, True, pattern.frequency, plan.frequency, matches, None))
+            continue
+        renamed = logged_saving.symbols != pattern.exact.symbols
         at = dims if renamed and dims is not None and logged_saving.symbols | pattern.exact.symbols <= set(dims) else None
         rows.append(PlanParity(
-            key, True, True, pattern.frequency, plan.frequency,
-            saving_matches=logged_saving is not None and pattern.ort_matches(logged_saving, at),
+            key[0], True, True, pattern.frequency, plan.frequency,
+            saving_matches=pattern.ort_matches(logged_saving, at),
             saving_exact=logged_saving == pattern.exact,
         ))
     return Parity(tuple(rows))
+
+
+def _logged_elements(plan: Plan) -> Polynomial | None:
+    total = Polynomial()
+    for cluster in plan.clusters:
+        for output in cluster.outputs:
+            if output.element_count is None:
+                return None
+            try:
+                total = total + Polynomial.from_expression(output.element_count).scale(cluster.frequency)
+            except NotPolynomialError:
+                return None
+    return total
+
+
+def _same(logged: Polynomial, scanned: Polynomial, dims: Mapping[str, int] | None) -> bool:
+    if logged == scanned:
+        return True
+    names = logged.symbols | scanned.symbols
+    return dims is not None and names <= set(dims) and logged.evaluate(dims) == scanned.evaluate(dims)
 
 
 def _polynomial(plan: Plan) -> Polynomial | None:

@@ -16,7 +16,7 @@ from memopt.polynomial import Polynomial
 from memopt.scan.detect import PlanKind
 from memopt.scan.savings import PlanSaving
 
-__all__ = ["Occurrence", "Pattern", "group_patterns"]
+__all__ = ["Occurrence", "Pattern", "group_patterns", "order_patterns"]
 
 
 @dataclass(frozen=True)
@@ -26,6 +26,7 @@ class Occurrence:
     nodes: tuple[str, ...]
     exact: Polynomial
     ort_choices: tuple[Polynomial, ...]
+    elements: Polynomial  # elements of the stashed outputs (what ORT <= 1.16 reports, by shape)
 
 
 @dataclass(frozen=True)
@@ -41,6 +42,10 @@ class Pattern:
     @property
     def modules(self) -> tuple[str, ...]:
         return tuple(dict.fromkeys(o.module for o in self.occurrences if o.module))
+
+    @property
+    def elements(self) -> Polynomial:
+        return sum((o.elements for o in self.occurrences), Polynomial())
 
     def ort_matches(self, printed: Polynomial, dims: Mapping[str, int] | None = None) -> bool:
         """Whether ORT could have printed ``printed``: one candidate output's saving per node.
@@ -69,15 +74,19 @@ def group_patterns(
     ``compromise_type``: the config type that enables a compromise plan (1 on <= 1.16,
     where compromise plans live in their own store but are enabled as type 1).
     """
-    rows: dict[str, list[PlanSaving]] = {}
+    rows: dict[tuple[str, PlanKind], list[PlanSaving]] = {}
     for saving in savings:
-        kind = compromise_type if saving.plan.kind is PlanKind.COMPROMISE else int(saving.plan.kind)
-        rows.setdefault(f"{saving.plan.subgraph}:{kind}:-1", []).append(saving)
-    patterns = [_pattern(key, members) for key, members in rows.items()]
-    patterns.sort(key=lambda p: p.key)
+        config_type = compromise_type if saving.plan.kind is PlanKind.COMPROMISE else int(saving.plan.kind)
+        rows.setdefault((f"{saving.plan.subgraph}:{config_type}:-1", saving.plan.kind), []).append(saving)
+    return order_patterns([_pattern(key, members) for (key, _), members in rows.items()], dims)
+
+
+def order_patterns(patterns: Iterable[Pattern], dims: Mapping[str, int] | None) -> tuple[Pattern, ...]:
+    """ORT's Plan-table order: by ORT's saving figure at ``dims``, largest first, ties by key."""
+    ordered = sorted(patterns, key=lambda p: p.key)
     if dims is not None:
-        patterns.sort(key=lambda p: _evaluate_or_zero(p.ort, dims), reverse=True)
-    return tuple(patterns)
+        ordered.sort(key=lambda p: _evaluate_or_zero(p.ort, dims), reverse=True)
+    return tuple(ordered)
 
 
 def _pattern(key: str, members: list[PlanSaving]) -> Pattern:
@@ -85,7 +94,8 @@ def _pattern(key: str, members: list[PlanSaving]) -> Pattern:
     for saving in members:
         entry = saving.plan.entry
         nodes = tuple(node.name for node in saving.plan.nodes)
-        occurrences.append(Occurrence(entry.name, saving.module, nodes, saving.exact, saving.ort_choices))
+        elements = sum((output.elements for output in saving.outputs), Polynomial())
+        occurrences.append(Occurrence(entry.name, saving.module, nodes, saving.exact, saving.ort_choices, elements))
         exact, ort = exact + saving.exact, ort + saving.ort
     first = members[0].plan
     return Pattern(key, first.subgraph, first.kind, len(members), exact, ort, tuple(occurrences))

@@ -117,6 +117,9 @@ _IGNORABLE_1_18_BASIC = dict([
 _IGNORABLE_1_18_ADVANCED = dict([
     _entry(_MS, "BiasSoftmax", _same((1,))),
     _entry(_MS, "BiasSoftmaxDropout", _same((1,), (2,))),
+    # Gemm is not in the reference doc's table, but 1.18.0 and 1.19.2 print Gemm+ plans for
+    # an MLP, and 1.19.2's VERBOSE search log lists Gemm nodes "in recompute op list".
+    _entry(_ONNX, "Gemm", _same((1, 6, 7, 9, 11, 13))),
     _entry(_ONNX, "LayerNormalization", _same((1, 17))),
     _entry(_ONNX, "MatMul", _same((1, 9, 13))),
     _entry(_MS, "FusedMatMul", _same((1,))),
@@ -125,9 +128,6 @@ _IGNORABLE_1_18_ADVANCED = dict([
     _entry(_MS, "SkipSimplifiedLayerNormalization", _same((1,))),
     _entry(_ONNX, "Softmax", _same((1, 11, 13))),
 ])
-# 1.19.2 also recomputes Gemm: not in the reference doc's table, but its VERBOSE search log
-# lists Gemm nodes "in recompute op list" and prints Gemm+ plans for an MLP.
-_IGNORABLE_1_19_ADVANCED = {**_IGNORABLE_1_18_ADVANCED, **dict([_entry(_ONNX, "Gemm", _same((1, 6, 7, 9, 11, 13)))])}
 # 1.19 also recomputes flash-attention PythonOps (which inputs it follows is unverified:
 # all of them, as for every other 1.18+ op without ignorable indices).
 _FLASH_ATTENTION_FUNCS = frozenset({
@@ -173,8 +173,7 @@ class ReleaseRules:
             return _all_but(node, frozenset())
         versions = _IGNORABLE_1_18_BASIC.get(node.qualified_op)
         if versions is None and level is ProbeLevel.ADVANCED:
-            advanced = _IGNORABLE_1_19_ADVANCED if self.family == "1.19" else _IGNORABLE_1_18_ADVANCED
-            versions = advanced.get(node.qualified_op)
+            versions = _IGNORABLE_1_18_ADVANCED.get(node.qualified_op)
         if versions is None or node.since_version not in versions:
             return None
         return _all_but(node, versions[node.since_version])

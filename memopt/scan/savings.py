@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
+from functools import cached_property
 
 from memopt.graph import Dim, TrainingGraph
 from memopt.polynomial import Polynomial
@@ -30,7 +31,7 @@ class OutputSaving:
     bytes_per_element: int
     save_ratio: float
 
-    @property
+    @cached_property
     def bytes(self) -> Polynomial:
         # ORT prints the ratio with std::to_string (6 decimals) before sympy reads it.
         return self.elements.scale(self.bytes_per_element).scale(Fraction(f"{self.save_ratio:.6f}"))
@@ -43,7 +44,7 @@ class PlanSaving:
     warnings: tuple[str, ...]
     module: str | None = None  # the torch module the entry node came from
 
-    @property
+    @cached_property
     def exact(self) -> Polynomial:
         total = Polynomial()
         for output in self.outputs:
