@@ -3,37 +3,26 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-
 import torch
 from torch import nn
 from torch.nn import functional as F
 
-__all__ = ["SIZES", "BertConfig", "Bert", "build_model", "make_batch", "loss"]
+from memopt.recipes.transformer import TransformerConfig
+
+__all__ = ["SIZES", "Bert", "build_model", "make_batch", "loss"]
 
 
-@dataclass(frozen=True)
-class BertConfig:
-    vocab_size: int
-    n_layer: int
-    n_head: int
-    d_model: int
-    max_seq: int
-    seq_len: int
-    dropout: float = 0.1
-
-
-SIZES: dict[str, BertConfig] = {
-    "tiny": BertConfig(vocab_size=256, n_layer=2, n_head=2, d_model=64, max_seq=64, seq_len=32),
-    "base": BertConfig(vocab_size=30522, n_layer=12, n_head=12, d_model=768, max_seq=512, seq_len=128),
-    "large": BertConfig(vocab_size=30522, n_layer=24, n_head=16, d_model=1024, max_seq=512, seq_len=512),
+SIZES: dict[str, TransformerConfig] = {
+    "tiny": TransformerConfig(vocab_size=256, n_layer=2, n_head=2, d_model=64, max_seq=64, seq_len=32),
+    "base": TransformerConfig(vocab_size=30522, n_layer=12, n_head=12, d_model=768, max_seq=512, seq_len=128),
+    "large": TransformerConfig(vocab_size=30522, n_layer=24, n_head=16, d_model=1024, max_seq=512, seq_len=512),
 }
 
 IGNORE_INDEX = -100
 
 
 class SelfAttention(nn.Module):
-    def __init__(self, cfg: BertConfig) -> None:
+    def __init__(self, cfg: TransformerConfig) -> None:
         super().__init__()
         self.n_head = cfg.n_head
         self.query = nn.Linear(cfg.d_model, cfg.d_model)
@@ -58,7 +47,7 @@ class SelfAttention(nn.Module):
 class EncoderLayer(nn.Module):
     """Post-LayerNorm encoder layer, as in the original BERT."""
 
-    def __init__(self, cfg: BertConfig) -> None:
+    def __init__(self, cfg: TransformerConfig) -> None:
         super().__init__()
         self.attn = SelfAttention(cfg)
         self.ln1 = nn.LayerNorm(cfg.d_model)
@@ -73,7 +62,7 @@ class EncoderLayer(nn.Module):
 
 
 class Bert(nn.Module):
-    def __init__(self, cfg: BertConfig) -> None:
+    def __init__(self, cfg: TransformerConfig) -> None:
         super().__init__()
         self.tok_emb = nn.Embedding(cfg.vocab_size, cfg.d_model)
         self.pos_emb = nn.Embedding(cfg.max_seq, cfg.d_model)
@@ -103,9 +92,7 @@ def make_batch(
 ) -> tuple[tuple[torch.Tensor, torch.Tensor], torch.Tensor]:
     """Random tokens, a padded tail per row, and masked-LM labels on ``mask_prob`` of tokens."""
     cfg = SIZES[size]
-    seq = seq_len or cfg.seq_len
-    if seq > cfg.max_seq:
-        raise ValueError(f"seq_len {seq} exceeds the model's {cfg.max_seq} positions")
+    seq = cfg.sequence(seq_len)
     input_ids = torch.randint(0, cfg.vocab_size, (batch_size, seq))
     lengths = torch.randint(seq // 2, seq + 1, (batch_size, 1))
     attention_mask = (torch.arange(seq)[None, :] < lengths).long()

@@ -7,36 +7,27 @@ symbolic shape inference cannot follow the latter's exported graph.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 import torch
 from torch import nn
 from torch.nn import functional as F
 
-__all__ = ["SIZES", "GPTConfig", "GPT", "build_model", "make_batch", "loss"]
+from memopt.recipes.transformer import TransformerConfig
+
+__all__ = ["SIZES", "GPT", "build_model", "make_batch", "loss"]
 
 
-@dataclass(frozen=True)
-class GPTConfig:
-    vocab_size: int
-    n_layer: int
-    n_head: int
-    d_model: int
-    max_seq: int
-    seq_len: int
-    dropout: float = 0.1
-
-
-SIZES: dict[str, GPTConfig] = {
-    "tiny": GPTConfig(vocab_size=256, n_layer=2, n_head=2, d_model=64, max_seq=64, seq_len=32),
-    "small": GPTConfig(vocab_size=50257, n_layer=12, n_head=12, d_model=768, max_seq=1024, seq_len=128),
-    "medium": GPTConfig(vocab_size=50257, n_layer=24, n_head=16, d_model=1024, max_seq=1024, seq_len=512),
-    "xl": GPTConfig(vocab_size=50257, n_layer=48, n_head=25, d_model=1600, max_seq=1024, seq_len=1024),
+SIZES: dict[str, TransformerConfig] = {
+    "tiny": TransformerConfig(vocab_size=256, n_layer=2, n_head=2, d_model=64, max_seq=64, seq_len=32),
+    "small": TransformerConfig(vocab_size=50257, n_layer=12, n_head=12, d_model=768, max_seq=1024, seq_len=128),
+    "medium": TransformerConfig(vocab_size=50257, n_layer=24, n_head=16, d_model=1024, max_seq=1024, seq_len=512),
+    "xl": TransformerConfig(vocab_size=50257, n_layer=48, n_head=25, d_model=1600, max_seq=1024, seq_len=1024),
 }
 
 
 class CausalSelfAttention(nn.Module):
-    def __init__(self, cfg: GPTConfig) -> None:
+    def __init__(self, cfg: TransformerConfig) -> None:
         super().__init__()
         self.n_head = cfg.n_head
         self.qkv = nn.Linear(cfg.d_model, 3 * cfg.d_model)
@@ -61,7 +52,7 @@ class CausalSelfAttention(nn.Module):
 
 
 class MLP(nn.Module):
-    def __init__(self, cfg: GPTConfig) -> None:
+    def __init__(self, cfg: TransformerConfig) -> None:
         super().__init__()
         self.fc = nn.Linear(cfg.d_model, 4 * cfg.d_model)
         self.act = nn.GELU()
@@ -73,7 +64,7 @@ class MLP(nn.Module):
 
 
 class Block(nn.Module):
-    def __init__(self, cfg: GPTConfig) -> None:
+    def __init__(self, cfg: TransformerConfig) -> None:
         super().__init__()
         self.ln1 = nn.LayerNorm(cfg.d_model)
         self.attn = CausalSelfAttention(cfg)
@@ -86,7 +77,7 @@ class Block(nn.Module):
 
 
 class GPT(nn.Module):
-    def __init__(self, cfg: GPTConfig, tied: bool = True) -> None:
+    def __init__(self, cfg: TransformerConfig, tied: bool = True) -> None:
         super().__init__()
         self.tok_emb = nn.Embedding(cfg.vocab_size, cfg.d_model)
         self.pos_emb = nn.Embedding(cfg.max_seq, cfg.d_model)
@@ -122,9 +113,7 @@ def build_model(size: str = "small", tied: bool = True, n_layer: int | None = No
 
 def make_batch(batch_size: int, size: str = "small", seq_len: int | None = None) -> tuple[tuple[torch.Tensor], torch.Tensor]:
     cfg = SIZES[size]
-    seq = seq_len or cfg.seq_len
-    if seq > cfg.max_seq:
-        raise ValueError(f"seq_len {seq} exceeds the model's {cfg.max_seq} positions")
+    seq = cfg.sequence(seq_len)
     tokens = torch.randint(0, cfg.vocab_size, (batch_size, seq + 1))
     return (tokens[:, :-1],), tokens[:, 1:]
 
