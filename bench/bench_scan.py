@@ -103,9 +103,10 @@ def main() -> None:
     print("|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
         low, high = r["scan_range"]
+        extra = f" (+{r['extra']} extra)" if r["extra"] else ""
         print(f"| {r['layers']} | {r['nodes']} | {r['load_s']:.3f} | {r['scan_s']:.4f} [{low:.4f}–{high:.4f}] "
               f"| {r['ort_session_s']:.3f} | {r['ort_analysis_s']:.4f} | {r['scan_s'] / r['ort_session_s']:.2f} "
-              f"| {r['agree']}/{r['ort_plans']}{f' (+{r['extra']} extra)' if r['extra'] else ''} |")
+              f"| {r['agree']}/{r['ort_plans']}{extra} |")
     print(f"\nLinear fit: scan_s = {slope * 1000:.4f} ms/node × nodes + {intercept * 1000:.2f} ms (R² = {r_squared:.4f}); "
           f"log-log slope {loglog:.2f} (1.0 = linear).")
 

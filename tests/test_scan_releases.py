@@ -12,13 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from memopt.graph import load_graph
-from memopt.logparse import parse_file
-from memopt.scan import scan_graph
-from memopt.scan.parity import compare_plans
+from memopt.scan.parity import captured_cases, captured_parity
 
 SAMPLES = Path(__file__).parent.parent / "sample_logs"
-SCENARIOS = {"no-config": False, "level1": True, "level2": True}
 
 # Where memopt and a release disagree, and why (BENCHMARKS.md, "Parity").
 KNOWN_GAPS = {
@@ -37,28 +33,14 @@ KNOWN_GAPS = {
 }
 
 
-def _cases() -> list[tuple[str, str, str]]:
-    cases = []
-    for graph in sorted(SAMPLES.glob("graphs/*/*.onnx")):
-        release = graph.parent.name
-        for scenario in SCENARIOS:
-            if (SAMPLES / release / f"{graph.stem}-{scenario}-info.log").is_file():
-                cases.append((release, graph.stem, scenario))
-    return cases
-
-
-@pytest.mark.parametrize(("release", "model", "scenario"), _cases())
+@pytest.mark.parametrize(("release", "model", "scenario"), captured_cases(SAMPLES))
 def test_scan_matches_the_release(release: str, model: str, scenario: str) -> None:
-    summaries = [s for s in parse_file(SAMPLES / release / f"{model}-{scenario}-info.log").summaries if s.plans]
-    assert summaries, "the release printed a Plan table"
-    logged = summaries[-1]
-    report = scan_graph(load_graph(SAMPLES / "graphs" / release / f"{model}.onnx"), release,
-                        dims=dict(logged.dims), layer_boundary=SCENARIOS[scenario])
-    parity = compare_plans(report.patterns, logged.plans, dict(logged.dims))
+    parity = captured_parity(SAMPLES, release, model, scenario)
+    assert parity.plans, "the release printed a Plan table"
     disagreeing = {p.key for p in parity.plans if not p.agrees}
     assert disagreeing == KNOWN_GAPS.get((release, model, scenario), set())
 
 
-def test_every_release_with_graphs_is_covered() -> None:
-    releases = {case[0] for case in _cases()}
-    assert {"1.17.3", "1.18.0", "1.19.2"} <= releases
+def test_every_release_is_covered() -> None:
+    releases = {case[0] for case in captured_cases(SAMPLES)}
+    assert {"1.15.1", "1.16.3", "1.17.3", "1.18.0", "1.19.2"} <= releases

@@ -4,12 +4,19 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
-from memopt.logparse import Plan
+from memopt.graph import load_graph
+from memopt.logparse import Plan, parse_file
 from memopt.polynomial import NotPolynomialError, Polynomial
+from memopt.scan import scan_graph
 from memopt.scan.patterns import Pattern
 
-__all__ = ["PlanParity", "Parity", "compare_plans"]
+__all__ = ["SCENARIOS", "PlanParity", "Parity", "captured_cases", "captured_parity", "compare_plans"]
+
+# The captured runs memopt is compared with (sample_logs/README.md): the scenario's name in
+# the log file, and whether ORT analysed with transformer layer boundaries (LEVEL=1/2).
+SCENARIOS = {"no-config": False, "level1": True, "level2": True}
 
 
 @dataclass(frozen=True)
@@ -70,6 +77,28 @@ def compare_plans(patterns: Iterable[Pattern], logged: Iterable[Plan], dims: Map
             saving_exact=logged_saving == pattern.exact,
         ))
     return Parity(tuple(rows))
+
+
+def captured_cases(samples: Path) -> list[tuple[str, str, str]]:
+    """(release, model, scenario) for every captured graph with a log of that scenario."""
+    cases = []
+    for graph in sorted(samples.glob("graphs/*/*.onnx")):
+        release = graph.parent.name
+        for scenario in SCENARIOS:
+            if (samples / release / f"{graph.stem}-{scenario}-info.log").is_file():
+                cases.append((release, graph.stem, scenario))
+    return cases
+
+
+def captured_parity(samples: Path, release: str, model: str, scenario: str) -> Parity:
+    """memopt's scan of a release's captured graph against the Plan table that release printed."""
+    summaries = [s for s in parse_file(samples / release / f"{model}-{scenario}-info.log").summaries if s.plans]
+    if not summaries:
+        return Parity(())
+    logged = summaries[-1]
+    report = scan_graph(load_graph(samples / "graphs" / release / f"{model}.onnx"), release,
+                        dims=dict(logged.dims), layer_boundary=SCENARIOS[scenario])
+    return compare_plans(report.patterns, logged.plans, dict(logged.dims))
 
 
 def _logged_elements(plan: Plan) -> Polynomial | None:
