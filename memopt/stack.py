@@ -24,10 +24,11 @@ __all__ = [
     "torch_problem",
 ]
 
-# Torch releases ORTModule 1.19.2 runs with, as (major, minor) from-inclusive/to-exclusive;
-# README "Supported stacks" says how the bounds were found. Plain tuples rather than
+# Torch releases ORTModule 1.19.2 runs with, as (major, minor) from-inclusive/to-exclusive.
+# 2.6.0 trains; from 2.7.0 ORTModule's C++ extension builds but cannot load (undefined
+# symbol typeinfo for torch::autograd::PyNode): README "Supported stacks". Plain tuples rather than
 # `packaging`, so the check runs in an interpreter that has nothing installed.
-TORCH_SUPPORTED = ((2, 1), (2, 9))
+TORCH_SUPPORTED = ((2, 1), (2, 7))
 _RELEASE = re.compile(r"^(\d+)\.(\d+)")
 EXTENSIONS_INSTALL_COMMAND = "python -m onnxruntime.training.ortmodule.torch_cpp_extensions.install"
 _VERSION_LINE = re.compile(r"""^__version__\s*=\s*["']([^"']+)["']""", re.MULTILINE)

@@ -13,12 +13,12 @@ def test_this_environment_can_run_ortmodule() -> None:
     check_stack(info)
 
 
-@pytest.mark.parametrize("version", ["2.1.2", "2.4.1", "2.4.1+cu118", "2.8.0"])
+@pytest.mark.parametrize("version", ["2.1.2", "2.4.1", "2.4.1+cu118", "2.6.0"])
 def test_supported_torch(version: str) -> None:
     assert torch_problem(version) is None
 
 
-@pytest.mark.parametrize("version", ["2.0.1", "2.9.0", "2.13.0+cpu"])
+@pytest.mark.parametrize("version", ["2.0.1", "2.7.0", "2.8.0", "2.13.0+cpu"])
 def test_unsupported_torch(version: str) -> None:
     assert "cannot run ORTModule" in torch_problem(version)
 
