@@ -1,4 +1,4 @@
-# Two commands for users: `make demo` (probe the default model) and `make test`.
+# Two commands for users: `make demo` (scan the default model) and `make test`.
 # Each creates .venv if missing, installs memopt with its ORT extra, builds ORTModule's
 # C++ extensions once, and skips whatever is already done.
 
@@ -18,7 +18,7 @@ setup: $(INSTALLED)
 	$(BIN)/memopt stack --build-extensions
 
 demo: setup
-	$(BIN)/memopt probe gpt --batch 8
+	$(BIN)/memopt scan gpt --batch 8 --seq 512 --plot runs/demo-scan.png
 
 test: setup
 	$(BIN)/python -m pytest

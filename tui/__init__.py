@@ -1,0 +1,3 @@
+"""memopt's terminal UI (installed as ``memopt.tui``): the ``memopt tune`` screen."""
+
+__all__: list[str] = []

@@ -46,6 +46,7 @@ def main() -> None:
     from memopt.cli import probe, stack  # noqa: F401  (each registers its command)
     from memopt.cli import config, parse, scan  # noqa: F401  (each registers its command)
     from memopt.cli import plan, trial  # noqa: F401  (each registers its command)
+    from memopt.cli import tune  # noqa: F401  (registers its command)
 
     try:
         app()

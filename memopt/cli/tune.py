@@ -1,0 +1,143 @@
+"""``memopt tune``: from "OOM at the batch I need" to a verified ORTMODULE_MEMORY_OPT_CONFIG.
+
+The TUI (``memopt.tui``) by default; ``--no-tui`` runs the same search (``memopt.tuner``)
+with plain progress lines on stderr and the result (``--json``: a JSON document) on stdout.
+Either way the ``export …`` line(s) of the best verified config end up on stdout.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import typer
+
+from memopt.budget import parse_budget
+from memopt.cli import app, error_console
+from memopt.cli.options import recipe_options
+from memopt.errors import MemoptError
+from memopt.recipes import DEFAULT_RECIPE
+from memopt.trials import stack_versions
+from memopt.tuner import (
+    Note,
+    Ready,
+    SearchFinished,
+    StageFinished,
+    StageStarted,
+    TrialFinished,
+    TrialStarted,
+    Tuner,
+    TuneEvent,
+    TuneSettings,
+    budget_required,
+)
+from memopt.units import format_bytes
+
+__all__ = ["tune_command", "print_event"]
+
+
+@app.command("tune")
+def tune_command(
+    recipe: str = typer.Argument(DEFAULT_RECIPE, help="Built-in recipe (gpt, bert, mlp, cnn), a .py file or package.module[:attr]."),
+    target_batch: int = typer.Option(..., "--target-batch", help="The batch size to fit."),
+    budget: str | None = typer.Option(None, "--budget", help="Peak memory allowed: 2.5GiB, 2500MB or 80% (CUDA default: the GPU's memory less 10%). Required on CPU."),
+    max_trials: int = typer.Option(6, "--max-trials", help="Most search trials at the target batch (calibration trials not counted)."),
+    steps: int = typer.Option(2, "--steps", help="Measured steps per trial (after one warm-up step)."),
+    resume: bool = typer.Option(False, "--resume", help="Reuse finished trials of a previous session from the journal in --runs-dir."),
+    no_tui: bool = typer.Option(False, "--no-tui", help="No terminal UI: plain progress on stderr, result on stdout."),
+    as_json: bool = typer.Option(False, "--json", help="With --no-tui: print the result as JSON."),
+    manual: bool = typer.Option(False, "--manual", help="TUI: do not start the auto-search; toggle plans and run trials yourself."),
+    seq: int | None = typer.Option(None, "--seq", min=1, help="Sequence length (recipes with a seq_len option)."),
+    size: str | None = typer.Option(None, "--size", help="Model size of a built-in recipe, e.g. tiny, small."),
+    option: list[str] = typer.Option([], "--option", "-o", help="Recipe option key=value (repeatable)."),
+    device: str = typer.Option("auto", "--device", help="auto, cpu or cuda."),
+    margin: float = typer.Option(0.02, "--margin", help="Fraction of the budget held back for prediction error."),
+    calibrate_at: str | None = typer.Option(None, "--calibrate", help="Batch sizes of the no-config calibration trials, e.g. 2,4 (default: target/8 and target/4)."),
+    runs_dir: Path = typer.Option(Path("runs"), "--runs-dir", help="Where trial folders, the journal and the config file go."),
+    python: str | None = typer.Option(None, "--python", help="Interpreter whose ORT/torch stack runs the model."),
+    timeout: float = typer.Option(1800.0, "--timeout", help="Seconds before a trial is killed."),
+) -> None:
+    """Find, verify and print the cheapest recompute config that fits --target-batch in --budget."""
+    if as_json and not no_tui:
+        raise MemoptError("--json needs --no-tui")
+    if timeout <= 0:
+        raise MemoptError(f"--timeout must be positive, not {timeout:g}")
+    settings = TuneSettings(
+        recipe=recipe, target_batch=target_batch, budget=parse_budget(budget) if budget is not None else None,
+        options=recipe_options(seq=seq, size=size, pairs=option), max_trials=max_trials, steps=steps,
+        runs_dir=runs_dir, resume=resume, device=device, margin=margin, calibration_batches=_batches(calibrate_at),
+        timeout_s=timeout, python=python,
+    )
+    versions = stack_versions(python)
+    if versions.ort_version is None:
+        raise MemoptError("the ORT training stack cannot run: onnxruntime-training is not installed")
+    if budget_required(settings, versions):
+        raise MemoptError("--budget is required on CPU (e.g. --budget 2.5GiB or --budget 50%)")
+    if no_tui:
+        _headless(settings, as_json)
+        return
+    if not sys.stderr.isatty() or not sys.stdin.isatty():
+        raise MemoptError("the tuner's screen needs a terminal; use --no-tui for scripts and CI")
+    from memopt.tui.app import TuneApp
+
+    tuner = Tuner(settings)
+    tune_app = TuneApp(tuner, auto=not manual)
+    tune_app.run()
+    for line in tune_app.exit_lines:
+        print(line)
+    if tune_app.error is not None:
+        raise MemoptError(tune_app.error)
+
+
+def _headless(settings: TuneSettings, as_json: bool) -> None:
+    tuner = Tuner(settings, on_event=print_event)
+    try:
+        result = tuner.auto_search()
+    except KeyboardInterrupt:
+        tuner.cancel()
+        raise
+    if as_json:
+        print(json.dumps(tuner.summary(result), indent=2, default=str))
+    else:
+        for line in tuner.export_lines():
+            print(line)
+        print(f"# journal: {tuner.journal.path}")
+    if not result.verified:
+        sys.exit(1)
+
+
+def print_event(event: TuneEvent) -> None:
+    """One plain line per event, on stderr (stdout is kept for the result)."""
+    line: str | None = None
+    if isinstance(event, StageStarted):
+        line = f"[{event.stage}] {event.message}"
+    elif isinstance(event, StageFinished):
+        line = f"[{event.stage}] done in {event.seconds:.1f} s: {event.message}"
+    elif isinstance(event, Ready):
+        line = (f"[ready] {event.recipe} on {event.device}, ORT {event.ort_version}, torch {event.torch_version}; "
+                f"target batch {event.target_batch}, budget {format_bytes(event.budget_bytes)}; {len(event.rows)} plans")
+    elif isinstance(event, TrialStarted):
+        plans = ", ".join(p.removesuffix(":1:-1") for p in event.plans) or "no config"
+        predicted = f", predicted {format_bytes(event.predicted_bytes)}" if event.predicted_bytes is not None else ""
+        line = f"[trial {event.number}] {event.purpose} at batch {event.batch_size}: {plans}{predicted}…"
+    elif isinstance(event, TrialFinished):
+        line = f"[result] {event.explanation}"
+    elif isinstance(event, Note):
+        line = f"[search] {event.message}"
+    elif isinstance(event, SearchFinished):
+        line = f"[done] {event.result.status}: {event.result.message}"
+    if line is not None:
+        error_console.print(line, highlight=False, soft_wrap=True, markup=False)
+
+
+def _batches(text: str | None) -> tuple[int, ...] | None:
+    if text is None:
+        return None
+    try:
+        values = tuple(int(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        raise MemoptError(f"--calibrate takes batch sizes like 2,4, not {text!r}") from None
+    if len(set(values)) < 2 or min(values) < 1:
+        raise MemoptError(f"--calibrate needs two or more different positive batch sizes, not {text!r}")
+    return values

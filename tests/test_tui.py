@@ -1,0 +1,172 @@
+"""The memopt tune screen, driven with Textual's pilot over real CPU trials (tests/tune_support.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import re
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+import tune_support
+from memopt.config import ENV_VAR
+from memopt.tui.app import TuneApp
+from memopt.tui.widgets import MemoryPanel, PlansTable, TrialsPanel
+from memopt.tuner import Tuner
+
+SNAPSHOTS = Path(__file__).parent / "snapshots"
+SIZE = (130, 40)
+
+
+async def wait_for(pilot, condition: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+        await pilot.pause(0.2)
+
+
+def screen_text(app: TuneApp) -> str:
+    """The screen as plain text, read off Textual's SVG screenshot (one line per row)."""
+    svg = app.export_screenshot()
+    rows: dict[float, list[tuple[float, str]]] = {}
+    for x, y, text in re.findall(r'<text[^>]*\bx="([\d.]+)"[^>]*\by="([\d.]+)"[^>]*>([^<]*)</text>', svg):
+        rows.setdefault(float(y), []).append((float(x), text))
+    lines = ["".join(t for _, t in sorted(parts)) for _, parts in sorted(rows.items())]
+    return "\n".join(line.replace("&#160;", " ").replace("&amp;", "&").replace("&lt;", "<").replace("&gt;", ">")
+                     .rstrip() for line in lines)
+
+
+def test_startup_then_auto_search_fits_a_budget_the_no_config_run_exceeds() -> None:
+    tuner = tune_support.tuner()
+
+    async def scenario() -> TuneApp:
+        app = TuneApp(tuner, auto=False)
+        async with app.run_test(size=SIZE) as pilot:
+            if not tuner.is_ready:  # start-up shows progress, not a frozen screen
+                await wait_for(pilot, lambda: app.busy_since is not None, 30, "start-up progress")
+                assert "Exporting" in app.busy_label or "Calibrating" in app.busy_label or "trial" in app.busy_label
+                await wait_for(pilot, lambda: tuner.is_ready, 240, "probe, scan and calibration")
+            no_config, budget = await asyncio.to_thread(tune_support.measured)
+            tuner.set_budget(budget)
+            await pilot.pause(0.2)
+            assert budget < no_config  # the no-recompute run exceeds this budget
+            await pilot.press("a")
+            await wait_for(pilot, lambda: app.finished is not None, 240, "the auto-search")
+            result = app.finished
+            assert result.status == "verified", result.message
+            best = result.best
+            assert best.fits and best.plans and best.peak_bytes <= budget
+            search = [r for r in result.trials if r.purpose == "search"]
+            assert 1 <= len(search) <= tuner.settings.max_trials
+            table = app.query_one("#trials-table")
+            assert table.row_count == len(result.trials)  # calibration and search trials, one row each
+            assert "verified" in screen_text(app)
+            await pilot.press("q")
+        return app
+
+    app = asyncio.run(scenario())
+    lines = app.exit_lines
+    exports = [line for line in lines if line.startswith(f"export {ENV_VAR}=")]
+    assert len(exports) == 1, lines
+    config_file = Path(exports[0].split("=", 1)[1])
+    assert config_file.is_file() and config_file.suffix == ".json"
+    assert lines[-1] == f"# journal: {tuner.journal.path}" and tuner.journal.path.is_file()
+
+
+def _ready_tuner() -> Tuner:
+    tuner = tune_support.tuner()
+    if not tuner.is_ready:
+        tuner.setup()
+        tuner.set_budget(tune_support.measured()[1])
+    return tuner
+
+
+def test_space_toggles_a_plan_and_the_prediction_updates_at_once() -> None:
+    tuner = _ready_tuner()
+
+    async def scenario() -> None:
+        app = TuneApp(tuner, auto=False)
+        async with app.run_test(size=SIZE) as pilot:
+            await pilot.pause(0.2)
+            table = app.query_one(PlansTable)
+            gauge = app.query_one("#gauge")
+            before = str(gauge.content)
+            first = table.current_key
+            assert first is not None and app.selection.plans == ()
+            await pilot.press("space")
+            assert app.selection.plans == (first,)
+            after = str(gauge.content)
+            assert after != before
+            expected = tuner.predict([first]).peak_bytes
+            assert f"{expected / 2**20:.1f} MiB" in after
+            assert str(table.get_row(first)[0]).startswith("on")
+            await pilot.press("down", "space")
+            assert len(app.selection.plans) == 2
+            await pilot.press("up", "space")  # off again
+            assert first not in app.selection.plans
+            await pilot.press("s")  # sort by cost: the selection survives
+            assert len(app.selection.plans) == 1
+            await pilot.press("q")
+
+    asyncio.run(scenario())
+
+
+def test_main_screen_snapshot() -> None:
+    tuner = copy.copy(_ready_tuner())
+    tuner._listeners = []  # noqa: SLF001  (a view of the session: its own listeners, calibration trials only)
+    tuner.records = [r for r in tuner.records if r.purpose == "calibration"]
+
+    async def scenario() -> tuple[str, str]:
+        app = TuneApp(tuner, auto=False)
+        async with app.run_test(size=SIZE) as pilot:
+            await pilot.pause(0.3)
+            svg, text = app.export_screenshot(), screen_text(app)
+            await pilot.press("q")
+        return svg, text
+
+    svg, text = asyncio.run(scenario())
+    normalised = _normalise(text)
+    golden = SNAPSHOTS / "tune_main.txt"
+    if not golden.exists():  # first run: record it (review tune_main.svg, then commit both)
+        SNAPSHOTS.mkdir(exist_ok=True)
+        golden.write_text(normalised)
+        (SNAPSHOTS / "tune_main.svg").write_text(svg)
+        pytest.skip("snapshot recorded")
+    if normalised != golden.read_text():
+        (SNAPSHOTS / "tune_main.last.svg").write_text(svg)
+        raise AssertionError("main screen changed: compare tests/snapshots/tune_main.last.svg with tune_main.svg")
+
+
+def _normalise(text: str) -> str:
+    """Numbers, bar lengths, paths and spacing vary between runs; the layout and labels must not."""
+    out = []
+    for line in text.splitlines():
+        line = re.sub(r"[█·▁▂▃▄▅▆▇]+", "▮", line)
+        line = re.sub(r"\d+(\.\d+)?", "9", line)
+        line = re.sub(r"(MiB|GiB|KiB|B)\b", "U", line)
+        line = re.sub(r"/\S+", "/PATH", line)
+        line = re.sub(r"[ ─━]{2,}", " ", line)
+        out.append(line.rstrip())
+    return "\n".join(out) + "\n"
+
+
+def test_too_small_terminal_shows_a_readable_message() -> None:
+    tuner = _ready_tuner()
+
+    async def scenario() -> None:
+        app = TuneApp(tuner, auto=False)
+        async with app.run_test(size=(60, 16)) as pilot:
+            await pilot.pause(0.2)
+            assert app.screen.has_class("-too-small")
+            assert "too small" in screen_text(app)
+            assert not app.query_one("#main").display or not app.query_one("#main").region.area
+            await pilot.resize_terminal(*SIZE)
+            await pilot.pause(0.8)
+            assert not app.screen.has_class("-too-small")
+            await pilot.press("q")
+
+    asyncio.run(scenario())

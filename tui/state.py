@@ -1,0 +1,99 @@
+"""The TUI's domain state, free of widgets: selection, sorting, rows and lines to show.
+
+Widgets render what this module computes; nothing here imports Textual.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from memopt.tuner import PlanRow, TrialRecord, Tuner
+from memopt.units import format_bytes
+
+__all__ = ["SORT_KEYS", "Selection", "exit_lines", "plan_cells", "short_plans", "sort_rows", "trial_cells"]
+
+# (label, key function, descending)
+SORT_KEYS: tuple[tuple[str, str], ...] = (("saving", "saving"), ("cost", "cost"), ("frequency", "freq"), ("pattern", "name"))
+
+
+@dataclass
+class Selection:
+    """The plans switched on in the table, in table order."""
+
+    keys: list[str] = field(default_factory=list)
+
+    def toggle(self, key: str) -> bool:
+        """Switch ``key``; returns whether it is now on."""
+        if key in self.keys:
+            self.keys.remove(key)
+            return False
+        self.keys.append(key)
+        return True
+
+    def set(self, keys: Iterable[str]) -> None:
+        self.keys = list(dict.fromkeys(keys))
+
+    def __contains__(self, key: object) -> bool:
+        return key in self.keys
+
+    @property
+    def plans(self) -> tuple[str, ...]:
+        return tuple(self.keys)
+
+
+def sort_rows(rows: Sequence[PlanRow], by: str) -> list[PlanRow]:
+    if by == "cost":
+        return sorted(rows, key=lambda r: (-r.cost_s, r.key))
+    if by == "freq":
+        return sorted(rows, key=lambda r: (-r.frequency, r.key))
+    if by == "name":
+        return sorted(rows, key=lambda r: r.key)
+    return sorted(rows, key=lambda r: (-r.saving_bytes, r.key))
+
+
+def short_plans(plans: Iterable[str]) -> str:
+    return ", ".join(p.removesuffix(":1:-1") for p in plans) or "no config"
+
+
+def plan_cells(row: PlanRow, on: bool) -> tuple[str, ...]:
+    """State, pattern, type, frequency, saving at the target batch, cost, where."""
+    state = ("on" if on else "off") + (f" ×{row.frequency}" if on and row.counts_honoured else (" (all)" if on else ""))
+    return (
+        state, row.subgraph, row.kind, str(row.frequency), format_bytes(row.saving_bytes),
+        f"{row.cost_s * 1000:.0f} ms", ", ".join(row.modules) or "-",
+    )
+
+
+def trial_cells(record: TrialRecord) -> tuple[str, ...]:
+    """#, purpose, batch, config, outcome, peak, predicted (error), step time."""
+    result = record.result
+    predicted = "-"
+    if record.predicted_bytes is not None:
+        predicted = format_bytes(record.predicted_bytes)
+        if record.prediction_error is not None:
+            predicted += f" ({record.prediction_error * 100:+.1f}%)"
+    outcome = record.outcome.replace("_", " ") + (" (journal)" if result.reused else "")
+    return (
+        str(record.number), record.purpose, str(record.batch_size), short_plans(record.plans), outcome,
+        format_bytes(result.peak_bytes) if result.peak_bytes else "-", predicted,
+        f"{result.median_step_s:.2f} s" if result.median_step_s else "-",
+    )
+
+
+def exit_lines(tuner: Tuner, selection: Sequence[str]) -> list[str]:
+    """What ``memopt tune`` prints on stdout after the screen closes."""
+    lines: list[str] = []
+    if tuner.is_ready:
+        best = tuner.best()
+        if best is not None:
+            lines.append(f"# memopt tune: verified at batch {best.batch_size} (trial {best.number}, peak "
+                         f"{format_bytes(best.peak_bytes)}, {best.step_s or 0:.2f} s/step): {short_plans(best.plans)}")
+            lines += tuner.export_lines(best.plans)
+        elif selection:
+            lines.append("# memopt tune: no verified config; your selection, NOT verified:")
+            lines += tuner.export_lines(selection)
+        else:
+            lines.append("# memopt tune: no verified config")
+    lines.append(f"# journal: {tuner.journal.path}")
+    return lines

@@ -1,0 +1,31 @@
+"""Header: model, ORT/torch versions, device, budget, target batch."""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.widgets import Static
+
+from memopt.tuner import Ready, TuneSettings
+from memopt.units import format_bytes
+
+__all__ = ["InfoHeader"]
+
+
+class InfoHeader(Static):
+    def show_settings(self, settings: TuneSettings) -> None:
+        options = ", ".join(f"{k}={v}" for k, v in settings.options.items())
+        budget = settings.budget.text if settings.budget else "device memory − 10%"
+        text = Text.assemble(("memopt tune  ", "bold"), (settings.recipe, "bold cyan"),
+                             (f" ({options})" if options else "", "cyan"),
+                             f"   target batch {settings.target_batch}   budget {budget}   ", ("starting…", "italic"))
+        self.update(text)
+
+    def show_ready(self, ready: Ready) -> None:
+        options = ", ".join(f"{k}={v}" for k, v in ready.options.items())
+        text = Text.assemble(
+            ("memopt tune  ", "bold"), (ready.recipe, "bold cyan"), (f" ({options})" if options else "", "cyan"), "\n",
+            f"ORT {ready.ort_version}", f" ({ready.ort_package})" if ready.ort_package else "",
+            f" · torch {ready.torch_version} · ", (ready.device, "bold"), " · target batch ",
+            (str(ready.target_batch), "bold"), " · budget ", (format_bytes(ready.budget_bytes), "bold yellow"),
+        )
+        self.update(text)

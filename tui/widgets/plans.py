@@ -1,0 +1,54 @@
+"""Plans table: one row per ORT plan; space toggles, s cycles the sort column."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from textual.binding import Binding
+from textual.message import Message
+from textual.widgets import DataTable
+
+from memopt.tui.state import Selection, plan_cells
+from memopt.tuner import PlanRow
+
+__all__ = ["PlansTable"]
+
+COLUMNS = ("state", "pattern", "type", "freq", "saving@target", "est. cost", "where")
+
+
+class PlansTable(DataTable):
+    BINDINGS = [Binding("space", "toggle_plan", "Toggle plan", show=True)]
+
+    class Toggled(Message):
+        def __init__(self, key: str) -> None:
+            super().__init__()
+            self.key = key
+
+    def on_mount(self) -> None:
+        self.cursor_type = "row"
+        self.zebra_stripes = True
+        for column in COLUMNS:
+            self.add_column(column, key=column)
+
+    def show(self, rows: Sequence[PlanRow], selection: Selection) -> None:
+        """Refill, keeping the cursor on the same plan."""
+        current = self.current_key
+        self.clear()
+        for row in rows:
+            self.add_row(*plan_cells(row, row.key in selection), key=row.key)
+        if current is not None and current in {r.key for r in rows}:
+            self.move_cursor(row=self.get_row_index(current))
+
+    @property
+    def current_key(self) -> str | None:
+        if not self.row_count:
+            return None
+        try:
+            return str(self.coordinate_to_cell_key(self.cursor_coordinate).row_key.value)
+        except Exception:  # noqa: BLE001  (an empty or refilling table)
+            return None
+
+    def action_toggle_plan(self) -> None:
+        key = self.current_key
+        if key is not None:
+            self.post_message(self.Toggled(key))
