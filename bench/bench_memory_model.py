@@ -20,7 +20,7 @@ from pathlib import Path
 
 from memopt.calibrate import calibrate
 from memopt.memory_model import Observation
-from memopt.planner import config_entries, PlanChoice
+from memopt.planner import PlanChoice, config_entries
 from memopt.trials import TrialSpec, run_trial
 
 

@@ -14,7 +14,7 @@ The model is saved next to the journal so ``memopt trial`` can show predicted vs
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,15 +22,40 @@ from typing import Any
 import numpy as np
 
 from memopt.budget import total_ram
+from memopt.graph import TrainingGraph
 from memopt.journal import Journal
-from memopt.memory_model import MemoryModel, ModelError, Observation, PlanSavings, fit_memory_model
+from memopt.memory_model import (
+    MemoryModel,
+    ModelError,
+    Observation,
+    PlanSavings,
+    fit_memory_model,
+)
 from memopt.recompute_cost import BALANCE, nodes_work, seconds_per_unit
-from memopt.scan import scan_graph
+from memopt.scan import ScanReport, scan_graph
 from memopt.scan.sizes import batch_symbols
-from memopt.scan.target import load_target
-from memopt.trials import StackVersions, TrialResult, TrialSpec, recipe_identity, run_trial, stack_versions
+from memopt.scan.target import ScanTarget, load_target
+from memopt.trials import (
+    StackVersions,
+    TrialResult,
+    TrialSpec,
+    recipe_identity,
+    run_trial,
+    stack_versions,
+)
 
-__all__ = ["Calibration", "MODEL_FILE", "calibrate", "default_calibration_batches", "load_saved_model", "model_identity"]
+__all__ = [
+    "Calibration",
+    "MODEL_FILE",
+    "calibrate",
+    "default_calibration_batches",
+    "fit_calibration",
+    "load_saved_model",
+    "model_identity",
+    "plan_savings",
+    "require_batch_dim",
+    "require_ran",
+]
 
 MODEL_FILE = "memopt_models.json"
 
@@ -106,26 +131,58 @@ def calibrate(
     target = load_target(recipe, options=options, runs_dir=runs_dir, python=python)
     ort_version = target.ort_version or versions.ort_version or "1.19"
     report = scan_graph(target.graph, ort_version, dims=target.logged_dims or None)
+    require_batch_dim(report, recipe)
+    trials = []
+    for batch in tuple(dict.fromkeys(calibration_batches or default_calibration_batches(target_batch))):
+        trial = run_trial(TrialSpec(recipe, batch, options, (), steps, device, timeout_s, python), runs_dir,
+                          journal=journal, resume=resume, versions=versions)
+        require_ran(trial)
+        trials.append(trial)
+    return fit_calibration(target, report, trials, recipe=recipe, options=options, journal=journal,
+                           versions=versions, runs_dir=runs_dir, target_batch=target_batch, ort_version=ort_version)
+
+
+def require_batch_dim(report: ScanReport, recipe: str) -> tuple[str, ...]:
+    """The graph's batch symbols; a graph without one cannot be scaled by batch."""
     symbols = batch_symbols(report.inputs)
     if not symbols:
         raise ModelError(f"the training graph of {recipe} has no dynamic batch dim; memopt cannot scale it by batch")
-    fixed = {name: value for name, value in target.logged_dims.items() if name not in symbols}
-    order = {node.name: node.order for node in target.graph.nodes}
-    plans = tuple(
+    return symbols
+
+
+def require_ran(trial: TrialResult) -> None:
+    if not trial.ran:
+        raise ModelError(f"the no-config calibration trial at batch {trial.batch_size} did not run: {trial.outcome}: "
+                         f"{trial.error} (log: {trial.run_dir}/ort.log)")
+
+
+def plan_savings(report: ScanReport, graph: TrainingGraph) -> tuple[PlanSavings, ...]:
+    """The scan's plans as the memory model sees them, occurrences in topological order."""
+    order = {node.name: node.order for node in graph.nodes}
+    return tuple(
         PlanSavings(p.key, _entries(p.key), p.frequency, p.exact,
                     tuple(o.exact for o in sorted(p.occurrences, key=lambda o: order.get(o.entry, 0))))
         for p in report.patterns
     )
 
-    batches = tuple(dict.fromkeys(calibration_batches or default_calibration_batches(target_batch)))
-    trials = []
-    for batch in batches:
-        trial = run_trial(TrialSpec(recipe, batch, options, (), steps, device, timeout_s, python), runs_dir,
-                          journal=journal, resume=resume, versions=versions)
-        if not trial.ran:
-            raise ModelError(f"the no-config calibration trial at batch {batch} did not run: {trial.outcome}: "
-                             f"{trial.error} (log: {trial.run_dir}/ort.log)")
-        trials.append(trial)
+
+def fit_calibration(
+    target: ScanTarget,
+    report: ScanReport,
+    trials: Sequence[TrialResult],
+    *,
+    recipe: str,
+    options: Mapping[str, Any],
+    journal: Journal,
+    versions: StackVersions,
+    runs_dir: Path,
+    target_batch: int,
+    ort_version: str,
+) -> Calibration:
+    """Memory model and recompute costs from the no-config ``trials`` and the journal's history."""
+    symbols = require_batch_dim(report, recipe)
+    fixed = {name: value for name, value in target.logged_dims.items() if name not in symbols}
+    plans = plan_savings(report, target.graph)
     device_used = trials[0].device or "cpu"
     history = _history(journal, recipe, options, versions, device_used)
     observations = [Observation(t.batch_size, _plans_of(t, plans), int(t.peak_bytes)) for t in history if t.peak_bytes]

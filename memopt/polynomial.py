@@ -12,7 +12,16 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from functools import cache
 
-from memopt.expr import BinaryOp, Expression, ExpressionError, Number, Symbol, UnaryMinus, UnknownSymbolError, parse_expression
+from memopt.expr import (
+    BinaryOp,
+    Expression,
+    ExpressionError,
+    Number,
+    Symbol,
+    UnaryMinus,
+    UnknownSymbolError,
+    parse_expression,
+)
 
 __all__ = ["Monomial", "Polynomial", "NotPolynomialError"]
 

@@ -12,7 +12,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from memopt.runs import ONNX_DIR, ONNX_PREFIX, RunRequest, RunResult, launch, new_run_dir
+from memopt.runs import (
+    ONNX_DIR,
+    ONNX_PREFIX,
+    RunRequest,
+    RunResult,
+    launch,
+    new_run_dir,
+)
 
 __all__ = ["GRAPH_KINDS", "ProbeResult", "probe", "run_label"]
 

@@ -31,31 +31,41 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from memopt.budget import Budget, total_ram
+from memopt.budget import Budget
 from memopt.calibrate import (
     Calibration,
-    _cost_scale,
-    _entries,
-    _history,
-    _plans_of,
-    _step_fit,
     default_calibration_batches,
-    model_identity,
-    save_model,
+    fit_calibration,
+    require_batch_dim,
+    require_ran,
 )
-from memopt.config import ConfigEntry, export_line, format_config_string, takes_json_file, write_json_config
+from memopt.config import (
+    ConfigEntry,
+    export_line,
+    format_config_string,
+    takes_json_file,
+    write_json_config,
+)
 from memopt.errors import MemoptError
 from memopt.journal import Journal
-from memopt.memory_model import MemoryModel, ModelError, Observation, PlanSavings, Prediction, fit_memory_model
+from memopt.memory_model import (
+    MemoryModel,
+    ModelError,
+    Observation,
+    Prediction,
+)
 from memopt.ortversion import OrtVersion
-from memopt.planner import PlanResult, choose_plans, config_entries
-from memopt.planner import PlanChoice
-from memopt.recompute_cost import BALANCE, nodes_work, seconds_per_unit
+from memopt.planner import PlanChoice, PlanResult, choose_plans, config_entries
 from memopt.runs import RECORD_NAME
 from memopt.scan import ScanReport, scan_graph
-from memopt.scan.sizes import batch_symbols
 from memopt.scan.target import ScanTarget, load_target
-from memopt.trials import StackVersions, TrialResult, TrialSpec, run_trial, stack_versions
+from memopt.trials import (
+    StackVersions,
+    TrialResult,
+    TrialSpec,
+    run_trial,
+    stack_versions,
+)
 
 __all__ = [
     "CUDA_DEFAULT_FRACTION",
@@ -387,20 +397,10 @@ class Tuner:
         return self.target
 
     def _calibrate(self, ort_version: str) -> Calibration:
-        """``memopt.calibrate.calibrate`` step by step, on the graph already loaded, with events."""
+        """``memopt.calibrate.calibrate`` on the graph already loaded, its trials shown as events."""
         s = self.settings
         assert self.target is not None and self.report is not None and self.versions is not None
-        target, report = self.target, self.report
-        symbols = batch_symbols(report.inputs)
-        if not symbols:
-            raise TuneError(f"the training graph of {s.recipe} has no dynamic batch dim; memopt cannot scale it by batch")
-        fixed = {name: value for name, value in target.logged_dims.items() if name not in symbols}
-        order = {node.name: node.order for node in target.graph.nodes}
-        plans = tuple(
-            PlanSavings(p.key, _entries(p.key), p.frequency, p.exact,
-                        tuple(o.exact for o in sorted(p.occurrences, key=lambda o: order.get(o.entry, 0))))
-            for p in report.patterns
-        )
+        require_batch_dim(self.report, s.recipe)
         batches = tuple(dict.fromkeys(s.calibration_batches or default_calibration_batches(s.target_batch)))
         self._emit(StageStarted("calibrate", f"Calibrating the memory model: no-config trials at batch "
                                              f"{' and '.join(map(str, batches))}…"))
@@ -408,32 +408,14 @@ class Tuner:
         trials = []
         for batch in batches:
             record = self._trial(batch, (), "calibration", f"no-config calibration at batch {batch}", None, None)
-            if not record.result.ran:
-                raise TuneError(f"the no-config calibration trial at batch {batch} did not run: {record.outcome}: "
-                                f"{record.result.error} (log: {record.result.run_dir}/ort.log)")
+            require_ran(record.result)
             trials.append(record.result)
-        device_used = trials[0].device or "cpu"
-        self.device_name = _device_name(trials[0]) if device_used == "cuda" else "CPU"
-        history = _history(self.journal, s.recipe, s.options, self.versions, device_used)
-        observations = [Observation(t.batch_size, _plans_of(t, plans), int(t.peak_bytes)) for t in history if t.peak_bytes]
-        model = fit_memory_model(observations, plans, symbols, fixed)
-        identity = model_identity(s.recipe, s.options, self.versions, device_used)
-        save_model(s.runs_dir, identity, model)
-        balance = BALANCE.get(device_used, BALANCE["cpu"])
-        reference = max(trials, key=lambda t: t.batch_size)
-        spu = seconds_per_unit(reference.median_step_s or 0.0, target.graph, model.dims(reference.batch_size), balance)
-        occurrences = {p.key: p.occurrences for p in report.patterns}
-        unit_costs = {
-            key: sum(nodes_work(target.graph, o.nodes, model.dims(s.target_batch)).units(balance) for o in occurrences[key])
-            for key in occurrences
-        }
-        step_fit = _step_fit([t for t in history if not t.config and t.median_step_s])
-        scale = _cost_scale(history, step_fit, target.graph, occurrences, model, balance, spu, plans)
-        baseline_step = max(step_fit[0] + step_fit[1] * s.target_batch, 0.0) if step_fit else None
-        totals = [t.cuda_total_memory for t in trials if t.cuda_total_memory]
-        device_total = totals[0] if totals else (total_ram() if device_used == "cpu" else None)
-        calibration = Calibration(model, unit_costs, spu, scale, baseline_step, s.target_batch, tuple(trials),
-                                  target.description, ort_version, device_used, device_total, identity)
+        if trials[0].device == "cuda":
+            self.device_name = _device_name(trials[0])
+        calibration = fit_calibration(self.target, self.report, trials, recipe=s.recipe, options=s.options,
+                                      journal=self.journal, versions=self.versions, runs_dir=s.runs_dir,
+                                      target_batch=s.target_batch, ort_version=ort_version)
+        model = calibration.model
         self._emit(StageFinished("calibrate", f"model: static {_mib(model.static_bytes)} + "
                                               f"{_mib(model.per_sample_bytes)}/sample", time.monotonic() - started))
         return calibration

@@ -10,7 +10,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from logsamples import FORMAT_A_1_15, SAMPLE_LOGS_1_19
 
 CONFIG_LOG = SAMPLE_LOGS_1_19 / "gpt-tiny_b4_devinfo_json-config.log"

@@ -9,8 +9,15 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from logsamples import (
+    FORMAT_A_1_15,
+    FORMAT_B_1_17,
+    PLAN_TABLE_1_17,
+    PLAN_TABLE_1_19,
+    SAMPLE_LOGS_1_19,
+    rewrap_like_1_16,
+)
 
-from logsamples import FORMAT_A_1_15, FORMAT_B_1_17, PLAN_TABLE_1_17, PLAN_TABLE_1_19, SAMPLE_LOGS_1_19, rewrap_like_1_16
 from memopt.errors import MemoptError
 from memopt.logparse import (
     LogReadError,

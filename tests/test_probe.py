@@ -7,7 +7,6 @@ from pathlib import Path
 
 import onnx
 import pytest
-
 from conftest import RECIPES, CliRun, memopt
 
 

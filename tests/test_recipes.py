@@ -6,10 +6,16 @@ import sys
 
 import pytest
 import torch
+from conftest import RECIPES
 from torch import nn
 
-from conftest import RECIPES
-from memopt.recipes import BUILTIN_RECIPES, DEFAULT_RECIPE, RecipeError, load_recipe, parse_option_value
+from memopt.recipes import (
+    BUILTIN_RECIPES,
+    DEFAULT_RECIPE,
+    RecipeError,
+    load_recipe,
+    parse_option_value,
+)
 from memopt.steps import default_loss
 
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import onnx
 import pytest
-
 from conftest import CliRun, assert_one_line_error, memopt
+
 from memopt.graph import load_graph
 from memopt.logparse import parse_file
 from memopt.polynomial import Polynomial

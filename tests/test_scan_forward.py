@@ -8,8 +8,8 @@ from pathlib import Path
 import onnx
 import pytest
 import torch
-
 from conftest import assert_one_line_error, memopt
+
 from memopt.expr import parse_expression
 from memopt.graph import load_graph
 from memopt.polynomial import Polynomial

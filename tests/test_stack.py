@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from memopt.stack import StackError, StackInfo, check_stack, inspect_stack, torch_problem
+from memopt.stack import (
+    StackError,
+    StackInfo,
+    check_stack,
+    inspect_stack,
+    torch_problem,
+)
 
 
 def test_this_environment_can_run_ortmodule() -> None:

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import itertools
 import json
-import os
 import subprocess
 import time
 from pathlib import Path
 
 import pytest
-
 from conftest import RECIPES, assert_one_line_error, memopt
+
 from memopt.budget import BudgetError, parse_budget
 from memopt.config import ConfigError
 from memopt.journal import Journal
@@ -19,7 +18,7 @@ from memopt.memory_model import MemoryModel, Observation, PlanSavings, fit_memor
 from memopt.ortversion import OrtVersion
 from memopt.planner import choose_plans
 from memopt.polynomial import Polynomial
-from memopt.trials import TrialSpec, parse_trial_config, run_trial, stack_versions
+from memopt.trials import TrialSpec, parse_trial_config, run_trial
 
 TINY = {"size": "tiny"}
 

@@ -10,11 +10,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-
 import tune_support
-from memopt.config import ENV_VAR
 from memopt.tui.app import TuneApp
-from memopt.tui.widgets import MemoryPanel, PlansTable, TrialsPanel
+from memopt.tui.widgets import PlansTable
+
+from memopt.config import ENV_VAR
 from memopt.tuner import Tuner
 
 SNAPSHOTS = Path(__file__).parent / "snapshots"

@@ -6,6 +6,7 @@ import json
 
 import tune_support
 from conftest import assert_one_line_error, memopt
+
 from memopt.config import ENV_VAR
 
 

@@ -12,6 +12,14 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+from memopt.tui.state import SORT_KEYS, Selection, exit_lines, short_plans, sort_rows
+from memopt.tui.widgets import (
+    InfoHeader,
+    MemoryPanel,
+    PlansTable,
+    ResultBar,
+    TrialsPanel,
+)
 from textual import on, work
 from textual.app import App, ComposeResult
 from textual.binding import Binding
@@ -20,8 +28,6 @@ from textual.message import Message
 from textual.widgets import Footer, Static
 
 from memopt.errors import MemoptError, one_line
-from memopt.tui.state import SORT_KEYS, Selection, exit_lines, short_plans, sort_rows
-from memopt.tui.widgets import InfoHeader, MemoryPanel, PlansTable, ResultBar, TrialsPanel
 from memopt.tuner import (
     Note,
     Ready,

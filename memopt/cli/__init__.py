@@ -43,10 +43,16 @@ def _root(
 
 
 def main() -> None:
-    from memopt.cli import probe, stack  # noqa: F401  (each registers its command)
-    from memopt.cli import config, parse, scan  # noqa: F401  (each registers its command)
-    from memopt.cli import plan, trial  # noqa: F401  (each registers its command)
-    from memopt.cli import tune  # noqa: F401  (registers its command)
+    from memopt.cli import (  # noqa: F401  (each registers its command)  # noqa: F401  (each registers its command)  # noqa: F401  (each registers its command)
+        config,
+        parse,
+        plan,
+        probe,
+        scan,
+        stack,
+        trial,
+        tune,  # noqa: F401  (registers its command)
+    )
 
     try:
         app()

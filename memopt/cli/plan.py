@@ -13,7 +13,12 @@ from memopt.calibrate import Calibration, calibrate, save_model
 from memopt.cli import app, console
 from memopt.cli.options import recipe_options
 from memopt.cli.trial import print_trial
-from memopt.config import export_line, format_config_string, takes_json_file, write_json_config
+from memopt.config import (
+    export_line,
+    format_config_string,
+    takes_json_file,
+    write_json_config,
+)
 from memopt.errors import MemoptError
 from memopt.journal import Journal
 from memopt.memory_model import Observation

@@ -8,7 +8,12 @@ import sys
 import typer
 
 from memopt.cli import app, console
-from memopt.stack import EXTENSIONS_INSTALL_COMMAND, StackError, check_stack, inspect_stack
+from memopt.stack import (
+    EXTENSIONS_INSTALL_COMMAND,
+    StackError,
+    check_stack,
+    inspect_stack,
+)
 
 __all__ = ["stack_command"]
 

@@ -16,7 +16,13 @@ from memopt.errors import MemoptError
 from memopt.journal import Journal
 from memopt.memory_model import ModelError, Observation
 from memopt.ortversion import OrtVersion
-from memopt.trials import TrialResult, TrialSpec, parse_trial_config, run_trial, stack_versions
+from memopt.trials import (
+    TrialResult,
+    TrialSpec,
+    parse_trial_config,
+    run_trial,
+    stack_versions,
+)
 from memopt.units import format_bytes
 
 __all__ = ["trial_command", "print_trial"]

@@ -27,8 +27,8 @@ from memopt.tuner import (
     StageStarted,
     TrialFinished,
     TrialStarted,
-    Tuner,
     TuneEvent,
+    Tuner,
     TuneSettings,
     budget_required,
 )

@@ -14,7 +14,14 @@ from memopt.logparse.model import (
     Summary,
     SummarySource,
 )
-from memopt.logparse.reader import LogReadError, NoSummaryError, parse_file, parse_lines, parse_text, require_summaries
+from memopt.logparse.reader import (
+    LogReadError,
+    NoSummaryError,
+    parse_file,
+    parse_lines,
+    parse_text,
+    require_summaries,
+)
 
 __all__ = [
     "Cluster",

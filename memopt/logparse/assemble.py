@@ -15,7 +15,14 @@ from memopt.errors import MemoptError
 from memopt.logparse.feature_table import FeatureBlock, FeatureTableParser, PlanRow
 from memopt.logparse.format_a import FormatAParser
 from memopt.logparse.insight import InsightOption, InsightParser
-from memopt.logparse.model import Cluster, NodeEvent, OptimizationType, Plan, Summary, SummarySource
+from memopt.logparse.model import (
+    Cluster,
+    NodeEvent,
+    OptimizationType,
+    Plan,
+    Summary,
+    SummarySource,
+)
 from memopt.ortversion import OrtVersionRange
 
 __all__ = ["Piece", "SummaryDraft"]

@@ -17,11 +17,26 @@ from pathlib import Path
 from memopt.errors import MemoptError
 from memopt.logparse.assemble import Piece, SummaryDraft
 from memopt.logparse.clues import version_clue
-from memopt.logparse.events import EVENT_KEYWORDS, node_event, ort_config_error, total_recomputed_nodes
-from memopt.logparse.feature_table import DIMS_NOTE, MEMORY_ROW, FeatureTableParser, parse_dims
+from memopt.logparse.events import (
+    EVENT_KEYWORDS,
+    node_event,
+    ort_config_error,
+    total_recomputed_nodes,
+)
+from memopt.logparse.feature_table import (
+    DIMS_NOTE,
+    MEMORY_ROW,
+    FeatureTableParser,
+    parse_dims,
+)
 from memopt.logparse.format_a import FORMAT_A_HEADER, FormatAParser
 from memopt.logparse.insight import INSIGHT_HEADER, InsightParser
-from memopt.logparse.lines import CapturedRecordJoiner, LogLine, bounded_lines, clean_lines
+from memopt.logparse.lines import (
+    CapturedRecordJoiner,
+    LogLine,
+    bounded_lines,
+    clean_lines,
+)
 from memopt.logparse.model import ParseResult, Summary
 from memopt.ortversion import OrtVersionRange
 

@@ -17,7 +17,12 @@ from onnx.helper import tensor_dtype_to_np_dtype
 
 from memopt.errors import MemoptError
 from memopt.graph import Node, TrainingGraph, element_count_dims
-from memopt.scan.rules import SMALL_STATIC_LIMIT, ProbeLevel, ReleaseRules, StaticEdgeFilter
+from memopt.scan.rules import (
+    SMALL_STATIC_LIMIT,
+    ProbeLevel,
+    ReleaseRules,
+    StaticEdgeFilter,
+)
 
 __all__ = ["Analysis", "NodePlan", "PlanKind", "ScanError", "analyse", "element_size"]
 

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from memopt.tui.render import gauge, trials_chart
 from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.widgets import Sparkline, Static
 
-from memopt.tui.render import gauge, trials_chart
 from memopt.tuner import TrialRecord
 
 __all__ = ["MemoryPanel"]

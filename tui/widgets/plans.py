@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from memopt.tui.state import Selection, plan_cells
 from textual.binding import Binding
 from textual.message import Message
 from textual.widgets import DataTable
 
-from memopt.tui.state import Selection, plan_cells
 from memopt.tuner import PlanRow
 
 __all__ = ["PlansTable"]

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+from memopt.tui.state import short_plans
 from rich.text import Text
 from textual.widgets import Static
 
-from memopt.tui.state import short_plans
 from memopt.tuner import TrialRecord
 from memopt.units import format_bytes
 
