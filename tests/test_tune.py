@@ -29,7 +29,8 @@ def test_headless_search_resumes_the_journal_and_prints_json() -> None:
     _, budget = tune_support.measured()
     run = memopt("tune", tune_support.RECIPE, "--target-batch", str(tune_support.TARGET), "--budget", str(budget),
                  "-o", "n_layer=2", "-o", "seq_len=128", "--steps", str(tune_support.STEPS), "--margin", "0.01",
-                 "--max-trials", "4", "--runs-dir", str(tuner.settings.runs_dir), "--resume", "--no-tui", "--json")
+                 "--max-trials", "4", "--runs-dir", str(tuner.settings.runs_dir), "--resume", "--no-tui", "--json",
+                 "--calibrate", ",".join(map(str, tune_support.CALIBRATION)))
     assert run.returncode == 0, run.stdout + run.stderr
     result = json.loads(run.stdout)
     assert result["status"] == "verified" and result["best"]["peak_bytes"] <= budget
