@@ -7,7 +7,7 @@ from typing import Any
 from memopt.errors import MemoptError
 from memopt.recipes import parse_option_value
 
-__all__ = ["recipe_options"]
+__all__ = ["calibration_batches", "recipe_options"]
 
 
 def recipe_options(seq: int | None, size: str | None, pairs: list[str]) -> dict[str, Any]:
@@ -23,3 +23,16 @@ def recipe_options(seq: int | None, size: str | None, pairs: list[str]) -> dict[
     if size is not None:
         options["size"] = size
     return options
+
+
+def calibration_batches(text: str | None) -> tuple[int, ...] | None:
+    """``--calibrate 2,4``: the batch sizes of the no-config calibration trials."""
+    if text is None:
+        return None
+    try:
+        values = tuple(int(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        raise MemoptError(f"--calibrate takes batch sizes like 2,4, not {text!r}") from None
+    if len(set(values)) < 2 or min(values) < 1:
+        raise MemoptError(f"--calibrate needs two or more different positive batch sizes, not {text!r}")
+    return values

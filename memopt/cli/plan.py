@@ -11,7 +11,7 @@ from rich.table import Table
 from memopt.budget import parse_budget
 from memopt.calibrate import Calibration, calibrate, save_model
 from memopt.cli import app, console
-from memopt.cli.options import recipe_options
+from memopt.cli.options import calibration_batches, recipe_options
 from memopt.cli.trial import print_trial
 from memopt.config import (
     export_line,
@@ -61,7 +61,7 @@ def plan_command(
         raise MemoptError(f"--steps must be at least 1, not {steps}")
     if device not in ("auto", "cpu", "cuda"):
         raise MemoptError(f"--device must be auto, cpu or cuda, not {device!r}")
-    batches = _batches(calibrate_at)
+    batches = calibration_batches(calibrate_at)
     parsed = parse_budget(budget) if budget is not None else None
     options = recipe_options(seq=seq, size=size, pairs=option)
     versions = stack_versions(python)
@@ -92,18 +92,6 @@ def plan_command(
     _print(result, cal, config_value, recipe)
     if trial is not None:
         print_trial(trial)
-
-
-def _batches(text: str | None) -> tuple[int, ...] | None:
-    if text is None:
-        return None
-    try:
-        values = tuple(int(part) for part in text.split(",") if part.strip())
-    except ValueError:
-        raise MemoptError(f"--calibrate takes batch sizes like 2,4, not {text!r}") from None
-    if len(set(values)) < 2 or min(values) < 1:
-        raise MemoptError(f"--calibrate needs two or more different positive batch sizes, not {text!r}")
-    return values
 
 
 def _write_config(result: PlanResult, cal: Calibration, runs_dir: Path, recipe: str, out: Path | None) -> str | None:

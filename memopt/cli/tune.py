@@ -15,7 +15,7 @@ import typer
 
 from memopt.budget import parse_budget
 from memopt.cli import app, error_console
-from memopt.cli.options import recipe_options
+from memopt.cli.options import calibration_batches, recipe_options
 from memopt.errors import MemoptError
 from memopt.recipes import DEFAULT_RECIPE
 from memopt.trials import stack_versions
@@ -66,7 +66,7 @@ def tune_command(
     settings = TuneSettings(
         recipe=recipe, target_batch=target_batch, budget=parse_budget(budget) if budget is not None else None,
         options=recipe_options(seq=seq, size=size, pairs=option), max_trials=max_trials, steps=steps,
-        runs_dir=runs_dir, resume=resume, device=device, margin=margin, calibration_batches=_batches(calibrate_at),
+        runs_dir=runs_dir, resume=resume, device=device, margin=margin, calibration_batches=calibration_batches(calibrate_at),
         timeout_s=timeout, python=python,
     )
     versions = stack_versions(python)
@@ -131,13 +131,3 @@ def print_event(event: TuneEvent) -> None:
         error_console.print(line, highlight=False, soft_wrap=True, markup=False)
 
 
-def _batches(text: str | None) -> tuple[int, ...] | None:
-    if text is None:
-        return None
-    try:
-        values = tuple(int(part) for part in text.split(",") if part.strip())
-    except ValueError:
-        raise MemoptError(f"--calibrate takes batch sizes like 2,4, not {text!r}") from None
-    if len(set(values)) < 2 or min(values) < 1:
-        raise MemoptError(f"--calibrate needs two or more different positive batch sizes, not {text!r}")
-    return values
