@@ -22,6 +22,8 @@ __all__ = [
     "Node",
     "TensorInfo",
     "TrainingGraph",
+    "element_count_dims",
+    "graph_from_model",
     "load_graph",
 ]
 
