@@ -12,7 +12,7 @@ GPU_TORCH ?= torch==2.3.1
 BIN := $(VENV)/bin
 INSTALLED := $(VENV)/.memopt-installed-$(EXTRA)
 
-.PHONY: setup demo test clean-venv
+.PHONY: setup demo test bench clean-venv
 
 setup: $(INSTALLED)
 	$(BIN)/memopt stack --build-extensions
@@ -22,6 +22,13 @@ demo: setup
 
 test: setup
 	$(BIN)/python -m pytest
+
+# Benchmarks (tens of minutes; not part of CI): tables for BENCHMARKS.md, plots in bench/results.
+bench: setup
+	$(BIN)/python bench/bench_parity.py
+	$(BIN)/python bench/bench_scan.py
+	$(BIN)/python bench/bench_parse.py
+	$(BIN)/python bench/bench_memory_model.py
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)

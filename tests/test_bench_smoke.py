@@ -1,0 +1,34 @@
+"""Smoke runs of the benchmark scripts at tiny size: they run and print their tables.
+
+The benchmarks themselves (BENCHMARKS.md, `make bench`) are not tests; this only keeps the
+scripts working.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+BENCH = Path(__file__).parent.parent / "bench"
+
+
+def _run(*args: str) -> str:
+    done = subprocess.run([sys.executable, *args], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def test_scan_benchmark(tmp_path: Path) -> None:
+    out = _run(str(BENCH / "bench_scan.py"), "--layers", "2", "--repeats", "1", "--ort-repeats", "1",
+               "--runs", str(tmp_path / "runs"), "--out", str(tmp_path))
+    assert "| 2 | 183 |" in out and "10/10 |" in out and (tmp_path / "scan_speed.png").is_file()
+
+
+def test_parse_benchmark() -> None:
+    out = _run(str(BENCH / "bench_parse.py"), "--sizes", "1", "--repeats", "1")
+    assert "| all samples |" in out and "| one run, long | 1 | 2 |" in out
+
+
+def test_parity_benchmark() -> None:
+    assert "All: " in _run(str(BENCH / "bench_parity.py"))
