@@ -197,12 +197,16 @@ def _fit_effectiveness(model: MemoryModel, observed: list[Observation], prior: f
     if not np.any(total > 0):
         return model
     overall = float(np.clip(total @ d / (total @ total), *_EFFECTIVENESS_RANGE))
-    # Ridge towards the global factor: one trial with three plans cannot tell them apart.
+    # Ridge towards the measured overall factor: one trial with three plans cannot tell them apart.
     gram = a.T @ a
     strength = 0.5 * float(np.mean(np.diag(gram)[np.diag(gram) > 0]))
     solution = np.linalg.solve(gram + strength * np.eye(len(keys)), a.T @ d + strength * overall * np.ones(len(keys)))
     factors = {k: float(np.clip(v, *_EFFECTIVENESS_RANGE)) for k, v in zip(keys, solution)}
-    return replace(model, effectiveness=factors, global_effectiveness=overall)
+    # Plans never measured keep most of the scan's word: a plan that saved nothing (its
+    # saving was off the peak's path) says little about the others, so their factor is the
+    # measured ones' mean pulled towards the prior (one ineffective plan: halfway).
+    unmeasured = (sum(factors.values()) + prior) / (len(factors) + 1)
+    return replace(model, effectiveness=factors, global_effectiveness=float(np.clip(unmeasured, *_EFFECTIVENESS_RANGE)))
 
 
 def _evaluate(polynomial: Polynomial, dims: Mapping[str, int]) -> float:

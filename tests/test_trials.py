@@ -187,3 +187,19 @@ def test_bad_budgets_are_rejected(text: str) -> None:
 ])
 def test_bad_input_is_one_line(args: tuple[str, ...], fragment: str, tmp_path: Path) -> None:
     assert_one_line_error(memopt(*args, "--runs-dir", str(tmp_path)), fragment)
+
+
+def test_one_ineffective_plan_does_not_condemn_the_others() -> None:
+    """A plan whose saving is off the peak's path measures as saving nothing; plans never
+    tried keep half the scan's word instead of dropping to zero (which made the tuner give
+    up on a target every plan together reaches)."""
+    from memopt.memory_model import Observation, PlanSavings, fit_memory_model
+    from memopt.polynomial import Polynomial
+
+    per_sample = Polynomial.symbol("b").scale(2**20)
+    plans = (PlanSavings("A+:1:-1", ("A+:1",), 1, per_sample), PlanSavings("B+:1:-1", ("B+:1",), 1, per_sample))
+    observations = [Observation(2, (), 100 * 2**20), Observation(4, (), 110 * 2**20),
+                    Observation(16, ("A+:1:-1",), 170 * 2**20)]  # A measured: no saving at all
+    model = fit_memory_model(observations, plans, ["b"], {})
+    assert model.predict(16, ("A+:1:-1",)).peak_bytes == pytest.approx(170 * 2**20, rel=0.01)
+    assert model.predict(16, ("B+:1:-1",)).peak_bytes == pytest.approx((170 - 8) * 2**20, rel=0.01)

@@ -43,7 +43,7 @@ def tune_command(
     target_batch: int = typer.Option(..., "--target-batch", help="The batch size to fit."),
     budget: str | None = typer.Option(None, "--budget", help="Peak memory allowed: 2.5GiB, 2500MB or 80% (CUDA default: the GPU's memory less 10%). Required on CPU."),
     max_trials: int = typer.Option(6, "--max-trials", help="Most search trials at the target batch (calibration trials not counted)."),
-    steps: int = typer.Option(2, "--steps", help="Measured steps per trial (after one warm-up step)."),
+    steps: int = typer.Option(2, "--steps", help="Measured steps per trial (after one warm-up step). Keep 2 or more: some plans lower only the first measured step's peak."),
     resume: bool = typer.Option(False, "--resume", help="Reuse finished trials of a previous session from the journal in --runs-dir."),
     no_tui: bool = typer.Option(False, "--no-tui", help="No terminal UI: plain progress on stderr, result on stdout."),
     as_json: bool = typer.Option(False, "--json", help="With --no-tui: print the result as JSON."),
