@@ -136,8 +136,10 @@ def _solve(variables: list[tuple[int, int, float, float]], savings: np.ndarray, 
     n = len(variables)
     scale = max(float(savings.max()), 1.0)
     costs = np.array([v[3] for v in variables])
-    # A tiny price per variable: between equally cheap sets, enable fewer plans.
-    objective = costs + 1e-9 * (1 + costs.max(initial=0.0))
+    # Costs are seconds (often milliseconds): scaled to order 1 so HiGHS's absolute tolerances
+    # cannot hide a plan that is not needed; a tiny price per variable then prefers fewer plans
+    # between equally cheap sets.
+    objective = costs / max(float(costs.max(initial=0.0)), 1e-12) + 1e-9
     constraints = [LinearConstraint((savings / scale)[None, :], lb=need / scale, ub=np.inf)]
     order = []  # y_{p,j} >= y_{p,j+1}: ORT <=1.16 recomputes the first occurrences in topological order
     for i in range(n - 1):
@@ -147,7 +149,9 @@ def _solve(variables: list[tuple[int, int, float, float]], savings: np.ndarray, 
             order.append(row)
     if order:
         constraints.append(LinearConstraint(np.array(order), lb=0.0, ub=np.inf))
-    result = milp(objective, constraints=constraints, integrality=np.ones(n), bounds=Bounds(0, 1))
+    # Zero relative gap: HiGHS must prove optimality (by default it stops within 0.01%).
+    result = milp(objective, constraints=constraints, integrality=np.ones(n), bounds=Bounds(0, 1),
+                  options={"mip_rel_gap": 0.0})
     if result.x is None:
         return np.ones(n), f"milp failed ({result.message}); every plan enabled"
     return np.round(result.x), "milp (HiGHS), optimal"
