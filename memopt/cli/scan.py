@@ -89,22 +89,26 @@ def scan_command(
 
 def plans_frame(report: ScanReport, dims: dict[str, int] | None) -> pd.DataFrame:
     """One row per plan, largest exact saving first when dims are known."""
-    rows = [{
-        "config": p.key,
-        "subgraph": p.subgraph,
-        "type": p.kind.name.lower(),
-        "frequency": p.frequency,
-        "saving_symbolic": str(p.exact),
-        "ort_saving_symbolic": str(p.ort),
-        "saving_bytes": p.exact.evaluate(dims) if dims is not None else None,
-        "ort_saving_bytes": p.ort.evaluate(dims) if dims is not None else None,
-        "modules": ";".join(module_summary(p)),
-    } for p in report.patterns]
+    rows = [{**_plan_fields(p, dims), "modules": ";".join(module_summary(p))} for p in report.patterns]
     frame = pd.DataFrame(rows, columns=["config", "subgraph", "type", "frequency", "saving_symbolic", "ort_saving_symbolic",
                                         "saving_bytes", "ort_saving_bytes", "modules"])
     if dims is not None:
         frame = frame.sort_values("saving_bytes", ascending=False, kind="stable")
     return frame.reset_index(drop=True)
+
+
+def _plan_fields(pattern: Pattern, dims: dict[str, int] | None) -> dict[str, object]:
+    """A plan as a table or JSON row; byte figures only when ``dims`` give every symbol."""
+    return {
+        "config": pattern.key,
+        "subgraph": pattern.subgraph,
+        "type": pattern.kind.name.lower(),
+        "frequency": pattern.frequency,
+        "saving_symbolic": str(pattern.exact),
+        "ort_saving_symbolic": str(pattern.ort),
+        "saving_bytes": pattern.exact.evaluate(dims) if dims is not None else None,
+        "ort_saving_bytes": pattern.ort.evaluate(dims) if dims is not None else None,
+    }
 
 
 def module_summary(pattern: Pattern) -> list[str]:
@@ -151,10 +155,7 @@ def _json(report: ScanReport, dims: dict[str, int], source: str, version: str) -
         "stashed_symbolic": str(report.stashed),
         "stashed_bytes": report.stashed.evaluate(dims) if known else None,
         "plans": [{
-            "config": p.key, "subgraph": p.subgraph, "type": p.kind.name.lower(), "frequency": p.frequency,
-            "saving_symbolic": str(p.exact), "ort_saving_symbolic": str(p.ort),
-            "saving_bytes": p.exact.evaluate(dims) if known else None,
-            "ort_saving_bytes": p.ort.evaluate(dims) if known else None,
+            **_plan_fields(p, dims if known else None),
             "occurrences": [{"entry": o.entry, "module": o.module, "nodes": list(o.nodes),
                              "saving_symbolic": str(o.exact)} for o in p.occurrences],
         } for p in report.patterns],
