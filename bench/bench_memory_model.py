@@ -18,10 +18,10 @@ import sys
 import tempfile
 from pathlib import Path
 
-from memopt.calibrate import calibrate
-from memopt.memory_model import Observation
-from memopt.planner import PlanChoice, config_entries
-from memopt.trials import TrialSpec, run_trial
+from memopt.predict.calibrate import calibrate
+from memopt.predict.memory_model import Observation
+from memopt.ort import plan_config_entries
+from memopt.run.trials import TrialSpec, run_trial
 
 
 def bench(recipe: str, size: str, runs_dir: Path, fit: tuple[int, int], checks: tuple[int, int]) -> list[dict]:
@@ -32,8 +32,7 @@ def bench(recipe: str, size: str, runs_dir: Path, fit: tuple[int, int], checks: 
 
     def check(batch: int, plans: tuple[str, ...], label: str) -> float:
         predicted = model.predict(batch, plans).peak_bytes
-        choices = tuple(PlanChoice(p.key, p.entries, -1, p.frequency, 0.0, 0.0) for p in model.plans if p.key in plans)
-        trial = run_trial(TrialSpec(recipe, batch, options, config_entries(choices), steps=2), runs_dir,
+        trial = run_trial(TrialSpec(recipe, batch, options, plan_config_entries(p.key for p in model.plans if p.key in plans), steps=2), runs_dir,
                           predicted_peak_bytes=int(predicted))
         assert trial.ran, trial.error
         measured = trial.peak_bytes

@@ -29,11 +29,11 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from memopt.expr import parse_expression  # noqa: E402
-from memopt.graph import load_graph  # noqa: E402
-from memopt.polynomial import Polynomial  # noqa: E402
+from memopt.graph.expr import parse_expression  # noqa: E402
+from memopt.graph.training_graph import load_graph  # noqa: E402
+from memopt.graph.polynomial import Polynomial  # noqa: E402
 from memopt.scan import scan_graph  # noqa: E402
-from memopt.scan.ort_reference import ort_reference  # noqa: E402
+from memopt.graph.ort_reference import ort_reference  # noqa: E402
 
 
 def probe_graph(layers: int, runs: Path) -> Path:

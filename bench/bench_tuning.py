@@ -43,25 +43,25 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
-from memopt.budget import Budget
-from memopt.calibrate import require_batch_dim
+from memopt.run.budget import Budget
+from memopt.predict.calibrate import require_batch_dim
 from memopt.cli.tune import print_event
-from memopt.config import ENV_VAR
+from memopt.ort.config import ENV_VAR
 from memopt.logparse import parse_file
 from memopt.logparse.model import Plan
-from memopt.ortversion import OrtVersion
-from memopt.runs import LOG_NAME, RunRequest, launch, new_run_dir
+from memopt.ort.version import OrtVersion
+from memopt.run.launch import LOG_NAME, RunRequest, launch, new_run_dir
 from memopt.scan import scan_graph
 from memopt.scan.patterns import Pattern
-from memopt.scan.target import load_target
-from memopt.trials import (
+from memopt.run.target import load_target
+from memopt.run.trials import (
     LEVEL_VAR,
     TrialResult,
     TrialSpec,
     parse_trial_config,
     run_trial,
 )
-from memopt.tuner import StageFinished, TuneEvent, Tuner, TuneSettings
+from memopt.tune import StageFinished, TuneEvent, Tuner, TuneSettings
 
 LEVEL1 = "level1"  # the config label of an ORTMODULE_MEMORY_OPT_LEVEL=1 run
 MIB = 2**20
@@ -186,7 +186,7 @@ def level1_run(bench: Bench, folder: Path, steps: int) -> tuple[Run, tuple[str, 
     """One run with ``ORTMODULE_MEMORY_OPT_LEVEL=1`` (and no config), judged against the budget.
 
     memopt's trials always drop the level variable (it would override any config), so this
-    goes through ``memopt.runs.launch`` directly. Returns the run, the plans ORT reported ON
+    goes through ``memopt.run.launch.launch`` directly. Returns the run, the plans ORT reported ON
     and the recomputed-node count from its log.
     """
     request = RunRequest(recipe=bench.recipe, batch_size=bench.target, options=bench.options, steps=steps,

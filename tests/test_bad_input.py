@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from conftest import RECIPES, CliRun, assert_one_line_error, memopt
 
-from memopt.stack import inspect_stack
+from memopt.ort.stack import inspect_stack
 
 TORCH_2_13_WHEEL = next(Path("/opt/wheels").glob("torch-2.13.*.whl"), None) if Path("/opt/wheels").is_dir() else None
 

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from memopt.config import (
+from memopt.ort.config import (
     ConfigEntry,
     ConfigError,
     export_line,
@@ -22,7 +22,7 @@ from memopt.config import (
 )
 from memopt.errors import MemoptError
 from memopt.logparse import OptimizationType
-from memopt.ortversion import OrtVersion, OrtVersionError
+from memopt.ort.version import OrtVersion, OrtVersionError
 
 V1_16, V1_17, V1_18, V1_19 = (OrtVersion.parse(text) for text in ("1.16.3", "1.17", "1.18.0", "1.19.2"))
 DOC_CONFIG = "BiasGelu+Cast+Cast+:1:2,Cast+:2:-1,Dropout+:0:-1"

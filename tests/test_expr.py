@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from memopt.errors import MemoptError
-from memopt.expr import ExpressionError, UnknownSymbolError, parse_expression
+from memopt.graph.expr import ExpressionError, UnknownSymbolError, parse_expression
 
 
 @pytest.mark.parametrize(

@@ -20,6 +20,7 @@ from logsamples import (
 
 from memopt.errors import MemoptError
 from memopt.logparse import (
+    plans_dataframe,
     LogReadError,
     NoSummaryError,
     OptimizationType,
@@ -156,7 +157,7 @@ def test_savings_at_user_dims_match_orts_own_run_at_those_dims() -> None:
 
 
 def test_dataframe_has_one_row_per_plan() -> None:
-    frame = parse_file(CONFIG_LOG).to_dataframe()
+    frame = plans_dataframe(parse_file(CONFIG_LOG))
     assert len(frame) == 10
     assert frame.loc[0, "config_key"] == "FusedMatMul+Add+:1:-1" and frame.loc[0, "max_saving_bytes"] == 262144
 
@@ -258,7 +259,7 @@ def test_mutated_real_logs_never_crash(rng: random.Random, mutations: int) -> No
             break
     try:
         result = parse_lines(lines)
-        result.to_dataframe()
+        plans_dataframe(result)
     except MemoptError:
         pass
 

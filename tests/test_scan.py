@@ -10,9 +10,9 @@ import onnx
 import pytest
 from conftest import CliRun, assert_one_line_error, memopt
 
-from memopt.graph import load_graph
+from memopt.graph.training_graph import load_graph
 from memopt.logparse import parse_file
-from memopt.polynomial import Polynomial
+from memopt.graph.polynomial import Polynomial
 from memopt.scan import scan_graph
 from memopt.scan.modules import module_path
 from memopt.scan.parity import compare_plans

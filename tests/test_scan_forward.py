@@ -10,12 +10,12 @@ import pytest
 import torch
 from conftest import assert_one_line_error, memopt
 
-from memopt.expr import parse_expression
-from memopt.graph import load_graph
-from memopt.polynomial import Polynomial
-from memopt.recipes import load_recipe
+from memopt.graph.expr import parse_expression
+from memopt.graph.training_graph import load_graph
+from memopt.graph.polynomial import Polynomial
+from memopt.run.recipes import load_recipe
 from memopt.scan import scan_graph
-from memopt.scan.ort_reference import read_reference
+from memopt.graph.ort_reference import read_reference
 
 
 @pytest.fixture(scope="module")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from memopt.stack import (
+from memopt.ort.stack import (
     StackError,
     StackInfo,
     check_stack,

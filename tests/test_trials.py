@@ -11,14 +11,14 @@ from pathlib import Path
 import pytest
 from conftest import RECIPES, assert_one_line_error, memopt
 
-from memopt.budget import BudgetError, parse_budget
-from memopt.config import ConfigError
-from memopt.journal import Journal
-from memopt.memory_model import MemoryModel, Observation, PlanSavings, fit_memory_model
-from memopt.ortversion import OrtVersion
-from memopt.planner import choose_plans
-from memopt.polynomial import Polynomial
-from memopt.trials import TrialSpec, parse_trial_config, run_trial
+from memopt.run.budget import BudgetError, parse_budget
+from memopt.ort.config import ConfigError
+from memopt.run.journal import Journal
+from memopt.predict.memory_model import MemoryModel, Observation, PlanSavings, fit_memory_model
+from memopt.ort.version import OrtVersion
+from memopt.predict.planner import choose_plans
+from memopt.graph.polynomial import Polynomial
+from memopt.run.trials import TrialSpec, parse_trial_config, run_trial
 
 TINY = {"size": "tiny"}
 
@@ -140,7 +140,7 @@ def test_planner_picks_the_cheapest_feasible_set() -> None:
 
 
 def test_planner_on_a_real_tiny_model(baseline, trials_dir: Path) -> None:
-    from memopt.calibrate import calibrate
+    from memopt.predict.calibrate import calibrate
 
     cal = calibrate("gpt", 16, options=TINY, runs_dir=trials_dir, calibration_batches=(2, 4), steps=2)
     model = cal.model
@@ -193,8 +193,8 @@ def test_one_ineffective_plan_does_not_condemn_the_others() -> None:
     """A plan whose saving is off the peak's path measures as saving nothing; plans never
     tried keep half the scan's word instead of dropping to zero (which made the tuner give
     up on a target every plan together reaches)."""
-    from memopt.memory_model import Observation, PlanSavings, fit_memory_model
-    from memopt.polynomial import Polynomial
+    from memopt.predict.memory_model import Observation, PlanSavings, fit_memory_model
+    from memopt.graph.polynomial import Polynomial
 
     per_sample = Polynomial.symbol("b").scale(2**20)
     plans = (PlanSavings("A+:1:-1", ("A+:1",), 1, per_sample), PlanSavings("B+:1:-1", ("B+:1",), 1, per_sample))

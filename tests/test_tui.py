@@ -14,8 +14,8 @@ import tune_support
 from memopt.tui.app import TuneApp
 from memopt.tui.widgets import PlansTable
 
-from memopt.config import ENV_VAR
-from memopt.tuner import Tuner
+from memopt.ort.config import ENV_VAR
+from memopt.tune import Tuner
 
 SNAPSHOTS = Path(__file__).parent / "snapshots"
 SIZE = (130, 40)

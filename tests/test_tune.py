@@ -7,7 +7,7 @@ import json
 import tune_support
 from conftest import assert_one_line_error, memopt
 
-from memopt.config import ENV_VAR
+from memopt.ort.config import ENV_VAR
 
 
 def test_cpu_needs_a_budget_and_bad_input_is_one_line(tmp_path) -> None:

@@ -14,10 +14,10 @@ import functools
 import tempfile
 from pathlib import Path
 
-from memopt.budget import parse_budget
-from memopt.ortversion import OrtVersion
-from memopt.trials import TrialSpec, parse_trial_config, run_trial
-from memopt.tuner import Tuner, TuneSettings
+from memopt.run.budget import parse_budget
+from memopt.ort.version import OrtVersion
+from memopt.run.trials import TrialSpec, parse_trial_config, run_trial
+from memopt.tune import Tuner, TuneSettings
 
 RECIPE = str(Path(__file__).parent / "recipes" / "wide_gpt.py")
 OPTIONS = {"n_layer": 2, "seq_len": 128}

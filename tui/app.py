@@ -1,4 +1,4 @@
-"""``memopt tune``'s screen: a Textual app over ``memopt.tuner.Tuner``.
+"""``memopt tune``'s screen: a Textual app over ``memopt.tune.tuner.Tuner``.
 
 Blocking work (probe, scan, calibration, trials) runs in thread workers; the tuner's events
 come back as ``TunerEvent`` messages, so the screen stays live and shows progress. Keys:
@@ -28,8 +28,9 @@ from textual.message import Message
 from textual.widgets import Footer, Static
 
 from memopt.errors import MemoptError, one_line
-from memopt.tuner import (
+from memopt.tune import (
     Note,
+    Purpose,
     Ready,
     SearchFinished,
     StageFinished,
@@ -146,11 +147,17 @@ class TuneApp(App[None]):
             self.tuner.auto_search()
         except Exception as err:  # noqa: BLE001
             self.call_from_thread(self._failed, one_line(err))
+        finally:  # also when the search raised: the screen must accept new work
+            self.call_from_thread(self._search_ended)
+
+    def _search_ended(self) -> None:
+        self.searching = False
+        self._set_idle()
 
     @work(thread=True, exclusive=True, group="tuner")
     def _trial_worker(self, plans: tuple[str, ...]) -> None:
         try:
-            self.tuner.run_trial(plans, "manual", "your selection")
+            self.tuner.run_trial(plans, Purpose.MANUAL, "your selection")
         except TuneCancelled:
             pass
         except MemoptError as err:
@@ -161,6 +168,7 @@ class TuneApp(App[None]):
             self.call_from_thread(self._set_idle)
 
     def _failed(self, message: str) -> None:
+        self.searching = False
         self.error = message if not self.tuner.is_ready else None
         panel = self.query_one(TrialsPanel)
         panel.note(f"error: {message}", "bold red")
@@ -189,7 +197,7 @@ class TuneApp(App[None]):
         elif isinstance(event, Ready):
             self._show_ready(event)
         elif isinstance(event, TrialStarted):
-            if event.purpose == "search":
+            if event.purpose is Purpose.SEARCH:
                 self.searching = True
                 self.selection.set(event.plans)
                 self._refresh_model()
@@ -198,7 +206,7 @@ class TuneApp(App[None]):
                        f"{short_plans(event.plans)}{predicted}")
         elif isinstance(event, TrialFinished):
             panel.add_trial(event.record)
-            style = "green" if event.record.fits else ("grey62" if event.record.purpose == "calibration" else "yellow")
+            style = "green" if event.record.fits else ("grey62" if event.record.purpose is Purpose.CALIBRATION else "yellow")
             panel.note(event.explanation, style)
             self._refresh_model()
             self._show_best()
@@ -214,7 +222,7 @@ class TuneApp(App[None]):
             style = "bold green" if event.result.verified else "bold red"
             panel.note(f"search {event.result.status}: {event.result.message}", style)
             self.busy_since = None
-            panel.idle(f"search {event.result.status.replace('_', ' ')} · q: quit and print the export line")
+            panel.idle(f"search {event.result.status.value.replace('_', ' ')} · q: quit and print the export line")
 
     def _busy(self, label: str) -> None:
         self.busy_since = time.monotonic()
@@ -300,15 +308,21 @@ class TuneApp(App[None]):
 
     def action_save(self) -> None:
         best = self.tuner.best()
-        plans = best.plans if best is not None else self.selection.plans
+        self._save_worker(best.plans if best is not None else self.selection.plans, best is not None)
+
+    @work(thread=True, group="export")
+    def _save_worker(self, plans: tuple[str, ...], verified: bool) -> None:
         try:
             path = self.tuner.save_config(plans)
         except MemoptError as err:
-            self.notify(str(err), severity="error")
+            self.call_from_thread(self.notify, str(err), severity="error")
             return
-        verified = "verified" if best is not None else "NOT verified"
-        self.query_one(TrialsPanel).note(f"saved {verified} config {short_plans(plans)} to {path}", "bold")
-        self.notify(f"saved to {Path(path).name}")
+        self.call_from_thread(self._saved, plans, verified, path)
+
+    def _saved(self, plans: tuple[str, ...], verified: bool, path: Path) -> None:
+        self.query_one(TrialsPanel).note(
+            f"saved {'verified' if verified else 'NOT verified'} config {short_plans(plans)} to {path}", "bold")
+        self.notify(f"saved to {path.name}")
 
     def _export_for_selection(self) -> list[str]:
         if not self.tuner.is_ready:
@@ -321,8 +335,16 @@ class TuneApp(App[None]):
     def action_quit_tuner(self) -> None:
         if self.working:
             self.tuner.cancel()  # kills the running trial's child; the journal keeps finished trials
+        self._quit_worker(self.selection.plans)
+
+    @work(thread=True, exclusive=True, group="export")
+    def _quit_worker(self, selection: tuple[str, ...]) -> None:
         try:
-            self.exit_lines = exit_lines(self.tuner, self.selection.plans)
+            lines = exit_lines(self.tuner, selection)
         except MemoptError as err:
-            self.exit_lines = [f"# memopt tune: cannot write the config: {err}", f"# journal: {self.tuner.journal.path}"]
+            lines = [f"# memopt tune: cannot write the config: {err}", f"# journal: {self.tuner.journal.path}"]
+        self.call_from_thread(self._exit_with, lines)
+
+    def _exit_with(self, lines: list[str]) -> None:
+        self.exit_lines = lines
         self.exit()

@@ -8,7 +8,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from memopt.tuner import PlanRow, TrialRecord, Tuner
+from memopt.ort import short_key
+from memopt.tune import PlanRow, TrialRecord, Tuner
 from memopt.units import format_bytes
 
 __all__ = ["SORT_KEYS", "Selection", "exit_lines", "plan_cells", "short_plans", "sort_rows", "trial_cells"]
@@ -53,7 +54,7 @@ def sort_rows(rows: Sequence[PlanRow], by: str) -> list[PlanRow]:
 
 
 def short_plans(plans: Iterable[str]) -> str:
-    return ", ".join(p.removesuffix(":1:-1") for p in plans) or "no config"
+    return ", ".join(short_key(p) for p in plans) or "no config"
 
 
 def plan_cells(row: PlanRow, on: bool) -> tuple[str, ...]:
@@ -73,25 +74,29 @@ def trial_cells(record: TrialRecord) -> tuple[str, ...]:
         predicted = format_bytes(record.predicted_bytes)
         if record.prediction_error is not None:
             predicted += f" ({record.prediction_error * 100:+.1f}%)"
-    outcome = record.outcome.replace("_", " ") + (" (journal)" if result.reused else "")
+    outcome = record.outcome.label + (" (journal)" if result.reused else "")
     return (
-        str(record.number), record.purpose, str(record.batch_size), short_plans(record.plans), outcome,
+        str(record.number), str(record.purpose), str(record.batch_size), short_plans(record.plans), outcome,
         format_bytes(result.peak_bytes) if result.peak_bytes else "-", predicted,
         f"{result.median_step_s:.2f} s" if result.median_step_s else "-",
     )
 
 
 def exit_lines(tuner: Tuner, selection: Sequence[str]) -> list[str]:
-    """What ``memopt tune`` prints on stdout after the screen closes."""
+    """What ``memopt tune`` prints on stdout after the screen closes; writes the config file
+    the export line names (call it off the UI thread)."""
     lines: list[str] = []
     if tuner.is_ready:
         best = tuner.best()
         if best is not None:
             lines.append(f"# memopt tune: verified at batch {best.batch_size} (trial {best.number}, peak "
                          f"{format_bytes(best.peak_bytes)}, {best.step_s or 0:.2f} s/step): {short_plans(best.plans)}")
+            if best.plans:
+                tuner.save_config(best.plans)
             lines += tuner.export_lines(best.plans)
         elif selection:
             lines.append("# memopt tune: no verified config; your selection, NOT verified:")
+            tuner.save_config(selection)
             lines += tuner.export_lines(selection)
         else:
             lines.append("# memopt tune: no verified config")

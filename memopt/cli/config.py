@@ -10,7 +10,7 @@ from rich.console import Console
 
 from memopt.cli import app, console
 from memopt.cli.dims import config_version
-from memopt.config import (
+from memopt.ort.config import (
     ENV_VAR,
     ConfigEntry,
     ValidatedConfig,
@@ -25,7 +25,7 @@ from memopt.config import (
 )
 from memopt.errors import MemoptError
 from memopt.logparse import Summary, parse_file, require_summaries
-from memopt.ortversion import OrtVersion
+from memopt.ort.version import OrtVersion
 
 __all__ = ["config_app", "print_config"]
 

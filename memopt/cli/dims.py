@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from memopt.errors import MemoptError
 from memopt.logparse import Summary
-from memopt.ortversion import OrtVersion
+from memopt.ort.version import OrtVersion
 
 __all__ = ["config_version", "parse_dims_option"]
 

@@ -1,13 +1,66 @@
-"""Option handling shared by commands that take a recipe."""
+"""Options several commands share: one type each (typer ``Annotated``), one default each,
+and the helpers that turn them into library values."""
 
 from __future__ import annotations
 
-from typing import Any
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
 
 from memopt.errors import MemoptError
-from memopt.recipes import parse_option_value
+from memopt.run.recipes import parse_option_value
 
-__all__ = ["calibration_batches", "recipe_options"]
+__all__ = [
+    "BudgetOption",
+    "CalibrateOption",
+    "DeviceOption",
+    "MarginOption",
+    "OptionPairs",
+    "PythonOption",
+    "RecipeArgument",
+    "RunsDirOption",
+    "SeqOption",
+    "SizeOption",
+    "StepsOption",
+    "TargetBatchOption",
+    "TimeoutOption",
+    "calibration_batches",
+    "check_device",
+    "recipe_options",
+]
+
+RecipeArgument = Annotated[
+    str, typer.Argument(help="Built-in recipe (gpt, bert, mlp, cnn), a .py file or package.module[:attr].")
+]
+TargetBatchOption = Annotated[int, typer.Option("--target-batch", help="The batch size to fit.")]
+BudgetOption = Annotated[
+    str | None,
+    typer.Option("--budget", help="Peak memory allowed: 2.5GiB, 2500MB or 80% (of the GPU; on CPU of RAM). "
+                                  "Required on CPU; on CUDA the default is the GPU's memory less 10%."),
+]
+SeqOption = Annotated[int | None, typer.Option("--seq", min=1, help="Sequence length (recipes with a seq_len option).")]
+SizeOption = Annotated[str | None, typer.Option("--size", help="Model size of a built-in recipe, e.g. tiny, small.")]
+OptionPairs = Annotated[list[str], typer.Option("--option", "-o", help="Recipe option key=value (repeatable).")]
+StepsOption = Annotated[
+    int,
+    typer.Option("--steps", help="Measured steps per run after the warm-up step. Keep 2 or more: some plans lower "
+                                 "only the first measured step's peak."),
+]
+DeviceOption = Annotated[str, typer.Option("--device", help="auto (CUDA when ORT and torch have it), cpu or cuda.")]
+MarginOption = Annotated[float, typer.Option("--margin", help="Fraction of the budget held back for prediction error.")]
+CalibrateOption = Annotated[
+    str | None,
+    typer.Option("--calibrate", help="Batch sizes of the no-config calibration trials, e.g. 2,4 "
+                                     "(default: target/8 and target/4)."),
+]
+RunsDirOption = Annotated[
+    Path, typer.Option("--runs-dir", help="Where run folders, the journal (journal.jsonl) and config files go.")
+]
+PythonOption = Annotated[
+    str | None, typer.Option("--python", help="Interpreter whose ORT/torch stack runs the model (default: this one).")
+]
+TimeoutOption = Annotated[float, typer.Option("--timeout", help="Seconds before a run is killed.")]
 
 
 def recipe_options(seq: int | None, size: str | None, pairs: list[str]) -> dict[str, Any]:
@@ -36,3 +89,8 @@ def calibration_batches(text: str | None) -> tuple[int, ...] | None:
     if len(set(values)) < 2 or min(values) < 1:
         raise MemoptError(f"--calibrate needs two or more different positive batch sizes, not {text!r}")
     return values
+
+
+def check_device(device: str) -> None:
+    if device not in ("auto", "cpu", "cuda"):
+        raise MemoptError(f"--device must be auto, cpu or cuda, not {device!r}")

@@ -14,9 +14,9 @@ from rich.table import Table
 from memopt.cli import app, console, error_console
 from memopt.cli.config import print_config
 from memopt.cli.dims import config_version, parse_dims_option
-from memopt.config import parse_config_string
+from memopt.ort.config import parse_config_string
 from memopt.errors import MemoptError
-from memopt.logparse import ParseResult, Plan, Summary, parse_file, require_summaries
+from memopt.logparse import plans_dataframe, ParseResult, Plan, Summary, parse_file, require_summaries
 from memopt.units import format_bytes
 
 __all__ = ["parse_command"]
@@ -159,7 +159,7 @@ def _print_csv(results: list[ParseResult], user_dims: dict[str, int]) -> None:
 
     frames = []
     for result in results:
-        frame = result.to_dataframe()
+        frame = plans_dataframe(result)
         frame["saving_at_dims"] = [
             _saving(plan, summary, user_dims) for summary in result.summaries for plan in summary.plans
         ]

@@ -8,48 +8,58 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
-from memopt.budget import parse_budget
-from memopt.calibrate import Calibration, calibrate, save_model
+from memopt.run.budget import parse_budget, resolve_budget
+from memopt.predict.calibrate import Calibration, calibrate, save_model
 from memopt.cli import app, console
-from memopt.cli.options import calibration_batches, recipe_options
-from memopt.cli.trial import print_trial
-from memopt.config import (
-    export_line,
-    format_config_string,
-    takes_json_file,
-    write_json_config,
+from memopt.cli.options import (
+    BudgetOption,
+    CalibrateOption,
+    DeviceOption,
+    MarginOption,
+    OptionPairs,
+    PythonOption,
+    RecipeArgument,
+    RunsDirOption,
+    SeqOption,
+    SizeOption,
+    StepsOption,
+    TargetBatchOption,
+    TimeoutOption,
+    calibration_batches,
+    check_device,
+    recipe_options,
 )
+from memopt.cli.trial import print_trial
+from memopt.ort.config import export_line, takes_json_file
 from memopt.errors import MemoptError
-from memopt.journal import Journal
-from memopt.memory_model import Observation
-from memopt.ortversion import OrtVersion
-from memopt.planner import PlanResult, choose_plans
-from memopt.trials import TrialSpec, run_trial, stack_versions
+from memopt.run.journal import Journal
+from memopt.predict.memory_model import Observation
+from memopt.ort.version import OrtVersion
+from memopt.predict.planner import DEFAULT_MARGIN, PlanResult, choose_plans
+from memopt.run.trials import DEFAULT_STEPS, TrialSpec, run_trial, stack_versions
+from memopt.tune.export import plan_export, write_config
 from memopt.units import format_bytes
 
 __all__ = ["plan_command"]
 
-_CUDA_DEFAULT_FRACTION = 0.9  # default CUDA budget: the device's memory less 10% (allocator cache, context)
-
-
 @app.command("plan")
 def plan_command(
-    recipe: str = typer.Argument(..., help="Built-in recipe (gpt, bert, mlp, cnn), a .py file or package.module[:attr]."),
-    target_batch: int = typer.Option(..., "--target-batch", help="The batch size to fit."),
-    budget: str | None = typer.Option(None, "--budget", help="Peak memory allowed: 2.5GiB, 2500MB or 80% (of the GPU; on CPU of RAM). Required on CPU."),
-    seq: int | None = typer.Option(None, "--seq", min=1, help="Sequence length (recipes with a seq_len option)."),
-    size: str | None = typer.Option(None, "--size", help="Model size of a built-in recipe, e.g. tiny, small."),
-    option: list[str] = typer.Option([], "--option", "-o", help="Recipe option key=value (repeatable)."),
-    calibrate_at: str | None = typer.Option(None, "--calibrate", help="Batch sizes of the no-config calibration trials, e.g. 2,4 (default: target/8 and target/4)."),
-    margin: float = typer.Option(0.01, "--margin", help="Fraction of the budget held back for prediction error."),
-    steps: int = typer.Option(3, "--steps", help="Measured steps per trial."),
-    device: str = typer.Option("auto", "--device", help="auto, cpu or cuda."),
-    runs_dir: Path = typer.Option(Path("runs"), "--runs-dir", help="Where trial folders, the journal and the config file go."),
+    recipe: RecipeArgument,
+    target_batch: TargetBatchOption,
+    budget: BudgetOption = None,
+    seq: SeqOption = None,
+    size: SizeOption = None,
+    option: OptionPairs = [],  # noqa: B006  (typer reads the default; never mutated)
+    calibrate_at: CalibrateOption = None,
+    margin: MarginOption = DEFAULT_MARGIN,
+    steps: StepsOption = DEFAULT_STEPS,
+    device: DeviceOption = "auto",
+    runs_dir: RunsDirOption = Path("runs"),
     resume: bool = typer.Option(True, "--resume/--no-resume", help="Reuse finished calibration trials from the journal."),
     verify: bool = typer.Option(False, "--verify", help="Run a trial with the chosen config at the target batch and report measured vs predicted."),
     out: Path | None = typer.Option(None, "--out", help="ORT 1.19: where to write the JSON config (default: in --runs-dir)."),
-    python: str | None = typer.Option(None, "--python", help="Interpreter whose ORT/torch stack runs the model."),
-    timeout: float = typer.Option(1800.0, "--timeout", help="Seconds before a trial is killed."),
+    python: PythonOption = None,
+    timeout: TimeoutOption = 1800.0,
     as_json: bool = typer.Option(False, "--json", help="Print the plan as JSON."),
 ) -> None:
     """Choose the plans that bring RECIPE's predicted peak at --target-batch under --budget at least recompute cost."""
@@ -59,8 +69,7 @@ def plan_command(
         raise MemoptError(f"--margin must be a fraction in [0, 1), not {margin:g}")
     if steps < 1:
         raise MemoptError(f"--steps must be at least 1, not {steps}")
-    if device not in ("auto", "cpu", "cuda"):
-        raise MemoptError(f"--device must be auto, cpu or cuda, not {device!r}")
+    check_device(device)
     batches = calibration_batches(calibrate_at)
     parsed = parse_budget(budget) if budget is not None else None
     options = recipe_options(seq=seq, size=size, pairs=option)
@@ -70,9 +79,7 @@ def plan_command(
     with console.status(f"Calibrating {recipe}: graph probe and no-config trials…"):
         cal = calibrate(recipe, target_batch, options=options, runs_dir=runs_dir, calibration_batches=batches,
                         steps=steps, device=device, python=python, timeout_s=timeout, resume=resume)
-    budget_bytes = parsed.bytes_of(cal.device_total) if parsed else int((cal.device_total or 0) * _CUDA_DEFAULT_FRACTION)
-    if budget_bytes <= 0:
-        raise MemoptError("the device's memory is unknown; give --budget")
+    budget_bytes = resolve_budget(parsed, cal.device, cal.device_total)
     result = choose_plans(cal.model, cal.costs_s, target_batch, budget_bytes, cal.ort_version, margin=margin,
                           baseline_step_s=cal.baseline_step_s)
     config_value = _write_config(result, cal, runs_dir, recipe, out)
@@ -95,15 +102,13 @@ def plan_command(
 
 
 def _write_config(result: PlanResult, cal: Calibration, runs_dir: Path, recipe: str, out: Path | None) -> str | None:
-    entries = result.entries
-    if not entries:
+    if not result.entries:
         return None
     version = OrtVersion.parse(cal.ort_version)
-    if not takes_json_file(version):
-        return format_config_string(entries, version)
-    name = Path(recipe.partition(":")[0]).stem.replace(".", "-")
-    path = out or Path(runs_dir) / f"plan-{name}-b{result.target_batch}.json"
-    return str(write_json_config(entries, path, version, overwrite=True))
+    export = plan_export(result.entries, version, runs_dir, recipe, result.target_batch, out, kind="plan")
+    if takes_json_file(version):
+        write_config(export)
+    return export.value
 
 
 def _print(result: PlanResult, cal: Calibration, config_value: str | None, recipe: str) -> None:

@@ -10,8 +10,8 @@ from memopt.cli import app, console
 from memopt.cli.options import recipe_options
 from memopt.errors import MemoptError
 from memopt.logparse import parse_file
-from memopt.probe import ProbeResult, probe
-from memopt.recipes import DEFAULT_RECIPE
+from memopt.run.probe import ProbeResult, probe
+from memopt.run.recipes import DEFAULT_RECIPE
 from memopt.units import format_bytes
 
 __all__ = ["probe_command"]

@@ -16,12 +16,12 @@ from memopt.cli import app, console, error_console
 from memopt.cli.dims import parse_dims_option
 from memopt.cli.options import recipe_options
 from memopt.errors import MemoptError
-from memopt.recipes import DEFAULT_RECIPE
+from memopt.run.recipes import DEFAULT_RECIPE
 from memopt.scan import ProbeLevel, ScanReport, scan_graph
 from memopt.scan.patterns import Pattern, order_patterns
-from memopt.scan.sizes import resolve_dims
-from memopt.scan.target import load_target
-from memopt.stack import inspect_stack
+from memopt.graph.sizes import resolve_dims
+from memopt.run.target import load_target
+from memopt.ort.stack import inspect_stack
 from memopt.units import format_bytes
 
 __all__ = ["scan_command"]

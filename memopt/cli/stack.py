@@ -8,7 +8,7 @@ import sys
 import typer
 
 from memopt.cli import app, console
-from memopt.stack import (
+from memopt.ort.stack import (
     EXTENSIONS_INSTALL_COMMAND,
     StackError,
     check_stack,

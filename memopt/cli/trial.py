@@ -5,19 +5,34 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import Annotated
 
 import typer
 
-from memopt.budget import parse_budget, total_ram
-from memopt.calibrate import load_saved_model, model_identity, save_model
+from memopt.run.budget import parse_budget
+from memopt.predict.calibrate import load_saved_model, model_identity, save_model
 from memopt.cli import app, console
-from memopt.cli.options import recipe_options
+from memopt.cli.options import (
+    BudgetOption,
+    DeviceOption,
+    OptionPairs,
+    PythonOption,
+    RecipeArgument,
+    RunsDirOption,
+    SeqOption,
+    SizeOption,
+    StepsOption,
+    TimeoutOption,
+    check_device,
+    recipe_options,
+)
 from memopt.errors import MemoptError
-from memopt.journal import Journal
-from memopt.memory_model import ModelError, Observation
-from memopt.ortversion import OrtVersion
-from memopt.trials import (
+from memopt.run.journal import Journal
+from memopt.predict.memory_model import ModelError, Observation
+from memopt.ort.version import OrtVersion
+from memopt.run.trials import (
     TrialResult,
+    DEFAULT_STEPS,
     TrialSpec,
     parse_trial_config,
     run_trial,
@@ -32,19 +47,19 @@ _FATAL = {"recipe_error": "the recipe is broken", "stack_error": "the ORT traini
 
 @app.command("trial")
 def trial_command(
-    recipe: str = typer.Argument(..., help="Built-in recipe (gpt, bert, mlp, cnn), a .py file or package.module[:attr]."),
-    batch: int = typer.Option(..., "--batch", "-b", help="Batch size."),
-    config: str = typer.Option("none", "--config", "-c", help="A JSON config file, a config string, a comma list of plan keys (X+ means X+:1:-1), or none."),
-    steps: int = typer.Option(3, "--steps", help="Measured steps after the warm-up step."),
-    seq: int | None = typer.Option(None, "--seq", min=1, help="Sequence length (recipes with a seq_len option)."),
-    size: str | None = typer.Option(None, "--size", help="Model size of a built-in recipe, e.g. tiny, small."),
-    option: list[str] = typer.Option([], "--option", "-o", help="Recipe option key=value (repeatable)."),
-    budget: str | None = typer.Option(None, "--budget", help="Peak memory allowed, e.g. 2.5GiB, 2500MB, 80%: above it the trial is over budget."),
-    device: str = typer.Option("auto", "--device", help="auto (CUDA when ORT and torch have it), cpu or cuda."),
-    runs_dir: Path = typer.Option(Path("runs"), "--runs-dir", help="Where trial folders and the journal (journal.jsonl) live."),
+    recipe: RecipeArgument,
+    batch: Annotated[int, typer.Option("--batch", "-b", help="Batch size.")],
+    config: str = typer.Option(  # noqa: B008"none", "--config", "-c", help="A JSON config file, a config string, a comma list of plan keys (X+ means X+:1:-1), or none."),
+    steps: StepsOption = DEFAULT_STEPS,
+    seq: SeqOption = None,
+    size: SizeOption = None,
+    option: OptionPairs = [],  # noqa: B006  (typer reads the default; never mutated)
+    budget: BudgetOption = None,
+    device: DeviceOption = "auto",
+    runs_dir: RunsDirOption = Path("runs"),
     resume: bool = typer.Option(False, "--resume", help="Reuse a finished trial of the journal with the same recipe, options, batch, config and versions."),
-    python: str | None = typer.Option(None, "--python", help="Interpreter whose ORT/torch stack runs the model."),
-    timeout: float = typer.Option(1800.0, "--timeout", help="Seconds before the trial is killed."),
+    python: PythonOption = None,
+    timeout: TimeoutOption = 1800.0,
     as_json: bool = typer.Option(False, "--json", help="Print the journal record as JSON."),
 ) -> None:
     """Run RECIPE at --batch with --config applied as a user would; record memory, time and ORT's plans."""
@@ -52,10 +67,9 @@ def trial_command(
         raise MemoptError(f"--batch must be a positive integer, not {batch}")
     if steps < 1:
         raise MemoptError(f"--steps must be at least 1, not {steps}")
-    if timeout <= 0:
+    if not timeout > 0:  # also refuses NaN
         raise MemoptError(f"--timeout must be positive, not {timeout:g}")
-    if device not in ("auto", "cpu", "cuda"):
-        raise MemoptError(f"--device must be auto, cpu or cuda, not {device!r}")
+    check_device(device)
     parsed_budget = parse_budget(budget) if budget is not None else None
     options = recipe_options(seq=seq, size=size, pairs=option)
     versions = stack_versions(python)
@@ -63,10 +77,6 @@ def trial_command(
         raise MemoptError("the ORT training stack cannot run: onnxruntime-training is not installed")
     validated = parse_trial_config(config, OrtVersion.parse(versions.ort_version))
     spec = TrialSpec(recipe, batch, options, validated.entries, steps, device, timeout, python)
-    budget_bytes = None
-    if parsed_budget is not None:
-        budget_bytes = parsed_budget.bytes if parsed_budget.bytes is not None else parsed_budget.bytes_of(
-            None if versions.cuda and device != "cpu" else total_ram())
 
     identity_device = "cuda" if versions.cuda and device != "cpu" else "cpu"
     identity = model_identity(recipe, options, versions, identity_device)
@@ -80,7 +90,7 @@ def trial_command(
             predicted = None
     with console.status(f"Trial of {recipe} at batch {batch} ({len(validated.entries)} config entries, {steps + 1} steps)…"):
         result = run_trial(spec, runs_dir, journal=Journal.in_folder(runs_dir), resume=resume,
-                           budget_bytes=budget_bytes, predicted_peak_bytes=predicted, versions=versions)
+                           budget=parsed_budget, predicted_peak_bytes=predicted, versions=versions)
     if result.outcome in _FATAL:
         raise MemoptError(f"{_FATAL[result.outcome]}: {result.error} (log: {result.run_dir}/ort.log)")
     if model is not None and result.ran and result.peak_bytes and not result.reused:
@@ -107,7 +117,7 @@ def print_trial(result: TrialResult) -> None:
     config = ", ".join(result.config) or "no config"
     where = (result.device or "?").upper()
     console.print(f"[bold]Trial of {result.recipe}[/] ({shown}) at batch {result.batch_size} on {where}: "
-                  f"[bold]{result.outcome.replace('_', ' ')}[/]{' (reused from the journal)' if result.reused else ''}",
+                  f"[bold]{result.outcome.label}[/]{' (reused from the journal)' if result.reused else ''}",
                   highlight=False)
     console.print(f"  config       {config}", highlight=False, soft_wrap=True)
     if result.config_value:

@@ -1,6 +1,6 @@
 """``memopt tune``: from "OOM at the batch I need" to a verified ORTMODULE_MEMORY_OPT_CONFIG.
 
-The TUI (``memopt.tui``) by default; ``--no-tui`` runs the same search (``memopt.tuner``)
+The TUI (``memopt.tui``) by default; ``--no-tui`` runs the same search (``memopt.tune.tuner``)
 with plain progress lines on stderr and the result (``--json``: a JSON document) on stdout.
 Either way the ``export …`` line(s) of the best verified config end up on stdout.
 """
@@ -13,13 +13,30 @@ from pathlib import Path
 
 import typer
 
-from memopt.budget import parse_budget
+from memopt.predict import DEFAULT_MARGIN
+from memopt.run import DEFAULT_STEPS, parse_budget
 from memopt.cli import app, error_console
-from memopt.cli.options import calibration_batches, recipe_options
+from memopt.cli.options import (
+    BudgetOption,
+    CalibrateOption,
+    DeviceOption,
+    MarginOption,
+    OptionPairs,
+    PythonOption,
+    RecipeArgument,
+    RunsDirOption,
+    SeqOption,
+    SizeOption,
+    StepsOption,
+    TimeoutOption,
+    calibration_batches,
+    recipe_options,
+)
 from memopt.errors import MemoptError
-from memopt.recipes import DEFAULT_RECIPE
-from memopt.trials import stack_versions
-from memopt.tuner import (
+from memopt.ort import short_key
+from memopt.run.recipes import DEFAULT_RECIPE
+from memopt.run.trials import stack_versions
+from memopt.tune import (
     Note,
     Ready,
     SearchFinished,
@@ -32,6 +49,7 @@ from memopt.tuner import (
     TuneSettings,
     budget_required,
 )
+from memopt.tune.settings import DEFAULT_MAX_TRIALS
 from memopt.units import format_bytes
 
 __all__ = ["tune_command", "print_event"]
@@ -39,30 +57,28 @@ __all__ = ["tune_command", "print_event"]
 
 @app.command("tune")
 def tune_command(
-    recipe: str = typer.Argument(DEFAULT_RECIPE, help="Built-in recipe (gpt, bert, mlp, cnn), a .py file or package.module[:attr]."),
+    recipe: RecipeArgument = DEFAULT_RECIPE,
     target_batch: int = typer.Option(..., "--target-batch", help="The batch size to fit."),
-    budget: str | None = typer.Option(None, "--budget", help="Peak memory allowed: 2.5GiB, 2500MB or 80% (CUDA default: the GPU's memory less 10%). Required on CPU."),
-    max_trials: int = typer.Option(6, "--max-trials", help="Most search trials at the target batch (calibration trials not counted)."),
-    steps: int = typer.Option(2, "--steps", help="Measured steps per trial (after one warm-up step). Keep 2 or more: some plans lower only the first measured step's peak."),
+    budget: BudgetOption = None,
+    max_trials: int = typer.Option(DEFAULT_MAX_TRIALS, "--max-trials", help="Most search trials at the target batch (calibration trials not counted)."),
+    steps: StepsOption = DEFAULT_STEPS,
     resume: bool = typer.Option(False, "--resume", help="Reuse finished trials of a previous session from the journal in --runs-dir."),
     no_tui: bool = typer.Option(False, "--no-tui", help="No terminal UI: plain progress on stderr, result on stdout."),
     as_json: bool = typer.Option(False, "--json", help="With --no-tui: print the result as JSON."),
     manual: bool = typer.Option(False, "--manual", help="TUI: do not start the auto-search; toggle plans and run trials yourself."),
-    seq: int | None = typer.Option(None, "--seq", min=1, help="Sequence length (recipes with a seq_len option)."),
-    size: str | None = typer.Option(None, "--size", help="Model size of a built-in recipe, e.g. tiny, small."),
-    option: list[str] = typer.Option([], "--option", "-o", help="Recipe option key=value (repeatable)."),
-    device: str = typer.Option("auto", "--device", help="auto, cpu or cuda."),
-    margin: float = typer.Option(0.02, "--margin", help="Fraction of the budget held back for prediction error."),
-    calibrate_at: str | None = typer.Option(None, "--calibrate", help="Batch sizes of the no-config calibration trials, e.g. 2,4 (default: target/8 and target/4)."),
-    runs_dir: Path = typer.Option(Path("runs"), "--runs-dir", help="Where trial folders, the journal and the config file go."),
-    python: str | None = typer.Option(None, "--python", help="Interpreter whose ORT/torch stack runs the model."),
-    timeout: float = typer.Option(1800.0, "--timeout", help="Seconds before a trial is killed."),
+    seq: SeqOption = None,
+    size: SizeOption = None,
+    option: OptionPairs = [],  # noqa: B006  (typer reads the default; never mutated)
+    device: DeviceOption = "auto",
+    margin: MarginOption = DEFAULT_MARGIN,
+    calibrate_at: CalibrateOption = None,
+    runs_dir: RunsDirOption = Path("runs"),
+    python: PythonOption = None,
+    timeout: TimeoutOption = 1800.0,
 ) -> None:
     """Find, verify and print the cheapest recompute config that fits --target-batch in --budget."""
     if as_json and not no_tui:
         raise MemoptError("--json needs --no-tui")
-    if timeout <= 0:
-        raise MemoptError(f"--timeout must be positive, not {timeout:g}")
     settings = TuneSettings(
         recipe=recipe, target_batch=target_batch, budget=parse_budget(budget) if budget is not None else None,
         options=recipe_options(seq=seq, size=size, pairs=option), max_trials=max_trials, steps=steps,
@@ -97,6 +113,8 @@ def _headless(settings: TuneSettings, as_json: bool) -> None:
     except KeyboardInterrupt:
         tuner.cancel()
         raise
+    if result.best is not None and result.best.plans:
+        tuner.save_config(result.best.plans)  # the file the export line names
     if as_json:
         print(json.dumps(tuner.summary(result), indent=2, default=str))
     else:
@@ -118,7 +136,7 @@ def print_event(event: TuneEvent) -> None:
         line = (f"[ready] {event.recipe} on {event.device}, ORT {event.ort_version}, torch {event.torch_version}; "
                 f"target batch {event.target_batch}, budget {format_bytes(event.budget_bytes)}; {len(event.rows)} plans")
     elif isinstance(event, TrialStarted):
-        plans = ", ".join(p.removesuffix(":1:-1") for p in event.plans) or "no config"
+        plans = ", ".join(short_key(p) for p in event.plans) or "no config"
         predicted = f", predicted {format_bytes(event.predicted_bytes)}" if event.predicted_bytes is not None else ""
         line = f"[trial {event.number}] {event.purpose} at batch {event.batch_size}: {plans}{predicted}…"
     elif isinstance(event, TrialFinished):

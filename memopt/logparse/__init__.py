@@ -14,6 +14,7 @@ from memopt.logparse.model import (
     Summary,
     SummarySource,
 )
+from memopt.logparse.frame import PLAN_COLUMNS, plans_dataframe
 from memopt.logparse.reader import (
     LogReadError,
     NoSummaryError,
@@ -24,6 +25,7 @@ from memopt.logparse.reader import (
 )
 
 __all__ = [
+    "PLAN_COLUMNS",
     "Cluster",
     "LogReadError",
     "NoSummaryError",
@@ -35,6 +37,7 @@ __all__ = [
     "Summary",
     "SummarySource",
     "parse_file",
+    "plans_dataframe",
     "parse_lines",
     "parse_text",
     "require_summaries",

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from memopt.errors import MemoptError
-from memopt.logparse.feature_table import FeatureBlock, FeatureTableParser, PlanRow
+from memopt.logparse.feature_table import FeatureBlock, FeatureTableParser, TableRow
 from memopt.logparse.format_a import FormatAParser
 from memopt.logparse.insight import InsightOption, InsightParser
 from memopt.logparse.model import (
@@ -23,7 +23,7 @@ from memopt.logparse.model import (
     Summary,
     SummarySource,
 )
-from memopt.ortversion import OrtVersionRange
+from memopt.ort.version import OrtVersionRange
 
 __all__ = ["Piece", "SummaryDraft"]
 
@@ -99,7 +99,7 @@ class SummaryDraft:
         )
 
 
-def _merge(rows: Iterable[PlanRow], options: tuple[InsightOption, ...]) -> tuple[Plan, ...]:
+def _merge(rows: Iterable[TableRow], options: tuple[InsightOption, ...]) -> tuple[Plan, ...]:
     claimed: set[int] = set()
     plans: list[Plan] = []
     for row in rows:

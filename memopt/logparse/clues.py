@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from memopt.ortversion import OrtVersion, OrtVersionError, OrtVersionRange
+from memopt.ort.version import OrtVersion, OrtVersionError, OrtVersionRange
 
 __all__ = ["version_clue"]
 

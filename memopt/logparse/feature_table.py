@@ -6,12 +6,12 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from memopt.expr import Expression, ExpressionError, parse_expression
+from memopt.graph.expr import Expression, ExpressionError, parse_expression
 from memopt.logparse.clues import version_clue
 from memopt.logparse.lines import LogLine
-from memopt.ortversion import OrtVersionRange
+from memopt.ort.version import OrtVersionRange
 
-__all__ = ["DIMS_NOTE", "FeatureBlock", "FeatureTableParser", "PlanRow", "parse_dims"]
+__all__ = ["DIMS_NOTE", "FeatureBlock", "FeatureTableParser", "TableRow", "parse_dims"]
 
 MEMORY_ROW = re.compile(r"Memory Optimizer\s*:\s*(ON|OFF)\s*:\s*(.*?)\s*$")
 DIMS_NOTE = re.compile(r"Note \d+: (?:\[Memory Optimizer\] )?[Mm]emory saving is calculated based on the 1st batch")
@@ -27,7 +27,7 @@ _DIM = re.compile(r"([A-Za-z_]\w*)=(-?\d+)")
 
 
 @dataclass(frozen=True)
-class PlanRow:
+class TableRow:
     line_number: int
     number: int
     enabled: bool
@@ -43,7 +43,7 @@ class FeatureBlock:
     memory_optimizer_on: bool
     optimization_level: str | None
     user_config: str | None
-    rows: tuple[PlanRow, ...]
+    rows: tuple[TableRow, ...]
     versions: OrtVersionRange | None
     warnings: tuple[str, ...]
 
@@ -64,7 +64,7 @@ class FeatureTableParser:
             self.level, self.user_config = level.group(1), level.group(2)
         elif self.on and (hint := _CONFIG_IN_HINT.search(description)):
             self.user_config = hint.group(1)
-        self.rows: list[PlanRow] = []
+        self.rows: list[TableRow] = []
         self.warnings: list[str] = []
         self.complete = False
 
@@ -90,7 +90,7 @@ class FeatureTableParser:
             self.warnings.append(f"line {line.number}: Plan {match.group(1)} saving {symbolic!r} unreadable: {err}")
             expression = None
         self.rows.append(
-            PlanRow(
+            TableRow(
                 line_number=line.number,
                 number=int(match.group(1)),
                 enabled=match.group(2) == "ON",

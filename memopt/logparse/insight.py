@@ -9,7 +9,7 @@ from memopt.logparse.clues import version_clue
 from memopt.logparse.lines import LogLine
 from memopt.logparse.model import OptimizationType, StashedOutput
 from memopt.logparse.shapes import element_count
-from memopt.ortversion import OrtVersionRange
+from memopt.ort.version import OrtVersionRange
 
 __all__ = ["INSIGHT_HEADER", "InsightBlock", "InsightOption", "InsightParser"]
 

@@ -12,13 +12,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import Enum, IntEnum
-from typing import TYPE_CHECKING
 
-from memopt.expr import Expression
-from memopt.ortversion import OrtVersionRange
+from memopt.graph.expr import Expression
+from memopt.ort.config import OptimizationType
+from memopt.ort.version import OrtVersionRange
 
-if TYPE_CHECKING:
-    import pandas as pd
 
 __all__ = [
     "Cluster",
@@ -30,18 +28,6 @@ __all__ = [
     "Summary",
     "SummarySource",
 ]
-
-
-class OptimizationType(IntEnum):
-    """The ``<type>`` field of a config entry."""
-
-    DISABLED = 0
-    RECOMPUTE = 1
-    COMPROMISE = 2  # "RecomputeWithCompromise": Cast up-casts keep their smaller input
-
-    @property
-    def label(self) -> str:
-        return self.name.lower()
 
 
 class SummarySource(Enum):
@@ -129,7 +115,3 @@ class ParseResult:
     warnings: tuple[str, ...] = ()
     ort_errors: tuple[str, ...] = ()  # config errors ORT raised, as logged
 
-    def to_dataframe(self) -> pd.DataFrame:
-        from memopt.logparse.frame import plans_dataframe
-
-        return plans_dataframe(self)

@@ -38,7 +38,7 @@ from memopt.logparse.lines import (
     clean_lines,
 )
 from memopt.logparse.model import ParseResult, Summary
-from memopt.ortversion import OrtVersionRange
+from memopt.ort.version import OrtVersionRange
 
 __all__ = ["LogReadError", "NoSummaryError", "parse_file", "parse_lines", "parse_text", "require_summaries"]
 

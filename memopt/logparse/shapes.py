@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from memopt.expr import Expression, ExpressionError, parse_expression
+from memopt.graph.expr import Expression, ExpressionError, parse_expression
 
 __all__ = ["element_count"]
 

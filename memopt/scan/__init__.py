@@ -5,11 +5,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from memopt.graph import TensorInfo, TrainingGraph
-from memopt.polynomial import Polynomial
+from memopt.graph.training_graph import TensorInfo, TrainingGraph
+from memopt.graph.polynomial import Polynomial
 from memopt.scan.detect import Analysis, ScanError, analyse
 from memopt.scan.patterns import Pattern, group_patterns
-from memopt.scan.rules import ProbeLevel, rules_for
+from memopt.ort.rules import ProbeLevel, rules_for
 from memopt.scan.savings import UnknownDims, plan_saving, stashed_bytes
 
 __all__ = ["ScanReport", "ScanError", "ProbeLevel", "scan_graph"]

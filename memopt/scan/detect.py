@@ -16,8 +16,8 @@ from onnx import TensorProto
 from onnx.helper import tensor_dtype_to_np_dtype
 
 from memopt.errors import MemoptError
-from memopt.graph import Node, TrainingGraph, element_count_dims
-from memopt.scan.rules import (
+from memopt.graph.training_graph import Node, TrainingGraph, element_count_dims
+from memopt.ort.rules import (
     SMALL_STATIC_LIMIT,
     ProbeLevel,
     ReleaseRules,

@@ -6,9 +6,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from memopt.graph import load_graph
+from memopt.graph.training_graph import load_graph
 from memopt.logparse import Plan, parse_file
-from memopt.polynomial import NotPolynomialError, Polynomial
+from memopt.graph.polynomial import NotPolynomialError, Polynomial
 from memopt.scan import scan_graph
 from memopt.scan.patterns import Pattern
 

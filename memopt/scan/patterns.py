@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from memopt.polynomial import Polynomial
+from memopt.graph.polynomial import Polynomial
 from memopt.scan.detect import PlanKind
 from memopt.scan.savings import PlanSaving
 

@@ -12,7 +12,7 @@ import matplotlib.pyplot as plt  # noqa: E402  (after choosing the file-only bac
 
 from memopt.errors import MemoptError  # noqa: E402
 from memopt.scan import ScanReport  # noqa: E402
-from memopt.scan.sizes import batch_symbols  # noqa: E402
+from memopt.graph.sizes import batch_symbols  # noqa: E402
 
 __all__ = ["plot_scan", "PLOTTED_PLANS"]
 

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from fractions import Fraction
 from functools import cached_property
 
-from memopt.graph import Dim, TrainingGraph
-from memopt.polynomial import Polynomial
+from memopt.graph.training_graph import Dim, TrainingGraph
+from memopt.graph.polynomial import Polynomial
 from memopt.scan.detect import NodePlan, element_size
 from memopt.scan.modules import module_path
 

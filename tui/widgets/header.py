@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widgets import Static
 
-from memopt.tuner import Ready, TuneSettings
+from memopt.tune import Ready, TuneSettings
 from memopt.units import format_bytes
 
 __all__ = ["InfoHeader"]

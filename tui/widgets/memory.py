@@ -9,7 +9,7 @@ from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.widgets import Sparkline, Static
 
-from memopt.tuner import TrialRecord
+from memopt.tune import TrialRecord
 
 __all__ = ["MemoryPanel"]
 

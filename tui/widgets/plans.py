@@ -9,7 +9,7 @@ from textual.binding import Binding
 from textual.message import Message
 from textual.widgets import DataTable
 
-from memopt.tuner import PlanRow
+from memopt.tune import PlanRow
 
 __all__ = ["PlansTable"]
 

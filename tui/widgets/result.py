@@ -6,7 +6,7 @@ from memopt.tui.state import short_plans
 from rich.text import Text
 from textual.widgets import Static
 
-from memopt.tuner import TrialRecord
+from memopt.tune import TrialRecord
 from memopt.units import format_bytes
 
 __all__ = ["ResultBar"]

@@ -8,7 +8,7 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.widgets import DataTable, ProgressBar, RichLog, Static
 
-from memopt.tuner import TrialRecord
+from memopt.tune import TrialRecord
 
 __all__ = ["TrialsPanel"]
 

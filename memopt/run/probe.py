@@ -7,12 +7,13 @@ ORTModule saved, the execution training graph among them.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from memopt.runs import (
+from memopt.run.launch import (
     ONNX_DIR,
     ONNX_PREFIX,
     RunRequest,
@@ -63,6 +64,7 @@ def probe(
     unset_env: tuple[str, ...] = (),
     python: str | None = None,
     timeout_s: float = 1800.0,
+    cancel: threading.Event | None = None,
 ) -> ProbeResult:
     """Run the recipe for a warm-up step and ``steps`` more with ORT's plans logged and graphs saved."""
     request = RunRequest(
@@ -70,7 +72,7 @@ def probe(
         log_level=log_level, save_onnx=True, env=dict(env or {}), unset_env=unset_env, timeout_s=timeout_s,
         **({"python": python} if python else {}),
     )
-    run = launch(request, new_run_dir(runs_dir, run_label(recipe, batch_size)))
+    run = launch(request, new_run_dir(runs_dir, run_label(recipe, batch_size)), cancel)
     return ProbeResult(run=run, graphs=_saved_graphs(run.run_dir / ONNX_DIR))
 
 

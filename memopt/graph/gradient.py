@@ -4,8 +4,8 @@ The pipeline is ORTModule's: ORT's symbolic shape inference, ``OrtModuleGraphBui
 (the gradient builder ORTModule uses, which inserts the YieldOp between forward and
 backward), then a ``TrainingAgent`` session whose optimized graph is saved, exactly as
 ORTModule saves ``*_execution_model_training.onnx``, with ORT's own analysis of it beside
-(``<graph>.ort.json``, see ``memopt.scan.ort_reference``). It runs in a child process
-(``python -m memopt.scan.gradient``) so a crash inside ORT cannot take memopt down.
+(``<graph>.ort.json``, see ``memopt.graph.ort_reference``). It runs in a child process
+(``python -m memopt.graph.gradient``) so a crash inside ORT cannot take memopt down.
 
 Two adjustments make a plain ``torch.onnx.export`` file look like ORTModule's own export:
 trainable float initializers become graph inputs (ORTModule feeds parameters as inputs),
@@ -27,7 +27,7 @@ import onnx
 from onnx import TensorProto, helper
 
 from memopt.errors import MemoptError
-from memopt.scan.ort_reference import session_reference
+from memopt.graph.ort_reference import session_reference
 
 __all__ = ["LOSSES", "GradientError", "build_training_graph"]
 
@@ -44,7 +44,7 @@ def build_training_graph(forward: Path, output: Path, loss: str = "outside", pyt
     """Write the training graph of ``forward`` to ``output`` (ORT's execution graph)."""
     if loss not in LOSSES:
         raise GradientError(f"--loss must be one of {', '.join(LOSSES)}, not {loss!r}")
-    command = [python or sys.executable, "-m", "memopt.scan.gradient", str(forward), str(output), loss]
+    command = [python or sys.executable, "-m", "memopt.graph.gradient", str(forward), str(output), loss]
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=_TIMEOUT_S, stdin=subprocess.DEVNULL)
     except subprocess.TimeoutExpired as err:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from memopt.errors import MemoptError
-from memopt.graph import TensorInfo
+from memopt.graph.training_graph import TensorInfo
 
 __all__ = ["DimsError", "resolve_dims", "batch_symbols", "sequence_symbols"]
 

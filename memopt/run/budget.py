@@ -8,7 +8,10 @@ from dataclasses import dataclass
 
 from memopt.errors import MemoptError
 
-__all__ = ["Budget", "BudgetError", "parse_budget", "total_ram"]
+__all__ = ["CUDA_DEFAULT_FRACTION", "Budget", "BudgetError", "parse_budget", "resolve_budget", "total_ram"]
+
+# Without --budget on CUDA: the device less 10%, left to the allocator cache and the CUDA context.
+CUDA_DEFAULT_FRACTION = 0.9
 
 _UNITS = {
     "b": 1, "k": 1000, "kb": 1000, "m": 1000**2, "mb": 1000**2, "g": 1000**3, "gb": 1000**3, "t": 1000**4, "tb": 1000**4,
@@ -62,3 +65,18 @@ def total_ram() -> int | None:
         return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (ValueError, OSError, AttributeError):
         return None
+
+
+def resolve_budget(budget: Budget | None, device: str, device_total: int | None) -> int:
+    """The budget in bytes on ``device`` ("cpu" or "cuda") whose memory is ``device_total``.
+
+    Without a budget, CUDA gets ``CUDA_DEFAULT_FRACTION`` of the device; CPU has no default,
+    because the machine's RAM is shared with everything else running on it.
+    """
+    if budget is not None:
+        return budget.bytes_of(device_total)
+    if device != "cuda":
+        raise BudgetError("--budget is required on CPU (e.g. --budget 2.5GiB or --budget 50%)")
+    if not device_total:
+        raise BudgetError("the device's memory is unknown; give --budget")
+    return int(device_total * CUDA_DEFAULT_FRACTION)

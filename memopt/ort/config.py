@@ -13,16 +13,22 @@ import os
 import re
 import shlex
 import tempfile
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
+from enum import IntEnum
+from typing import TypeAlias
 from pathlib import Path
 
 from memopt.errors import MemoptError
-from memopt.logparse.model import OptimizationType
-from memopt.ortversion import OrtVersion
+from memopt.ort.version import OrtVersion
 
 __all__ = [
     "ENV_VAR",
+    "PlanKey",
+    "key_entries",
+    "plan_config_entries",
+    "short_key",
+    "OptimizationType",
     "ConfigEntry",
     "ConfigError",
     "ValidatedConfig",
@@ -41,6 +47,17 @@ ENV_VAR = "ORTMODULE_MEMORY_OPT_CONFIG"
 MAX_STRING_LENGTH = 2048  # 1.17 and 1.18 refuse longer session config values
 _INT_PREFIX = re.compile(r"^\s*([+-]?\d+)")
 _INT32 = range(-(2**31), 2**31)
+
+class OptimizationType(IntEnum):
+    """The ``<type>`` field of a config entry."""
+
+    DISABLED = 0
+    RECOMPUTE = 1
+    COMPROMISE = 2  # "RecomputeWithCompromise": Cast up-casts keep their smaller input
+
+    @property
+    def label(self) -> str:
+        return self.name.lower()
 
 
 class ConfigError(MemoptError):
@@ -270,3 +287,31 @@ def _ignored_parts(entry: ConfigEntry, version: OrtVersion, known_plans: Collect
 def _json_type(value: object) -> str:
     names = {dict: "an object", list: "an array", str: "a string", bool: "a boolean", type(None): "null"}
     return names.get(type(value), "a number")
+
+
+# A plan as ORT's Plan table names it and as a config enables it: "<subgraph>:<type>:<count>",
+# or several such cells joined by "," when ORT groups plans that must go on together
+# (e.g. "LayerNormalization+:1:-1,Reshape+:1:-1"). scan, parse, the planner, the tuner and
+# the TUI all speak of plans by this key.
+PlanKey: TypeAlias = str
+
+
+def key_entries(key: PlanKey) -> tuple[str, ...]:
+    """``"A+:1:-1,B+:2:-1"`` -> ``("A+:1", "B+:2")``: the "<subgraph>:<type>" cells of a key."""
+    return tuple(part.rsplit(":", 1)[0] for part in key.split(",") if part)
+
+
+def short_key(key: PlanKey) -> str:
+    """The key as people read it: the common ":1:-1" (recompute every occurrence) left off."""
+    return key.removesuffix(":1:-1")
+
+
+def plan_config_entries(keys: Iterable[PlanKey], counts: Mapping[PlanKey, int] | None = None) -> tuple[ConfigEntry, ...]:
+    """The config entries that enable ``keys`` (``counts``: occurrences per key, default all)."""
+    found: dict[str, ConfigEntry] = {}
+    for key in keys:
+        count = (counts or {}).get(key, -1)
+        for cell in key_entries(key):
+            subgraph, _, kind = cell.rpartition(":")
+            found[cell] = ConfigEntry(subgraph, OptimizationType(int(kind)), count)
+    return tuple(found.values())

@@ -2,7 +2,7 @@
 
 A trial applies the config exactly as a user would (``ORTMODULE_MEMORY_OPT_CONFIG`` set
 to the config string on ORT <=1.18, to a JSON file in the trial's folder on 1.19), runs a
-warm-up step and N measured steps in a child process (``memopt.runs.launch``), and reads
+warm-up step and N measured steps in a child process (``memopt.run.launch.launch``), and reads
 the child's own log for the plans ORT reported ON and the nodes it recomputed. The
 config is validated for the ORT release before anything is launched. Whatever the child
 does (crash, hang, out of memory), the caller gets a ``TrialResult``; every finished
@@ -15,13 +15,15 @@ import hashlib
 import json
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields, replace
+from enum import Enum
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
-from memopt.config import (
+from memopt.ort.config import (
     ENV_VAR,
     ConfigEntry,
     ConfigError,
@@ -34,18 +36,23 @@ from memopt.config import (
     write_json_config,
 )
 from memopt.errors import MemoptError
-from memopt.journal import Journal
+from memopt.run.journal import Journal
 from memopt.logparse import LogReadError, parse_file
-from memopt.ortversion import OrtVersion
-from memopt.runs import _PACKAGE_ROOT, RunRequest, RunResult, launch, new_run_dir
+from memopt.run.budget import Budget, total_ram
+from memopt.ort.version import OrtVersion
+from memopt.run.launch import PACKAGE_ROOT, RunRequest, RunResult, launch, new_run_dir
 
 __all__ = [
+    "DEFAULT_STEPS",
     "LEVEL_VAR",
-    "OUTCOMES",
+    "Outcome",
     "REUSABLE_STATUSES",
     "StackVersions",
     "TrialError",
+    "ChildTrialRunner",
+    "JournaledRunner",
     "TrialResult",
+    "TrialRunner",
     "TrialSpec",
     "config_key",
     "parse_trial_config",
@@ -56,12 +63,43 @@ __all__ = [
 
 LEVEL_VAR = "ORTMODULE_MEMORY_OPT_LEVEL"  # would override any config: never inherited by a trial
 CONFIG_FILE = "memopt_config.json"
-# Outcomes: the first five are what a trial found; the last two mean it could not run at all.
-OUTCOMES = ("ok", "over_budget", "out_of_memory", "crashed", "timed_out", "recipe_error", "stack_error")
+# Measured steps per trial after the warm-up step. Two or more: some plans lower only the
+# first measured step's peak, so a single step can hide what a config does.
+DEFAULT_STEPS = 2
 # Runs whose result does not depend on luck: reused by --resume. Crashes and timeouts rerun.
 REUSABLE_STATUSES = ("ok", "out_of_memory")
-_STATUS_TO_OUTCOME = {"ok": "ok", "out_of_memory": "out_of_memory", "step_error": "crashed", "crashed": "crashed",
-                      "timed_out": "timed_out", "recipe_error": "recipe_error", "stack_error": "stack_error"}
+
+
+class Outcome(str, Enum):
+    """What a trial found. A ``str`` so journal records and JSON keep the plain word."""
+
+    OK = "ok"
+    OVER_BUDGET = "over_budget"
+    OUT_OF_MEMORY = "out_of_memory"
+    CRASHED = "crashed"
+    TIMED_OUT = "timed_out"
+    CANCELLED = "cancelled"  # stopped by the user; says nothing about the config
+    RECIPE_ERROR = "recipe_error"  # this and the next: the trial could not run at all
+    STACK_ERROR = "stack_error"
+
+    def __str__(self) -> str:
+        return self.value
+
+    @property
+    def fatal(self) -> bool:
+        """No other config can run either: the recipe or the ORT stack is broken."""
+        return self in (Outcome.RECIPE_ERROR, Outcome.STACK_ERROR)
+
+    @property
+    def label(self) -> str:
+        return self.value.replace("_", " ")
+
+
+_STATUS_TO_OUTCOME = {
+    "ok": Outcome.OK, "out_of_memory": Outcome.OUT_OF_MEMORY, "step_error": Outcome.CRASHED,
+    "crashed": Outcome.CRASHED, "timed_out": Outcome.TIMED_OUT, "cancelled": Outcome.CANCELLED,
+    "recipe_error": Outcome.RECIPE_ERROR, "stack_error": Outcome.STACK_ERROR,
+}
 
 
 class TrialError(MemoptError):
@@ -84,7 +122,7 @@ class TrialSpec:
     batch_size: int
     options: Mapping[str, Any] = field(default_factory=dict)
     config: tuple[ConfigEntry, ...] = ()
-    steps: int = 3
+    steps: int = DEFAULT_STEPS
     device: str = "auto"
     timeout_s: float = 1800.0
     python: str | None = None
@@ -108,7 +146,7 @@ class TrialResult:
     batch_size: int
     config: tuple[str, ...]  # entries as "<subgraph>:<type>:<count>"
     config_value: str | None  # what ORTMODULE_MEMORY_OPT_CONFIG was set to
-    outcome: str
+    outcome: Outcome
     status: str  # the child's own status (runs.RunResult.status)
     run_dir: str
     steps: int
@@ -123,6 +161,7 @@ class TrialResult:
     peak_over_run_bytes: int | None = None  # warm-up (export, session build) included
     cuda_reserved_bytes: int | None = None
     cuda_total_memory: int | None = None
+    cuda_device_name: str | None = None
     step_times_s: tuple[float, ...] = ()  # [0] is the warm-up step
     median_step_s: float | None = None
     throughput: float | None = None  # samples per second over the measured steps
@@ -164,6 +203,7 @@ class TrialResult:
         values = {name: value for name, value in record.items() if name in known}
         for name in ("config", "step_times_s", "plans_on", "config_warnings"):
             values[name] = tuple(values.get(name) or ())
+        values["outcome"] = Outcome(values.get("outcome", "crashed"))
         return cls(**values)
 
     def judged(self, budget_bytes: int | None) -> TrialResult:
@@ -174,14 +214,14 @@ class TrialResult:
 def stack_versions(python: str | None = None) -> StackVersions:
     """The ORT/torch versions a trial would run with (another interpreter is asked, not imported)."""
     if python is None or Path(python).resolve() == Path(sys.executable).resolve():
-        from memopt.stack import inspect_stack
+        from memopt.ort.stack import inspect_stack
 
         info = asdict(inspect_stack())
     else:
-        script = "import json, dataclasses; from memopt.stack import inspect_stack; print(json.dumps(dataclasses.asdict(inspect_stack())))"
+        script = "import json, dataclasses; from memopt.ort.stack import inspect_stack; print(json.dumps(dataclasses.asdict(inspect_stack())))"
         try:
             done = subprocess.run([python, "-c", script], capture_output=True, text=True, timeout=120,
-                                  env={"PYTHONPATH": _PACKAGE_ROOT, "PATH": "/usr/bin:/bin"})
+                                  env={"PYTHONPATH": PACKAGE_ROOT, "PATH": "/usr/bin:/bin"})
             info = json.loads(done.stdout.strip().splitlines()[-1])
         except (OSError, ValueError, IndexError, subprocess.TimeoutExpired) as err:
             raise TrialError(f"cannot ask {python} for its ORT/torch versions: {err}") from None
@@ -244,37 +284,105 @@ def run_trial(
     budget_bytes: int | None = None,
     predicted_peak_bytes: int | None = None,
     versions: StackVersions | None = None,
+    budget: Budget | None = None,
+    cancel: threading.Event | None = None,
 ) -> TrialResult:
-    """Run ``spec`` (or, with ``resume``, reuse the journal's finished trial with the same key).
+    """Run ``spec`` in a child process and journal it (with ``resume``, reuse the journal's
+    finished trial with the same key instead).
 
-    Raises ``TrialError``/``ConfigError`` only before launching (bad config, no ORT);
-    anything the child does comes back as the result's ``outcome``.
+    The outcome is judged against ``budget_bytes``, or else ``budget`` resolved against the
+    memory of the device the trial ran on (a percentage needs the device). ``cancel`` stops
+    the child (outcome ``cancelled``). Raises ``TrialError``/``ConfigError`` only before
+    launching (bad config, no ORT); anything the child does comes back as the outcome.
     """
     versions = versions or stack_versions(spec.python)
-    if versions.ort_version is None:
-        raise TrialError("onnxruntime-training is not installed for the interpreter that would run the trial")
-    version = OrtVersion.parse(versions.ort_version)
-    validated = validate_entries(spec.config, version) if spec.config else ValidatedConfig((), ())
-    journal = journal or Journal.in_folder(runs_dir)
-    key = trial_key(spec, versions)
-    if resume:
-        previous = journal.latest(key, REUSABLE_STATUSES)
-        if previous is not None:
-            result = TrialResult.from_record(previous.record)
-            return replace(result.judged(budget_bytes), reused=True,
-                           predicted_peak_bytes=predicted_peak_bytes or result.predicted_peak_bytes)
+    runner = JournaledRunner(ChildTrialRunner(Path(runs_dir), versions, budget), journal or Journal.in_folder(runs_dir),
+                             versions, resume)
+    return runner(spec, budget_bytes=budget_bytes, predicted_peak_bytes=predicted_peak_bytes,
+                  cancel=cancel or threading.Event())
 
-    run_dir = new_run_dir(Path(runs_dir), _label(spec))
-    env, unset, value = _config_env(spec.config, version, run_dir)
-    request = RunRequest(
-        recipe=spec.recipe, batch_size=spec.batch_size, options=dict(spec.options), steps=spec.steps,
-        device=spec.device, log_level=spec.log_level, save_onnx=False, env=env, unset_env=unset,
-        timeout_s=spec.timeout_s, **({"python": spec.python} if spec.python else {}),
-    )
-    run = launch(request, run_dir)
-    result = _result(spec, run, key, value, versions, validated.warnings, budget_bytes, predicted_peak_bytes)
-    journal.append(result.to_record())
-    return result
+
+class TrialRunner(Protocol):
+    """Runs one trial and returns what it measured; ``cancel`` set means stop it now.
+
+    The tuner and calibration see trials only through this: ``ChildTrialRunner`` runs real
+    ORTModule steps in a child process; tests of the search pass a fake with scripted peaks.
+    """
+
+    def __call__(
+        self,
+        spec: TrialSpec,
+        *,
+        budget_bytes: int | None,
+        predicted_peak_bytes: int | None,
+        cancel: threading.Event,
+    ) -> TrialResult: ...
+
+
+@dataclass(frozen=True)
+class ChildTrialRunner:
+    """Real trials: the config applied as a user would, ORTModule steps in a child process."""
+
+    runs_dir: Path
+    versions: StackVersions
+    budget: Budget | None = None  # judges the outcome when no budget_bytes is given
+
+    def __call__(
+        self,
+        spec: TrialSpec,
+        *,
+        budget_bytes: int | None,
+        predicted_peak_bytes: int | None,
+        cancel: threading.Event,
+    ) -> TrialResult:
+        versions = self.versions
+        if versions.ort_version is None:
+            raise TrialError("onnxruntime-training is not installed for the interpreter that would run the trial")
+        version = OrtVersion.parse(versions.ort_version)
+        validated = validate_entries(spec.config, version) if spec.config else ValidatedConfig((), ())
+        run_dir = new_run_dir(Path(self.runs_dir), _label(spec))
+        env, unset, value = _config_env(spec.config, version, run_dir)
+        request = RunRequest(
+            recipe=spec.recipe, batch_size=spec.batch_size, options=dict(spec.options), steps=spec.steps,
+            device=spec.device, log_level=spec.log_level, save_onnx=False, env=env, unset_env=unset,
+            timeout_s=spec.timeout_s, **({"python": spec.python} if spec.python else {}),
+        )
+        run = launch(request, run_dir, cancel)
+        if budget_bytes is None and self.budget is not None:
+            budget_bytes = self.budget.bytes_of(run.cuda_total_memory if run.device == "cuda" else total_ram())
+        return _result(spec, run, trial_key(spec, versions), value, versions, validated.warnings, budget_bytes,
+                       predicted_peak_bytes)
+
+
+@dataclass(frozen=True)
+class JournaledRunner:
+    """Any runner, with every finished trial journaled under its key; with ``resume``, a trial
+    the journal already holds (with a reusable status) is reused instead of run again."""
+
+    inner: TrialRunner
+    journal: Journal
+    versions: StackVersions
+    resume: bool = False
+
+    def __call__(
+        self,
+        spec: TrialSpec,
+        *,
+        budget_bytes: int | None,
+        predicted_peak_bytes: int | None,
+        cancel: threading.Event,
+    ) -> TrialResult:
+        key = trial_key(spec, self.versions)
+        if self.resume:
+            previous = self.journal.latest(key, REUSABLE_STATUSES)
+            if previous is not None:
+                result = TrialResult.from_record(previous.record)
+                return replace(result.judged(budget_bytes), reused=True,
+                               predicted_peak_bytes=predicted_peak_bytes or result.predicted_peak_bytes)
+        result = replace(self.inner(spec, budget_bytes=budget_bytes, predicted_peak_bytes=predicted_peak_bytes,
+                                    cancel=cancel), key=key)
+        self.journal.append(result.to_record())
+        return result
 
 
 def _label(spec: TrialSpec) -> str:
@@ -295,10 +403,10 @@ def _config_env(
     return {ENV_VAR: value}, (LEVEL_VAR,), value
 
 
-def _outcome(status: str, peak: int | None, budget: int | None) -> str:
+def _outcome(status: str, peak: int | None, budget: int | None) -> Outcome:
     if status == "ok" and budget is not None and peak is not None and peak > budget:
-        return "over_budget"
-    return _STATUS_TO_OUTCOME.get(status, "crashed")
+        return Outcome.OVER_BUDGET
+    return _STATUS_TO_OUTCOME.get(status, Outcome.CRASHED)
 
 
 def _result(
@@ -327,7 +435,7 @@ def _result(
         ort_package=stack.get("ort_package") or versions.ort_package,
         memory_kind=run.memory_kind, static_bytes=run.memory_after_setup, peak_bytes=peak,
         peak_over_run_bytes=run.peak_memory, cuda_reserved_bytes=run.cuda_peak_reserved,
-        cuda_total_memory=run.cuda_total_memory,
+        cuda_total_memory=run.cuda_total_memory, cuda_device_name=run.cuda_device_name,
         step_times_s=tuple(run.step_times_s), median_step_s=median,
         throughput=spec.batch_size / median if median else None,
         plans_on=plans_on, plans_seen=plans_seen, recomputed_nodes=recomputed,

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 from memopt.errors import MemoptError
-from memopt.graph import Node
+from memopt.graph.training_graph import Node
 
 __all__ = [
     "FAMILIES",

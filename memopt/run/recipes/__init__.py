@@ -42,10 +42,10 @@ __all__ = [
 ]
 
 BUILTIN_RECIPES: dict[str, str] = {
-    "gpt": "memopt.recipes.gpt",
-    "bert": "memopt.recipes.bert",
-    "mlp": "memopt.recipes.mlp",
-    "cnn": "memopt.recipes.cnn",
+    "gpt": "memopt.run.recipes.gpt",
+    "bert": "memopt.run.recipes.bert",
+    "mlp": "memopt.run.recipes.mlp",
+    "cnn": "memopt.run.recipes.cnn",
 }
 DEFAULT_RECIPE = "gpt"
 REQUIRED = ("build_model", "make_batch")

@@ -2,17 +2,18 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from memopt.errors import MemoptError
-from memopt.graph import TrainingGraph, load_graph
+from memopt.graph.training_graph import TrainingGraph, load_graph
 from memopt.logparse import parse_file
-from memopt.probe import probe
-from memopt.runs import new_run_dir
-from memopt.scan.gradient import build_training_graph
+from memopt.run.probe import probe
+from memopt.run.launch import new_run_dir
+from memopt.graph.gradient import build_training_graph
 
 __all__ = ["CONFIG_VARIABLES", "ScanTarget", "load_target"]
 
@@ -37,6 +38,7 @@ def load_target(
     probe_batch: int = 2,
     python: str | None = None,
     loss: str = "outside",
+    cancel: threading.Event | None = None,
 ) -> ScanTarget:
     """An ONNX training graph as is, a forward-only ONNX model through ORT's gradient
     builder, or a recipe's graph from a short no-config probe."""
@@ -51,7 +53,7 @@ def load_target(
         return ScanTarget(load_graph(built), f"{target} (forward only; training graph by ORT's gradient builder, "
                           f"loss {loss}: {built})", built)
     result = probe(target, probe_batch, options=options, steps=1, runs_dir=runs_dir, python=python,
-                   unset_env=CONFIG_VARIABLES)
+                   unset_env=CONFIG_VARIABLES, cancel=cancel)
     run = result.run
     if not run.ok:
         raise MemoptError(f"could not build the training graph of {target}: {run.error} (log: {run.log_path})")

@@ -18,8 +18,8 @@ from torch import nn
 from torch.nn import functional as F
 
 from memopt.errors import one_line
-from memopt.recipes import Recipe, RecipeError
-from memopt.runs import ONNX_PREFIX
+from memopt.run.recipes import Recipe, RecipeError
+from memopt.run.launch import ONNX_PREFIX
 
 __all__ = ["StepReport", "StepFailure", "is_out_of_memory", "pick_device", "run_steps"]
 

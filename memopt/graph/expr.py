@@ -33,7 +33,7 @@ __all__ = [
     "Call",
     "Expression",
     "ExpressionError",
-    "Node",
+    "Term",
     "Number",
     "Symbol",
     "UnaryMinus",
@@ -78,23 +78,23 @@ class Symbol:
 
 @dataclass(frozen=True)
 class UnaryMinus:
-    operand: Node
+    operand: Term
 
 
 @dataclass(frozen=True)
 class BinaryOp:
     operator: str
-    left: Node
-    right: Node
+    left: Term
+    right: Term
 
 
 @dataclass(frozen=True)
 class Call:
     function: str
-    arguments: tuple[Node, ...]
+    arguments: tuple[Term, ...]
 
 
-Node = Union[Number, Symbol, UnaryMinus, BinaryOp, Call]
+Term = Union[Number, Symbol, UnaryMinus, BinaryOp, Call]
 
 _FUNCTIONS: dict[str, Callable[[list[Fraction]], Fraction]] = {
     "Max": max,
@@ -122,7 +122,7 @@ _TOKEN = re.compile(
 class Expression:
     """A parsed expression: ``root`` is the syntax tree, ``text`` what was parsed."""
 
-    root: Node
+    root: Term
     text: str
 
     @property
@@ -183,7 +183,7 @@ class _Parser:
         if token is not None:
             raise ExpressionError(f"unexpected {token[1]!r} in {self.text.strip()!r}")
 
-    def parse_sum(self, depth: int) -> Node:
+    def parse_sum(self, depth: int) -> Term:
         if depth > _MAX_NESTING:
             raise ExpressionError("expression nested too deeply")
         node = self.parse_product(depth)
@@ -192,14 +192,14 @@ class _Parser:
             node = BinaryOp(token[1], node, self.parse_product(depth))
         return node
 
-    def parse_product(self, depth: int) -> Node:
+    def parse_product(self, depth: int) -> Term:
         node = self.parse_unary(depth)
         while (token := self.peek()) is not None and token[1] in ("*", "/"):
             self.take()
             node = BinaryOp(token[1], node, self.parse_unary(depth))
         return node
 
-    def parse_unary(self, depth: int) -> Node:
+    def parse_unary(self, depth: int) -> Term:
         signs = 0
         while (token := self.peek()) is not None and token[1] in ("-", "+"):
             self.take()
@@ -207,7 +207,7 @@ class _Parser:
         node = self.parse_power(depth)
         return UnaryMinus(node) if signs % 2 else node
 
-    def parse_power(self, depth: int) -> Node:
+    def parse_power(self, depth: int) -> Term:
         base = self.parse_atom(depth)
         token = self.peek()
         if token is not None and token[1] == "**":
@@ -215,7 +215,7 @@ class _Parser:
             return BinaryOp("**", base, self.parse_unary(depth + 1))
         return base
 
-    def parse_atom(self, depth: int) -> Node:
+    def parse_atom(self, depth: int) -> Term:
         kind, value = self.take()
         if kind == "number":
             exponent = value.lower().partition("e")[2]
@@ -259,7 +259,7 @@ def _tokenize(text: str) -> Iterator[tuple[str, str]]:
         position = match.end()
 
 
-def _walk(node: Node) -> Iterator[Node]:
+def _walk(node: Term) -> Iterator[Term]:
     stack = [node]
     while stack:
         current = stack.pop()
@@ -272,7 +272,7 @@ def _walk(node: Node) -> Iterator[Node]:
             stack.extend(current.arguments)
 
 
-def _evaluate(node: Node, values: Mapping[str, Fraction]) -> Fraction:
+def _evaluate(node: Term, values: Mapping[str, Fraction]) -> Fraction:
     if isinstance(node, Number):
         return node.value
     if isinstance(node, Symbol):
@@ -311,7 +311,7 @@ def _power(base: Fraction, exponent: Fraction) -> Fraction:
     return Fraction(float(base) ** float(exponent))
 
 
-def _format(node: Node, context: int) -> str:
+def _format(node: Term, context: int) -> str:
     """Text for ``node`` inside an operator of binding power ``context``."""
     if isinstance(node, Number):
         return node.text

@@ -2,6 +2,8 @@
 
 A child that crashes, hangs or runs out of memory never takes the caller down: the
 outcome comes back as a ``RunResult`` and the full story stays in the folder's log.
+Each child leads a process group of its own, which ``launch`` ends whole on a timeout,
+on ``cancel`` (an event any thread may set) and when the caller itself is interrupted.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import signal
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
@@ -21,13 +24,16 @@ from typing import Any
 
 import memopt
 
-__all__ = ["RunRequest", "RunResult", "launch", "new_run_dir", "LOG_NAME", "RECORD_NAME", "ONNX_DIR", "ONNX_PREFIX"]
+# How often a waiting launch looks at its cancel event: the delay between a cancel and the kill.
+_CANCEL_POLL_S = 0.1
+
+__all__ = ["PACKAGE_ROOT", "RunRequest", "RunResult", "launch", "new_run_dir", "LOG_NAME", "RECORD_NAME", "ONNX_DIR", "ONNX_PREFIX"]
 
 LOG_NAME = "ort.log"
 RECORD_NAME = "run.json"
 ONNX_DIR = "onnx"
 ONNX_PREFIX = "memopt"
-_PACKAGE_ROOT = str(Path(memopt.__file__).resolve().parent.parent)
+PACKAGE_ROOT = str(Path(memopt.__file__).resolve().parent.parent)
 
 
 @dataclass(frozen=True)
@@ -52,7 +58,8 @@ class RunRequest:
 class RunResult:
     """Outcome of one child run.
 
-    ``status``: ok, stack_error, recipe_error, step_error, out_of_memory, crashed, timed_out.
+    ``status``: ok, stack_error, recipe_error, step_error, out_of_memory, crashed, timed_out,
+    cancelled.
     Memory in bytes (``memory_kind`` rss or cuda_allocated), times in seconds;
     ``step_times_s[0]`` is the warm-up step.
     """
@@ -102,8 +109,12 @@ def new_run_dir(base: Path, label: str) -> Path:
     raise FileExistsError(f"no free run folder name under {base}")
 
 
-def launch(request: RunRequest, run_dir: Path) -> RunResult:
-    """Run ``request`` in a child process writing into ``run_dir``; record it in run.json."""
+def launch(request: RunRequest, run_dir: Path, cancel: threading.Event | None = None) -> RunResult:
+    """Run ``request`` in a child process writing into ``run_dir``; record it in run.json.
+
+    Setting ``cancel`` (from any thread) kills the child's process group and the run
+    comes back with status ``cancelled``; a run whose ``cancel`` is already set never starts.
+    """
     request_path = run_dir / ".request.json"
     result_path = run_dir / ".result.json"
     request_path.write_text(json.dumps(
@@ -112,27 +123,45 @@ def launch(request: RunRequest, run_dir: Path) -> RunResult:
          "save_onnx": request.save_onnx}
     ))
     started = time.monotonic()
+    ending = "finished"
+    returncode = 0
     with open(run_dir / LOG_NAME, "wb") as log:
-        child = subprocess.Popen(
-            [request.python, "-m", "memopt._child", str(request_path), str(result_path)],
-            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            env=_child_env(request, run_dir), start_new_session=True,
-        )
-        try:
-            returncode = child.wait(timeout=request.timeout_s)
-            timed_out = False
-        except subprocess.TimeoutExpired:
-            _kill_group(child)
-            returncode, timed_out = child.wait(), True
-        except BaseException:  # Ctrl-C or the caller's own shutdown: leave no child behind
-            _kill_group(child)
-            child.wait()
-            raise
-    result = _collect(result_path, run_dir, returncode, timed_out, time.monotonic() - started, request)
+        if cancel is not None and cancel.is_set():
+            ending = "cancelled"
+        else:
+            child = subprocess.Popen(
+                [request.python, "-m", "memopt.run.child", str(request_path), str(result_path)],
+                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                env=_child_env(request, run_dir), start_new_session=True,
+            )
+            try:
+                returncode, ending = _wait(child, request.timeout_s, cancel)
+            except BaseException:  # Ctrl-C or the caller's own shutdown: leave no child behind
+                _kill_group(child)
+                child.wait()
+                raise
+    result = _collect(result_path, run_dir, returncode, ending, time.monotonic() - started, request)
     request_path.unlink(missing_ok=True)
     result_path.unlink(missing_ok=True)
     _write_record(run_dir, request, result)
     return result
+
+
+def _wait(child: subprocess.Popen[bytes], timeout_s: float, cancel: threading.Event | None) -> tuple[int, str]:
+    """Wait for ``child``; kill its group on timeout or cancel. Returns (returncode, how it ended)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            _kill_group(child)
+            return child.wait(), "timed_out"
+        if cancel is not None and cancel.is_set():
+            _kill_group(child)
+            return child.wait(), "cancelled"
+        try:
+            return child.wait(timeout=min(left, _CANCEL_POLL_S) if cancel is not None else left), "finished"
+        except subprocess.TimeoutExpired:
+            continue
 
 
 def _child_env(request: RunRequest, run_dir: Path) -> dict[str, str]:
@@ -140,7 +169,7 @@ def _child_env(request: RunRequest, run_dir: Path) -> dict[str, str]:
     env.update(request.env)
     # memopt must be importable by the child even from another interpreter; paths the
     # caller put on PYTHONPATH (e.g. another ORT release unpacked) keep precedence.
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (env.get("PYTHONPATH", ""), _PACKAGE_ROOT) if p)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (env.get("PYTHONPATH", ""), PACKAGE_ROOT) if p)
     # A run that silently fell back to PyTorch would measure the wrong thing.
     env["ORTMODULE_FALLBACK_POLICY"] = "FALLBACK_DISABLE"
     env["ORTMODULE_SAVE_ONNX_PATH"] = str(run_dir / ONNX_DIR)
@@ -158,7 +187,7 @@ def _kill_group(child: subprocess.Popen[bytes]) -> None:
 
 
 def _collect(
-    result_path: Path, run_dir: Path, returncode: int, timed_out: bool, wall_s: float, request: RunRequest
+    result_path: Path, run_dir: Path, returncode: int, ending: str, wall_s: float, request: RunRequest
 ) -> RunResult:
     try:
         reported = json.loads(result_path.read_text())
@@ -167,8 +196,10 @@ def _collect(
     steps = reported.get("steps") or {}
     status = reported.get("status", "crashed")
     error = reported.get("error")
-    if timed_out:
+    if ending == "timed_out":
         status, error = "timed_out", f"killed after {request.timeout_s:g} s without finishing"
+    elif ending == "cancelled":
+        status, error = "cancelled", "cancelled: the run's process group was killed"
     elif status in ("running", "crashed") and error is None:
         status, error = "crashed", _crash_reason(run_dir / LOG_NAME, returncode)
     return RunResult(

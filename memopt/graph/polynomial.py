@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from functools import cache
 
-from memopt.expr import (
+from memopt.graph.expr import (
     BinaryOp,
     Expression,
     ExpressionError,

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from memopt.graph import Node, TrainingGraph
+from memopt.graph.training_graph import Node, TrainingGraph
 from memopt.scan.detect import element_size
 
 __all__ = ["BALANCE", "Work", "graph_work", "nodes_work", "seconds_per_unit"]

@@ -17,12 +17,14 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.optimize import Bounds, LinearConstraint, milp
 
-from memopt.config import ConfigEntry
-from memopt.logparse import OptimizationType
-from memopt.memory_model import MemoryModel
-from memopt.ortversion import OrtVersion
+from memopt.ort.config import ConfigEntry, PlanKey, plan_config_entries
+from memopt.predict.memory_model import MemoryModel
+from memopt.ort.version import OrtVersion
 
-__all__ = ["PlanChoice", "PlanResult", "choose_plans", "config_entries"]
+__all__ = ["DEFAULT_MARGIN", "PlanChoice", "PlanResult", "choose_plans"]
+
+# Fraction of the budget held back for prediction error, by plan and tune alike.
+DEFAULT_MARGIN = 0.02
 
 
 @dataclass(frozen=True)
@@ -69,16 +71,7 @@ class PlanResult:
 
     @property
     def entries(self) -> tuple[ConfigEntry, ...]:
-        return config_entries(self.choices)
-
-
-def config_entries(choices: tuple[PlanChoice, ...]) -> tuple[ConfigEntry, ...]:
-    found: dict[str, ConfigEntry] = {}
-    for choice in choices:
-        for part in choice.entries:
-            subgraph, _, kind = part.rpartition(":")
-            found[part] = ConfigEntry(subgraph, OptimizationType(int(kind)), choice.count)
-    return tuple(found.values())
+        return plan_config_entries(self.plans, self.counts)
 
 
 def choose_plans(
@@ -88,7 +81,7 @@ def choose_plans(
     budget_bytes: int,
     ort_version: str | OrtVersion,
     *,
-    margin: float = 0.0,
+    margin: float = DEFAULT_MARGIN,
     baseline_step_s: float | None = None,
 ) -> PlanResult:
     """The least-cost plans keeping ``model``'s predicted peak at ``target_batch`` within

@@ -1,6 +1,6 @@
 """ORT's own answer for a training graph: its memory-optimizer analysis, run by ORT itself.
 
-``python -m memopt.scan.ort_reference GRAPH ANALYSED [PROBE]`` builds ORTModule's
+``python -m memopt.graph.ort_reference GRAPH ANALYSED [PROBE]`` builds ORTModule's
 training session (a ``TrainingAgent``) from GRAPH, the graph ORTModule hands its session
 (saved by a probe as ``memopt_optimized_training.onnx``), saves the session's optimized
 graph to ANALYSED (what ORT's analysis sees: the execution graph) and prints, as JSON,
@@ -34,7 +34,7 @@ class OrtReference:
 
 def ort_reference(graph: Path, analysed: Path, probe: str = "1:0", python: str | None = None) -> OrtReference:
     """ORT's plans for the pre-session training ``graph``; its session graph goes to ``analysed``."""
-    command = [python or sys.executable, "-m", "memopt.scan.ort_reference", str(graph), str(analysed), probe]
+    command = [python or sys.executable, "-m", "memopt.graph.ort_reference", str(graph), str(analysed), probe]
     done = subprocess.run(command, capture_output=True, text=True, timeout=1800, stdin=subprocess.DEVNULL)
     if done.returncode != 0:
         lines = [line for line in done.stderr.splitlines() if line.strip()]

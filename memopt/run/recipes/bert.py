@@ -8,7 +8,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from memopt.recipes.transformer import TransformerConfig
+from memopt.run.recipes.transformer import TransformerConfig
 
 __all__ = ["SIZES", "Bert", "build_model", "make_batch", "loss"]
 

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from memopt.errors import MemoptError
-from memopt.polynomial import Polynomial
+from memopt.graph.polynomial import Polynomial
 
 __all__ = [
     "MemoryModel",

@@ -1,6 +1,6 @@
 """Everything the planner needs for a recipe, from real runs: graph, plans, memory model, costs.
 
-1. a no-config probe saves ORT's training graph (``memopt.scan.target.load_target``), and
+1. a no-config probe saves ORT's training graph (``memopt.run.target.load_target``), and
    the scan lists its plans with exact saving polynomials;
 2. no-config trials at two small batch sizes fit the memory model's static and per-sample
    parts (journaled, reused with ``resume``); every other finished trial of the same
@@ -14,28 +14,31 @@ The model is saved next to the journal so ``memopt trial`` can show predicted vs
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+import threading
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from memopt.budget import total_ram
-from memopt.graph import TrainingGraph
-from memopt.journal import Journal
-from memopt.memory_model import (
+from memopt.ort.config import key_entries
+from memopt.run.budget import total_ram
+from memopt.graph.training_graph import TrainingGraph
+from memopt.run.journal import Journal
+from memopt.predict.memory_model import (
     MemoryModel,
     ModelError,
     Observation,
     PlanSavings,
     fit_memory_model,
 )
-from memopt.recompute_cost import BALANCE, nodes_work, seconds_per_unit
+from memopt.predict.recompute_cost import BALANCE, nodes_work, seconds_per_unit
 from memopt.scan import ScanReport, scan_graph
-from memopt.scan.sizes import batch_symbols
-from memopt.scan.target import ScanTarget, load_target
-from memopt.trials import (
+from memopt.graph.sizes import batch_symbols
+from memopt.run.target import ScanTarget, load_target
+from memopt.run.trials import (
+    DEFAULT_STEPS,
     StackVersions,
     TrialResult,
     TrialSpec,
@@ -45,16 +48,22 @@ from memopt.trials import (
 )
 
 __all__ = [
-    "Calibration",
+    "DEFAULT_STEPS",
     "MODEL_FILE",
+    "Calibration",
+    "CalibrationRun",
+    "PreparedTarget",
     "calibrate",
+    "calibrate_on",
     "default_calibration_batches",
     "fit_calibration",
     "load_saved_model",
     "model_identity",
     "plan_savings",
+    "prepare_target",
     "require_batch_dim",
     "require_ran",
+    "save_model",
 ]
 
 MODEL_FILE = "memopt_models.json"
@@ -111,6 +120,63 @@ def save_model(runs_dir: Path, identity: str, model: MemoryModel) -> None:
     temporary.replace(path)
 
 
+@dataclass(frozen=True)
+class PreparedTarget:
+    """A target's training graph and plans, ready to calibrate: the probe and scan, done once."""
+
+    recipe: str
+    options: Mapping[str, Any]
+    target: ScanTarget
+    report: ScanReport
+    versions: StackVersions
+    ort_version: str
+    batch_symbols: tuple[str, ...]
+
+
+# Runs one no-config trial at a batch size; the tuner's runner also reports progress and can be cancelled.
+CalibrationRun = Callable[[int], TrialResult]
+
+
+def prepare_target(
+    recipe: str,
+    *,
+    options: Mapping[str, Any] | None = None,
+    runs_dir: Path = Path("runs"),
+    python: str | None = None,
+    probe_batch: int = 2,
+    versions: StackVersions | None = None,
+    target: ScanTarget | None = None,
+    cancel: threading.Event | None = None,
+) -> PreparedTarget:
+    """Probe ``recipe`` (unless its ``target`` is already loaded) and scan its graph."""
+    options = dict(options or {})
+    versions = versions or stack_versions(python)
+    target = target or load_target(
+        recipe, options=options, runs_dir=runs_dir, probe_batch=probe_batch, python=python, cancel=cancel
+    )
+    ort_version = target.ort_version or versions.ort_version or "1.19"
+    report = scan_graph(target.graph, ort_version, dims=target.logged_dims or None)
+    return PreparedTarget(recipe, options, target, report, versions, ort_version, require_batch_dim(report, recipe))
+
+
+def calibrate_on(
+    prepared: PreparedTarget,
+    run: CalibrationRun,
+    target_batch: int,
+    *,
+    runs_dir: Path,
+    journal: Journal,
+    calibration_batches: tuple[int, ...] | None = None,
+) -> Calibration:
+    """Calibrate on no-config trials that ``run`` runs, one per calibration batch size."""
+    trials = []
+    for batch in tuple(dict.fromkeys(calibration_batches or default_calibration_batches(target_batch))):
+        trial = run(batch)
+        require_ran(trial)
+        trials.append(trial)
+    return fit_calibration(prepared, trials, journal=journal, runs_dir=runs_dir, target_batch=target_batch)
+
+
 def calibrate(
     recipe: str,
     target_batch: int,
@@ -118,28 +184,23 @@ def calibrate(
     options: Mapping[str, Any] | None = None,
     runs_dir: Path = Path("runs"),
     calibration_batches: tuple[int, ...] | None = None,
-    steps: int = 3,
+    steps: int = DEFAULT_STEPS,
     device: str = "auto",
     python: str | None = None,
     timeout_s: float = 1800.0,
     resume: bool = True,
 ) -> Calibration:
-    options = dict(options or {})
+    """Probe, scan and calibrate ``recipe`` with child-process trials (``memopt plan``)."""
     runs_dir = Path(runs_dir)
     journal = Journal.in_folder(runs_dir)
-    versions = stack_versions(python)
-    target = load_target(recipe, options=options, runs_dir=runs_dir, python=python)
-    ort_version = target.ort_version or versions.ort_version or "1.19"
-    report = scan_graph(target.graph, ort_version, dims=target.logged_dims or None)
-    require_batch_dim(report, recipe)
-    trials = []
-    for batch in tuple(dict.fromkeys(calibration_batches or default_calibration_batches(target_batch))):
-        trial = run_trial(TrialSpec(recipe, batch, options, (), steps, device, timeout_s, python), runs_dir,
-                          journal=journal, resume=resume, versions=versions)
-        require_ran(trial)
-        trials.append(trial)
-    return fit_calibration(target, report, trials, recipe=recipe, options=options, journal=journal,
-                           versions=versions, runs_dir=runs_dir, target_batch=target_batch, ort_version=ort_version)
+    prepared = prepare_target(recipe, options=options, runs_dir=runs_dir, python=python)
+
+    def run(batch: int) -> TrialResult:
+        spec = TrialSpec(recipe, batch, prepared.options, (), steps, device, timeout_s, python)
+        return run_trial(spec, runs_dir, journal=journal, resume=resume, versions=prepared.versions)
+
+    return calibrate_on(prepared, run, target_batch, runs_dir=runs_dir, journal=journal,
+                        calibration_batches=calibration_batches)
 
 
 def require_batch_dim(report: ScanReport, recipe: str) -> tuple[str, ...]:
@@ -160,31 +221,29 @@ def plan_savings(report: ScanReport, graph: TrainingGraph) -> tuple[PlanSavings,
     """The scan's plans as the memory model sees them, occurrences in topological order."""
     order = {node.name: node.order for node in graph.nodes}
     return tuple(
-        PlanSavings(p.key, _entries(p.key), p.frequency, p.exact,
+        PlanSavings(p.key, key_entries(p.key), p.frequency, p.exact,
                     tuple(o.exact for o in sorted(p.occurrences, key=lambda o: order.get(o.entry, 0))))
         for p in report.patterns
     )
 
 
 def fit_calibration(
-    target: ScanTarget,
-    report: ScanReport,
+    prepared: PreparedTarget,
     trials: Sequence[TrialResult],
     *,
-    recipe: str,
-    options: Mapping[str, Any],
     journal: Journal,
-    versions: StackVersions,
     runs_dir: Path,
     target_batch: int,
-    ort_version: str,
 ) -> Calibration:
     """Memory model and recompute costs from the no-config ``trials`` and the journal's history."""
-    symbols = require_batch_dim(report, recipe)
+    target, report, recipe, options, versions = (prepared.target, prepared.report, prepared.recipe,
+                                                  prepared.options, prepared.versions)
+    symbols = prepared.batch_symbols
     fixed = {name: value for name, value in target.logged_dims.items() if name not in symbols}
     plans = plan_savings(report, target.graph)
     device_used = trials[0].device or "cpu"
-    history = _history(journal, recipe, options, versions, device_used)
+    # The journal's history of this target, and these trials even where no journal holds them.
+    history = list({t.key: t for t in (*_history(journal, recipe, options, versions, device_used), *trials)}.values())
     observations = [Observation(t.batch_size, _plans_of(t, plans), int(t.peak_bytes)) for t in history if t.peak_bytes]
     model = fit_memory_model(observations, plans, symbols, fixed)
     identity = model_identity(recipe, options, versions, device_used)
@@ -205,12 +264,7 @@ def fit_calibration(
     totals = [t.cuda_total_memory for t in trials if t.cuda_total_memory]
     device_total = totals[0] if totals else (total_ram() if device_used == "cpu" else None)
     return Calibration(model, unit_costs, spu, scale, baseline_step, target_batch, tuple(trials), target.description,
-                       ort_version, device_used, device_total, identity)
-
-
-def _entries(key: str) -> tuple[str, ...]:
-    """``"A+:1:-1,B+:2:-1"`` -> ``("A+:1", "B+:2")``: the config entries behind a Plan-table key."""
-    return tuple(part.rsplit(":", 1)[0] for part in key.split(",") if part)
+                       prepared.ort_version, device_used, device_total, identity)
 
 
 def _history(journal: Journal, recipe: str, options: Mapping[str, Any], versions: StackVersions, device: str) -> list[TrialResult]:

@@ -1,0 +1,59 @@
+"""From plans to predictions: the memory model, recompute costs, and the planner.
+
+- ``memory_model``: peak memory as static + per-sample parts less each plan's saving,
+  its effectiveness learnt from measured trials.
+- ``recompute_cost``: the extra work of recomputing a plan, from the graph at target dims.
+- ``planner``: the cheapest set of plans predicted to fit a budget (exact, via HiGHS).
+- ``calibrate``: fits the model and costs from no-config runs; ``prepare_target`` loads
+  and scans a target once, ``calibrate_on`` calibrates on any trial runner.
+"""
+
+from memopt.predict.calibrate import (
+    DEFAULT_STEPS,
+    MODEL_FILE,
+    Calibration,
+    PreparedTarget,
+    calibrate,
+    calibrate_on,
+    default_calibration_batches,
+    load_saved_model,
+    model_identity,
+    plan_savings,
+    prepare_target,
+    require_batch_dim,
+    save_model,
+)
+from memopt.predict.memory_model import MemoryModel, ModelError, Observation, PlanSavings, Prediction, fit_memory_model
+from memopt.predict.planner import DEFAULT_MARGIN, PlanChoice, PlanResult, choose_plans
+from memopt.predict.recompute_cost import BALANCE, Work, graph_work, nodes_work, seconds_per_unit
+
+__all__ = [
+    "BALANCE",
+    "DEFAULT_MARGIN",
+    "DEFAULT_STEPS",
+    "MODEL_FILE",
+    "Calibration",
+    "MemoryModel",
+    "ModelError",
+    "Observation",
+    "PlanChoice",
+    "PlanResult",
+    "PlanSavings",
+    "PreparedTarget",
+    "Prediction",
+    "Work",
+    "calibrate",
+    "calibrate_on",
+    "choose_plans",
+    "default_calibration_batches",
+    "fit_memory_model",
+    "graph_work",
+    "load_saved_model",
+    "model_identity",
+    "nodes_work",
+    "plan_savings",
+    "prepare_target",
+    "require_batch_dim",
+    "save_model",
+    "seconds_per_unit",
+]

@@ -1,0 +1,78 @@
+"""Running the user's target under ORTModule, each run in a child process of its own.
+
+- ``recipes``: the recipe contract and the built-in recipes (what a target is).
+- ``target``: a target's training graph, from a short probe run or an ONNX file.
+- ``launch``: run folders and child processes (``launch``, cancellable with an event).
+- ``probe``: one no-config run that saves the graphs ORTModule builds.
+- ``trials``: one config at one batch size, measured; ``journal``: every finished trial.
+- ``budget``: memory budgets as people write them, resolved against the device.
+
+The child's side (``child``, ``steps``) imports torch; nothing here imports it at load.
+"""
+
+from memopt.run.budget import CUDA_DEFAULT_FRACTION, Budget, BudgetError, parse_budget, resolve_budget, total_ram
+from memopt.run.journal import JOURNAL_NAME, Journal, JournalEntry
+from memopt.run.launch import LOG_NAME, ONNX_DIR, ONNX_PREFIX, RECORD_NAME, RunRequest, RunResult, launch, new_run_dir
+from memopt.run.probe import GRAPH_KINDS, ProbeResult, probe, run_label
+from memopt.run.target import CONFIG_VARIABLES, ScanTarget, load_target
+from memopt.run.trials import (
+    DEFAULT_STEPS,
+    LEVEL_VAR,
+    REUSABLE_STATUSES,
+    ChildTrialRunner,
+    JournaledRunner,
+    Outcome,
+    StackVersions,
+    TrialError,
+    TrialResult,
+    TrialRunner,
+    TrialSpec,
+    config_key,
+    parse_trial_config,
+    recipe_identity,
+    run_trial,
+    stack_versions,
+)
+
+__all__ = [
+    "CONFIG_VARIABLES",
+    "CUDA_DEFAULT_FRACTION",
+    "DEFAULT_STEPS",
+    "GRAPH_KINDS",
+    "JOURNAL_NAME",
+    "LEVEL_VAR",
+    "LOG_NAME",
+    "ONNX_DIR",
+    "ONNX_PREFIX",
+    "RECORD_NAME",
+    "REUSABLE_STATUSES",
+    "Budget",
+    "ChildTrialRunner",
+    "BudgetError",
+    "Journal",
+    "JournaledRunner",
+    "JournalEntry",
+    "Outcome",
+    "ProbeResult",
+    "RunRequest",
+    "RunResult",
+    "ScanTarget",
+    "StackVersions",
+    "TrialError",
+    "TrialResult",
+    "TrialRunner",
+    "TrialSpec",
+    "config_key",
+    "launch",
+    "load_target",
+    "new_run_dir",
+    "parse_budget",
+    "parse_trial_config",
+    "probe",
+    "recipe_identity",
+    "resolve_budget",
+    "run_label",
+    "run_trial",
+    "stack_versions",
+    "total_ram",
+]

@@ -1,0 +1,195 @@
+"""What the tuner tells its views: typed events, and the records they carry.
+
+Every event arrives through one callback, from whichever thread runs the search; views
+(the TUI, ``--no-tui`` lines, ``--json``) only render them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import Enum
+from pathlib import Path
+from typing import Any
+
+from memopt.ort import PlanKey
+from memopt.run import Outcome, TrialResult
+
+__all__ = [
+    "Note",
+    "PlanRow",
+    "Purpose",
+    "Ready",
+    "SearchFinished",
+    "SearchStatus",
+    "StageFinished",
+    "StageStarted",
+    "TrialFinished",
+    "TrialRecord",
+    "TrialStarted",
+    "TuneEvent",
+    "TuneResult",
+]
+
+
+class Purpose(str, Enum):
+    """Why a trial ran."""
+
+    CALIBRATION = "calibration"  # no config at a small batch: fits the memory model
+    SEARCH = "search"  # chosen by the search at the target batch
+    MANUAL = "manual"  # the user's selection in the TUI
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class SearchStatus(str, Enum):
+    """How a search ended."""
+
+    VERIFIED = "verified"  # a config was measured to fit
+    MAX_TRIALS = "max_trials"  # --max-trials search trials ran first
+    IMPOSSIBLE = "impossible"  # even every plan is not enough at the target batch
+    CANCELLED = "cancelled"
+    FAILED = "failed"  # the target cannot run at all, or nothing could be verified
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclass(frozen=True)
+class PlanRow:
+    """One Plan-table row as the tuner sees it at the target batch."""
+
+    key: PlanKey
+    subgraph: str
+    kind: str  # "recompute" or "compromise"
+    frequency: int
+    saving_bytes: float  # the scan's exact saving at the target batch
+    effective_bytes: float  # what the memory model expects it to lower the peak by
+    cost_s: float  # estimated extra seconds per step
+    modules: tuple[str, ...]
+    counts_honoured: bool  # ORT <= 1.16 recomputes the first N occurrences; 1.17+ all or nothing
+
+
+@dataclass(frozen=True)
+class TrialRecord:
+    """A trial the tuner ran (or reused), with why it ran and what the model predicted."""
+
+    number: int  # 1-based, in this session
+    purpose: Purpose
+    plans: tuple[PlanKey, ...]
+    predicted_bytes: float | None
+    reason: str
+    result: TrialResult
+
+    @property
+    def outcome(self) -> Outcome:
+        return self.result.outcome
+
+    @property
+    def fits(self) -> bool:
+        return self.result.outcome is Outcome.OK
+
+    @property
+    def peak_bytes(self) -> int | None:
+        return self.result.peak_bytes
+
+    @property
+    def step_s(self) -> float | None:
+        return self.result.median_step_s
+
+    @property
+    def batch_size(self) -> int:
+        return self.result.batch_size
+
+    @property
+    def left_off(self) -> tuple[PlanKey, ...]:
+        """Plans this trial enabled that ORT's Plan table reported OFF (ORT ignored them)."""
+        if not self.result.plans_seen or self.result.outcome is Outcome.CANCELLED:
+            return ()
+        on = set(self.result.plans_on)
+        return tuple(key for key in self.plans if key not in on)
+
+    @property
+    def prediction_error(self) -> float | None:
+        if self.predicted_bytes is None or not self.result.peak_bytes:
+            return None
+        return (self.predicted_bytes - self.result.peak_bytes) / self.result.peak_bytes
+
+
+@dataclass(frozen=True)
+class TuneResult:
+    """How a search ended, the verified config if any, and every trial of the session."""
+
+    status: SearchStatus
+    message: str
+    best: TrialRecord | None
+    trials: tuple[TrialRecord, ...]
+    largest_batch: int | None = None  # when impossible: predicted to fit with every plan
+
+    @property
+    def verified(self) -> bool:
+        return self.best is not None
+
+
+@dataclass(frozen=True)
+class StageStarted:
+    stage: str  # probe, scan, calibrate
+    message: str
+
+
+@dataclass(frozen=True)
+class StageFinished:
+    stage: str
+    message: str
+    seconds: float
+
+
+@dataclass(frozen=True)
+class Ready:
+    """Set-up is done: plans, model and budget are known."""
+
+    recipe: str
+    options: Mapping[str, Any]
+    ort_version: str
+    ort_package: str | None
+    torch_version: str | None
+    device: str  # "CPU" or the CUDA device's name
+    budget_bytes: int
+    limit_bytes: float
+    target_batch: int
+    rows: tuple[PlanRow, ...]
+    runs_dir: Path
+
+
+@dataclass(frozen=True)
+class TrialStarted:
+    number: int
+    purpose: Purpose
+    batch_size: int
+    plans: tuple[PlanKey, ...]
+    predicted_bytes: float | None
+    reason: str
+    steps: int
+    timeout_s: float
+
+
+@dataclass(frozen=True)
+class TrialFinished:
+    record: TrialRecord
+    explanation: str  # one line: what happened and what the model learnt
+
+
+@dataclass(frozen=True)
+class Note:
+    """One line of the search explaining itself."""
+
+    message: str
+
+
+@dataclass(frozen=True)
+class SearchFinished:
+    result: TuneResult
+
+
+TuneEvent = StageStarted | StageFinished | Ready | TrialStarted | TrialFinished | Note | SearchFinished

@@ -1,0 +1,227 @@
+"""The search policy, a pure function of what is known: ``next_step(state)``.
+
+    first: the planner's cheapest selection predicted to fit (every plan when none is)
+    after a fit: a cheaper selection still predicted to fit, else stop verified
+    after an overshoot (over budget, out of memory, crashed): a selection predicted to
+    save more, else stop (nothing fits: the largest batch predicted to fit is said)
+
+Plans ORT left OFF in a trial (its Plan table says so) are dropped from later selections:
+ORT ignores them, so they cannot lower the peak. No process, file or clock is touched
+here, so every rule is tested with a hand-made model and scripted outcomes.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, replace
+
+from memopt.ort import PlanKey, short_key
+from memopt.predict import MemoryModel, PlanResult, choose_plans
+from memopt.run import Outcome
+from memopt.tune.events import SearchStatus
+
+__all__ = [
+    "Attempt",
+    "SearchState",
+    "Stop",
+    "TryPlans",
+    "best_attempt",
+    "format_mib",
+    "module_patterns",
+    "names",
+    "next_step",
+]
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """A finished trial at the target batch, as the policy sees it."""
+
+    plans: tuple[PlanKey, ...]
+    outcome: Outcome
+    step_s: float | None = None
+    left_off: tuple[PlanKey, ...] = ()  # enabled, but ORT's Plan table reported them OFF
+    error: str | None = None
+    number: int = 0  # the trial's number in the session
+
+
+@dataclass(frozen=True)
+class SearchState:
+    """Everything the policy decides on. ``attempts``: every trial at the target batch so far
+    (manual ones too, oldest first); ``trials_used``: search trials of this search."""
+
+    model: MemoryModel
+    costs_s: Mapping[PlanKey, float]
+    target_batch: int
+    budget_bytes: int
+    margin: float
+    ort_version: str
+    max_trials: int
+    baseline_step_s: float | None = None
+    attempts: tuple[Attempt, ...] = ()
+    trials_used: int = 0
+
+    @property
+    def limit_bytes(self) -> float:
+        return self.budget_bytes * (1.0 - self.margin)
+
+    @property
+    def left_off(self) -> frozenset[PlanKey]:
+        return frozenset(key for attempt in self.attempts for key in attempt.left_off)
+
+    def predict(self, plans: Iterable[PlanKey]) -> float:
+        return self.model.predict(self.target_batch, tuple(plans)).peak_bytes
+
+    def cost_of(self, plans: Iterable[PlanKey]) -> float:
+        return sum(self.costs_s.get(key, 0.0) for key in plans)
+
+    def useful_plans(self) -> tuple[PlanKey, ...]:
+        """Plans expected to lower the peak at the target batch, largest saving first."""
+        batch, ignored = self.target_batch, self.left_off
+        savings = {p.key: self.model.factor(p.key) * self.model.raw_saving(p.key, batch) for p in self.model.plans}
+        ranked = sorted(savings, key=lambda key: (-self.model.raw_saving(key, batch), key))
+        return tuple(key for key in ranked if savings[key] > 0 and key not in ignored)
+
+    def plan(self) -> PlanResult:
+        """The planner's choice among the plans ORT has not ignored."""
+        model = self.model
+        if self.left_off:
+            model = _without(model, self.left_off)
+        return choose_plans(model, self.costs_s, self.target_batch, self.budget_bytes, self.ort_version,
+                            margin=self.margin, baseline_step_s=self.baseline_step_s)
+
+    def tried(self) -> frozenset[frozenset[PlanKey]]:
+        return frozenset(frozenset(a.plans) for a in self.attempts)
+
+
+@dataclass(frozen=True)
+class TryPlans:
+    """Run a trial of ``plans`` at the target batch, for ``reason``."""
+
+    plans: tuple[PlanKey, ...]
+    reason: str
+
+
+@dataclass(frozen=True)
+class Stop:
+    """The search ends: how, a line saying why, and (when nothing fits) the largest batch that would."""
+
+    status: SearchStatus
+    message: str
+    largest_batch: int | None = None
+
+
+def next_step(state: SearchState) -> TryPlans | Stop:
+    """What the search does next, given everything it knows."""
+    if state.trials_used == 0:
+        return _first(state)
+    last = state.attempts[-1]
+    if last.outcome.fatal:
+        return Stop(SearchStatus.FAILED, f"the trial could not run: {last.error}")
+    step = _lighter(state, last) if last.outcome is Outcome.OK else _heavier(state, last)
+    if isinstance(step, Stop):
+        return step
+    if state.trials_used >= state.max_trials:
+        return _stop(state, SearchStatus.MAX_TRIALS, f"stopped after --max-trials {state.max_trials} search trials")
+    return step
+
+
+def best_attempt(attempts: Iterable[Attempt]) -> Attempt | None:
+    """The verified config: fits, lowest measured step time, then fewest plans, then first."""
+    fitting = [a for a in attempts if a.outcome is Outcome.OK]
+    if not fitting:
+        return None
+    return min(fitting, key=lambda a: (a.step_s if a.step_s is not None else float("inf"), len(a.plans), a.number))
+
+
+def _first(state: SearchState) -> TryPlans | Stop:
+    limit = state.limit_bytes
+    plan = state.plan()
+    if plan.feasible:
+        if plan.plans:
+            return TryPlans(plan.plans, f"planner: {names(plan.plans)} predicted {format_mib(plan.predicted_bytes)} ≤ "
+                                        f"limit {format_mib(limit)} (no config {format_mib(plan.baseline_bytes)}) "
+                                        f"for ~{plan.cost_s * 1000:.0f} ms/step")
+        return TryPlans((), f"planner: no config predicted {format_mib(plan.baseline_bytes)} ≤ limit "
+                            f"{format_mib(limit)}; verifying")
+    return TryPlans(state.useful_plans(), f"planner: even every plan is predicted at {format_mib(plan.predicted_bytes)}"
+                                          f" > limit {format_mib(limit)}; trying every plan once to check")
+
+
+def _lighter(state: SearchState, last: Attempt) -> TryPlans | Stop:
+    """After a fit: a cheaper selection still predicted to fit, or why there is none."""
+    selection, tried, limit = last.plans, state.tried(), state.limit_bytes
+    if not selection:
+        return _stop(state, SearchStatus.VERIFIED, "no recompute needed at this batch")
+    plan = state.plan()
+    if plan.feasible and frozenset(plan.plans) not in tried and state.cost_of(plan.plans) < state.cost_of(selection):
+        return TryPlans(plan.plans, f"fits; recalibrated planner: {names(plan.plans) or 'no config'} is cheaper and "
+                                    f"predicted {format_mib(plan.predicted_bytes)} ≤ limit {format_mib(limit)}")
+    costliest = max(selection, key=lambda key: (state.costs_s.get(key, 0.0), key))
+    lighter = tuple(key for key in selection if key != costliest)
+    predicted = state.predict(lighter)
+    if predicted <= limit and frozenset(lighter) not in tried:
+        return TryPlans(lighter, f"fits; trying without the costliest plan {short_key(costliest)} "
+                                 f"(predicted {format_mib(predicted)} ≤ limit {format_mib(limit)})")
+    why = "already tried" if frozenset(lighter) in tried else f"predicted {format_mib(predicted)} > limit {format_mib(limit)}"
+    return _stop(state, SearchStatus.VERIFIED, f"nothing lighter to try (without {short_key(costliest)}: {why})")
+
+
+def _heavier(state: SearchState, last: Attempt) -> TryPlans | Stop:
+    """After an overshoot: a selection predicted to save more, or why there is none."""
+    tried, limit, useful = state.tried(), state.limit_bytes, state.useful_plans()
+    selection = tuple(key for key in last.plans if key not in state.left_off)
+    prefix = ""
+    if last.left_off:
+        prefix = f"ORT left {names(last.left_off)} OFF (it ignores them): dropped; "
+    elif last.outcome not in (Outcome.OVER_BUDGET, Outcome.OUT_OF_MEMORY):
+        prefix = f"trial {last.outcome.label}; trying another selection; "
+    plan = state.plan()
+    if plan.feasible and frozenset(plan.plans) not in tried and set(plan.plans) != set(selection):
+        return TryPlans(plan.plans, f"{prefix}over; recalibrated planner: {names(plan.plans)} predicted "
+                                    f"{format_mib(plan.predicted_bytes)} ≤ limit {format_mib(limit)}")
+    candidate = list(selection)
+    for key in useful:  # largest saving first
+        if key in candidate:
+            continue
+        candidate.append(key)
+        if frozenset(candidate) in tried:
+            continue
+        predicted = state.predict(candidate)
+        if predicted <= limit or len(candidate) == len(useful):
+            return TryPlans(tuple(candidate), f"{prefix}over; adding {short_key(key)}: {names(candidate)} predicted "
+                                              f"{format_mib(predicted)} vs limit {format_mib(limit)}")
+    return _stop(state, SearchStatus.IMPOSSIBLE, "every plan is on")
+
+
+def _stop(state: SearchState, status: SearchStatus, message: str) -> Stop:
+    """The stop as the user sees it: verified only when some trial fits."""
+    verified = best_attempt(state.attempts) is not None
+    if status is SearchStatus.IMPOSSIBLE:
+        largest = state.model.max_batch(state.limit_bytes, state.useful_plans())
+        message = (f"batch {state.target_batch} does not fit in {format_mib(state.budget_bytes)} even with every "
+                   f"plan; predicted to fit: batch {largest} with every plan")
+        return Stop(SearchStatus.VERIFIED if verified else SearchStatus.IMPOSSIBLE, message, largest)
+    if not verified:
+        return Stop(SearchStatus.FAILED if status is SearchStatus.VERIFIED else status, f"{message}; no verified config")
+    return Stop(status, message)
+
+
+def _without(model: MemoryModel, keys: frozenset[PlanKey]) -> MemoryModel:
+    return replace(model, plans=tuple(p for p in model.plans if p.key not in keys))
+
+
+def format_mib(value: float | None) -> str:
+    if value is None:
+        return "n/a"
+    return f"{value / 2**20:,.1f} MiB"
+
+
+def names(plans: Iterable[PlanKey]) -> str:
+    return ", ".join(short_key(p) for p in plans)
+
+
+def module_patterns(modules: Iterable[str]) -> tuple[str, ...]:
+    """Module paths with layer indices as ``*`` (``blocks.3.attn`` -> ``blocks.*.attn``), deduplicated."""
+    return tuple(dict.fromkeys(re.sub(r"(?<=\.)\d+(?=\.|$)", "*", m) for m in modules))

@@ -1,0 +1,66 @@
+"""What a tuning session is asked to do, checked once; the errors a session raises."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from memopt.errors import MemoptError
+from memopt.predict import DEFAULT_MARGIN
+from memopt.run import DEFAULT_STEPS, Budget, StackVersions
+
+__all__ = ["DEFAULT_MAX_TRIALS", "TuneCancelled", "TuneError", "TuneSettings", "budget_required"]
+
+# Search trials at the target batch; calibration trials are not counted.
+DEFAULT_MAX_TRIALS = 6
+
+
+class TuneError(MemoptError):
+    """The search cannot start or go on (no budget, a broken recipe, no ORT)."""
+
+
+class TuneCancelled(MemoptError):
+    """The user cancelled; the running trial's child was killed and the journal kept."""
+
+
+@dataclass(frozen=True)
+class TuneSettings:
+    recipe: str
+    target_batch: int
+    budget: Budget | None = None  # None: CUDA only, the device's memory less 10%
+    options: Mapping[str, Any] = field(default_factory=dict)
+    max_trials: int = DEFAULT_MAX_TRIALS
+    steps: int = DEFAULT_STEPS
+    runs_dir: Path = Path("runs")
+    resume: bool = False
+    device: str = "auto"
+    margin: float = DEFAULT_MARGIN
+    calibration_batches: tuple[int, ...] | None = None
+    timeout_s: float = 1800.0
+    python: str | None = None
+    probe_batch: int = 2
+
+    def __post_init__(self) -> None:
+        if self.target_batch < 1:
+            raise TuneError(f"--target-batch must be a positive integer, not {self.target_batch}")
+        if self.max_trials < 1:
+            raise TuneError(f"--max-trials must be at least 1, not {self.max_trials}")
+        if self.steps < 1:
+            raise TuneError(f"--steps must be at least 1, not {self.steps}")
+        if not 0 <= self.margin < 1:
+            raise TuneError(f"--margin must be a fraction in [0, 1), not {self.margin:g}")
+        if self.device not in ("auto", "cpu", "cuda"):
+            raise TuneError(f"--device must be auto, cpu or cuda, not {self.device!r}")
+        if not self.timeout_s > 0:  # also refuses NaN
+            raise TuneError(f"--timeout must be positive, not {self.timeout_s:g}")
+        if self.calibration_batches is not None and (
+            len(set(self.calibration_batches)) < 2 or min(self.calibration_batches) < 1
+        ):
+            raise TuneError("calibration needs two or more different positive batch sizes")
+
+
+def budget_required(settings: TuneSettings, versions: StackVersions) -> bool:
+    """On CPU there is no default budget."""
+    return settings.budget is None and (settings.device == "cpu" or not versions.cuda)

@@ -1,0 +1,443 @@
+"""One tuning session: set up once, then any mix of predictions, manual trials and searches.
+
+    prepare (probe + scan) -> calibrate (no-config trials at two small batches) -> search:
+    ``policy.next_step`` picks each trial, the memory model learns from each result
+
+The session runs trials only through a ``TrialRunner`` (real child processes by default;
+tests pass a fake) wrapped so that every finished trial is journaled the moment it ends,
+and ``resume`` reuses finished trials of an earlier session. ``cancel()`` may be called
+from any thread: it sets the event the running launch watches, which kills that child's
+process group, and the search ends as cancelled.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, TypeVar
+
+from memopt.errors import MemoptError
+from memopt.ort import ConfigEntry, OrtVersion, PlanKey, plan_config_entries
+from memopt.predict import (
+    Calibration,
+    MemoryModel,
+    ModelError,
+    Observation,
+    PlanResult,
+    Prediction,
+    PreparedTarget,
+    calibrate_on,
+    prepare_target,
+)
+from memopt.run import (
+    ChildTrialRunner,
+    Journal,
+    JournaledRunner,
+    Outcome,
+    StackVersions,
+    TrialResult,
+    TrialRunner,
+    TrialSpec,
+    resolve_budget,
+    stack_versions,
+)
+from memopt.tune.events import (
+    Note,
+    PlanRow,
+    Purpose,
+    Ready,
+    SearchFinished,
+    SearchStatus,
+    StageFinished,
+    StageStarted,
+    TrialFinished,
+    TrialRecord,
+    TrialStarted,
+    TuneEvent,
+    TuneResult,
+)
+from memopt.tune.export import ConfigExport, plan_export, write_config
+from memopt.tune.policy import (
+    Attempt,
+    SearchState,
+    Stop,
+    best_attempt,
+    format_mib,
+    module_patterns,
+    names,
+    next_step,
+)
+from memopt.tune.settings import TuneCancelled, TuneError, TuneSettings, budget_required
+
+__all__ = ["Tuner"]
+
+_T = TypeVar("_T")
+
+
+class Tuner:
+    """One tuning session; views subscribe to its events and call its methods from any thread."""
+
+    def __init__(
+        self,
+        settings: TuneSettings,
+        on_event: Callable[[TuneEvent], None] | None = None,
+        *,
+        runner: TrialRunner | None = None,
+        versions: StackVersions | None = None,
+        prepare: Callable[[threading.Event], PreparedTarget] | None = None,
+    ) -> None:
+        """``runner``, ``versions`` and ``prepare`` replace the real child processes (tests)."""
+        self.settings = replace(settings, runs_dir=Path(settings.runs_dir).resolve())
+        self._listeners: list[Callable[[TuneEvent], None]] = [on_event] if on_event else []
+        self._cancel = threading.Event()
+        self._lock = threading.Lock()
+        self.journal = Journal.in_folder(self.settings.runs_dir)
+        self._runner = runner
+        self._prepare = prepare
+        self.versions = versions
+        self.prepared: PreparedTarget | None = None
+        self.calibration: Calibration | None = None
+        self.model: MemoryModel | None = None
+        self.budget_bytes: int = 0
+        self.device_name: str = "CPU"
+        self.records: list[TrialRecord] = []
+        self.ready: Ready | None = None
+        self._numbers = 0
+
+    # -- events and cancellation ------------------------------------------------------
+
+    def subscribe(self, listener: Callable[[TuneEvent], None]) -> None:
+        self._listeners.append(listener)
+
+    def _emit(self, event: TuneEvent) -> None:
+        for listener in list(self._listeners):
+            listener(event)
+
+    def cancel(self) -> None:
+        """Stop the running trial or probe (its process group is killed); safe from any thread."""
+        self._cancel.set()
+
+    def reset_cancel(self) -> None:
+        """Allow new work after a cancelled search (the TUI keeps the session)."""
+        self._cancel.clear()
+
+    def _check_cancel(self) -> None:
+        if self._cancel.is_set():
+            raise TuneCancelled("cancelled")
+
+    # -- set-up -----------------------------------------------------------------------
+
+    @property
+    def is_ready(self) -> bool:
+        return self.ready is not None
+
+    def setup(self) -> Ready:
+        """Probe, scan and calibrate (emitting progress); idempotent."""
+        if self.ready is not None:
+            return self.ready
+        s = self.settings
+        self.versions = self.versions or stack_versions(s.python)
+        if self.versions.ort_version is None:
+            raise TuneError("the ORT training stack cannot run: onnxruntime-training is not installed")
+        if budget_required(s, self.versions):
+            raise TuneError("--budget is required on CPU (e.g. --budget 2.5GiB or --budget 50%)")
+        self._check_cancel()
+        prepared = self._stage(
+            "probe", f"Exporting {s.recipe} under ORTModule (no-config probe at batch {s.probe_batch}) and scanning…",
+            self._prepare_target,
+            lambda p: f"training graph {p.target.graph_path.name}, {len(p.target.graph.nodes)} nodes; "
+                      f"{len(p.report.patterns)} recompute plans (ORT {p.ort_version}'s rules)")
+        self.prepared = prepared
+        self._check_cancel()
+        self.calibration = self._calibrate(prepared)
+        self.model = self.calibration.model
+        try:
+            self.budget_bytes = resolve_budget(s.budget, self.calibration.device, self.calibration.device_total)
+        except MemoptError as err:
+            raise TuneError(str(err)) from None
+        self.ready = Ready(
+            recipe=s.recipe, options=dict(s.options), ort_version=prepared.ort_version,
+            ort_package=self.versions.ort_package, torch_version=self.versions.torch_version,
+            device=self.device_name, budget_bytes=self.budget_bytes, limit_bytes=self.limit_bytes,
+            target_batch=s.target_batch, rows=self.rows(), runs_dir=s.runs_dir,
+        )
+        self._emit(self.ready)
+        return self.ready
+
+    def set_budget(self, budget_bytes: int) -> Ready:
+        """Change the budget of a set-up session (views get a fresh ``Ready``)."""
+        if budget_bytes <= 0:
+            raise TuneError(f"the budget must be more than zero, not {budget_bytes}")
+        if self.ready is None:
+            raise TuneError("set up the session before changing its budget")
+        self.budget_bytes = int(budget_bytes)
+        self.ready = replace(self.ready, budget_bytes=self.budget_bytes, limit_bytes=self.limit_bytes)
+        self._emit(self.ready)
+        return self.ready
+
+    def _stage(self, stage: str, message: str, work: Callable[[], _T], done: Callable[[_T], str]) -> _T:
+        self._emit(StageStarted(stage, message))
+        started = time.monotonic()
+        value = work()
+        self._emit(StageFinished(stage, done(value), time.monotonic() - started))
+        return value
+
+    def _prepare_target(self) -> PreparedTarget:
+        s = self.settings
+        try:
+            if self._prepare is not None:
+                return self._prepare(self._cancel)
+            return prepare_target(s.recipe, options=s.options, runs_dir=s.runs_dir, python=s.python,
+                                  probe_batch=s.probe_batch, versions=self.versions, cancel=self._cancel)
+        except MemoptError:
+            self._check_cancel()  # a probe killed by cancel() is a cancel, not a failure
+            raise
+
+    def _calibrate(self, prepared: PreparedTarget) -> Calibration:
+        """``predict.calibrate_on`` with this session's runner: each calibration trial is an event."""
+        s = self.settings
+        self._emit(StageStarted("calibrate", "Calibrating the memory model: no-config trials at small batch sizes…"))
+        started = time.monotonic()
+
+        def run(batch: int) -> TrialResult:
+            record = self._trial(batch, (), Purpose.CALIBRATION, f"no-config calibration at batch {batch}", None, None)
+            if record.result.device == "cuda":
+                self.device_name = record.result.cuda_device_name or "CUDA"
+            return record.result
+
+        calibration = calibrate_on(prepared, run, s.target_batch, runs_dir=s.runs_dir, journal=self.journal,
+                                   calibration_batches=s.calibration_batches)
+        model = calibration.model
+        self._emit(StageFinished("calibrate", f"model: static {format_mib(model.static_bytes)} + "
+                                              f"{format_mib(model.per_sample_bytes)}/sample", time.monotonic() - started))
+        return calibration
+
+    # -- the model's view -----------------------------------------------------------------
+
+    @property
+    def limit_bytes(self) -> float:
+        return self.budget_bytes * (1.0 - self.settings.margin)
+
+    @property
+    def ort_version(self) -> OrtVersion:
+        return OrtVersion.parse(self._calibrated().ort_version)
+
+    def _calibrated(self) -> Calibration:
+        if self.calibration is None:
+            raise TuneError("the session is not set up yet")
+        return self.calibration
+
+    def _model(self) -> MemoryModel:
+        if self.model is None:
+            raise TuneError("the session is not set up yet")
+        return self.model
+
+    def costs(self) -> dict[PlanKey, float]:
+        return self._calibrated().costs_s
+
+    def rows(self) -> tuple[PlanRow, ...]:
+        """The plans at the target batch, largest saving first."""
+        if self.prepared is None:
+            raise TuneError("the session is not set up yet")
+        model, batch, costs = self._model(), self.settings.target_batch, self.costs()
+        honoured = self.ort_version.minor <= 16
+        rows = []
+        for pattern in self.prepared.report.patterns:
+            raw = model.raw_saving(pattern.key, batch)
+            rows.append(PlanRow(
+                key=pattern.key, subgraph=pattern.subgraph, kind=pattern.kind.name.lower(),
+                frequency=pattern.frequency, saving_bytes=raw, effective_bytes=model.factor(pattern.key) * raw,
+                cost_s=costs.get(pattern.key, 0.0), modules=module_patterns(pattern.modules), counts_honoured=honoured,
+            ))
+        rows.sort(key=lambda r: (-r.saving_bytes, r.key))
+        return tuple(rows)
+
+    def predict(self, plans: Iterable[PlanKey], batch_size: int | None = None) -> Prediction:
+        return self._model().predict(batch_size or self.settings.target_batch, tuple(plans))
+
+    def cost_of(self, plans: Iterable[PlanKey]) -> float:
+        costs = self.costs()
+        return sum(costs.get(key, 0.0) for key in plans)
+
+    def search_state(self, trials_used: int = 0, max_trials: int | None = None) -> SearchState:
+        """What the policy knows now: the model, costs, budget and every trial at the target batch."""
+        calibration = self._calibrated()
+        attempts = tuple(
+            Attempt(r.plans, r.outcome, r.step_s, r.left_off, _error_line(r.result), r.number)
+            for r in self.records
+            if r.purpose is not Purpose.CALIBRATION and r.batch_size == self.settings.target_batch
+            and r.outcome is not Outcome.CANCELLED
+        )
+        return SearchState(
+            model=self._model(), costs_s=self.costs(), target_batch=self.settings.target_batch,
+            budget_bytes=self.budget_bytes, margin=self.settings.margin, ort_version=calibration.ort_version,
+            max_trials=max_trials or self.settings.max_trials, baseline_step_s=calibration.baseline_step_s,
+            attempts=attempts, trials_used=trials_used,
+        )
+
+    def plan(self) -> PlanResult:
+        return self.search_state().plan()
+
+    def useful_plans(self) -> tuple[PlanKey, ...]:
+        """Plans the model expects to lower the peak at the target batch, largest first."""
+        return self.search_state().useful_plans()
+
+    def entries(self, plans: Iterable[PlanKey]) -> tuple[ConfigEntry, ...]:
+        return plan_config_entries(plans)
+
+    # -- trials ---------------------------------------------------------------------------
+
+    def run_trial(self, plans: Iterable[PlanKey], purpose: Purpose = Purpose.MANUAL,
+                  reason: str = "your selection") -> TrialRecord:
+        """A trial at the target batch with ``plans`` on; the model learns from it."""
+        self.setup()
+        selection = tuple(dict.fromkeys(plans))
+        predicted = self.predict(selection).peak_bytes
+        return self._trial(self.settings.target_batch, selection, purpose, reason, predicted, self.budget_bytes)
+
+    def _trial_runner(self) -> TrialRunner:
+        s = self.settings
+        assert self.versions is not None
+        inner = self._runner or ChildTrialRunner(s.runs_dir, self.versions)
+        return JournaledRunner(inner, self.journal, self.versions, s.resume)
+
+    def _trial(self, batch: int, plans: tuple[PlanKey, ...], purpose: Purpose, reason: str,
+               predicted: float | None, budget: int | None) -> TrialRecord:
+        self._check_cancel()
+        s = self.settings
+        with self._lock:
+            self._numbers += 1
+            number = self._numbers
+        self._emit(TrialStarted(number, purpose, batch, plans, predicted, reason, s.steps, s.timeout_s))
+        spec = TrialSpec(s.recipe, batch, dict(s.options), self.entries(plans), s.steps, s.device, s.timeout_s,
+                         s.python)
+        result = self._trial_runner()(spec, budget_bytes=budget,
+                                      predicted_peak_bytes=int(predicted) if predicted is not None else None,
+                                      cancel=self._cancel)
+        record = TrialRecord(number, purpose, plans, predicted, reason, result)
+        self.records.append(record)
+        self._emit(TrialFinished(record, self._learn(record)))
+        if record.outcome is Outcome.CANCELLED:
+            raise TuneCancelled("cancelled")
+        return record
+
+    def _learn(self, record: TrialRecord) -> str:
+        """Recalibrate on a finished trial; one line saying what happened."""
+        result = record.result
+        reused = " (reused from the journal)" if result.reused else ""
+        if record.outcome is Outcome.CANCELLED:
+            return f"trial {record.number} cancelled: its child process was killed"
+        if not result.ran or not result.peak_bytes:
+            return f"trial {record.number}: {record.outcome.label}{reused}: {result.error or 'no measurement'}"
+        line = f"trial {record.number}: {record.outcome.label}{reused}, peak {format_mib(result.peak_bytes)}"
+        if result.median_step_s:
+            line += f", {result.median_step_s:.2f} s/step"
+        if record.predicted_bytes is not None:
+            line += (f" (predicted {format_mib(record.predicted_bytes)}, "
+                     f"{(record.prediction_error or 0) * 100:+.1f}%)")
+        if record.left_off:
+            line += f"; ORT left {names(record.left_off)} OFF"
+        if self.model is not None and record.purpose is not Purpose.CALIBRATION:
+            known = {p.key for p in self.model.plans}
+            on = tuple(k for k in result.plans_on if k in known) or record.plans
+            try:
+                self.model = self.model.with_observation(Observation(result.batch_size, on, result.peak_bytes))
+            except ModelError:
+                return line
+            if record.plans:
+                line += f"; model recalibrated (plan effectiveness {self.model.global_effectiveness:.2f})"
+            else:
+                line += "; model recalibrated"
+        return line
+
+    # -- auto-search ------------------------------------------------------------------------
+
+    def auto_search(self, max_trials: int | None = None) -> TuneResult:
+        """Search for the cheapest verified config; never more than ``max_trials`` search trials."""
+        try:
+            self.setup()
+            stop = self._search(max_trials or self.settings.max_trials)
+            result = self._finish(stop.status, stop.message, stop.largest_batch)
+        except TuneCancelled:
+            result = self._finish(SearchStatus.CANCELLED,
+                                  "cancelled: the running trial was stopped; the journal keeps every finished trial")
+        self._emit(SearchFinished(result))
+        return result
+
+    def _search(self, max_trials: int) -> Stop:
+        used = 0
+        while True:
+            step = next_step(self.search_state(used, max_trials))
+            if isinstance(step, Stop):
+                return step
+            self._emit(Note(step.reason))
+            self._trial(self.settings.target_batch, step.plans, Purpose.SEARCH, step.reason,
+                        self.predict(step.plans).peak_bytes, self.budget_bytes)
+            used += 1
+
+    def _finish(self, status: SearchStatus, message: str, largest: int | None = None) -> TuneResult:
+        best = self.best()
+        if best is not None and status is not SearchStatus.CANCELLED:
+            message += f"; best verified: trial {best.number} ({names(best.plans) or 'no config'})"
+        return TuneResult(status, message, best, tuple(self.records), largest)
+
+    # -- results ------------------------------------------------------------------------------
+
+    def best(self) -> TrialRecord | None:
+        """The verified config: fits at the target batch, lowest measured step time."""
+        if self.calibration is None:
+            return None
+        best = best_attempt(self.search_state().attempts)
+        return next((r for r in self.records if best is not None and r.number == best.number), None)
+
+    def export(self, plans: Iterable[PlanKey], path: Path | None = None) -> ConfigExport:
+        """The config that enables ``plans``, and where it goes; nothing is written."""
+        s = self.settings
+        return plan_export(self.entries(plans), self.ort_version, s.runs_dir, s.recipe, s.target_batch, path)
+
+    def export_lines(self, plans: Iterable[PlanKey] | None = None) -> list[str]:
+        """The shell lines that apply ``plans`` (default: the best verified config); nothing is written."""
+        if plans is None:
+            best = self.best()
+            if best is None:
+                return []
+            plans = best.plans
+        return self.export(plans).lines
+
+    def save_config(self, plans: Iterable[PlanKey], path: Path | None = None) -> Path:
+        """Write the config for ``plans``: JSON (ORT 1.19) or the string in a text file (<=1.18)."""
+        selection = tuple(plans)
+        if not selection:
+            raise TuneError("nothing to save: the selection enables no plan")
+        return write_config(self.export(selection, path))
+
+    def summary(self, result: TuneResult) -> dict[str, Any]:
+        """The search result for ``--json``."""
+        best = result.best
+        return {
+            "status": str(result.status), "message": result.message, "recipe": self.settings.recipe,
+            "options": dict(self.settings.options), "target_batch": self.settings.target_batch,
+            "budget_bytes": self.budget_bytes, "limit_bytes": self.limit_bytes,
+            "device": self.device_name, "ort_version": str(self.ort_version) if self.calibration else None,
+            "largest_batch": result.largest_batch,
+            "best": None if best is None else {
+                "trial": best.number, "plans": list(best.plans), "config": list(best.result.config),
+                "peak_bytes": best.peak_bytes, "median_step_s": best.step_s, "run_dir": best.result.run_dir,
+            },
+            "export": self.export_lines() if best is not None else [],
+            "journal": str(self.journal.path),
+            "trials": [{
+                "number": r.number, "purpose": str(r.purpose), "batch_size": r.batch_size, "plans": list(r.plans),
+                "outcome": str(r.outcome), "peak_bytes": r.peak_bytes, "predicted_bytes": r.predicted_bytes,
+                "median_step_s": r.step_s, "reason": r.reason, "reused": r.result.reused, "run_dir": r.result.run_dir,
+            } for r in result.trials],
+        }
+
+
+def _error_line(result: TrialResult) -> str | None:
+    if result.error is None:
+        return None
+    return f"{result.error} (log: {result.run_dir}/ort.log)"
