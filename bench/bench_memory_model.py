@@ -18,9 +18,9 @@ import sys
 import tempfile
 from pathlib import Path
 
+from memopt.ort import plan_config_entries
 from memopt.predict.calibrate import calibrate
 from memopt.predict.memory_model import Observation
-from memopt.ort import plan_config_entries
 from memopt.run.trials import TrialSpec, run_trial
 
 
@@ -32,16 +32,29 @@ def bench(recipe: str, size: str, runs_dir: Path, fit: tuple[int, int], checks: 
 
     def check(batch: int, plans: tuple[str, ...], label: str) -> float:
         predicted = model.predict(batch, plans).peak_bytes
-        trial = run_trial(TrialSpec(recipe, batch, options, plan_config_entries(p.key for p in model.plans if p.key in plans), steps=2), runs_dir,
-                          predicted_peak_bytes=int(predicted))
+        trial = run_trial(
+            TrialSpec(
+                recipe, batch, options, plan_config_entries(p.key for p in model.plans if p.key in plans), steps=2
+            ),
+            runs_dir,
+            predicted_peak_bytes=int(predicted),
+        )
         assert trial.ran, trial.error
         measured = trial.peak_bytes
         dynamic = measured - model.static_bytes
-        rows.append({"recipe": f"{recipe} {size}", "batch": batch, "case": label, "plans": len(plans),
-                     "predicted_MiB": predicted / 2**20, "measured_MiB": measured / 2**20,
-                     "error_pct": 100 * (predicted - measured) / measured,
-                     "error_of_dynamic_pct": 100 * (predicted - measured) / dynamic if dynamic > 0 else float("nan"),
-                     "trial_wall_s": trial.wall_s})
+        rows.append(
+            {
+                "recipe": f"{recipe} {size}",
+                "batch": batch,
+                "case": label,
+                "plans": len(plans),
+                "predicted_MiB": predicted / 2**20,
+                "measured_MiB": measured / 2**20,
+                "error_pct": 100 * (predicted - measured) / measured,
+                "error_of_dynamic_pct": 100 * (predicted - measured) / dynamic if dynamic > 0 else float("nan"),
+                "trial_wall_s": trial.wall_s,
+            }
+        )
         return measured
 
     for batch in checks:
@@ -67,15 +80,21 @@ def main() -> int:
     for item in args.recipes.split(","):
         recipe, _, size = item.partition(":")
         rows += bench(recipe, size or "tiny", runs_dir, fit, checks)
-    print(f"Command: `{' '.join(shlex.quote(a) for a in [sys.executable.replace(str(Path.cwd()) + '/', ''), *sys.argv])}`\n")
+    print(
+        f"Command: `{' '.join(shlex.quote(a) for a in [sys.executable.replace(str(Path.cwd()) + '/', ''), *sys.argv])}`\n"
+    )
     print("| recipe | batch | case | plans | predicted MiB | measured MiB | error % | error % of dynamic part |")
     print("|---|---|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r['recipe']} | {r['batch']} | {r['case']} | {r['plans']} | {r['predicted_MiB']:.1f} | "
-              f"{r['measured_MiB']:.1f} | {r['error_pct']:+.2f} | {r['error_of_dynamic_pct']:+.1f} |")
+        print(
+            f"| {r['recipe']} | {r['batch']} | {r['case']} | {r['plans']} | {r['predicted_MiB']:.1f} | "
+            f"{r['measured_MiB']:.1f} | {r['error_pct']:+.2f} | {r['error_of_dynamic_pct']:+.1f} |"
+        )
     errors = [abs(r["error_pct"]) for r in rows]
-    print(f"\nmedian |error| {statistics.median(errors):.2f}% (max {max(errors):.2f}%) over {len(rows)} predictions; "
-          f"median trial {statistics.median(r['trial_wall_s'] for r in rows):.1f} s wall; runs in {runs_dir}")
+    print(
+        f"\nmedian |error| {statistics.median(errors):.2f}% (max {max(errors):.2f}%) over {len(rows)} predictions; "
+        f"median trial {statistics.median(r['trial_wall_s'] for r in rows):.1f} s wall; runs in {runs_dir}"
+    )
     return 0
 
 

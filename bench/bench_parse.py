@@ -73,8 +73,10 @@ def main() -> None:
             peak = tracemalloc.get_traced_memory()[1]
             tracemalloc.stop()
             median = statistics.median(times)
-            print(f"| {kind} | {size / 2**20:.0f} | {len(result.summaries)} | {median:.2f} [{min(times):.2f}–{max(times):.2f}] "
-                  f"| {size / 2**20 / median:.1f} | {peak / 2**20:.1f} |")
+            print(
+                f"| {kind} | {size / 2**20:.0f} | {len(result.summaries)} | {median:.2f} [{min(times):.2f}–{max(times):.2f}] "
+                f"| {size / 2**20 / median:.1f} | {peak / 2**20:.1f} |"
+            )
 
 
 if __name__ == "__main__":

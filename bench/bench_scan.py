@@ -26,14 +26,14 @@ from pathlib import Path
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
+import matplotlib.pyplot as plt
+import numpy as np
 
-from memopt.graph.expr import parse_expression  # noqa: E402
-from memopt.graph.training_graph import load_graph  # noqa: E402
-from memopt.graph.polynomial import Polynomial  # noqa: E402
-from memopt.scan import scan_graph  # noqa: E402
-from memopt.graph.ort_reference import ort_reference  # noqa: E402
+from memopt.graph.expr import parse_expression
+from memopt.graph.ort_reference import ort_reference
+from memopt.graph.polynomial import Polynomial
+from memopt.graph.training_graph import load_graph
+from memopt.scan import scan_graph
 
 
 def probe_graph(layers: int, runs: Path) -> Path:
@@ -42,8 +42,27 @@ def probe_graph(layers: int, runs: Path) -> Path:
     existing = sorted(folder.glob("probe-*/onnx/memopt_execution_model_training.onnx"))
     if existing:
         return existing[-1].parent.parent
-    subprocess.run([sys.executable, "-m", "memopt", "probe", "gpt", "--size", "tiny", "-o", f"n_layer={layers}",
-                    "--batch", "2", "--steps", "1", "--runs-dir", str(folder)], check=True, capture_output=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "memopt",
+            "probe",
+            "gpt",
+            "--size",
+            "tiny",
+            "-o",
+            f"n_layer={layers}",
+            "--batch",
+            "2",
+            "--steps",
+            "1",
+            "--runs-dir",
+            str(folder),
+        ],
+        check=True,
+        capture_output=True,
+    )
     return sorted(folder.glob("probe-*/onnx/memopt_execution_model_training.onnx"))[-1].parent.parent
 
 
@@ -71,25 +90,37 @@ def main() -> None:
         run = probe_graph(layers, args.runs)
         execution = run / "onnx" / "memopt_execution_model_training.onnx"
         pre_session = run / "onnx" / "memopt_optimized_training.onnx"
-        load_s, load_min, load_max, graph = timed(lambda: load_graph(execution), args.repeats)
-        scan_s, scan_min, scan_max, report = timed(lambda: scan_graph(graph, "1.19.2"), args.repeats)
+        load_s, load_min, load_max, graph = timed(lambda path=execution: load_graph(path), args.repeats)
+        scan_s, scan_min, scan_max, report = timed(lambda g=graph: scan_graph(g, "1.19.2"), args.repeats)
         references = [ort_reference(pre_session, run / "ort_analysed.onnx") for _ in range(args.ort_repeats)]
         session_s = statistics.median(r.session_s for r in references)
         analysis_s = statistics.median(r.analysis_s for r in references)
         ort = references[0].plans
         ours = {p.key: p for p in report.patterns}
         agree = sum(
-            key in ours and ours[key].frequency == frequency
+            key in ours
+            and ours[key].frequency == frequency
             and ours[key].ort_matches(Polynomial.from_expression(parse_expression(saving)))
             for key, (saving, frequency) in ort.items()
         )
-        rows.append({
-            "layers": layers, "nodes": len(graph.nodes), "load_s": load_s, "scan_s": scan_s,
-            "scan_range": (scan_min, scan_max), "load_range": (load_min, load_max),
-            "ort_session_s": session_s, "ort_analysis_s": analysis_s,
-            "agree": agree, "ort_plans": len(ort), "extra": len(set(ours) - set(ort)),
-        })
-        print(f"L={layers}: {len(graph.nodes)} nodes, scan {scan_s:.4f}s, ORT session {session_s:.3f}s", file=sys.stderr)
+        rows.append(
+            {
+                "layers": layers,
+                "nodes": len(graph.nodes),
+                "load_s": load_s,
+                "scan_s": scan_s,
+                "scan_range": (scan_min, scan_max),
+                "load_range": (load_min, load_max),
+                "ort_session_s": session_s,
+                "ort_analysis_s": analysis_s,
+                "agree": agree,
+                "ort_plans": len(ort),
+                "extra": len(set(ours) - set(ort)),
+            }
+        )
+        print(
+            f"L={layers}: {len(graph.nodes)} nodes, scan {scan_s:.4f}s, ORT session {session_s:.3f}s", file=sys.stderr
+        )
 
     nodes = np.array([r["nodes"] for r in rows], dtype=float)
     scan = np.array([r["scan_s"] for r in rows])
@@ -98,17 +129,23 @@ def main() -> None:
     r_squared = 1 - ((scan - predicted) ** 2).sum() / ((scan - scan.mean()) ** 2).sum()
     loglog = np.polyfit(np.log(nodes), np.log(scan), 1)[0]
 
-    print("| layers | nodes | memopt read ONNX (s) | memopt scan (s), median [min–max] | ORT session build (s) "
-          "| ORT analysis alone (s) | scan ÷ ORT session | plans agreeing with ORT |")
+    print(
+        "| layers | nodes | memopt read ONNX (s) | memopt scan (s), median [min–max] | ORT session build (s) "
+        "| ORT analysis alone (s) | scan ÷ ORT session | plans agreeing with ORT |"
+    )
     print("|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
         low, high = r["scan_range"]
         extra = f" (+{r['extra']} extra)" if r["extra"] else ""
-        print(f"| {r['layers']} | {r['nodes']} | {r['load_s']:.3f} | {r['scan_s']:.4f} [{low:.4f}–{high:.4f}] "
-              f"| {r['ort_session_s']:.3f} | {r['ort_analysis_s']:.4f} | {r['scan_s'] / r['ort_session_s']:.2f} "
-              f"| {r['agree']}/{r['ort_plans']}{extra} |")
-    print(f"\nLinear fit: scan_s = {slope * 1000:.4f} ms/node × nodes + {intercept * 1000:.2f} ms (R² = {r_squared:.4f}); "
-          f"log-log slope {loglog:.2f} (1.0 = linear).")
+        print(
+            f"| {r['layers']} | {r['nodes']} | {r['load_s']:.3f} | {r['scan_s']:.4f} [{low:.4f}–{high:.4f}] "
+            f"| {r['ort_session_s']:.3f} | {r['ort_analysis_s']:.4f} | {r['scan_s'] / r['ort_session_s']:.2f} "
+            f"| {r['agree']}/{r['ort_plans']}{extra} |"
+        )
+    print(
+        f"\nLinear fit: scan_s = {slope * 1000:.4f} ms/node × nodes + {intercept * 1000:.2f} ms (R² = {r_squared:.4f}); "
+        f"log-log slope {loglog:.2f} (1.0 = linear)."
+    )
 
     figure, axis = plt.subplots(figsize=(7, 4.5))
     axis.plot(nodes, scan, "o-", label="memopt scan")

@@ -43,16 +43,14 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
-from memopt.run.budget import Budget
-from memopt.predict.calibrate import require_batch_dim
 from memopt.cli.tune import print_event
-from memopt.ort.config import ENV_VAR
 from memopt.logparse import parse_file
 from memopt.logparse.model import Plan
+from memopt.ort.config import ENV_VAR
 from memopt.ort.version import OrtVersion
+from memopt.predict.calibrate import require_batch_dim
+from memopt.run.budget import Budget
 from memopt.run.launch import LOG_NAME, RunRequest, launch, new_run_dir
-from memopt.scan import scan_graph
-from memopt.scan.patterns import Pattern
 from memopt.run.target import load_target
 from memopt.run.trials import (
     LEVEL_VAR,
@@ -61,6 +59,8 @@ from memopt.run.trials import (
     parse_trial_config,
     run_trial,
 )
+from memopt.scan import scan_graph
+from memopt.scan.patterns import Pattern
 from memopt.tune import StageFinished, TuneEvent, Tuner, TuneSettings
 
 LEVEL1 = "level1"  # the config label of an ORTMODULE_MEMORY_OPT_LEVEL=1 run
@@ -172,14 +172,17 @@ def trial(bench: Bench, folder: Path, plans: Sequence[str], batch: int, steps: i
     entries = parse_trial_config(",".join(plans), bench.ort).entries if plans else ()
     spec = TrialSpec(bench.recipe, batch, bench.options, entries, steps, "auto", TIMEOUT_S)
     result = run_trial(spec, folder, budget_bytes=bench.budget_bytes or None)
-    log(f"  b{batch} {label(plans)}: {result.outcome}, peak {mib(result.peak_bytes)} MiB, "
-        f"step {result.median_step_s or 0:.2f} s ({result.wall_s:.1f} s wall)")
+    log(
+        f"  b{batch} {label(plans)}: {result.outcome}, peak {mib(result.peak_bytes)} MiB, "
+        f"step {result.median_step_s or 0:.2f} s ({result.wall_s:.1f} s wall)"
+    )
     return result
 
 
 def as_run(result: TrialResult, purpose: str, plans: Sequence[str]) -> Run:
-    return Run(purpose, result.batch_size, label(plans), result.outcome, result.peak_bytes, result.median_step_s,
-               result.wall_s)
+    return Run(
+        purpose, result.batch_size, label(plans), result.outcome, result.peak_bytes, result.median_step_s, result.wall_s
+    )
 
 
 def level1_run(bench: Bench, folder: Path, steps: int) -> tuple[Run, tuple[str, ...], int | None]:
@@ -189,8 +192,16 @@ def level1_run(bench: Bench, folder: Path, steps: int) -> tuple[Run, tuple[str, 
     goes through ``memopt.run.launch.launch`` directly. Returns the run, the plans ORT reported ON
     and the recomputed-node count from its log.
     """
-    request = RunRequest(recipe=bench.recipe, batch_size=bench.target, options=bench.options, steps=steps,
-                         log_level="DEVINFO", env={LEVEL_VAR: "1"}, unset_env=(ENV_VAR,), timeout_s=TIMEOUT_S)
+    request = RunRequest(
+        recipe=bench.recipe,
+        batch_size=bench.target,
+        options=bench.options,
+        steps=steps,
+        log_level="DEVINFO",
+        env={LEVEL_VAR: "1"},
+        unset_env=(ENV_VAR,),
+        timeout_s=TIMEOUT_S,
+    )
     run = launch(request, new_run_dir(folder, f"level1-b{bench.target}"))
     peak = run.steady_peak_memory if run.steady_peak_memory is not None else run.peak_memory
     outcome = run.status if run.status != "ok" else ("over_budget" if peak and peak > bench.budget_bytes else "ok")
@@ -201,10 +212,13 @@ def level1_run(bench: Bench, folder: Path, steps: int) -> tuple[Run, tuple[str, 
         with_plans = [s for s in summaries if s.plans]
         if with_plans:
             plans_on = tuple(p.config_key for p in with_plans[-1].plans if p.enabled)
-        recomputed = next((s.total_recomputed_nodes for s in reversed(summaries)
-                           if s.total_recomputed_nodes is not None), None)
-    log(f"  level1: {outcome}, peak {mib(peak)} MiB, step {run.median_step_s or 0:.2f} s, "
-        f"{len(plans_on)} plans ON, {recomputed} nodes recomputed ({run.wall_s:.1f} s wall)")
+        recomputed = next(
+            (s.total_recomputed_nodes for s in reversed(summaries) if s.total_recomputed_nodes is not None), None
+        )
+    log(
+        f"  level1: {outcome}, peak {mib(peak)} MiB, step {run.median_step_s or 0:.2f} s, "
+        f"{len(plans_on)} plans ON, {recomputed} nodes recomputed ({run.wall_s:.1f} s wall)"
+    )
     return Run("trial", bench.target, LEVEL1, outcome, peak, run.median_step_s, run.wall_s), plans_on, recomputed
 
 
@@ -235,8 +249,10 @@ def measure_budget(recipe: str, options: dict[str, Any], target: int, steps: int
     if not (no_config.ran and every_plan.ran and no_config.peak_bytes and every_plan.peak_bytes):
         raise SystemExit(f"the budget trials did not run: {no_config.error or every_plan.error}")
     if every_plan.peak_bytes >= no_config.peak_bytes:
-        raise SystemExit(f"recompute does not lower the peak here ({mib(no_config.peak_bytes)} MiB without, "
-                         f"{mib(every_plan.peak_bytes)} MiB with every plan): no budget to tune for")
+        raise SystemExit(
+            f"recompute does not lower the peak here ({mib(no_config.peak_bytes)} MiB without, "
+            f"{mib(every_plan.peak_bytes)} MiB with every plan): no budget to tune for"
+        )
     budget = (no_config.peak_bytes + every_plan.peak_bytes) // 2
     log(f"budget {mib(budget)} MiB (no config {mib(no_config.peak_bytes)}, every plan {mib(every_plan.peak_bytes)})")
     return replace(bench, budget_bytes=budget, peaks=(no_config.peak_bytes, every_plan.peak_bytes))
@@ -253,20 +269,40 @@ def memopt_search(bench: Bench, folder: Path, margin: float, max_trials: int, re
         events.append(event)
         print_event(event)
 
-    settings = TuneSettings(recipe=bench.recipe, target_batch=bench.target, options=bench.options,
-                            budget=Budget(f"{bench.budget_bytes}B", bytes=bench.budget_bytes), margin=margin,
-                            max_trials=max_trials, steps=bench.steps, runs_dir=folder, timeout_s=TIMEOUT_S)
+    settings = TuneSettings(
+        recipe=bench.recipe,
+        target_batch=bench.target,
+        options=bench.options,
+        budget=Budget(f"{bench.budget_bytes}B", bytes=bench.budget_bytes),
+        margin=margin,
+        max_trials=max_trials,
+        steps=bench.steps,
+        runs_dir=folder,
+        timeout_s=TIMEOUT_S,
+    )
     started = time.monotonic()
     result = Tuner(settings, on_event).auto_search()
     wall = time.monotonic() - started
     probe_s = sum(e.seconds for e in events if isinstance(e, StageFinished) and e.stage == "probe")
     runs = [Run("probe", 2, "none", "ok", None, None, probe_s)]
-    runs += [Run(r.purpose, r.batch_size, label(r.plans), r.outcome, r.peak_bytes, r.step_s, r.result.wall_s)
-             for r in result.trials]
+    runs += [
+        Run(r.purpose, r.batch_size, label(r.plans), r.outcome, r.peak_bytes, r.step_s, r.result.wall_s)
+        for r in result.trials
+    ]
     best = result.best
-    return StrategyRun(f"memopt (margin {margin:g})", repetition, tuple(runs), wall, best is not None,
-                       label(best.plans) if best else None, best.plans if best else (), bench.target, best.peak_bytes if best else None,
-                       best.step_s if best else None, f"{result.status}: {result.message}")
+    return StrategyRun(
+        f"memopt (margin {margin:g})",
+        repetition,
+        tuple(runs),
+        wall,
+        best is not None,
+        label(best.plans) if best else None,
+        best.plans if best else (),
+        bench.target,
+        best.peak_bytes if best else None,
+        best.step_s if best else None,
+        f"{result.status}: {result.message}",
+    )
 
 
 def manual_loop(bench: Bench, folder: Path, max_trials: int, repetition: int) -> StrategyRun:
@@ -279,28 +315,61 @@ def manual_loop(bench: Bench, folder: Path, max_trials: int, repetition: int) ->
         result = trial(bench, folder, enabled, bench.target, bench.steps)
         runs.append(as_run(result, "trial", enabled))
         if result.ok:
-            return StrategyRun("manual (ORT docs)", repetition, tuple(runs), time.monotonic() - started, True,
-                               label(enabled), tuple(enabled), bench.target, result.peak_bytes, result.median_step_s,
-                               f"enabled in order: {', '.join(short(k) for k in enabled) or 'nothing'}")
+            return StrategyRun(
+                "manual (ORT docs)",
+                repetition,
+                tuple(runs),
+                time.monotonic() - started,
+                True,
+                label(enabled),
+                tuple(enabled),
+                bench.target,
+                result.peak_bytes,
+                result.median_step_s,
+                f"enabled in order: {', '.join(short(k) for k in enabled) or 'nothing'}",
+            )
         if not result.ran:
             note = f"trial {result.outcome}: {result.error}"
             break
-        remaining = sorted((p for p in plan_table(Path(result.run_dir) / LOG_NAME) if p.config_key not in enabled),
-                           key=lambda p: (-ort_saving(p), p.config_key))
+        remaining = sorted(
+            (p for p in plan_table(Path(result.run_dir) / LOG_NAME) if p.config_key not in enabled),
+            key=lambda p: (-ort_saving(p), p.config_key),
+        )
         if not remaining:
             note = "every plan in ORT's table is on and it still does not fit"
             break
         enabled.append(remaining[0].config_key)
-    return StrategyRun("manual (ORT docs)", repetition, tuple(runs), time.monotonic() - started, False, None,
-                       (), None, None, None, note)
+    return StrategyRun(
+        "manual (ORT docs)",
+        repetition,
+        tuple(runs),
+        time.monotonic() - started,
+        False,
+        None,
+        (),
+        None,
+        None,
+        None,
+        note,
+    )
 
 
 def level1(bench: Bench, folder: Path, repetition: int) -> StrategyRun:
     started = time.monotonic()
     run, plans_on, recomputed = level1_run(bench, folder, bench.steps)
-    return StrategyRun("ORTMODULE_MEMORY_OPT_LEVEL=1", repetition, (run,), time.monotonic() - started,
-                       run.outcome == "ok", LEVEL1, (), bench.target, run.peak_bytes, run.step_s,
-                       f"{len(plans_on)} plans ON, {recomputed} nodes recomputed")
+    return StrategyRun(
+        "ORTMODULE_MEMORY_OPT_LEVEL=1",
+        repetition,
+        (run,),
+        time.monotonic() - started,
+        run.outcome == "ok",
+        LEVEL1,
+        (),
+        bench.target,
+        run.peak_bytes,
+        run.step_s,
+        f"{len(plans_on)} plans ON, {recomputed} nodes recomputed",
+    )
 
 
 def binsearch(bench: Bench, folder: Path, repetition: int, init: int = 2, max_trials: int = 25) -> StrategyRun:
@@ -328,9 +397,19 @@ def binsearch(bench: Bench, folder: Path, repetition: int, init: int = 2, max_tr
         else:
             break
     found = fitted.batch_size if fitted else None
-    return StrategyRun("binsearch (no recompute)", repetition, tuple(runs), time.monotonic() - started, False,
-                       "none", (), found, fitted.peak_bytes if fitted else None, fitted.median_step_s if fitted else None,
-                       f"largest batch without recompute: {found} (target {bench.target} not reachable this way)")
+    return StrategyRun(
+        "binsearch (no recompute)",
+        repetition,
+        tuple(runs),
+        time.monotonic() - started,
+        False,
+        "none",
+        (),
+        found,
+        fitted.peak_bytes if fitted else None,
+        fitted.median_step_s if fitted else None,
+        f"largest batch without recompute: {found} (target {bench.target} not reachable this way)",
+    )
 
 
 # ----------------------------------------------------------------------------- 3. quality
@@ -345,14 +424,23 @@ def exhaustive(bench: Bench, folder: Path, top_k: int, steps: int) -> list[dict[
     rows = []
     for plans in subsets:
         result = trial(bench, folder, plans, bench.target, steps)
-        rows.append({"config": label(plans), "plans": list(plans), "outcome": result.outcome,
-                     "peak_bytes": result.peak_bytes, "step_s": result.median_step_s,
-                     "steps_s": list(result.step_times_s[1:]), "wall_s": result.wall_s})
+        rows.append(
+            {
+                "config": label(plans),
+                "plans": list(plans),
+                "outcome": result.outcome,
+                "peak_bytes": result.peak_bytes,
+                "step_s": result.median_step_s,
+                "steps_s": list(result.step_times_s[1:]),
+                "wall_s": result.wall_s,
+            }
+        )
     return rows
 
 
-def alternate(bench: Bench, folder: Path, configs: Sequence[str], plans_of: dict[str, tuple[str, ...]],
-              rounds: int, steps: int) -> tuple[dict[str, list[float]], dict[str, list[int]]]:
+def alternate(
+    bench: Bench, folder: Path, configs: Sequence[str], plans_of: dict[str, tuple[str, ...]], rounds: int, steps: int
+) -> tuple[dict[str, list[float]], dict[str, list[int]]]:
     """Each config's median step time and peak, rerun in alternation for ``rounds`` rounds."""
     times: dict[str, list[float]] = {c: [] for c in configs}
     peaks: dict[str, list[int]] = {c: [] for c in configs}
@@ -376,32 +464,45 @@ def alternate(bench: Bench, folder: Path, configs: Sequence[str], plans_of: dict
 
 def print_report(m: Measurements, bench: Bench, top_k: int, quality_steps: int) -> None:
     print(f"Command: `{m.command}`\n")
-    print(f"Recipe {bench.recipe} {' '.join(f'-o {k}={v}' for k, v in bench.options.items())}, target batch "
-          f"{bench.target}, CPU peak RSS over the measured steps, ORT {bench.ort}; {bench.steps} measured step(s) "
-          f"per strategy trial. Budget {mib(bench.budget_bytes)} MiB = halfway between no config "
-          f"({mib(bench.peaks[0])} MiB) and every plan ({mib(bench.peaks[1])} MiB), {bench.steps}-step trials. "
-          f"Whole run {m.wall_s / 60:.1f} min.\n")
+    print(
+        f"Recipe {bench.recipe} {' '.join(f'-o {k}={v}' for k, v in bench.options.items())}, target batch "
+        f"{bench.target}, CPU peak RSS over the measured steps, ORT {bench.ort}; {bench.steps} measured step(s) "
+        f"per strategy trial. Budget {mib(bench.budget_bytes)} MiB = halfway between no config "
+        f"({mib(bench.peaks[0])} MiB) and every plan ({mib(bench.peaks[1])} MiB), {bench.steps}-step trials. "
+        f"Whole run {m.wall_s / 60:.1f} min.\n"
+    )
 
     print("### Strategies: cost to a verified config\n")
-    print("Trials: every training run the strategy made (memopt: its calibration trials included, plus one "
-          "graph probe, counted apart). Medians [min–max] over repetitions, each in a fresh runs folder.\n")
-    print("| strategy | reps | trials | of which calibration | graph probes | wall (s) | reached target under budget "
-          "| config found | peak (MiB) | step (s) |")
+    print(
+        "Trials: every training run the strategy made (memopt: its calibration trials included, plus one "
+        "graph probe, counted apart). Medians [min–max] over repetitions, each in a fresh runs folder.\n"
+    )
+    print(
+        "| strategy | reps | trials | of which calibration | graph probes | wall (s) | reached target under budget "
+        "| config found | peak (MiB) | step (s) |"
+    )
     print("|---|---:|---:|---:|---:|---:|---|---|---:|---:|")
     for name in dict.fromkeys(s.name for s in m.strategies):
         runs = [s for s in m.strategies if s.name == name]
         reached = sum(s.reached for s in runs)
-        configs = ", ".join(f"`{c}`" + (f" (batch {b})" if name.startswith("binsearch") else "")
-                            for c, b in dict.fromkeys((s.config, s.batch) for s in runs if s.config))
-        print(f"| {name} | {len(runs)} | {spread([s.trials for s in runs], 0)} | "
-              f"{spread([sum(r.purpose == 'calibration' for r in s.runs) for s in runs], 0)} | "
-              f"{spread([s.probes for s in runs], 0)} | {spread([s.wall_s for s in runs])} | {reached}/{len(runs)} | "
-              f"{configs or '–'} | {spread([s.peak_bytes / MIB for s in runs if s.peak_bytes])} | "
-              f"{spread([s.step_s for s in runs if s.step_s], 2)} |")
+        configs = ", ".join(
+            f"`{c}`" + (f" (batch {b})" if name.startswith("binsearch") else "")
+            for c, b in dict.fromkeys((s.config, s.batch) for s in runs if s.config)
+        )
+        print(
+            f"| {name} | {len(runs)} | {spread([s.trials for s in runs], 0)} | "
+            f"{spread([sum(r.purpose == 'calibration' for r in s.runs) for s in runs], 0)} | "
+            f"{spread([s.probes for s in runs], 0)} | {spread([s.wall_s for s in runs])} | {reached}/{len(runs)} | "
+            f"{configs or '–'} | {spread([s.peak_bytes / MIB for s in runs if s.peak_bytes])} | "
+            f"{spread([s.step_s for s in runs if s.step_s], 2)} |"
+        )
     print()
     for s in m.strategies:
-        trail = "; ".join(f"{r.purpose} b{r.batch} {r.config}: {r.outcome}" + (f" {mib(r.peak_bytes)}" if r.peak_bytes else "")
-                          for r in s.runs if r.purpose != "probe")
+        trail = "; ".join(
+            f"{r.purpose} b{r.batch} {r.config}: {r.outcome}" + (f" {mib(r.peak_bytes)}" if r.peak_bytes else "")
+            for r in s.runs
+            if r.purpose != "probe"
+        )
         print(f"- {s.name} #{s.repetition}: {s.note}. Runs: {trail}.")
     print()
 
@@ -415,19 +516,27 @@ def print_report(m: Measurements, bench: Bench, top_k: int, quality_steps: int) 
     print("|---|---:|---|---:|---:|")
     for r in rows:
         steps = r["steps_s"]
-        over = f"{r['step_s'] / baseline['step_s'] - 1:+.1%}" if baseline and baseline["step_s"] and r["step_s"] else "–"
+        over = (
+            f"{r['step_s'] / baseline['step_s'] - 1:+.1%}" if baseline and baseline["step_s"] and r["step_s"] else "–"
+        )
         mark = " **(best)**" if r is best else ""
-        print(f"| `{r['config']}`{mark} | {mib(r['peak_bytes'])} | {'yes' if r['outcome'] == 'ok' else r['outcome']} | "
-              f"{r['step_s'] or 0:.3f} [{min(steps, default=0):.3f}–{max(steps, default=0):.3f}] | {over} |")
+        print(
+            f"| `{r['config']}`{mark} | {mib(r['peak_bytes'])} | {'yes' if r['outcome'] == 'ok' else r['outcome']} | "
+            f"{r['step_s'] or 0:.3f} [{min(steps, default=0):.3f}–{max(steps, default=0):.3f}] | {over} |"
+        )
     print()
 
     if best is not None and m.ab:
         reference = m.ab.get(best["config"]) or []
         ref = statistics.median(reference) if reference else None
-        print(f"### Step time of each strategy's config vs the exhaustive best (`{best['config']}`), rerun in "
-              f"alternation, {quality_steps} steps per trial\n")
-        print("| config | found by | rounds | median step (s) [min–max over rounds] | ratio to best | "
-              "peak (MiB) [min–max] | rounds under budget | ratio in the exhaustive run |")
+        print(
+            f"### Step time of each strategy's config vs the exhaustive best (`{best['config']}`), rerun in "
+            f"alternation, {quality_steps} steps per trial\n"
+        )
+        print(
+            "| config | found by | rounds | median step (s) [min–max over rounds] | ratio to best | "
+            "peak (MiB) [min–max] | rounds under budget | ratio in the exhaustive run |"
+        )
         print("|---|---|---:|---:|---:|---:|---:|---:|")
         finders: dict[str, list[str]] = {}
         for s in m.strategies:
@@ -445,8 +554,10 @@ def print_report(m: Measurements, bench: Bench, top_k: int, quality_steps: int) 
             seen = f"{row['step_s'] / best['step_s']:.3f}" if row and row["step_s"] else "not a top-k subset"
             peaks = m.ab_peaks.get(config, [])
             under = sum(p <= bench.budget_bytes for p in peaks)
-            print(f"| `{config}` | {found} | {len(times)} | {spread(times, 3)} | {ratio} | "
-                  f"{spread([p / MIB for p in peaks])} | {under}/{len(peaks)} | {seen} |")
+            print(
+                f"| `{config}` | {found} | {len(times)} | {spread(times, 3)} | {ratio} | "
+                f"{spread([p / MIB for p in peaks])} | {under}/{len(peaks)} | {seen} |"
+            )
         print()
 
 
@@ -456,14 +567,34 @@ def plot(m: Measurements, bench: Bench, path: Path) -> None:
     rows = [r for r in m.exhaustive if r["peak_bytes"] and r["step_s"]]
     fits = [r for r in rows if r["outcome"] == "ok"]
     over = [r for r in rows if r["outcome"] != "ok"]
-    axis.scatter([r["peak_bytes"] / MIB for r in fits], [r["step_s"] for r in fits], s=18, color="tab:green",
-                 alpha=0.6, label=f"exhaustive subsets under budget ({len(fits)})")
-    axis.scatter([r["peak_bytes"] / MIB for r in over], [r["step_s"] for r in over], s=18, color="tab:gray",
-                 alpha=0.6, label=f"exhaustive subsets over budget ({len(over)})")
+    axis.scatter(
+        [r["peak_bytes"] / MIB for r in fits],
+        [r["step_s"] for r in fits],
+        s=18,
+        color="tab:green",
+        alpha=0.6,
+        label=f"exhaustive subsets under budget ({len(fits)})",
+    )
+    axis.scatter(
+        [r["peak_bytes"] / MIB for r in over],
+        [r["step_s"] for r in over],
+        s=18,
+        color="tab:gray",
+        alpha=0.6,
+        label=f"exhaustive subsets over budget ({len(over)})",
+    )
     if fits:
         best = min(fits, key=lambda r: r["step_s"])
-        axis.scatter([best["peak_bytes"] / MIB], [best["step_s"]], s=160, marker="*", color="gold",
-                     edgecolor="black", zorder=5, label=f"exhaustive best: {best['config']}")
+        axis.scatter(
+            [best["peak_bytes"] / MIB],
+            [best["step_s"]],
+            s=160,
+            marker="*",
+            color="gold",
+            edgecolor="black",
+            zorder=5,
+            label=f"exhaustive best: {best['config']}",
+        )
     axis.axvline(bench.budget_bytes / MIB, color="tab:red", linestyle="--", label="budget")
     by_config = {r["config"]: r for r in rows}
     markers = itertools.cycle(["o", "s", "D", "^", "v"])
@@ -482,16 +613,31 @@ def plot(m: Measurements, bench: Bench, path: Path) -> None:
             x = statistics.median(s.peak_bytes / MIB for s in own)  # type: ignore[operator]
             y = statistics.median(s.step_s for s in own)  # type: ignore[misc]
             where = f", own {bench.steps}-step trials"
-        axis.scatter([x], [y], s=140, marker=marker, facecolor="none", edgecolor=colour, linewidth=2, zorder=6,
-                     label=f"{name}: {config}{where}")
+        axis.scatter(
+            [x],
+            [y],
+            s=140,
+            marker=marker,
+            facecolor="none",
+            edgecolor=colour,
+            linewidth=2,
+            zorder=6,
+            label=f"{name}: {config}{where}",
+        )
     found_batches = [s.batch for s in m.strategies if s.name.startswith("binsearch") and s.batch]
     if found_batches:
-        axis.plot([], [], " ", label=f"binsearch without recompute: batch {statistics.mode(found_batches)} "
-                                     f"fits, not {bench.target}")
+        axis.plot(
+            [],
+            [],
+            " ",
+            label=f"binsearch without recompute: batch {statistics.mode(found_batches)} fits, not {bench.target}",
+        )
     axis.set_xlabel(f"measured peak RSS at batch {bench.target} (MiB)")
     axis.set_ylabel("median step time (s)")
-    axis.set_title(f"{Path(bench.recipe).stem} {' '.join(f'{k}={v}' for k, v in bench.options.items())}: "
-                   "recompute subsets vs budget")
+    axis.set_title(
+        f"{Path(bench.recipe).stem} {' '.join(f'{k}={v}' for k, v in bench.options.items())}: "
+        "recompute subsets vs budget"
+    )
     axis.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     axis.grid(alpha=0.3)
     figure.tight_layout()
@@ -515,8 +661,12 @@ def main() -> int:
     parser.add_argument("--recipe", default="tests/recipes/wide_gpt.py")
     parser.add_argument("-o", dest="options", action="append", default=None, metavar="KEY=VALUE")
     parser.add_argument("--target-batch", type=int, default=16)
-    parser.add_argument("--steps", type=int, default=2,
-                        help="measured steps per strategy trial (memopt tune's default; 1 can miss the steady peak)")
+    parser.add_argument(
+        "--steps",
+        type=int,
+        default=2,
+        help="measured steps per strategy trial (memopt tune's default; 1 can miss the steady peak)",
+    )
     parser.add_argument("--repeats", type=int, default=3, help="repetitions of each strategy")
     parser.add_argument("--margins", type=float, nargs="+", default=[0.02, 0.01], help="memopt tune --margin values")
     parser.add_argument("--max-trials", type=int, default=8, help="give up after this many (search) trials")
@@ -533,13 +683,21 @@ def main() -> int:
     started = time.monotonic()
 
     bench = measure_budget(args.recipe, options, args.target_batch, args.steps, root / "budget")
-    m.bench = {"budget_bytes": bench.budget_bytes, "no_config_peak": bench.peaks[0], "every_plan_peak": bench.peaks[1],
-               "savings": bench.savings}
+    m.bench = {
+        "budget_bytes": bench.budget_bytes,
+        "no_config_peak": bench.peaks[0],
+        "every_plan_peak": bench.peaks[1],
+        "savings": bench.savings,
+    }
 
     strategies: list[tuple[str, Callable[[Path, int], StrategyRun]]] = [
-        *((f"memopt-m{margin:g}", lambda folder, rep, margin=margin: memopt_search(bench, folder, margin,
-                                                                                   args.max_trials, rep))
-          for margin in args.margins),
+        *(
+            (
+                f"memopt-m{margin:g}",
+                lambda folder, rep, margin=margin: memopt_search(bench, folder, margin, args.max_trials, rep),
+            )
+            for margin in args.margins
+        ),
         ("manual", lambda folder, rep: manual_loop(bench, folder, args.max_trials, rep)),
         ("level1", lambda folder, rep: level1(bench, folder, rep)),
         ("binsearch", lambda folder, rep: binsearch(bench, folder, rep)),
@@ -563,8 +721,9 @@ def main() -> int:
         m.ab, m.ab_peaks = alternate(bench, root / "ab", configs, plans_of, args.ab_repeats, args.quality_steps)
 
     m.wall_s = time.monotonic() - started
-    (root / "bench_tuning.json").write_text(json.dumps(
-        {**asdict(m), "strategies": [asdict(s) for s in m.strategies]}, indent=1, default=str))
+    (root / "bench_tuning.json").write_text(
+        json.dumps({**asdict(m), "strategies": [asdict(s) for s in m.strategies]}, indent=1, default=str)
+    )
     print_report(m, bench, args.top_k, args.quality_steps)
     plot(m, bench, args.plot)
     log(f"plot written to {args.plot}; runs and raw results in {root}")

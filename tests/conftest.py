@@ -46,8 +46,12 @@ class CliRun:
 def memopt(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None, timeout: float = 600) -> CliRun:
     """Run the real ``memopt`` command line in a subprocess, as a user would."""
     completed = subprocess.run(
-        [sys.executable, "-m", "memopt", *args], capture_output=True, text=True, cwd=cwd,
-        env={**os.environ, "COLUMNS": "200", **(env or {})}, timeout=timeout,
+        [sys.executable, "-m", "memopt", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env={**os.environ, "COLUMNS": "200", **(env or {})},
+        timeout=timeout,
     )
     return CliRun(completed.returncode, completed.stdout, completed.stderr)
 

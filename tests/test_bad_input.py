@@ -52,13 +52,17 @@ def test_malformed_option_and_device(runs_dir: Path) -> None:
 
 def test_interpreter_without_ort_training(runs_dir: Path) -> None:
     base_python = Path(sys.base_prefix) / "bin" / "python3"
-    has_ort = subprocess.run([base_python, "-c", "import importlib.util as u; print(u.find_spec('onnxruntime'))"],
-                             capture_output=True, text=True).stdout.strip()
+    has_ort = subprocess.run(
+        [base_python, "-c", "import importlib.util as u; print(u.find_spec('onnxruntime'))"],
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
     if has_ort != "None":
         pytest.skip(f"{base_python} has onnxruntime installed")
     run = probe(runs_dir, "gpt", "--python", str(base_python))
-    assert_one_line_error(run, "the ORT training stack cannot run", "onnxruntime-training is not installed",
-                          "pip install 'memopt[cpu]'")
+    assert_one_line_error(
+        run, "the ORT training stack cannot run", "onnxruntime-training is not installed", "pip install 'memopt[cpu]'"
+    )
 
 
 def _shadow(source: Path, target: Path, drop: set[Path]) -> None:
@@ -80,8 +84,11 @@ def test_extensions_not_built(runs_dir: Path, tmp_path: Path) -> None:
     built = {p for p in extensions.iterdir() if p.suffix == ".so" or p.name == "build"}
     _shadow(ort_dir, tmp_path / "onnxruntime", built)
     run = probe(runs_dir, "gpt", env={"PYTHONPATH": str(tmp_path)})
-    assert_one_line_error(run, "ORTModule's C++ extensions are not built",
-                          "python -m onnxruntime.training.ortmodule.torch_cpp_extensions.install")
+    assert_one_line_error(
+        run,
+        "ORTModule's C++ extensions are not built",
+        "python -m onnxruntime.training.ortmodule.torch_cpp_extensions.install",
+    )
 
 
 @pytest.fixture(scope="session")

@@ -20,8 +20,19 @@ def _run(*args: str) -> str:
 
 
 def test_scan_benchmark(tmp_path: Path) -> None:
-    out = _run(str(BENCH / "bench_scan.py"), "--layers", "2", "--repeats", "1", "--ort-repeats", "1",
-               "--runs", str(tmp_path / "runs"), "--out", str(tmp_path))
+    out = _run(
+        str(BENCH / "bench_scan.py"),
+        "--layers",
+        "2",
+        "--repeats",
+        "1",
+        "--ort-repeats",
+        "1",
+        "--runs",
+        str(tmp_path / "runs"),
+        "--out",
+        str(tmp_path),
+    )
     assert "| 2 | 183 |" in out and "10/10 |" in out and (tmp_path / "scan_speed.png").is_file()
 
 

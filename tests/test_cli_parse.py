@@ -18,8 +18,11 @@ PLAIN_LOG = SAMPLE_LOGS_1_19 / "gpt-tiny_b4_info_no-config.log"
 
 def memopt(*args: str, stdin: bytes | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
     completed = subprocess.run(
-        [sys.executable, "-m", "memopt", *args], input=None if stdin is None else stdin,
-        capture_output=True, cwd=cwd, timeout=120,
+        [sys.executable, "-m", "memopt", *args],
+        input=None if stdin is None else stdin,
+        capture_output=True,
+        cwd=cwd,
+        timeout=120,
     )
     return subprocess.CompletedProcess(
         completed.args, completed.returncode, completed.stdout.decode(), completed.stderr.decode()
@@ -35,8 +38,9 @@ def _assert_clean_error(result: subprocess.CompletedProcess[str], words: str) ->
 
 def test_table_evaluates_at_user_dims_and_enables_plans(tmp_path: Path) -> None:
     out = tmp_path / "cfg.json"
-    result = memopt("parse", str(CONFIG_LOG), "--dims", "input_ids_dim0=16", "-e", "1", "-e", "Gelu+",
-                    "--config-out", str(out))
+    result = memopt(
+        "parse", str(CONFIG_LOG), "--dims", "input_ids_dim0=16", "-e", "1", "-e", "Gelu+", "--config-out", str(out)
+    )
     assert result.returncode == 0, result.stderr
     assert "1,048,576" in result.stdout  # 2048.0*16*32
     assert json.loads(out.read_text()) == ["FusedMatMul+Add+:1:-1", "Gelu+:1:-1"]

@@ -10,6 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from memopt.errors import MemoptError
+from memopt.logparse import OptimizationType
 from memopt.ort.config import (
     ConfigEntry,
     ConfigError,
@@ -20,8 +22,6 @@ from memopt.ort.config import (
     read_config_file,
     write_json_config,
 )
-from memopt.errors import MemoptError
-from memopt.logparse import OptimizationType
 from memopt.ort.version import OrtVersion, OrtVersionError
 
 V1_16, V1_17, V1_18, V1_19 = (OrtVersion.parse(text) for text in ("1.16.3", "1.17", "1.18.0", "1.19.2"))
@@ -94,8 +94,14 @@ def test_json_config_for_1_19() -> None:
 
 @pytest.mark.parametrize(
     ("text", "reason"),
-    [("", "fails to parse"), ("{", "fails to parse"), ('{"a": 1}', "not an object"), ('"X+:1:-1"', "not a string"),
-     ("[1]", "is a number"), ('["X+:1"]', "field")],
+    [
+        ("", "fails to parse"),
+        ("{", "fails to parse"),
+        ('{"a": 1}', "not an object"),
+        ('"X+:1:-1"', "not a string"),
+        ("[1]", "is a number"),
+        ('["X+:1"]', "field"),
+    ],
 )
 def test_json_errors(text: str, reason: str) -> None:
     with pytest.raises(ConfigError, match=reason):

@@ -13,8 +13,8 @@ import shlex
 from pathlib import Path
 
 import pytest
-
 from conftest import memopt
+
 from memopt.logparse import parse_file
 
 CACHE = Path(os.environ.get("MEMOPT_ORT_CACHE", Path.home() / ".cache" / "memopt" / "ort"))
@@ -34,8 +34,20 @@ def test_emitted_config_is_applied_by_the_release(release: str, tmp_path: Path) 
     assert emitted.returncode == 0, emitted.stderr
     export = next(line for line in emitted.stdout.splitlines() if line.startswith("export "))
     value = shlex.split(export.split("=", 1)[1])[0]
-    run = memopt("probe", "gpt", "--size", "tiny", "--batch", "4", "--steps", "1", "--runs-dir", str(tmp_path), *python,
-                 env={"ORTMODULE_MEMORY_OPT_CONFIG": value})
+    run = memopt(
+        "probe",
+        "gpt",
+        "--size",
+        "tiny",
+        "--batch",
+        "4",
+        "--steps",
+        "1",
+        "--runs-dir",
+        str(tmp_path),
+        *python,
+        env={"ORTMODULE_MEMORY_OPT_CONFIG": value},
+    )
     assert run.returncode == 0, run.stderr
     (summary,) = [s for s in parse_file(run.log_path).summaries if s.plans]
     assert summary.memory_optimizer_on

@@ -20,7 +20,6 @@ from logsamples import (
 
 from memopt.errors import MemoptError
 from memopt.logparse import (
-    plans_dataframe,
     LogReadError,
     NoSummaryError,
     OptimizationType,
@@ -28,6 +27,7 @@ from memopt.logparse import (
     parse_file,
     parse_lines,
     parse_text,
+    plans_dataframe,
     require_summaries,
 )
 
@@ -48,10 +48,18 @@ def _check_format_a(summary) -> None:
     assert summary.user_config == "BiasGelu+Cast+Cast+:1:2,Cast+:1:-1,Dropout+:0:-1"
     fused, bias_gelu, cast = summary.plans
     assert (fused.subgraph, fused.optimization, fused.enabled, fused.frequency) == (
-        "FusedMatMul+Add+Dropout+Add+", OptimizationType.RECOMPUTE, False, 6)
+        "FusedMatMul+Add+Dropout+Add+",
+        OptimizationType.RECOMPUTE,
+        False,
+        6,
+    )
     assert (bias_gelu.requested_count, bias_gelu.applied_count, bias_gelu.enabled) == (2, 2, True)
     assert (cast.optimization, cast.config_key, cast.requested_count, cast.applied_count) == (
-        OptimizationType.COMPROMISE, "Cast+:1:-1", -1, 1)
+        OptimizationType.COMPROMISE,
+        "Cast+:1:-1",
+        -1,
+        1,
+    )
     output = fused.clusters[0].outputs[0]
     assert output.shape == "attention_mask_dim0 x input_ids_dim1 x 64 x"
     assert output.element_count.evaluate({"attention_mask_dim0": 2, "input_ids_dim1": 8}) == 1024
@@ -73,7 +81,8 @@ def test_rewrapped_long_subgraph_and_shape_are_rejoined() -> None:
     subgraph = "FusedMatMul+Add+" * 14
     shape = "batch_dim0 x " * 20
     text = FORMAT_A_1_15.replace("FusedMatMul+Add+Dropout+Add+", subgraph).replace(
-        "attention_mask_dim0 x input_ids_dim1 x 64 x ", shape)
+        "attention_mask_dim0 x input_ids_dim1 x 64 x ", shape
+    )
     wrapped = rewrap_like_1_16(text)
     assert max(len(line) for line in wrapped.splitlines()) <= 184
     plan = _only_summary(wrapped).plans[0]
@@ -87,7 +96,12 @@ def test_format_b_memory_insight_table() -> None:
     assert str(summary.versions) == "1.17"
     assert summary.user_config == "BiasGelu+Cast+Cast+:1:2,Cast+:2:-1,Dropout+:0:-1"
     bias_gelu, cast = summary.plans
-    assert (bias_gelu.enabled, bias_gelu.requested_count, bias_gelu.applied_count, bias_gelu.frequency) == (True, 2, 3, 3)
+    assert (bias_gelu.enabled, bias_gelu.requested_count, bias_gelu.applied_count, bias_gelu.frequency) == (
+        True,
+        2,
+        3,
+        3,
+    )
     assert (cast.optimization, cast.enabled, cast.config_key) == (OptimizationType.COMPROMISE, False, "Cast+:2:-1")
     output = cast.clusters[0].outputs[0]
     assert (output.output_index, output.bytes_per_element, output.saved_percent) == (0, 4, 50)
@@ -129,8 +143,10 @@ def test_real_1_19_logs(path: Path) -> None:
     assert [plan.plan_number for plan in summary.plans] == list(range(1, 11))
     for plan in summary.plans:
         assert plan.saving_at_logged_dims == plan.max_saving_bytes
-        assert plan.enabled is (summary.optimization_level is not None and (
-            "level" in path.name or plan.subgraph in ("FusedMatMul+Add+", "Gelu+")))
+        assert plan.enabled is (
+            summary.optimization_level is not None
+            and ("level" in path.name or plan.subgraph in ("FusedMatMul+Add+", "Gelu+"))
+        )
 
 
 def test_real_devinfo_log_with_a_json_config() -> None:
@@ -163,8 +179,10 @@ def test_dataframe_has_one_row_per_plan() -> None:
 
 
 def test_ansi_crlf_and_line_prefixes() -> None:
-    prefixed = "".join(f"2024-05-01T10:00:00.{i:06d}Z stdout F \x1b[33m{line}\x1b[0m\r\n"
-                       for i, line in enumerate(PLAN_TABLE_1_19.splitlines()))
+    prefixed = "".join(
+        f"2024-05-01T10:00:00.{i:06d}Z stdout F \x1b[33m{line}\x1b[0m\r\n"
+        for i, line in enumerate(PLAN_TABLE_1_19.splitlines())
+    )
     summary = _only_summary(prefixed)
     assert summary.dims == {"ids_dim0": 16, "ids_dim1": 256}
     assert [plan.saving_at_logged_dims for plan in summary.plans] == [plan.max_saving_bytes for plan in summary.plans]
@@ -184,7 +202,7 @@ def test_several_summaries_are_kept_apart_in_order() -> None:
 def test_interleaved_ranks_are_kept_apart(tag: str) -> None:
     rank0 = [tag.format(0) + line for line in PLAN_TABLE_1_19.splitlines()]
     rank1 = [tag.format(1) + line for line in FORMAT_B_1_17.splitlines()]
-    merged = [line for pair in zip(rank0, rank1) for line in pair] + rank0[len(rank1):] + rank1[len(rank0):]
+    merged = [line for pair in zip(rank0, rank1) for line in pair] + rank0[len(rank1) :] + rank1[len(rank0) :]
     result = parse_lines(merged)
     assert sorted(len(summary.plans) for summary in result.summaries) == [2, 8]
     assert len({summary.stream for summary in result.summaries}) == 2
@@ -265,8 +283,15 @@ def test_mutated_real_logs_never_crash(rng: random.Random, mutations: int) -> No
 
 
 @settings(max_examples=100, deadline=None)
-@given(st.lists(st.one_of(st.text(max_size=80), st.sampled_from(FORMAT_B_1_17.splitlines() + PLAN_TABLE_1_17.splitlines()
-                                                                 + FORMAT_A_1_15.splitlines())), max_size=40))
+@given(
+    st.lists(
+        st.one_of(
+            st.text(max_size=80),
+            st.sampled_from(FORMAT_B_1_17.splitlines() + PLAN_TABLE_1_17.splitlines() + FORMAT_A_1_15.splitlines()),
+        ),
+        max_size=40,
+    )
+)
 def test_random_text_never_crashes(lines: list[str]) -> None:
     try:
         parse_text("\n".join(lines))

@@ -52,8 +52,20 @@ def test_other_builtin_recipes_probe(name: str, tiny_probe: Callable[[str], CliR
 
 
 def test_user_recipe_file_with_options(runs_dir: Path) -> None:
-    run = memopt("probe", str(RECIPES / "user_mlp.py"), "--batch", "4", "-o", "width=32", "-o", "noise=0",
-                 "--steps", "1", "--runs-dir", str(runs_dir))
+    run = memopt(
+        "probe",
+        str(RECIPES / "user_mlp.py"),
+        "--batch",
+        "4",
+        "-o",
+        "width=32",
+        "-o",
+        "noise=0",
+        "--steps",
+        "1",
+        "--runs-dir",
+        str(runs_dir),
+    )
     assert run.returncode == 0, run.stderr
     assert run.record()["request"]["options"] == {"width": 32, "noise": 0}
 

@@ -9,14 +9,14 @@ import torch
 from conftest import RECIPES
 from torch import nn
 
-from memopt.run.recipes import (
+from memopt.child.steps import default_loss
+from memopt.recipes import (
     BUILTIN_RECIPES,
     DEFAULT_RECIPE,
     RecipeError,
     load_recipe,
     parse_option_value,
 )
-from memopt.run.steps import default_loss
 
 
 @pytest.mark.parametrize("name", sorted(BUILTIN_RECIPES))
@@ -56,7 +56,7 @@ def test_gpt_head_tied_or_untied() -> None:
 
 
 def test_gpt_small_has_gpt2_small_shapes() -> None:
-    from memopt.run.recipes.gpt import SIZES
+    from memopt.recipes.gpt import SIZES
 
     small = SIZES["small"]
     assert (small.n_layer, small.n_head, small.d_model, small.vocab_size, small.max_seq) == (12, 12, 768, 50257, 1024)
@@ -87,7 +87,7 @@ def test_module_attr_recipe(monkeypatch: pytest.MonkeyPatch) -> None:
         (str(RECIPES / "fails_import.py"), {}, "failed to import: RuntimeError: this recipe cannot be imported"),
         (str(RECIPES / "no_make_batch.py"), {}, "has no make_batch()"),
         ("gpt", {"colour": "red"}, "takes no option colour"),
-        ("memopt.run.recipes.gpt:nothing", {}, "has no attribute 'nothing'"),
+        ("memopt.recipes.gpt:nothing", {}, "has no attribute 'nothing'"),
     ],
 )
 def test_broken_recipes_are_named(spec: str, options: dict, message: str) -> None:
@@ -97,6 +97,8 @@ def test_broken_recipes_are_named(spec: str, options: dict, message: str) -> Non
     assert "\n" not in str(caught.value)
 
 
-@pytest.mark.parametrize(("text", "value"), [("3", 3), ("0.5", 0.5), ("True", True), ("false", False), ("tiny", "tiny")])
+@pytest.mark.parametrize(
+    ("text", "value"), [("3", 3), ("0.5", 0.5), ("True", True), ("false", False), ("tiny", "tiny")]
+)
 def test_option_values(text: str, value: object) -> None:
     assert parse_option_value(text) == value and type(parse_option_value(text)) is type(value)

@@ -43,15 +43,22 @@ def test_parser_recovers_what_the_log_says(entry: dict) -> None:
     if len(table) == facts["plan_rows"]:
         assert sum(plan.enabled for plan in table.values()) == facts["plans_on"]
 
-    blocks = Counter((b["subgraph"], b["section"] == "RecomputeWithCompromise", b["frequency"])
-                     for b in facts["format_a_blocks"])
-    parsed_blocks = Counter((p.subgraph, p.optimization is OptimizationType.COMPROMISE, p.frequency) for p in plans
-                            if any(s.sources and "MemoryOptimizer" in s.sources[0].value for s in result.summaries))
+    blocks = Counter(
+        (b["subgraph"], b["section"] == "RecomputeWithCompromise", b["frequency"]) for b in facts["format_a_blocks"]
+    )
+    parsed_blocks = Counter(
+        (p.subgraph, p.optimization is OptimizationType.COMPROMISE, p.frequency)
+        for p in plans
+        if any(s.sources and "MemoryOptimizer" in s.sources[0].value for s in result.summaries)
+    )
     if blocks:
         assert parsed_blocks == blocks
 
-    applied = Counter(int(m.group(1)) for status in facts["insight_status"]
-                      if (m := re.search(r"actual applied count=(-?\d+)", status)))
+    applied = Counter(
+        int(m.group(1))
+        for status in facts["insight_status"]
+        if (m := re.search(r"actual applied count=(-?\d+)", status))
+    )
     parsed_applied = Counter(c.applied_count for p in plans for c in p.clusters if c.applied_count is not None)
     assert parsed_applied == applied
 

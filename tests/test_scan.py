@@ -10,9 +10,9 @@ import onnx
 import pytest
 from conftest import CliRun, assert_one_line_error, memopt
 
+from memopt.graph.polynomial import Polynomial
 from memopt.graph.training_graph import load_graph
 from memopt.logparse import parse_file
-from memopt.graph.polynomial import Polynomial
 from memopt.scan import scan_graph
 from memopt.scan.modules import module_path
 from memopt.scan.parity import compare_plans
@@ -84,7 +84,9 @@ def test_scan_cli_json_at_user_sizes(gpt_probe: CliRun) -> None:
 
 
 def test_scan_cli_table_csv_and_plot(gpt_probe: CliRun, tmp_path: Path) -> None:
-    table = memopt("scan", str(gpt_probe.execution_graph), "--batch", "8", "--seq", "32", "--plot", str(tmp_path / "s.png"))
+    table = memopt(
+        "scan", str(gpt_probe.execution_graph), "--batch", "8", "--seq", "32", "--plot", str(tmp_path / "s.png")
+    )
     assert table.returncode == 0, table.stderr
     assert "FusedMatMul+Add+:1:-1" in table.stdout and "blocks.*.mlp.fc" in table.stdout
     assert (tmp_path / "s.png").stat().st_size > 10_000
@@ -103,8 +105,16 @@ def test_scan_a_recipe_probes_it_first(runs_dir: Path) -> None:
 def test_scan_ignores_the_users_config_when_building_the_graph(runs_dir: Path, tmp_path: Path) -> None:
     config = tmp_path / "cfg.json"
     config.write_text('["Gemm+:1:-1"]')
-    run = memopt("scan", "mlp", "--size", "tiny", "--runs-dir", str(runs_dir), "--json",
-                 env={"ORTMODULE_MEMORY_OPT_CONFIG": str(config)})
+    run = memopt(
+        "scan",
+        "mlp",
+        "--size",
+        "tiny",
+        "--runs-dir",
+        str(runs_dir),
+        "--json",
+        env={"ORTMODULE_MEMORY_OPT_CONFIG": str(config)},
+    )
     assert run.returncode == 0, run.stderr
     assert {p["config"] for p in json.loads(run.stdout)["plans"]} == {"Gemm+:1:-1", "Gelu+Dropout+:1:-1"}
 
@@ -131,8 +141,10 @@ def test_bad_inputs(gpt_probe: CliRun, tmp_path: Path) -> None:
     assert_one_line_error(memopt("scan", str(two)), "multiple YieldOps", "second_yield")
     assert_one_line_error(memopt("scan", graph, "--dims", "batch=3"), "unknown dim name(s) batch", "input_ids_dim0")
     assert_one_line_error(memopt("scan", graph, "--ort-version", "1.13.1"), "no memory-optimizer rules for ORT 1.13.1")
-    assert_one_line_error(memopt("scan", graph, "--plot", str(tmp_path / "x.pdf"), "--batch", "2", "--seq", "8"),
-                          "--plot needs a .png or .svg")
+    assert_one_line_error(
+        memopt("scan", graph, "--plot", str(tmp_path / "x.pdf"), "--batch", "2", "--seq", "8"),
+        "--plot needs a .png or .svg",
+    )
 
 
 def test_seq_needs_a_token_input(tiny_probe: Callable[[str], CliRun]) -> None:

@@ -11,11 +11,11 @@ import torch
 from conftest import assert_one_line_error, memopt
 
 from memopt.graph.expr import parse_expression
-from memopt.graph.training_graph import load_graph
-from memopt.graph.polynomial import Polynomial
-from memopt.run.recipes import load_recipe
-from memopt.scan import scan_graph
 from memopt.graph.ort_reference import read_reference
+from memopt.graph.polynomial import Polynomial
+from memopt.graph.training_graph import load_graph
+from memopt.recipes import load_recipe
+from memopt.scan import scan_graph
 
 
 @pytest.fixture(scope="module")
@@ -24,16 +24,25 @@ def forward_onnx(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("forward") / "gpt_forward.onnx"
     recipe = load_recipe("gpt", {"size": "tiny"})
     (ids,), _ = recipe.batch(2)
-    torch.onnx.export(recipe.model().train(), (ids,), str(path), input_names=["input_ids"], output_names=["logits"],
-                      dynamic_axes={"input_ids": {0: "input_ids_dim0", 1: "input_ids_dim1"}}, opset_version=17,
-                      do_constant_folding=False, training=torch.onnx.TrainingMode.TRAINING)
+    torch.onnx.export(
+        recipe.model().train(),
+        (ids,),
+        str(path),
+        input_names=["input_ids"],
+        output_names=["logits"],
+        dynamic_axes={"input_ids": {0: "input_ids_dim0", 1: "input_ids_dim1"}},
+        opset_version=17,
+        do_constant_folding=False,
+        training=torch.onnx.TrainingMode.TRAINING,
+    )
     return path
 
 
 @pytest.mark.parametrize("loss", ["outside", "cross-entropy", "mse"])
 def test_forward_only_model_matches_ort_own_analysis(forward_onnx: Path, loss: str, tmp_path: Path) -> None:
-    run = memopt("scan", str(forward_onnx), "--loss", loss, "--batch", "4", "--seq", "16", "--json",
-                 "--runs-dir", str(tmp_path))
+    run = memopt(
+        "scan", str(forward_onnx), "--loss", loss, "--batch", "4", "--seq", "16", "--json", "--runs-dir", str(tmp_path)
+    )
     assert run.returncode == 0, run.stderr
     result = json.loads(run.stdout)
     graph = Path(result["source"].rsplit(": ", 1)[1].rstrip(")"))
@@ -73,10 +82,13 @@ def test_forward_model_without_parameters_has_no_plans(tmp_path: Path) -> None:
 
 def test_forward_model_ort_cannot_load(tmp_path: Path) -> None:
     path = _single_node_model(tmp_path / "custom.onnx", "NoSuchOp", domain="example.custom")
-    assert_one_line_error(memopt("scan", str(path), "--runs-dir", str(tmp_path)),
-                          "ORT could not build a training graph from")
+    assert_one_line_error(
+        memopt("scan", str(path), "--runs-dir", str(tmp_path)), "ORT could not build a training graph from"
+    )
 
 
 def test_unknown_loss(forward_onnx: Path, tmp_path: Path) -> None:
-    assert_one_line_error(memopt("scan", str(forward_onnx), "--loss", "hinge", "--runs-dir", str(tmp_path)),
-                          "--loss must be one of outside, cross-entropy, mse")
+    assert_one_line_error(
+        memopt("scan", str(forward_onnx), "--loss", "hinge", "--runs-dir", str(tmp_path)),
+        "--loss must be one of outside, cross-entropy, mse",
+    )

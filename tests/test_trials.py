@@ -11,13 +11,13 @@ from pathlib import Path
 import pytest
 from conftest import RECIPES, assert_one_line_error, memopt
 
-from memopt.run.budget import BudgetError, parse_budget
-from memopt.ort.config import ConfigError
-from memopt.run.journal import Journal
-from memopt.predict.memory_model import MemoryModel, Observation, PlanSavings, fit_memory_model
-from memopt.ort.version import OrtVersion
-from memopt.predict.planner import choose_plans
 from memopt.graph.polynomial import Polynomial
+from memopt.ort.config import ConfigError
+from memopt.ort.version import OrtVersion
+from memopt.predict.memory_model import MemoryModel, Observation, PlanSavings, fit_memory_model
+from memopt.predict.planner import choose_plans
+from memopt.run.budget import BudgetError, parse_budget
+from memopt.run.journal import Journal
 from memopt.run.trials import TrialSpec, parse_trial_config, run_trial
 
 TINY = {"size": "tiny"}
@@ -36,8 +36,20 @@ def baseline(trials_dir: Path) -> dict[int, object]:
 
 @pytest.fixture(scope="session")
 def config_trial(trials_dir: Path):
-    run = memopt("trial", "gpt", "--size", "tiny", "--batch", "4", "--config", "FusedMatMul+Add+,Gelu+",
-                 "--steps", "2", "--runs-dir", str(trials_dir))
+    run = memopt(
+        "trial",
+        "gpt",
+        "--size",
+        "tiny",
+        "--batch",
+        "4",
+        "--config",
+        "FusedMatMul+Add+,Gelu+",
+        "--steps",
+        "2",
+        "--runs-dir",
+        str(trials_dir),
+    )
     assert run.returncode == 0, run.stdout + run.stderr
     return run
 
@@ -51,7 +63,9 @@ def test_trial_records_plans_memory_and_journal_line(config_trial, trials_dir: P
     assert record["peak_bytes"] > record["static_bytes"] > 100 * 2**20
     assert len(record["step_times_s"]) == 3 and record["throughput"] > 0
     config_file = Path(record["config_value"])  # ORT 1.19 reads a JSON file in the trial folder
-    assert config_file.parent == Path(record["run_dir"]) and json.loads(config_file.read_text()) == list(record["config"])
+    assert config_file.parent == Path(record["run_dir"]) and json.loads(config_file.read_text()) == list(
+        record["config"]
+    )
     assert "ORT plans    ON: FusedMatMul+Add+:1:-1" in config_trial.stdout
 
 
@@ -59,8 +73,21 @@ def test_resume_reuses_the_finished_trial(config_trial, trials_dir: Path) -> Non
     journal = Journal.in_folder(trials_dir)
     before = len(list(journal.entries()))
     started = time.monotonic()
-    again = memopt("trial", "gpt", "--size", "tiny", "--batch", "4", "--config", "Gelu+:1:-1,FusedMatMul+Add+:1:-1",
-                   "--steps", "2", "--runs-dir", str(trials_dir), "--resume")
+    again = memopt(
+        "trial",
+        "gpt",
+        "--size",
+        "tiny",
+        "--batch",
+        "4",
+        "--config",
+        "Gelu+:1:-1,FusedMatMul+Add+:1:-1",
+        "--steps",
+        "2",
+        "--runs-dir",
+        str(trials_dir),
+        "--resume",
+    )
     assert again.returncode == 0, again.stderr
     assert "reused from the journal" in again.stdout and time.monotonic() - started < 10
     assert len(list(journal.entries())) == before
@@ -87,18 +114,34 @@ def test_timeout_kills_the_child(tmp_path: Path) -> None:
     assert Journal.in_folder(tmp_path).latest(result.key).record["outcome"] == "timed_out"
 
 
-@pytest.mark.parametrize(("recipe", "outcome", "fragment"), [
-    ("oom_in_step.py", "out_of_memory", "Failed to allocate memory"),
-    ("crashes_in_step.py", "crashed", "labels are missing"),
-])
+@pytest.mark.parametrize(
+    ("recipe", "outcome", "fragment"),
+    [
+        ("oom_in_step.py", "out_of_memory", "Failed to allocate memory"),
+        ("crashes_in_step.py", "crashed", "labels are missing"),
+    ],
+)
 def test_failing_steps_are_classified(recipe: str, outcome: str, fragment: str, tmp_path: Path) -> None:
     result = run_trial(TrialSpec(str(RECIPES / recipe), 2, steps=1), tmp_path)
     assert result.outcome == outcome and fragment in result.error
 
 
 def test_over_budget_trial_exits_1(trials_dir: Path, baseline) -> None:
-    run = memopt("trial", "gpt", "--size", "tiny", "--batch", "2", "--steps", "2", "--budget", "100MiB",
-                 "--runs-dir", str(trials_dir), "--resume")
+    run = memopt(
+        "trial",
+        "gpt",
+        "--size",
+        "tiny",
+        "--batch",
+        "2",
+        "--steps",
+        "2",
+        "--budget",
+        "100MiB",
+        "--runs-dir",
+        str(trials_dir),
+        "--resume",
+    )
     assert run.returncode == 1, run.stderr
     assert ": over budget" in run.stdout and "OVER" in run.stdout
 
@@ -112,8 +155,10 @@ def test_memory_model_fitted_on_two_trials_predicts_a_third(baseline) -> None:
 
 def _synthetic_model() -> MemoryModel:
     b = Polynomial.symbol("b")
-    plans = tuple(PlanSavings(f"P{i}+:1:-1", (f"P{i}+:1",), 2, b.scale(s), (b.scale(s / 2), b.scale(s / 2)))
-                  for i, s in enumerate((100, 60, 50, 30)))
+    plans = tuple(
+        PlanSavings(f"P{i}+:1:-1", (f"P{i}+:1",), 2, b.scale(s), (b.scale(s / 2), b.scale(s / 2)))
+        for i, s in enumerate((100, 60, 50, 30))
+    )
     return MemoryModel(("b",), {}, plans, static_bytes=1000.0, per_sample_bytes=300.0)
 
 
@@ -124,8 +169,12 @@ def test_planner_picks_the_cheapest_feasible_set() -> None:
     # {P1,P3} 180 too little, {P1,P2,P3} 280 for 10.5: the optimum is {P1, P2}.
     result = choose_plans(model, costs, 2, 1400, "1.19.2")
     assert result.feasible and set(result.plans) == {"P1+:1:-1", "P2+:1:-1"} and result.cost_s == pytest.approx(7.0)
-    best = min((sum(costs[k] for k in s), s) for n in range(5) for s in itertools.combinations(costs, n)
-               if sum(model.raw_saving(k, 2) for k in s) >= 200)
+    best = min(
+        (sum(costs[k] for k in s), s)
+        for n in range(5)
+        for s in itertools.combinations(costs, n)
+        if sum(model.raw_saving(k, 2) for k in s) >= 200
+    )
     assert result.cost_s == pytest.approx(best[0])
     # ORT 1.16 counts occurrences: the first of P2's two (50 bytes for 1.5) closes a 40-byte gap;
     # 1.17+ can only switch a whole plan on (P2 for 3).
@@ -151,14 +200,25 @@ def test_planner_on_a_real_tiny_model(baseline, trials_dir: Path) -> None:
     budget = int(model.baseline(16) - need)
     result = choose_plans(model, cal.costs_s, 16, budget, cal.ort_version)
     assert result.feasible and result.predicted_bytes <= budget
-    best = min(sum(cal.costs_s[k] for k in s) for n in range(len(keys) + 1)
-               for s in itertools.combinations(keys, n) if sum(savings[k] for k in s) >= need)
+    best = min(
+        sum(cal.costs_s[k] for k in s)
+        for n in range(len(keys) + 1)
+        for s in itertools.combinations(keys, n)
+        if sum(savings[k] for k in s) >= need
+    )
     assert result.cost_s == pytest.approx(best, rel=1e-6)
 
 
-@pytest.mark.parametrize(("text", "expected"), [
-    ("2.5GiB", int(2.5 * 2**30)), ("2500MB", 2_500_000_000), ("512mib", 512 * 2**20), ("1e9", None), ("80%", None),
-])
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("2.5GiB", int(2.5 * 2**30)),
+        ("2500MB", 2_500_000_000),
+        ("512mib", 512 * 2**20),
+        ("1e9", None),
+        ("80%", None),
+    ],
+)
 def test_budget_parsing(text: str, expected: int | None) -> None:
     if text == "1e9":
         with pytest.raises(BudgetError):
@@ -177,14 +237,17 @@ def test_bad_budgets_are_rejected(text: str) -> None:
         parse_budget(text)
 
 
-@pytest.mark.parametrize(("args", "fragment"), [
-    (("plan", "gpt", "--size", "tiny", "--target-batch", "0", "--budget", "1GiB"), "--target-batch"),
-    (("plan", "gpt", "--size", "tiny", "--target-batch", "16", "--budget", "2.5XB"), "2.5XB"),
-    (("plan", "gpt", "--size", "tiny", "--target-batch", "16", "--device", "cpu"), "--budget is required"),
-    (("plan", "gpt", "--target-batch", "16", "--budget", "1GiB", "--calibrate", "4"), "--calibrate"),
-    (("trial", "gpt", "--batch", "0"), "--batch"),
-    (("trial", "gpt", "--batch", "2", "--budget", "much"), "much"),
-])
+@pytest.mark.parametrize(
+    ("args", "fragment"),
+    [
+        (("plan", "gpt", "--size", "tiny", "--target-batch", "0", "--budget", "1GiB"), "--target-batch"),
+        (("plan", "gpt", "--size", "tiny", "--target-batch", "16", "--budget", "2.5XB"), "2.5XB"),
+        (("plan", "gpt", "--size", "tiny", "--target-batch", "16", "--device", "cpu"), "--budget is required"),
+        (("plan", "gpt", "--target-batch", "16", "--budget", "1GiB", "--calibrate", "4"), "--calibrate"),
+        (("trial", "gpt", "--batch", "0"), "--batch"),
+        (("trial", "gpt", "--batch", "2", "--budget", "much"), "much"),
+    ],
+)
 def test_bad_input_is_one_line(args: tuple[str, ...], fragment: str, tmp_path: Path) -> None:
     assert_one_line_error(memopt(*args, "--runs-dir", str(tmp_path)), fragment)
 
@@ -193,13 +256,16 @@ def test_one_ineffective_plan_does_not_condemn_the_others() -> None:
     """A plan whose saving is off the peak's path measures as saving nothing; plans never
     tried keep half the scan's word instead of dropping to zero (which made the tuner give
     up on a target every plan together reaches)."""
-    from memopt.predict.memory_model import Observation, PlanSavings, fit_memory_model
     from memopt.graph.polynomial import Polynomial
+    from memopt.predict.memory_model import Observation, PlanSavings, fit_memory_model
 
     per_sample = Polynomial.symbol("b").scale(2**20)
     plans = (PlanSavings("A+:1:-1", ("A+:1",), 1, per_sample), PlanSavings("B+:1:-1", ("B+:1",), 1, per_sample))
-    observations = [Observation(2, (), 100 * 2**20), Observation(4, (), 110 * 2**20),
-                    Observation(16, ("A+:1:-1",), 170 * 2**20)]  # A measured: no saving at all
+    observations = [
+        Observation(2, (), 100 * 2**20),
+        Observation(4, (), 110 * 2**20),
+        Observation(16, ("A+:1:-1",), 170 * 2**20),
+    ]  # A measured: no saving at all
     model = fit_memory_model(observations, plans, ["b"], {})
     assert model.predict(16, ("A+:1:-1",)).peak_bytes == pytest.approx(170 * 2**20, rel=0.01)
     assert model.predict(16, ("B+:1:-1",)).peak_bytes == pytest.approx((170 - 8) * 2**20, rel=0.01)

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 import tune_support
-from memopt.tui.app import TuneApp
-from memopt.tui.widgets import PlansTable
 
 from memopt.ort.config import ENV_VAR
+from memopt.tui.app import TuneApp
+from memopt.tui.widgets import PlansTable
 from memopt.tune import Tuner
 
 SNAPSHOTS = Path(__file__).parent / "snapshots"
@@ -36,8 +36,10 @@ def screen_text(app: TuneApp) -> str:
     for x, y, text in re.findall(r'<text[^>]*\bx="([\d.]+)"[^>]*\by="([\d.]+)"[^>]*>([^<]*)</text>', svg):
         rows.setdefault(float(y), []).append((float(x), text))
     lines = ["".join(t for _, t in sorted(parts)) for _, parts in sorted(rows.items())]
-    return "\n".join(line.replace("&#160;", " ").replace("&amp;", "&").replace("&lt;", "<").replace("&gt;", ">")
-                     .rstrip() for line in lines)
+    return "\n".join(
+        line.replace("&#160;", " ").replace("&amp;", "&").replace("&lt;", "<").replace("&gt;", ">").rstrip()
+        for line in lines
+    )
 
 
 def test_startup_then_auto_search_fits_a_budget_the_no_config_run_exceeds() -> None:
@@ -117,7 +119,7 @@ def test_space_toggles_a_plan_and_the_prediction_updates_at_once() -> None:
 
 def test_main_screen_snapshot() -> None:
     tuner = copy.copy(_ready_tuner())
-    tuner._listeners = []  # noqa: SLF001  (a view of the session: its own listeners, calibration trials only)
+    tuner._listeners = []
     tuner.records = [r for r in tuner.records if r.purpose == "calibration"]
 
     async def scenario() -> tuple[str, str]:

@@ -12,13 +12,23 @@ from memopt.ort.config import ENV_VAR
 
 def test_cpu_needs_a_budget_and_bad_input_is_one_line(tmp_path) -> None:
     runs = str(tmp_path)
-    assert_one_line_error(memopt("tune", "gpt", "--size", "tiny", "--target-batch", "16", "--no-tui", "--runs-dir", runs),
-                          "--budget is required on CPU")
-    assert_one_line_error(memopt("tune", "gpt", "--target-batch", "16", "--budget", "lots", "--no-tui"), "--budget 'lots'")
-    assert_one_line_error(memopt("tune", "gpt", "--target-batch", "0", "--budget", "1GiB", "--no-tui"), "--target-batch")
-    assert_one_line_error(memopt("tune", "gpt", "--target-batch", "8", "--budget", "1GiB", "--json"), "--json needs --no-tui")
-    assert_one_line_error(memopt("tune", "gpt", "--target-batch", "8", "--budget", "1GiB", "--max-trials", "0", "--no-tui"),
-                          "--max-trials")
+    assert_one_line_error(
+        memopt("tune", "gpt", "--size", "tiny", "--target-batch", "16", "--no-tui", "--runs-dir", runs),
+        "--budget is required on CPU",
+    )
+    assert_one_line_error(
+        memopt("tune", "gpt", "--target-batch", "16", "--budget", "lots", "--no-tui"), "--budget 'lots'"
+    )
+    assert_one_line_error(
+        memopt("tune", "gpt", "--target-batch", "0", "--budget", "1GiB", "--no-tui"), "--target-batch"
+    )
+    assert_one_line_error(
+        memopt("tune", "gpt", "--target-batch", "8", "--budget", "1GiB", "--json"), "--json needs --no-tui"
+    )
+    assert_one_line_error(
+        memopt("tune", "gpt", "--target-batch", "8", "--budget", "1GiB", "--max-trials", "0", "--no-tui"),
+        "--max-trials",
+    )
     assert not list(tmp_path.iterdir())  # nothing launched
 
 
@@ -27,10 +37,31 @@ def test_headless_search_resumes_the_journal_and_prints_json() -> None:
     trials come back from the journal, the search reaches the same verified config."""
     tuner = tune_support.tuner()
     _, budget = tune_support.measured()
-    run = memopt("tune", tune_support.RECIPE, "--target-batch", str(tune_support.TARGET), "--budget", str(budget),
-                 "-o", "n_layer=2", "-o", "seq_len=128", "--steps", str(tune_support.STEPS), "--margin", "0.01",
-                 "--max-trials", "4", "--runs-dir", str(tuner.settings.runs_dir), "--resume", "--no-tui", "--json",
-                 "--calibrate", ",".join(map(str, tune_support.CALIBRATION)))
+    run = memopt(
+        "tune",
+        tune_support.RECIPE,
+        "--target-batch",
+        str(tune_support.TARGET),
+        "--budget",
+        str(budget),
+        "-o",
+        "n_layer=2",
+        "-o",
+        "seq_len=128",
+        "--steps",
+        str(tune_support.STEPS),
+        "--margin",
+        "0.01",
+        "--max-trials",
+        "4",
+        "--runs-dir",
+        str(tuner.settings.runs_dir),
+        "--resume",
+        "--no-tui",
+        "--json",
+        "--calibrate",
+        ",".join(map(str, tune_support.CALIBRATION)),
+    )
     assert run.returncode == 0, run.stdout + run.stderr
     result = json.loads(run.stdout)
     assert result["status"] == "verified" and result["best"]["peak_bytes"] <= budget

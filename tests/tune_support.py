@@ -14,8 +14,8 @@ import functools
 import tempfile
 from pathlib import Path
 
-from memopt.run.budget import parse_budget
 from memopt.ort.version import OrtVersion
+from memopt.run.budget import parse_budget
 from memopt.run.trials import TrialSpec, parse_trial_config, run_trial
 from memopt.tune import Tuner, TuneSettings
 
@@ -33,9 +33,18 @@ def work_dir() -> Path:
 
 
 def settings(budget: str = PLACEHOLDER_BUDGET) -> TuneSettings:
-    return TuneSettings(recipe=RECIPE, target_batch=TARGET, budget=parse_budget(budget), options=OPTIONS,
-                        max_trials=4, steps=STEPS, runs_dir=work_dir() / "tune", margin=0.01, timeout_s=300,
-                        calibration_batches=CALIBRATION)
+    return TuneSettings(
+        recipe=RECIPE,
+        target_batch=TARGET,
+        budget=parse_budget(budget),
+        options=OPTIONS,
+        max_trials=4,
+        steps=STEPS,
+        runs_dir=work_dir() / "tune",
+        margin=0.01,
+        timeout_s=300,
+        calibration_batches=CALIBRATION,
+    )
 
 
 @functools.cache

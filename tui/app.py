@@ -12,14 +12,6 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from memopt.tui.state import SORT_KEYS, Selection, exit_lines, short_plans, sort_rows
-from memopt.tui.widgets import (
-    InfoHeader,
-    MemoryPanel,
-    PlansTable,
-    ResultBar,
-    TrialsPanel,
-)
 from textual import on, work
 from textual.app import App, ComposeResult
 from textual.binding import Binding
@@ -28,6 +20,14 @@ from textual.message import Message
 from textual.widgets import Footer, Static
 
 from memopt.errors import MemoptError, one_line
+from memopt.tui.state import SORT_KEYS, Selection, exit_lines, short_plans, sort_rows
+from memopt.tui.widgets import (
+    InfoHeader,
+    MemoryPanel,
+    PlansTable,
+    ResultBar,
+    TrialsPanel,
+)
 from memopt.tune import (
     Note,
     Purpose,
@@ -86,8 +86,11 @@ class TuneApp(App[None]):
     # -- layout -------------------------------------------------------------------------
 
     def compose(self) -> ComposeResult:
-        yield Static(f"The terminal is too small for memopt tune: make it at least {MIN_SIZE[0]}×{MIN_SIZE[1]}, "
-                     "or press q to quit.", id="too-small")
+        yield Static(
+            f"The terminal is too small for memopt tune: make it at least {MIN_SIZE[0]}×{MIN_SIZE[1]}, "
+            "or press q to quit.",
+            id="too-small",
+        )
         with Vertical(id="main"):
             yield InfoHeader(id="header")
             with Horizontal(id="top"):
@@ -138,14 +141,14 @@ class TuneApp(App[None]):
             pass
         except MemoptError as err:
             self.call_from_thread(self._failed, str(err))
-        except Exception as err:  # noqa: BLE001  (shown, never a crashed screen)
+        except Exception as err:
             self.call_from_thread(self._failed, one_line(err))
 
     @work(thread=True, exclusive=True, group="tuner")
     def _search_worker(self) -> None:
         try:
             self.tuner.auto_search()
-        except Exception as err:  # noqa: BLE001
+        except Exception as err:
             self.call_from_thread(self._failed, one_line(err))
         finally:  # also when the search raised: the screen must accept new work
             self.call_from_thread(self._search_ended)
@@ -162,7 +165,7 @@ class TuneApp(App[None]):
             pass
         except MemoptError as err:
             self.call_from_thread(self._failed, str(err))
-        except Exception as err:  # noqa: BLE001
+        except Exception as err:
             self.call_from_thread(self._failed, one_line(err))
         finally:
             self.call_from_thread(self._set_idle)
@@ -201,12 +204,20 @@ class TuneApp(App[None]):
                 self.searching = True
                 self.selection.set(event.plans)
                 self._refresh_model()
-            predicted = f", predicted {format_bytes(event.predicted_bytes)}" if event.predicted_bytes is not None else ""
-            self._busy(f"trial {event.number} ({event.purpose}) at batch {event.batch_size}: "
-                       f"{short_plans(event.plans)}{predicted}")
+            predicted = (
+                f", predicted {format_bytes(event.predicted_bytes)}" if event.predicted_bytes is not None else ""
+            )
+            self._busy(
+                f"trial {event.number} ({event.purpose}) at batch {event.batch_size}: "
+                f"{short_plans(event.plans)}{predicted}"
+            )
         elif isinstance(event, TrialFinished):
             panel.add_trial(event.record)
-            style = "green" if event.record.fits else ("grey62" if event.record.purpose is Purpose.CALIBRATION else "yellow")
+            style = (
+                "green"
+                if event.record.fits
+                else ("grey62" if event.record.purpose is Purpose.CALIBRATION else "yellow")
+            )
             panel.note(event.explanation, style)
             self._refresh_model()
             self._show_best()
@@ -232,8 +243,9 @@ class TuneApp(App[None]):
     def _tick(self) -> None:
         self._check_size()  # a terminal resized while busy, or a driver that sends no Resize to the app
         if self.busy_since is not None:
-            self.query_one(TrialsPanel).busy(f"{self.busy_label} … {time.monotonic() - self.busy_since:.0f} s "
-                                             "(x: cancel)")
+            self.query_one(TrialsPanel).busy(
+                f"{self.busy_label} … {time.monotonic() - self.busy_since:.0f} s (x: cancel)"
+            )
 
     def _show_ready(self, ready: Ready) -> None:
         self.query_one(InfoHeader).show_ready(ready)
@@ -253,8 +265,13 @@ class TuneApp(App[None]):
     def _refresh_prediction(self) -> None:
         prediction = self.tuner.predict(self.selection.plans)
         self.query_one(MemoryPanel).show_prediction(
-            prediction.peak_bytes, prediction.baseline_bytes, self.tuner.budget_bytes, self.tuner.limit_bytes,
-            self.tuner.cost_of(self.selection.plans), len(self.selection.plans))
+            prediction.peak_bytes,
+            prediction.baseline_bytes,
+            self.tuner.budget_bytes,
+            self.tuner.limit_bytes,
+            self.tuner.cost_of(self.selection.plans),
+            len(self.selection.plans),
+        )
 
     def _show_best(self) -> None:
         best = self.tuner.best()
@@ -302,8 +319,9 @@ class TuneApp(App[None]):
             self.notify("nothing to copy: no plan selected and no verified config", severity="warning")
             return
         self.copy_to_clipboard("\n".join(lines))  # OSC 52: the terminal's clipboard, where it allows it
-        self.query_one(TrialsPanel).note("copied (OSC 52); if your terminal ignores it, copy this line: " + lines[0],
-                                         "bold")
+        self.query_one(TrialsPanel).note(
+            "copied (OSC 52); if your terminal ignores it, copy this line: " + lines[0], "bold"
+        )
         self.notify("export line sent to the clipboard (OSC 52); it is also in the trials log")
 
     def action_save(self) -> None:
@@ -321,7 +339,8 @@ class TuneApp(App[None]):
 
     def _saved(self, plans: tuple[str, ...], verified: bool, path: Path) -> None:
         self.query_one(TrialsPanel).note(
-            f"saved {'verified' if verified else 'NOT verified'} config {short_plans(plans)} to {path}", "bold")
+            f"saved {'verified' if verified else 'NOT verified'} config {short_plans(plans)} to {path}", "bold"
+        )
         self.notify(f"saved to {path.name}")
 
     def _export_for_selection(self) -> list[str]:

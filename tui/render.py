@@ -33,8 +33,11 @@ def gauge(predicted: float, baseline: float, budget: float, limit: float, width:
     """Predicted peak of the current selection against the budget (│), with the no-config peak."""
     scale = max(predicted, baseline, budget) * 1.05
     fits = predicted <= limit
-    verdict, style = ("fits", "bold green") if fits else (
-        ("tight: inside the safety margin", "bold yellow") if predicted <= budget else ("OVER", "bold red"))
+    verdict, style = (
+        ("fits", "bold green")
+        if fits
+        else (("tight: inside the safety margin", "bold yellow") if predicted <= budget else ("OVER", "bold red"))
+    )
     text = Text()
     text.append("predicted ", style="bold")
     text.append(format_bytes(predicted), style=style)
@@ -63,6 +66,10 @@ def trials_chart(records: Sequence[TrialRecord], budget: float, width: int) -> T
         if record.purpose == "calibration":
             style = "grey50"
         label = f"#{record.number}" + ("c" if record.purpose == "calibration" else "")
-        table.add_row(label, _bar(record.peak_bytes or 0, scale, bar_width, budget, style),
-                      format_bytes(record.peak_bytes), f"{record.step_s:.2f}s" if record.step_s else "-")
+        table.add_row(
+            label,
+            _bar(record.peak_bytes or 0, scale, bar_width, budget, style),
+            format_bytes(record.peak_bytes),
+            f"{record.step_s:.2f}s" if record.step_s else "-",
+        )
     return table

@@ -15,7 +15,12 @@ from memopt.units import format_bytes
 __all__ = ["SORT_KEYS", "Selection", "exit_lines", "plan_cells", "short_plans", "sort_rows", "trial_cells"]
 
 # (label, key function, descending)
-SORT_KEYS: tuple[tuple[str, str], ...] = (("saving", "saving"), ("cost", "cost"), ("frequency", "freq"), ("pattern", "name"))
+SORT_KEYS: tuple[tuple[str, str], ...] = (
+    ("saving", "saving"),
+    ("cost", "cost"),
+    ("frequency", "freq"),
+    ("pattern", "name"),
+)
 
 
 @dataclass
@@ -61,8 +66,13 @@ def plan_cells(row: PlanRow, on: bool) -> tuple[str, ...]:
     """State, pattern, type, frequency, saving at the target batch, cost, where."""
     state = ("on" if on else "off") + (f" ×{row.frequency}" if on and row.counts_honoured else (" (all)" if on else ""))
     return (
-        state, row.subgraph, row.kind, str(row.frequency), format_bytes(row.saving_bytes),
-        f"{row.cost_s * 1000:.0f} ms", ", ".join(row.modules) or "-",
+        state,
+        row.subgraph,
+        row.kind,
+        str(row.frequency),
+        format_bytes(row.saving_bytes),
+        f"{row.cost_s * 1000:.0f} ms",
+        ", ".join(row.modules) or "-",
     )
 
 
@@ -76,8 +86,13 @@ def trial_cells(record: TrialRecord) -> tuple[str, ...]:
             predicted += f" ({record.prediction_error * 100:+.1f}%)"
     outcome = record.outcome.label + (" (journal)" if result.reused else "")
     return (
-        str(record.number), str(record.purpose), str(record.batch_size), short_plans(record.plans), outcome,
-        format_bytes(result.peak_bytes) if result.peak_bytes else "-", predicted,
+        str(record.number),
+        str(record.purpose),
+        str(record.batch_size),
+        short_plans(record.plans),
+        outcome,
+        format_bytes(result.peak_bytes) if result.peak_bytes else "-",
+        predicted,
         f"{result.median_step_s:.2f} s" if result.median_step_s else "-",
     )
 
@@ -89,8 +104,10 @@ def exit_lines(tuner: Tuner, selection: Sequence[str]) -> list[str]:
     if tuner.is_ready:
         best = tuner.best()
         if best is not None:
-            lines.append(f"# memopt tune: verified at batch {best.batch_size} (trial {best.number}, peak "
-                         f"{format_bytes(best.peak_bytes)}, {best.step_s or 0:.2f} s/step): {short_plans(best.plans)}")
+            lines.append(
+                f"# memopt tune: verified at batch {best.batch_size} (trial {best.number}, peak "
+                f"{format_bytes(best.peak_bytes)}, {best.step_s or 0:.2f} s/step): {short_plans(best.plans)}"
+            )
             if best.plans:
                 tuner.save_config(best.plans)
             lines += tuner.export_lines(best.plans)

@@ -51,7 +51,7 @@ def main() -> None:
         scan,
         stack,
         trial,
-        tune,  # noqa: F401  (registers its command)
+        tune,
     )
 
     try:

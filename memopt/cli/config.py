@@ -10,6 +10,8 @@ from rich.console import Console
 
 from memopt.cli import app, console
 from memopt.cli.dims import config_version
+from memopt.errors import MemoptError
+from memopt.logparse import Summary, parse_file, require_summaries
 from memopt.ort.config import (
     ENV_VAR,
     ConfigEntry,
@@ -23,8 +25,6 @@ from memopt.ort.config import (
     validate_entries,
     write_json_config,
 )
-from memopt.errors import MemoptError
-from memopt.logparse import Summary, parse_file, require_summaries
 from memopt.ort.version import OrtVersion
 
 __all__ = ["config_app", "print_config"]
@@ -38,7 +38,9 @@ _LOG_HELP = "A log of the model: warns about subgraphs it has no plan for."
 
 @config_app.command("check")
 def check_command(
-    value: str = typer.Argument(..., help="The variable's value: the config string (ORT <=1.18) or the JSON file path (1.19)."),
+    value: str = typer.Argument(
+        ..., help="The variable's value: the config string (ORT <=1.18) or the JSON file path (1.19)."
+    ),
     ort_version: str | None = typer.Option(None, "--ort-version", help=_VERSION_HELP),
     log: str | None = typer.Option(None, "--log", help=_LOG_HELP),
 ) -> None:
@@ -56,12 +58,16 @@ def check_command(
     else:
         config = parse_config_string(value, version, known)
     _print_validated(config, version, console)
-    console.print(export_line(str(Path(value).resolve()) if takes_json_file(version) else value), highlight=False, soft_wrap=True)
+    console.print(
+        export_line(str(Path(value).resolve()) if takes_json_file(version) else value), highlight=False, soft_wrap=True
+    )
 
 
 @config_app.command("emit")
 def emit_command(
-    entries: list[str] = typer.Argument(..., help="Entries <subgraph>:<type>:<count>, or a bare subgraph for <subgraph>:1:-1."),
+    entries: list[str] = typer.Argument(
+        ..., help="Entries <subgraph>:<type>:<count>, or a bare subgraph for <subgraph>:1:-1."
+    ),
     ort_version: str | None = typer.Option(None, "--ort-version", help=_VERSION_HELP),
     out: Path | None = typer.Option(None, "--out", help="ORT 1.19: the JSON file to write (atomically)."),
     force: bool = typer.Option(False, "--force", help="Overwrite --out if it exists."),

@@ -9,7 +9,7 @@ from typing import Annotated, Any
 import typer
 
 from memopt.errors import MemoptError
-from memopt.run.recipes import parse_option_value
+from memopt.recipes import parse_option_value
 
 __all__ = [
     "BudgetOption",
@@ -36,23 +36,31 @@ RecipeArgument = Annotated[
 TargetBatchOption = Annotated[int, typer.Option("--target-batch", help="The batch size to fit.")]
 BudgetOption = Annotated[
     str | None,
-    typer.Option("--budget", help="Peak memory allowed: 2.5GiB, 2500MB or 80% (of the GPU; on CPU of RAM). "
-                                  "Required on CPU; on CUDA the default is the GPU's memory less 10%."),
+    typer.Option(
+        "--budget",
+        help="Peak memory allowed: 2.5GiB, 2500MB or 80% (of the GPU; on CPU of RAM). "
+        "Required on CPU; on CUDA the default is the GPU's memory less 10%.",
+    ),
 ]
 SeqOption = Annotated[int | None, typer.Option("--seq", min=1, help="Sequence length (recipes with a seq_len option).")]
 SizeOption = Annotated[str | None, typer.Option("--size", help="Model size of a built-in recipe, e.g. tiny, small.")]
 OptionPairs = Annotated[list[str], typer.Option("--option", "-o", help="Recipe option key=value (repeatable).")]
 StepsOption = Annotated[
     int,
-    typer.Option("--steps", help="Measured steps per run after the warm-up step. Keep 2 or more: some plans lower "
-                                 "only the first measured step's peak."),
+    typer.Option(
+        "--steps",
+        help="Measured steps per run after the warm-up step. Keep 2 or more: some plans lower "
+        "only the first measured step's peak.",
+    ),
 ]
 DeviceOption = Annotated[str, typer.Option("--device", help="auto (CUDA when ORT and torch have it), cpu or cuda.")]
 MarginOption = Annotated[float, typer.Option("--margin", help="Fraction of the budget held back for prediction error.")]
 CalibrateOption = Annotated[
     str | None,
-    typer.Option("--calibrate", help="Batch sizes of the no-config calibration trials, e.g. 2,4 "
-                                     "(default: target/8 and target/4)."),
+    typer.Option(
+        "--calibrate",
+        help="Batch sizes of the no-config calibration trials, e.g. 2,4 (default: target/8 and target/4).",
+    ),
 ]
 RunsDirOption = Annotated[
     Path, typer.Option("--runs-dir", help="Where run folders, the journal (journal.jsonl) and config files go.")

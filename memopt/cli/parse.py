@@ -14,9 +14,9 @@ from rich.table import Table
 from memopt.cli import app, console, error_console
 from memopt.cli.config import print_config
 from memopt.cli.dims import config_version, parse_dims_option
-from memopt.ort.config import parse_config_string
 from memopt.errors import MemoptError
-from memopt.logparse import plans_dataframe, ParseResult, Plan, Summary, parse_file, require_summaries
+from memopt.logparse import ParseResult, Plan, Summary, parse_file, plans_dataframe, require_summaries
+from memopt.ort.config import parse_config_string
 from memopt.units import format_bytes
 
 __all__ = ["parse_command"]
@@ -25,11 +25,17 @@ __all__ = ["parse_command"]
 @app.command("parse")
 def parse_command(
     logs: list[str] = typer.Argument(..., help="ORT training logs; '-' reads standard input."),
-    dims: str | None = typer.Option(None, "--dims", help="Evaluate savings at these dims, e.g. ids_dim0=32,ids_dim1=512 (others come from the log)."),
+    dims: str | None = typer.Option(
+        None, "--dims", help="Evaluate savings at these dims, e.g. ids_dim0=32,ids_dim1=512 (others come from the log)."
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print every summary as JSON."),
     as_csv: bool = typer.Option(False, "--csv", help="Print one CSV row per plan."),
-    enable: list[str] = typer.Option([], "--enable", "-e", help="Plan to enable (number, subgraph or config key; repeatable); prints its config."),
-    ort_version: str | None = typer.Option(None, "--ort-version", help="Write the config for this ORT release (default: the log's)."),
+    enable: list[str] = typer.Option(
+        [], "--enable", "-e", help="Plan to enable (number, subgraph or config key; repeatable); prints its config."
+    ),
+    ort_version: str | None = typer.Option(
+        None, "--ort-version", help="Write the config for this ORT release (default: the log's)."
+    ),
     config_out: Path | None = typer.Option(None, "--config-out", help="For ORT 1.19: write the JSON config file here."),
     force: bool = typer.Option(False, "--force", help="Overwrite --config-out if it exists."),
 ) -> None:
@@ -51,7 +57,14 @@ def parse_command(
         keys = ",".join(_select_plan(summary, wanted).config_key for wanted in enable)
         entries = parse_config_string(keys, version).entries
         known = {key.rsplit(":", 1)[0] for plan in summary.plans for key in plan.config_key.split(",")}
-        print_config(entries, version, known, out=config_out, force=force, console=error_console if as_json or as_csv else console)
+        print_config(
+            entries,
+            version,
+            known,
+            out=config_out,
+            force=force,
+            console=error_console if as_json or as_csv else console,
+        )
 
 
 def _read_all(logs: list[str]) -> list[ParseResult]:
@@ -99,9 +112,16 @@ def _print_result(result: ParseResult, user_dims: dict[str, int]) -> None:
             + (f", config {summary.user_config}" if summary.user_config else ""),
             highlight=False,
         )
-        console.print(f"  dims: {shown_dims}" + (" (--dims over the log's)" if user_dims else " (first batch, from the log)"), highlight=False)
+        console.print(
+            f"  dims: {shown_dims}" + (" (--dims over the log's)" if user_dims else " (first batch, from the log)"),
+            highlight=False,
+        )
         if summary.total_recomputed_nodes is not None or summary.node_events:
-            count = summary.total_recomputed_nodes if summary.total_recomputed_nodes is not None else len(summary.node_events)
+            count = (
+                summary.total_recomputed_nodes
+                if summary.total_recomputed_nodes is not None
+                else len(summary.node_events)
+            )
             console.print(f"  recomputed nodes: {count}", highlight=False)
         if summary.plans:
             console.print(_plan_table(summary, user_dims))
@@ -137,8 +157,13 @@ def _result_json(result: ParseResult, user_dims: dict[str, int]) -> dict[str, ob
         for plan_document, plan in zip(document["plans"], summary.plans):  # type: ignore[arg-type]
             plan_document["saving_at_dims"] = _saving(plan, summary, user_dims)
         summaries.append(document)
-    return {"source": result.source, "lines_read": result.lines_read, "warnings": list(result.warnings),
-            "ort_errors": list(result.ort_errors), "summaries": summaries}
+    return {
+        "source": result.source,
+        "lines_read": result.lines_read,
+        "warnings": list(result.warnings),
+        "ort_errors": list(result.ort_errors),
+        "summaries": summaries,
+    }
 
 
 def _plain(value: object) -> object:
@@ -186,4 +211,6 @@ def _select_plan(summary: Summary, wanted: str) -> Plan:
         if 1 <= int(number) <= len(ordered):
             return ordered[int(number) - 1][0]
     choices = ", ".join(str(plan.plan_number or plan.subgraph) for plan in summary.plans)
-    raise MemoptError(f"--enable {wanted!r} matches no plan of the summary at line {summary.first_line} (plans: {choices})")
+    raise MemoptError(
+        f"--enable {wanted!r} matches no plan of the summary at line {summary.first_line} (plans: {choices})"
+    )

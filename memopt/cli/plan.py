@@ -8,8 +8,6 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
-from memopt.run.budget import parse_budget, resolve_budget
-from memopt.predict.calibrate import Calibration, calibrate, save_model
 from memopt.cli import app, console
 from memopt.cli.options import (
     BudgetOption,
@@ -30,17 +28,20 @@ from memopt.cli.options import (
     recipe_options,
 )
 from memopt.cli.trial import print_trial
-from memopt.ort.config import export_line, takes_json_file
 from memopt.errors import MemoptError
-from memopt.run.journal import Journal
-from memopt.predict.memory_model import Observation
+from memopt.ort.config import export_line, takes_json_file
 from memopt.ort.version import OrtVersion
+from memopt.predict.calibrate import Calibration, calibrate, save_model
+from memopt.predict.memory_model import Observation
 from memopt.predict.planner import DEFAULT_MARGIN, PlanResult, choose_plans
+from memopt.run.budget import parse_budget, resolve_budget
+from memopt.run.journal import Journal
 from memopt.run.trials import DEFAULT_STEPS, TrialSpec, run_trial, stack_versions
 from memopt.tune.export import plan_export, write_config
 from memopt.units import format_bytes
 
 __all__ = ["plan_command"]
+
 
 @app.command("plan")
 def plan_command(
@@ -55,9 +56,17 @@ def plan_command(
     steps: StepsOption = DEFAULT_STEPS,
     device: DeviceOption = "auto",
     runs_dir: RunsDirOption = Path("runs"),
-    resume: bool = typer.Option(True, "--resume/--no-resume", help="Reuse finished calibration trials from the journal."),
-    verify: bool = typer.Option(False, "--verify", help="Run a trial with the chosen config at the target batch and report measured vs predicted."),
-    out: Path | None = typer.Option(None, "--out", help="ORT 1.19: where to write the JSON config (default: in --runs-dir)."),
+    resume: bool = typer.Option(
+        True, "--resume/--no-resume", help="Reuse finished calibration trials from the journal."
+    ),
+    verify: bool = typer.Option(
+        False,
+        "--verify",
+        help="Run a trial with the chosen config at the target batch and report measured vs predicted.",
+    ),
+    out: Path | None = typer.Option(
+        None, "--out", help="ORT 1.19: where to write the JSON config (default: in --runs-dir)."
+    ),
     python: PythonOption = None,
     timeout: TimeoutOption = 1800.0,
     as_json: bool = typer.Option(False, "--json", help="Print the plan as JSON."),
@@ -77,22 +86,47 @@ def plan_command(
     if parsed is None and (device == "cpu" or not versions.cuda):
         raise MemoptError("--budget is required on CPU (e.g. --budget 2.5GiB or --budget 50%)")
     with console.status(f"Calibrating {recipe}: graph probe and no-config trials…"):
-        cal = calibrate(recipe, target_batch, options=options, runs_dir=runs_dir, calibration_batches=batches,
-                        steps=steps, device=device, python=python, timeout_s=timeout, resume=resume)
+        cal = calibrate(
+            recipe,
+            target_batch,
+            options=options,
+            runs_dir=runs_dir,
+            calibration_batches=batches,
+            steps=steps,
+            device=device,
+            python=python,
+            timeout_s=timeout,
+            resume=resume,
+        )
     budget_bytes = resolve_budget(parsed, cal.device, cal.device_total)
-    result = choose_plans(cal.model, cal.costs_s, target_batch, budget_bytes, cal.ort_version, margin=margin,
-                          baseline_step_s=cal.baseline_step_s)
+    result = choose_plans(
+        cal.model,
+        cal.costs_s,
+        target_batch,
+        budget_bytes,
+        cal.ort_version,
+        margin=margin,
+        baseline_step_s=cal.baseline_step_s,
+    )
     config_value = _write_config(result, cal, runs_dir, recipe, out)
     trial = None
     if verify and result.choices is not None:
         predicted = int(result.predicted_bytes)
         with console.status(f"Verifying at batch {target_batch}…"):
-            trial = run_trial(TrialSpec(recipe, target_batch, options, result.entries, steps, device, timeout, python),
-                              runs_dir, journal=Journal.in_folder(runs_dir), budget_bytes=budget_bytes,
-                              predicted_peak_bytes=predicted, versions=versions)
+            trial = run_trial(
+                TrialSpec(recipe, target_batch, options, result.entries, steps, device, timeout, python),
+                runs_dir,
+                journal=Journal.in_folder(runs_dir),
+                budget_bytes=budget_bytes,
+                predicted_peak_bytes=predicted,
+                versions=versions,
+            )
         if trial.ran and trial.peak_bytes:
-            save_model(runs_dir, cal.identity, cal.model.with_observation(
-                Observation(target_batch, result.plans, trial.peak_bytes, result.counts)))
+            save_model(
+                runs_dir,
+                cal.identity,
+                cal.model.with_observation(Observation(target_batch, result.plans, trial.peak_bytes, result.counts)),
+            )
     if as_json:
         print(json.dumps(_as_json(result, cal, config_value, trial), indent=2, default=str))
         return
@@ -113,47 +147,89 @@ def _write_config(result: PlanResult, cal: Calibration, runs_dir: Path, recipe: 
 
 def _print(result: PlanResult, cal: Calibration, config_value: str | None, recipe: str) -> None:
     model = cal.model
-    console.print(f"[bold]Plan for {recipe}[/] at batch {result.target_batch} on {cal.device.upper()} "
-                  f"(ORT {cal.ort_version}), budget {format_bytes(result.budget_bytes)}", highlight=False)
+    console.print(
+        f"[bold]Plan for {recipe}[/] at batch {result.target_batch} on {cal.device.upper()} "
+        f"(ORT {cal.ort_version}), budget {format_bytes(result.budget_bytes)}",
+        highlight=False,
+    )
     fitted = ", ".join(str(o.batch_size) for o in model.observations if not o.plans)
-    console.print(f"  model        static {format_bytes(model.static_bytes)} + {format_bytes(model.per_sample_bytes)}/sample "
-                  f"(no-config trials at batch {fitted}); plan effectiveness {model.global_effectiveness:.2f}", highlight=False)
+    console.print(
+        f"  model        static {format_bytes(model.static_bytes)} + {format_bytes(model.per_sample_bytes)}/sample "
+        f"(no-config trials at batch {fitted}); plan effectiveness {model.global_effectiveness:.2f}",
+        highlight=False,
+    )
     console.print(f"  no config    predicted peak {format_bytes(result.baseline_bytes)}", highlight=False)
     if result.choices:
         table = Table(show_edge=False, pad_edge=False, box=None)
         for column in ("plan", "count", "saving", "cost/step"):
             table.add_column(column, justify="left" if column == "plan" else "right")
         for choice in result.choices:
-            table.add_row(choice.key, "all" if choice.count < 0 else str(choice.count),
-                          format_bytes(choice.saving_bytes), f"{choice.cost_s * 1000:.1f} ms")
+            table.add_row(
+                choice.key,
+                "all" if choice.count < 0 else str(choice.count),
+                format_bytes(choice.saving_bytes),
+                f"{choice.cost_s * 1000:.1f} ms",
+            )
         console.print(table)
-    overhead = f" (~{result.overhead * 100:.1f}% of a {result.baseline_step_s:.3f} s step)" if result.overhead is not None else ""
+    overhead = (
+        f" (~{result.overhead * 100:.1f}% of a {result.baseline_step_s:.3f} s step)"
+        if result.overhead is not None
+        else ""
+    )
     verdict = "fits" if result.feasible else "DOES NOT FIT"
-    console.print(f"  predicted    {format_bytes(result.predicted_bytes)} vs budget {format_bytes(result.budget_bytes)} "
-                  f"(limit {format_bytes(result.limit_bytes)} after margin): [bold]{verdict}[/]; "
-                  f"recompute cost {result.cost_s * 1000:.1f} ms/step{overhead}", highlight=False)
+    console.print(
+        f"  predicted    {format_bytes(result.predicted_bytes)} vs budget {format_bytes(result.budget_bytes)} "
+        f"(limit {format_bytes(result.limit_bytes)} after margin): [bold]{verdict}[/]; "
+        f"recompute cost {result.cost_s * 1000:.1f} ms/step{overhead}",
+        highlight=False,
+    )
     if not result.needs_recompute:
         console.print("  no recompute is needed: the no-config run is predicted to fit", highlight=False)
     if not result.feasible:
-        console.print(f"  batch {result.target_batch} cannot fit even with every plan; predicted to fit: batch "
-                      f"{result.max_batch_all_plans} with every plan, {result.max_batch_no_plans} without", highlight=False)
+        console.print(
+            f"  batch {result.target_batch} cannot fit even with every plan; predicted to fit: batch "
+            f"{result.max_batch_all_plans} with every plan, {result.max_batch_no_plans} without",
+            highlight=False,
+        )
     if config_value:
         console.print(export_line(config_value), highlight=False, soft_wrap=True)
 
 
 def _as_json(result: PlanResult, cal: Calibration, config_value: str | None, trial) -> dict:  # type: ignore[no-untyped-def]
     return {
-        "recipe_graph": cal.graph_source, "device": cal.device, "ort_version": cal.ort_version,
-        "target_batch": result.target_batch, "budget_bytes": result.budget_bytes, "limit_bytes": result.limit_bytes,
-        "baseline_bytes": result.baseline_bytes, "predicted_bytes": result.predicted_bytes, "feasible": result.feasible,
-        "needs_recompute": result.needs_recompute, "cost_s": result.cost_s, "baseline_step_s": result.baseline_step_s,
-        "overhead": result.overhead, "solver": result.solver,
-        "max_batch_all_plans": result.max_batch_all_plans, "max_batch_no_plans": result.max_batch_no_plans,
-        "plans": [{"key": c.key, "count": c.count, "frequency": c.frequency, "saving_bytes": c.saving_bytes,
-                   "cost_s": c.cost_s} for c in result.choices],
-        "config": [str(e) for e in result.entries], "config_value": config_value,
+        "recipe_graph": cal.graph_source,
+        "device": cal.device,
+        "ort_version": cal.ort_version,
+        "target_batch": result.target_batch,
+        "budget_bytes": result.budget_bytes,
+        "limit_bytes": result.limit_bytes,
+        "baseline_bytes": result.baseline_bytes,
+        "predicted_bytes": result.predicted_bytes,
+        "feasible": result.feasible,
+        "needs_recompute": result.needs_recompute,
+        "cost_s": result.cost_s,
+        "baseline_step_s": result.baseline_step_s,
+        "overhead": result.overhead,
+        "solver": result.solver,
+        "max_batch_all_plans": result.max_batch_all_plans,
+        "max_batch_no_plans": result.max_batch_no_plans,
+        "plans": [
+            {
+                "key": c.key,
+                "count": c.count,
+                "frequency": c.frequency,
+                "saving_bytes": c.saving_bytes,
+                "cost_s": c.cost_s,
+            }
+            for c in result.choices
+        ],
+        "config": [str(e) for e in result.entries],
+        "config_value": config_value,
         "export": export_line(config_value) if config_value else None,
-        "model": {"static_bytes": cal.model.static_bytes, "per_sample_bytes": cal.model.per_sample_bytes,
-                  "global_effectiveness": cal.model.global_effectiveness},
+        "model": {
+            "static_bytes": cal.model.static_bytes,
+            "per_sample_bytes": cal.model.per_sample_bytes,
+            "global_effectiveness": cal.model.global_effectiveness,
+        },
         "verification": trial.to_record() if trial is not None else None,
     }

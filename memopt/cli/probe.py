@@ -10,8 +10,8 @@ from memopt.cli import app, console
 from memopt.cli.options import recipe_options
 from memopt.errors import MemoptError
 from memopt.logparse import parse_file
+from memopt.recipes import DEFAULT_RECIPE
 from memopt.run.probe import ProbeResult, probe
-from memopt.run.recipes import DEFAULT_RECIPE
 from memopt.units import format_bytes
 
 __all__ = ["probe_command"]
@@ -28,16 +28,24 @@ _FAILURES = {
 
 @app.command("probe")
 def probe_command(
-    recipe: str = typer.Argument(DEFAULT_RECIPE, help="Built-in recipe (gpt, bert, mlp, cnn), a .py file or package.module[:attr]."),
+    recipe: str = typer.Argument(
+        DEFAULT_RECIPE, help="Built-in recipe (gpt, bert, mlp, cnn), a .py file or package.module[:attr]."
+    ),
     batch: int = typer.Option(8, "--batch", "-b", min=1, help="Batch size."),
     seq: int | None = typer.Option(None, "--seq", min=1, help="Sequence length (recipes with a seq_len option)."),
     size: str | None = typer.Option(None, "--size", help="Model size of a built-in recipe, e.g. tiny, small."),
     option: list[str] = typer.Option([], "--option", "-o", help="Recipe option key=value (repeatable)."),
     steps: int = typer.Option(2, "--steps", min=1, help="Measured steps after the warm-up step."),
     device: str = typer.Option("auto", "--device", help="auto (CUDA when ORT and torch have it), cpu or cuda."),
-    log_level: str = typer.Option("INFO", "--log-level", help="ORTModule log level: INFO prints the Plan table; DEVINFO adds ORT's C++ summary; VERBOSE everything."),
+    log_level: str = typer.Option(
+        "INFO",
+        "--log-level",
+        help="ORTModule log level: INFO prints the Plan table; DEVINFO adds ORT's C++ summary; VERBOSE everything.",
+    ),
     runs_dir: Path = typer.Option(Path("runs"), "--runs-dir", help="Where run folders are created."),
-    python: str | None = typer.Option(None, "--python", help="Interpreter whose ORT/torch stack runs the model (default: this one)."),
+    python: str | None = typer.Option(
+        None, "--python", help="Interpreter whose ORT/torch stack runs the model (default: this one)."
+    ),
     timeout: float = typer.Option(1800.0, "--timeout", min=1, help="Seconds before the run is killed."),
 ) -> None:
     """Run RECIPE for a few ORTModule training steps and save ORT's log, graphs, memory and timings."""
@@ -45,8 +53,17 @@ def probe_command(
         raise MemoptError(f"--device must be auto, cpu or cuda, not {device!r}")
     options = recipe_options(seq=seq, size=size, pairs=option)
     with console.status(f"Probing {recipe} at batch {batch} (export, session build, {steps + 1} steps)…"):
-        result = probe(recipe, batch, options=options, steps=steps, device=device, log_level=log_level.upper(),
-                       runs_dir=runs_dir, python=python, timeout_s=timeout)
+        result = probe(
+            recipe,
+            batch,
+            options=options,
+            steps=steps,
+            device=device,
+            log_level=log_level.upper(),
+            runs_dir=runs_dir,
+            python=python,
+            timeout_s=timeout,
+        )
     run = result.run
     if not run.ok:
         raise MemoptError(f"{_FAILURES.get(run.status, run.status)}: {run.error} (log: {run.log_path})")
@@ -60,8 +77,10 @@ def _plans_line(log: Path) -> str:
     plans = summaries[-1].plans
     top = max(plans, key=lambda p: p.max_saving_bytes or 0)
     state = "ON" if summaries[-1].memory_optimizer_on else "OFF"
-    return (f"{len(plans)} in ORT's Plan table (memory optimizer {state}); largest {top.config_key} "
-            f"saves {format_bytes(top.max_saving_bytes)} at this batch — `memopt parse {log}` lists them")
+    return (
+        f"{len(plans)} in ORT's Plan table (memory optimizer {state}); largest {top.config_key} "
+        f"saves {format_bytes(top.max_saving_bytes)} at this batch — `memopt parse {log}` lists them"
+    )
 
 
 def _summarise(recipe: str, batch: int, options: dict[str, object], result: ProbeResult) -> None:
@@ -70,13 +89,19 @@ def _summarise(recipe: str, batch: int, options: dict[str, object], result: Prob
     where = run.cuda_device_name or run.device.upper() if run.device else "?"
     shown = ", ".join(f"{k}={v}" for k, v in options.items())
     console.print(f"[bold]Probe of {recipe}[/] ({shown or 'default options'}) at batch {batch} on {where}")
-    console.print(f"  stack        ORT {stack.get('ort_version')} ({stack.get('ort_package')}), torch {stack.get('torch_version')}")
+    console.print(
+        f"  stack        ORT {stack.get('ort_version')} ({stack.get('ort_package')}), torch {stack.get('torch_version')}"
+    )
     measured = ", ".join(f"{t:.3f}" for t in run.step_times_s[1:])
-    console.print(f"  steps        warm-up {run.step_times_s[0]:.2f} s (export + session); "
-                  f"measured {measured} s (median {run.median_step_s:.3f} s)")
+    console.print(
+        f"  steps        warm-up {run.step_times_s[0]:.2f} s (export + session); "
+        f"measured {measured} s (median {run.median_step_s:.3f} s)"
+    )
     label = "peak RSS" if run.memory_kind == "rss" else "peak allocated"
-    console.print(f"  memory       {label} {format_bytes(run.peak_memory)} over the run, "
-                  f"{format_bytes(run.steady_peak_memory)} in the measured steps")
+    console.print(
+        f"  memory       {label} {format_bytes(run.peak_memory)} over the run, "
+        f"{format_bytes(run.steady_peak_memory)} in the measured steps"
+    )
     console.print(f"  plans        {_plans_line(run.log_path)}")
     graph = result.execution_graph
     console.print(f"  graphs       {len(result.graphs)} ONNX files; execution training graph: {graph or 'not saved'}")

@@ -16,12 +16,12 @@ from memopt.cli import app, console, error_console
 from memopt.cli.dims import parse_dims_option
 from memopt.cli.options import recipe_options
 from memopt.errors import MemoptError
-from memopt.run.recipes import DEFAULT_RECIPE
+from memopt.graph.sizes import resolve_dims
+from memopt.ort.stack import inspect_stack
+from memopt.recipes import DEFAULT_RECIPE
+from memopt.run.target import load_target
 from memopt.scan import ProbeLevel, ScanReport, scan_graph
 from memopt.scan.patterns import Pattern, order_patterns
-from memopt.graph.sizes import resolve_dims
-from memopt.run.target import load_target
-from memopt.ort.stack import inspect_stack
 from memopt.units import format_bytes
 
 __all__ = ["scan_command"]
@@ -29,23 +29,52 @@ __all__ = ["scan_command"]
 
 @app.command("scan")
 def scan_command(
-    target: str = typer.Argument(DEFAULT_RECIPE, help="A recipe (built-in name, .py file, package.module[:attr]), an ONNX training graph with a YieldOp, or a forward-only ONNX model."),
-    batch: int | None = typer.Option(None, "--batch", "-b", help="Evaluate savings at this batch size (every input's first dim)."),
-    seq: int | None = typer.Option(None, "--seq", help="Evaluate savings at this sequence length (second dim of token inputs)."),
-    dims: str | None = typer.Option(None, "--dims", help="Exact dim values, e.g. input_ids_dim0=32,input_ids_dim1=512."),
+    target: str = typer.Argument(
+        DEFAULT_RECIPE,
+        help="A recipe (built-in name, .py file, package.module[:attr]), an ONNX training graph with a YieldOp, or a forward-only ONNX model.",
+    ),
+    batch: int | None = typer.Option(
+        None, "--batch", "-b", help="Evaluate savings at this batch size (every input's first dim)."
+    ),
+    seq: int | None = typer.Option(
+        None, "--seq", help="Evaluate savings at this sequence length (second dim of token inputs)."
+    ),
+    dims: str | None = typer.Option(
+        None, "--dims", help="Exact dim values, e.g. input_ids_dim0=32,input_ids_dim1=512."
+    ),
     size: str | None = typer.Option(None, "--size", help="Model size of a built-in recipe, e.g. tiny, small."),
     option: list[str] = typer.Option([], "--option", "-o", help="Recipe option key=value (repeatable)."),
-    ort_version: str | None = typer.Option(None, "--ort-version", help="Apply this ORT release's rules (default: the ORT that built the graph, else the installed one)."),
-    basic: bool = typer.Option(False, "--basic", help="Probe level Basic (cheap ops only) instead of ORTModule's Advanced."),
-    layerwise: bool = typer.Option(False, "--layerwise", help="Analyse as ORTMODULE_MEMORY_OPT_LEVEL=1/2 does (transformer layer boundaries)."),
-    details: bool = typer.Option(False, "--details", help="List every occurrence: entry node, module and recomputed nodes."),
+    ort_version: str | None = typer.Option(
+        None,
+        "--ort-version",
+        help="Apply this ORT release's rules (default: the ORT that built the graph, else the installed one).",
+    ),
+    basic: bool = typer.Option(
+        False, "--basic", help="Probe level Basic (cheap ops only) instead of ORTModule's Advanced."
+    ),
+    layerwise: bool = typer.Option(
+        False, "--layerwise", help="Analyse as ORTMODULE_MEMORY_OPT_LEVEL=1/2 does (transformer layer boundaries)."
+    ),
+    details: bool = typer.Option(
+        False, "--details", help="List every occurrence: entry node, module and recomputed nodes."
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print the plans as JSON."),
     as_csv: bool = typer.Option(False, "--csv", help="Print the plans as CSV."),
-    plot: Path | None = typer.Option(None, "--plot", help="Write a PNG/SVG: savings per plan and stashed memory vs batch."),
-    loss: str = typer.Option("outside", "--loss", help="Forward-only ONNX: where the loss is. outside (ORTModule's case: computed in PyTorch), cross-entropy or mse (added to the graph)."),
-    probe_batch: int = typer.Option(2, "--probe-batch", min=1, help="Batch of the short probe that builds a recipe's graph."),
+    plot: Path | None = typer.Option(
+        None, "--plot", help="Write a PNG/SVG: savings per plan and stashed memory vs batch."
+    ),
+    loss: str = typer.Option(
+        "outside",
+        "--loss",
+        help="Forward-only ONNX: where the loss is. outside (ORTModule's case: computed in PyTorch), cross-entropy or mse (added to the graph).",
+    ),
+    probe_batch: int = typer.Option(
+        2, "--probe-batch", min=1, help="Batch of the short probe that builds a recipe's graph."
+    ),
     runs_dir: Path = typer.Option(Path("runs"), "--runs-dir", help="Where the probe's run folder goes."),
-    python: str | None = typer.Option(None, "--python", help="Interpreter whose ORT/torch stack builds a recipe's graph."),
+    python: str | None = typer.Option(
+        None, "--python", help="Interpreter whose ORT/torch stack builds a recipe's graph."
+    ),
 ) -> None:
     """Find the stashed activations ORT could recompute, grouped into ORT's plans, with their savings."""
     if as_json and as_csv:
@@ -53,15 +82,22 @@ def scan_command(
     options = recipe_options(seq=None, size=size, pairs=option)
     status = error_console if as_json or as_csv else console
     with status.status(f"Building the training graph of {target} (ORTModule export and session, once)…"):
-        loaded = load_target(target, options=options, runs_dir=runs_dir, probe_batch=probe_batch, python=python,
-                             loss=loss)
+        loaded = load_target(
+            target, options=options, runs_dir=runs_dir, probe_batch=probe_batch, python=python, loss=loss
+        )
     version = ort_version or loaded.ort_version or inspect_stack().ort_version
     if version is None:
         raise MemoptError("no ORT installed to take rules from; give --ort-version")
     level = ProbeLevel.BASIC if basic else ProbeLevel.ADVANCED
     report = scan_graph(loaded.graph, version, level=level, layer_boundary=layerwise)
-    values = resolve_dims(report.inputs, report.symbols, batch=batch, seq=seq,
-                          explicit=parse_dims_option(dims), defaults=loaded.logged_dims)
+    values = resolve_dims(
+        report.inputs,
+        report.symbols,
+        batch=batch,
+        seq=seq,
+        explicit=parse_dims_option(dims),
+        defaults=loaded.logged_dims,
+    )
     report = replace(report, patterns=order_patterns(report.patterns, values))
     missing = sorted(report.symbols - set(values))
     for warning in report.warnings:
@@ -69,8 +105,12 @@ def scan_command(
     if not report.patterns and report.analysis.yield_order is None:
         raise MemoptError(f"{target}: {report.warnings[0] if report.warnings else 'nothing to scan'}")
     if missing:
-        error_console.print(f"[yellow]warning:[/] no value for {', '.join(missing)}: savings stay symbolic "
-                            "(give --batch/--seq or --dims)", highlight=False, soft_wrap=True)
+        error_console.print(
+            f"[yellow]warning:[/] no value for {', '.join(missing)}: savings stay symbolic "
+            "(give --batch/--seq or --dims)",
+            highlight=False,
+            soft_wrap=True,
+        )
     frame = plans_frame(report, values if not missing else None)
     if as_json:
         sys.stdout.write(json.dumps(_json(report, values, loaded.description, version), indent=2) + "\n")
@@ -90,8 +130,20 @@ def scan_command(
 def plans_frame(report: ScanReport, dims: dict[str, int] | None) -> pd.DataFrame:
     """One row per plan, largest exact saving first when dims are known."""
     rows = [{**_plan_fields(p, dims), "modules": ";".join(module_summary(p))} for p in report.patterns]
-    frame = pd.DataFrame(rows, columns=["config", "subgraph", "type", "frequency", "saving_symbolic", "ort_saving_symbolic",
-                                        "saving_bytes", "ort_saving_bytes", "modules"])
+    frame = pd.DataFrame(
+        rows,
+        columns=[
+            "config",
+            "subgraph",
+            "type",
+            "frequency",
+            "saving_symbolic",
+            "ort_saving_symbolic",
+            "saving_bytes",
+            "ort_saving_bytes",
+            "modules",
+        ],
+    )
     if dims is not None:
         frame = frame.sort_values("saving_bytes", ascending=False, kind="stable")
     return frame.reset_index(drop=True)
@@ -116,12 +168,16 @@ def module_summary(pattern: Pattern) -> list[str]:
     return list(dict.fromkeys(re.sub(r"(?<=\.)\d+(?=\.|$)", "*", module) for module in pattern.modules))
 
 
-def _print_table(report: ScanReport, frame: pd.DataFrame, dims: dict[str, int], source: str, version: str,
-                 details: bool) -> None:
+def _print_table(
+    report: ScanReport, frame: pd.DataFrame, dims: dict[str, int], source: str, version: str, details: bool
+) -> None:
     known = all(v is not None for v in frame["saving_bytes"])
     shown = ", ".join(f"{k}={v}" for k, v in sorted(dims.items())) or "symbolic"
-    console.print(f"[bold]memopt scan[/] {source}: ORT {version} rules (family {report.family})"
-                  f"{', layer-wise' if report.layer_boundary else ''}; sizes {shown}", highlight=False)
+    console.print(
+        f"[bold]memopt scan[/] {source}: ORT {version} rules (family {report.family})"
+        f"{', layer-wise' if report.layer_boundary else ''}; sizes {shown}",
+        highlight=False,
+    )
     table = Table(show_lines=False)
     table.add_column("#", justify="right")
     table.add_column("ORT config entry", overflow="fold")  # copied into configs: folded, never cut
@@ -131,33 +187,49 @@ def _print_table(report: ScanReport, frame: pd.DataFrame, dims: dict[str, int], 
     for index, row in frame.iterrows():
         saving = format_bytes(row.saving_bytes) if known else row.saving_symbolic
         ort = format_bytes(row.ort_saving_bytes) if known else row.ort_saving_symbolic
-        table.add_row(str(index + 1), row.config, str(row.frequency), saving, ort, row.modules.replace(";", ", ") or "-")
+        table.add_row(
+            str(index + 1), row.config, str(row.frequency), saving, ort, row.modules.replace(";", ", ") or "-"
+        )
     console.print(table)
     if known and report.patterns:
         stashed = report.stashed.evaluate(dims)
-        console.print(f"Stashed activations without recompute: {format_bytes(stashed)}; "
-                      f"'Saving' counts every stashed output, 'ORT prints' what ORT's Plan table shows.", highlight=False)
+        console.print(
+            f"Stashed activations without recompute: {format_bytes(stashed)}; "
+            f"'Saving' counts every stashed output, 'ORT prints' what ORT's Plan table shows.",
+            highlight=False,
+        )
     if not report.patterns:
         console.print("No recomputable plans in this graph.")
     if details:
         for pattern in report.patterns:
             console.print(f"[bold]{pattern.key}[/]", highlight=False)
             for occurrence in pattern.occurrences:
-                console.print(f"  {occurrence.module or '-'}: {occurrence.entry} <- {' + '.join(occurrence.nodes)}",
-                              highlight=False, soft_wrap=True)
+                console.print(
+                    f"  {occurrence.module or '-'}: {occurrence.entry} <- {' + '.join(occurrence.nodes)}",
+                    highlight=False,
+                    soft_wrap=True,
+                )
 
 
 def _json(report: ScanReport, dims: dict[str, int], source: str, version: str) -> dict:
     known = report.symbols <= set(dims)
     return {
-        "source": source, "ort_version": version, "family": report.family, "layerwise": report.layer_boundary,
+        "source": source,
+        "ort_version": version,
+        "family": report.family,
+        "layerwise": report.layer_boundary,
         "dims": dims,
         "stashed_symbolic": str(report.stashed),
         "stashed_bytes": report.stashed.evaluate(dims) if known else None,
-        "plans": [{
-            **_plan_fields(p, dims if known else None),
-            "occurrences": [{"entry": o.entry, "module": o.module, "nodes": list(o.nodes),
-                             "saving_symbolic": str(o.exact)} for o in p.occurrences],
-        } for p in report.patterns],
+        "plans": [
+            {
+                **_plan_fields(p, dims if known else None),
+                "occurrences": [
+                    {"entry": o.entry, "module": o.module, "nodes": list(o.nodes), "saving_symbolic": str(o.exact)}
+                    for o in p.occurrences
+                ],
+            }
+            for p in report.patterns
+        ],
         "warnings": list(report.warnings),
     }

@@ -30,10 +30,14 @@ def stack_command(
         console.print(f"Building ORTModule's C++ extensions (once; a few minutes): {EXTENSIONS_INSTALL_COMMAND}")
         command = [sys.executable, *EXTENSIONS_INSTALL_COMMAND.split()[1:]]
         if subprocess.run(command, check=False).returncode != 0:
-            raise StackError(f"building ORTModule's C++ extensions failed; see the output above ({EXTENSIONS_INSTALL_COMMAND})")
+            raise StackError(
+                f"building ORTModule's C++ extensions failed; see the output above ({EXTENSIONS_INSTALL_COMMAND})"
+            )
         info = inspect_stack()
     build = info.ort_package or "not installed"
-    console.print(f"onnxruntime  {info.ort_version or '-'} ({build}{', CUDA ' + info.ort_cuda_version if info.ort_cuda_version else ''})")
+    console.print(
+        f"onnxruntime  {info.ort_version or '-'} ({build}{', CUDA ' + info.ort_cuda_version if info.ort_cuda_version else ''})"
+    )
     console.print(f"torch        {info.torch_version or 'not installed'}")
     console.print(f"extensions   {'built' if info.extensions_built else 'not built'} ({info.extensions_dir or '-'})")
     check_stack(info)

@@ -9,8 +9,6 @@ from typing import Annotated
 
 import typer
 
-from memopt.run.budget import parse_budget
-from memopt.predict.calibrate import load_saved_model, model_identity, save_model
 from memopt.cli import app, console
 from memopt.cli.options import (
     BudgetOption,
@@ -27,12 +25,14 @@ from memopt.cli.options import (
     recipe_options,
 )
 from memopt.errors import MemoptError
-from memopt.run.journal import Journal
-from memopt.predict.memory_model import ModelError, Observation
 from memopt.ort.version import OrtVersion
+from memopt.predict.calibrate import load_saved_model, model_identity, save_model
+from memopt.predict.memory_model import ModelError, Observation
+from memopt.run.budget import parse_budget
+from memopt.run.journal import Journal
 from memopt.run.trials import (
-    TrialResult,
     DEFAULT_STEPS,
+    TrialResult,
     TrialSpec,
     parse_trial_config,
     run_trial,
@@ -49,7 +49,12 @@ _FATAL = {"recipe_error": "the recipe is broken", "stack_error": "the ORT traini
 def trial_command(
     recipe: RecipeArgument,
     batch: Annotated[int, typer.Option("--batch", "-b", help="Batch size.")],
-    config: str = typer.Option(  # noqa: B008"none", "--config", "-c", help="A JSON config file, a config string, a comma list of plan keys (X+ means X+:1:-1), or none."),
+    config: str = typer.Option(
+        "none",
+        "--config",
+        "-c",
+        help="A JSON config file, a config string, a comma list of plan keys (X+ means X+:1:-1), or none.",
+    ),
     steps: StepsOption = DEFAULT_STEPS,
     seq: SeqOption = None,
     size: SizeOption = None,
@@ -57,7 +62,11 @@ def trial_command(
     budget: BudgetOption = None,
     device: DeviceOption = "auto",
     runs_dir: RunsDirOption = Path("runs"),
-    resume: bool = typer.Option(False, "--resume", help="Reuse a finished trial of the journal with the same recipe, options, batch, config and versions."),
+    resume: bool = typer.Option(
+        False,
+        "--resume",
+        help="Reuse a finished trial of the journal with the same recipe, options, batch, config and versions.",
+    ),
     python: PythonOption = None,
     timeout: TimeoutOption = 1800.0,
     as_json: bool = typer.Option(False, "--json", help="Print the journal record as JSON."),
@@ -88,9 +97,18 @@ def trial_command(
             predicted = int(model.predict(batch, plan_keys).peak_bytes)
         except ModelError:
             predicted = None
-    with console.status(f"Trial of {recipe} at batch {batch} ({len(validated.entries)} config entries, {steps + 1} steps)…"):
-        result = run_trial(spec, runs_dir, journal=Journal.in_folder(runs_dir), resume=resume,
-                           budget=parsed_budget, predicted_peak_bytes=predicted, versions=versions)
+    with console.status(
+        f"Trial of {recipe} at batch {batch} ({len(validated.entries)} config entries, {steps + 1} steps)…"
+    ):
+        result = run_trial(
+            spec,
+            runs_dir,
+            journal=Journal.in_folder(runs_dir),
+            resume=resume,
+            budget=parsed_budget,
+            predicted_peak_bytes=predicted,
+            versions=versions,
+        )
     if result.outcome in _FATAL:
         raise MemoptError(f"{_FATAL[result.outcome]}: {result.error} (log: {result.run_dir}/ort.log)")
     if model is not None and result.ran and result.peak_bytes and not result.reused:
@@ -116,13 +134,19 @@ def print_trial(result: TrialResult) -> None:
     shown = ", ".join(f"{k}={v}" for k, v in result.options.items()) or "default options"
     config = ", ".join(result.config) or "no config"
     where = (result.device or "?").upper()
-    console.print(f"[bold]Trial of {result.recipe}[/] ({shown}) at batch {result.batch_size} on {where}: "
-                  f"[bold]{result.outcome.label}[/]{' (reused from the journal)' if result.reused else ''}",
-                  highlight=False)
+    console.print(
+        f"[bold]Trial of {result.recipe}[/] ({shown}) at batch {result.batch_size} on {where}: "
+        f"[bold]{result.outcome.label}[/]{' (reused from the journal)' if result.reused else ''}",
+        highlight=False,
+    )
     console.print(f"  config       {config}", highlight=False, soft_wrap=True)
     if result.config_value:
-        console.print(f"  applied as   ORTMODULE_MEMORY_OPT_CONFIG={result.config_value}", highlight=False, soft_wrap=True)
-    console.print(f"  stack        ORT {result.ort_version} ({result.ort_package}), torch {result.torch_version}", highlight=False)
+        console.print(
+            f"  applied as   ORTMODULE_MEMORY_OPT_CONFIG={result.config_value}", highlight=False, soft_wrap=True
+        )
+    console.print(
+        f"  stack        ORT {result.ort_version} ({result.ort_package}), torch {result.torch_version}", highlight=False
+    )
     if result.error:
         console.print(f"  error        {result.error}", highlight=False, soft_wrap=True)
     if result.ran:
@@ -132,14 +156,27 @@ def print_trial(result: TrialResult) -> None:
             line += f"; reserved {format_bytes(result.cuda_reserved_bytes)}"
         console.print(line, highlight=False)
         if result.budget_bytes is not None:
-            console.print(f"  budget       {format_bytes(result.budget_bytes)}: "
-                          f"{'within' if result.peak_bytes and result.peak_bytes <= result.budget_bytes else 'OVER'}", highlight=False)
+            console.print(
+                f"  budget       {format_bytes(result.budget_bytes)}: "
+                f"{'within' if result.peak_bytes and result.peak_bytes <= result.budget_bytes else 'OVER'}",
+                highlight=False,
+            )
         if result.predicted_peak_bytes is not None:
-            console.print(f"  predicted    {format_bytes(result.predicted_peak_bytes)} "
-                          f"({(result.prediction_error or 0) * 100:+.1f}% vs measured)", highlight=False)
-        console.print(f"  steps        median {result.median_step_s:.3f} s, {result.throughput:.1f} samples/s "
-                      f"(warm-up {result.step_times_s[0]:.2f} s)", highlight=False)
+            console.print(
+                f"  predicted    {format_bytes(result.predicted_peak_bytes)} "
+                f"({(result.prediction_error or 0) * 100:+.1f}% vs measured)",
+                highlight=False,
+            )
+        console.print(
+            f"  steps        median {result.median_step_s:.3f} s, {result.throughput:.1f} samples/s "
+            f"(warm-up {result.step_times_s[0]:.2f} s)",
+            highlight=False,
+        )
         on = ", ".join(result.plans_on) or "none"
-        console.print(f"  ORT plans    ON: {on}; {result.recomputed_nodes if result.recomputed_nodes is not None else '?'} "
-                      f"nodes recomputed; {result.plans_seen or 0} plans listed", highlight=False, soft_wrap=True)
+        console.print(
+            f"  ORT plans    ON: {on}; {result.recomputed_nodes if result.recomputed_nodes is not None else '?'} "
+            f"nodes recomputed; {result.plans_seen or 0} plans listed",
+            highlight=False,
+            soft_wrap=True,
+        )
     console.print(f"  run folder   [bold]{result.run_dir}[/]", highlight=False, soft_wrap=True)

@@ -13,8 +13,6 @@ from pathlib import Path
 
 import typer
 
-from memopt.predict import DEFAULT_MARGIN
-from memopt.run import DEFAULT_STEPS, parse_budget
 from memopt.cli import app, error_console
 from memopt.cli.options import (
     BudgetOption,
@@ -34,7 +32,9 @@ from memopt.cli.options import (
 )
 from memopt.errors import MemoptError
 from memopt.ort import short_key
-from memopt.run.recipes import DEFAULT_RECIPE
+from memopt.predict import DEFAULT_MARGIN
+from memopt.recipes import DEFAULT_RECIPE
+from memopt.run import DEFAULT_STEPS, parse_budget
 from memopt.run.trials import stack_versions
 from memopt.tune import (
     Note,
@@ -60,12 +60,20 @@ def tune_command(
     recipe: RecipeArgument = DEFAULT_RECIPE,
     target_batch: int = typer.Option(..., "--target-batch", help="The batch size to fit."),
     budget: BudgetOption = None,
-    max_trials: int = typer.Option(DEFAULT_MAX_TRIALS, "--max-trials", help="Most search trials at the target batch (calibration trials not counted)."),
+    max_trials: int = typer.Option(
+        DEFAULT_MAX_TRIALS,
+        "--max-trials",
+        help="Most search trials at the target batch (calibration trials not counted).",
+    ),
     steps: StepsOption = DEFAULT_STEPS,
-    resume: bool = typer.Option(False, "--resume", help="Reuse finished trials of a previous session from the journal in --runs-dir."),
+    resume: bool = typer.Option(
+        False, "--resume", help="Reuse finished trials of a previous session from the journal in --runs-dir."
+    ),
     no_tui: bool = typer.Option(False, "--no-tui", help="No terminal UI: plain progress on stderr, result on stdout."),
     as_json: bool = typer.Option(False, "--json", help="With --no-tui: print the result as JSON."),
-    manual: bool = typer.Option(False, "--manual", help="TUI: do not start the auto-search; toggle plans and run trials yourself."),
+    manual: bool = typer.Option(
+        False, "--manual", help="TUI: do not start the auto-search; toggle plans and run trials yourself."
+    ),
     seq: SeqOption = None,
     size: SizeOption = None,
     option: OptionPairs = [],  # noqa: B006  (typer reads the default; never mutated)
@@ -80,10 +88,19 @@ def tune_command(
     if as_json and not no_tui:
         raise MemoptError("--json needs --no-tui")
     settings = TuneSettings(
-        recipe=recipe, target_batch=target_batch, budget=parse_budget(budget) if budget is not None else None,
-        options=recipe_options(seq=seq, size=size, pairs=option), max_trials=max_trials, steps=steps,
-        runs_dir=runs_dir, resume=resume, device=device, margin=margin, calibration_batches=calibration_batches(calibrate_at),
-        timeout_s=timeout, python=python,
+        recipe=recipe,
+        target_batch=target_batch,
+        budget=parse_budget(budget) if budget is not None else None,
+        options=recipe_options(seq=seq, size=size, pairs=option),
+        max_trials=max_trials,
+        steps=steps,
+        runs_dir=runs_dir,
+        resume=resume,
+        device=device,
+        margin=margin,
+        calibration_batches=calibration_batches(calibrate_at),
+        timeout_s=timeout,
+        python=python,
     )
     versions = stack_versions(python)
     if versions.ort_version is None:
@@ -133,8 +150,10 @@ def print_event(event: TuneEvent) -> None:
     elif isinstance(event, StageFinished):
         line = f"[{event.stage}] done in {event.seconds:.1f} s: {event.message}"
     elif isinstance(event, Ready):
-        line = (f"[ready] {event.recipe} on {event.device}, ORT {event.ort_version}, torch {event.torch_version}; "
-                f"target batch {event.target_batch}, budget {format_bytes(event.budget_bytes)}; {len(event.rows)} plans")
+        line = (
+            f"[ready] {event.recipe} on {event.device}, ORT {event.ort_version}, torch {event.torch_version}; "
+            f"target batch {event.target_batch}, budget {format_bytes(event.budget_bytes)}; {len(event.rows)} plans"
+        )
     elif isinstance(event, TrialStarted):
         plans = ", ".join(short_key(p) for p in event.plans) or "no config"
         predicted = f", predicted {format_bytes(event.predicted_bytes)}" if event.predicted_bytes is not None else ""
@@ -147,5 +166,3 @@ def print_event(event: TuneEvent) -> None:
         line = f"[done] {event.result.status}: {event.result.message}"
     if line is not None:
         error_console.print(line, highlight=False, soft_wrap=True, markup=False)
-
-

@@ -24,7 +24,6 @@ import re
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Union
 
 from memopt.errors import MemoptError
 
@@ -94,7 +93,7 @@ class Call:
     arguments: tuple[Term, ...]
 
 
-Term = Union[Number, Symbol, UnaryMinus, BinaryOp, Call]
+Term = Number | Symbol | UnaryMinus | BinaryOp | Call
 
 _FUNCTIONS: dict[str, Callable[[list[Fraction]], Fraction]] = {
     "Max": max,

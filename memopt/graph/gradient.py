@@ -98,7 +98,9 @@ def _parameters_as_inputs(model: onnx.ModelProto) -> list[str]:
     trainable, constants = [], []
     for initializer in graph.initializer:
         if initializer.data_type in floats and len(initializer.dims) >= 1 and not initializer.name.startswith("/"):
-            graph.input.append(helper.make_tensor_value_info(initializer.name, initializer.data_type, list(initializer.dims)))
+            graph.input.append(
+                helper.make_tensor_value_info(initializer.name, initializer.data_type, list(initializer.dims))
+            )
             trainable.append(initializer.name)
         else:
             constants.append(initializer)
@@ -123,20 +125,28 @@ def _append_loss(model: onnx.ModelProto, loss: str) -> None:
         if not isinstance(classes, int) or classes <= 0:
             raise SystemExit("cross-entropy needs the first output's last dim (classes) to be static")
         graph.input.append(helper.make_tensor_value_info("labels", TensorProto.INT64, dims[:-1]))
-        graph.initializer.extend([helper.make_tensor("memopt_logits_shape", TensorProto.INT64, [2], [-1, classes]),
-                                  helper.make_tensor("memopt_labels_shape", TensorProto.INT64, [1], [-1])])
-        graph.node.extend([
-            helper.make_node("Reshape", [result.name, "memopt_logits_shape"], ["memopt_logits_2d"]),
-            helper.make_node("Reshape", ["labels", "memopt_labels_shape"], ["memopt_labels_1d"]),
-            helper.make_node("SoftmaxCrossEntropyLoss", ["memopt_logits_2d", "memopt_labels_1d"], ["loss"]),
-        ])
+        graph.initializer.extend(
+            [
+                helper.make_tensor("memopt_logits_shape", TensorProto.INT64, [2], [-1, classes]),
+                helper.make_tensor("memopt_labels_shape", TensorProto.INT64, [1], [-1]),
+            ]
+        )
+        graph.node.extend(
+            [
+                helper.make_node("Reshape", [result.name, "memopt_logits_shape"], ["memopt_logits_2d"]),
+                helper.make_node("Reshape", ["labels", "memopt_labels_shape"], ["memopt_labels_1d"]),
+                helper.make_node("SoftmaxCrossEntropyLoss", ["memopt_logits_2d", "memopt_labels_1d"], ["loss"]),
+            ]
+        )
     else:
         graph.input.append(helper.make_tensor_value_info("target", result.type.tensor_type.elem_type, dims))
-        graph.node.extend([
-            helper.make_node("Sub", [result.name, "target"], ["memopt_error"]),
-            helper.make_node("Mul", ["memopt_error", "memopt_error"], ["memopt_squared"]),
-            helper.make_node("ReduceMean", ["memopt_squared"], ["loss"], keepdims=0),
-        ])
+        graph.node.extend(
+            [
+                helper.make_node("Sub", [result.name, "target"], ["memopt_error"]),
+                helper.make_node("Mul", ["memopt_error", "memopt_error"], ["memopt_squared"]),
+                helper.make_node("ReduceMean", ["memopt_squared"], ["loss"], keepdims=0),
+            ]
+        )
     del graph.output[:]
     graph.output.append(helper.make_tensor_value_info("loss", result.type.tensor_type.elem_type, []))
 

@@ -62,13 +62,26 @@ def session_reference(model: Any, forward_outputs: int, analysed_path: str, prob
     cpu = C.OrtDevice(C.OrtDevice.cpu(), C.OrtDevice.default_memory(), 0)
     outputs = [output.name for output in model.graph.output]
     started = time.perf_counter()
-    agent = TrainingAgent(model.SerializeToString(), [i.name for i in model.graph.input], [cpu] * forward_outputs,
-                          outputs, [cpu] * len(outputs), options, ["CPUExecutionProvider"], [{}], 0)
+    agent = TrainingAgent(
+        model.SerializeToString(),
+        [i.name for i in model.graph.input],
+        [cpu] * forward_outputs,
+        outputs,
+        [cpu] * len(outputs),
+        options,
+        ["CPUExecutionProvider"],
+        [{}],
+        0,
+    )
     session_s = time.perf_counter() - started
     started = time.perf_counter()
     _, plans = agent.get_serialized_ortmodule_memory_stat("", probe, False)
     analysis_s = time.perf_counter() - started
-    return {"plans": {key: list(value) for key, value in plans.items()}, "session_s": session_s, "analysis_s": analysis_s}
+    return {
+        "plans": {key: list(value) for key, value in plans.items()},
+        "session_s": session_s,
+        "analysis_s": analysis_s,
+    }
 
 
 def _main(graph_path: str, analysed_path: str, probe: str) -> None:

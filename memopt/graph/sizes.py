@@ -18,17 +18,18 @@ class DimsError(MemoptError):
 
 def batch_symbols(inputs: Mapping[str, TensorInfo]) -> tuple[str, ...]:
     """The symbolic first dim of every model input."""
-    return tuple(dict.fromkeys(
-        info.dims[0] for info in inputs.values() if info.dims and isinstance(info.dims[0], str)
-    ))
+    return tuple(dict.fromkeys(info.dims[0] for info in inputs.values() if info.dims and isinstance(info.dims[0], str)))
 
 
 def sequence_symbols(inputs: Mapping[str, TensorInfo]) -> tuple[str, ...]:
     """The symbolic second dim of token-like inputs (integer or bool: ids, masks)."""
-    return tuple(dict.fromkeys(
-        info.dims[1] for info in inputs.values()
-        if info.elem_type in _INTEGER_TYPES and info.dims and len(info.dims) >= 2 and isinstance(info.dims[1], str)
-    ))
+    return tuple(
+        dict.fromkeys(
+            info.dims[1]
+            for info in inputs.values()
+            if info.elem_type in _INTEGER_TYPES and info.dims and len(info.dims) >= 2 and isinstance(info.dims[1], str)
+        )
+    )
 
 
 def resolve_dims(
@@ -44,7 +45,9 @@ def resolve_dims(
     explicit = dict(explicit or {})
     unknown = sorted(set(explicit) - known)
     if unknown:
-        raise DimsError(f"unknown dim name(s) {', '.join(unknown)}; this graph's dims are: {', '.join(sorted(known)) or 'none'}")
+        raise DimsError(
+            f"unknown dim name(s) {', '.join(unknown)}; this graph's dims are: {', '.join(sorted(known)) or 'none'}"
+        )
     values = {name: value for name, value in (defaults or {}).items() if name in known}
     for flag, value, symbols in (("--batch", batch, batch_symbols(inputs)), ("--seq", seq, sequence_symbols(inputs))):
         if value is None:
@@ -52,7 +55,9 @@ def resolve_dims(
         if value <= 0:
             raise DimsError(f"{flag} must be a positive integer, not {value}")
         if not symbols:
-            raise DimsError(f"{flag}: this graph has no such dynamic dim; name dims with --dims (known: {', '.join(sorted(known))})")
+            raise DimsError(
+                f"{flag}: this graph has no such dynamic dim; name dims with --dims (known: {', '.join(sorted(known))})"
+            )
         values.update({symbol: value for symbol in symbols})
     values.update(explicit)
     return values

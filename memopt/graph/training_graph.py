@@ -118,9 +118,13 @@ def graph_from_model(model: onnx.ModelProto) -> TrainingGraph:
         tensors.setdefault(initializer.name, TensorInfo(initializer.data_type, tuple(initializer.dims)))
     nodes = [
         Node(
-            order=order, name=node.name, op_type=node.op_type, domain=node.domain,
+            order=order,
+            name=node.name,
+            op_type=node.op_type,
+            domain=node.domain,
             since_version=_since_version(node.op_type, node.domain, opsets),
-            inputs=tuple(node.input), outputs=tuple(node.output),
+            inputs=tuple(node.input),
+            outputs=tuple(node.output),
             func_name=next((a.s.decode() for a in node.attribute if a.name == "func_name"), None),
         )
         for order, node in enumerate(graph.node)

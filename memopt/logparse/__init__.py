@@ -4,6 +4,7 @@
 holds one ``Summary`` per session build, each with its ``Plan`` list.
 """
 
+from memopt.logparse.frame import PLAN_COLUMNS, plans_dataframe
 from memopt.logparse.model import (
     Cluster,
     NodeEvent,
@@ -14,7 +15,6 @@ from memopt.logparse.model import (
     Summary,
     SummarySource,
 )
-from memopt.logparse.frame import PLAN_COLUMNS, plans_dataframe
 from memopt.logparse.reader import (
     LogReadError,
     NoSummaryError,

@@ -160,7 +160,9 @@ class InsightParser:
                     saved_percent=int(match.group(4)),
                 )
             )
-        elif not ((option is not None and (_STASHED.match(body) or _REUSE.match(body))) or body.startswith(_RECORD_INTRO)):
+        elif not (
+            (option is not None and (_STASHED.match(body) or _REUSE.match(body))) or body.startswith(_RECORD_INTRO)
+        ):
             self.warnings.append(f"line {line_number}: unreadable MemoryInsight row {body!r}")
 
     def _narrow(self, clue: OrtVersionRange | None) -> None:

@@ -11,12 +11,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from enum import Enum, IntEnum
+from enum import Enum
 
 from memopt.graph.expr import Expression
 from memopt.ort.config import OptimizationType
 from memopt.ort.version import OrtVersionRange
-
 
 __all__ = [
     "Cluster",
@@ -114,4 +113,3 @@ class ParseResult:
     lines_read: int
     warnings: tuple[str, ...] = ()
     ort_errors: tuple[str, ...] = ()  # config errors ORT raised, as logged
-

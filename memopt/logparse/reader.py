@@ -92,7 +92,9 @@ class _Reader:
                 self._dispatch(stream, last)
             if stream.block is not None and not stream.block.complete and stream.draft is not None:
                 stream.draft.truncated = True
-                stream.draft.warnings.append(f"the log ends inside the summary that starts at line {stream.block.first_line}")
+                stream.draft.warnings.append(
+                    f"the log ends inside the summary that starts at line {stream.block.first_line}"
+                )
             if stream.expecting_dims and stream.draft is not None:
                 stream.draft.truncated = True
                 stream.draft.warnings.append("the log ends before the first batch's dims")
@@ -204,8 +206,10 @@ def require_summaries(result: ParseResult) -> ParseResult:
         return result
     if result.lines_read == 0:
         raise NoSummaryError(f"{result.source} is empty")
-    reason = f"; ORT reported a config error: {result.ort_errors[0]}" if result.ort_errors else (
-        " (ORT prints the Plan table at log level INFO or lower, the MemoryInsight table at DEVINFO)"
+    reason = (
+        f"; ORT reported a config error: {result.ort_errors[0]}"
+        if result.ort_errors
+        else (" (ORT prints the Plan table at log level INFO or lower, the MemoryInsight table at DEVINFO)")
     )
     raise NoSummaryError(f"no memory-optimizer summary in {result.source} ({result.lines_read} lines){reason}")
 

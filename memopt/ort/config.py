@@ -16,8 +16,8 @@ import tempfile
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from enum import IntEnum
-from typing import TypeAlias
 from pathlib import Path
+from typing import TypeAlias
 
 from memopt.errors import MemoptError
 from memopt.ort.version import OrtVersion
@@ -47,6 +47,7 @@ ENV_VAR = "ORTMODULE_MEMORY_OPT_CONFIG"
 MAX_STRING_LENGTH = 2048  # 1.17 and 1.18 refuse longer session config values
 _INT_PREFIX = re.compile(r"^\s*([+-]?\d+)")
 _INT32 = range(-(2**31), 2**31)
+
 
 class OptimizationType(IntEnum):
     """The ``<type>`` field of a config entry."""
@@ -109,10 +110,16 @@ def parse_config_json(text: str, version: OrtVersion, known_plans: Collection[st
     try:
         document = json.loads(text)
     except (json.JSONDecodeError, RecursionError) as err:
-        detail = f"line {err.lineno} column {err.colno}: {err.msg}" if isinstance(err, json.JSONDecodeError) else "too deeply nested"
+        detail = (
+            f"line {err.lineno} column {err.colno}: {err.msg}"
+            if isinstance(err, json.JSONDecodeError)
+            else "too deeply nested"
+        )
         raise ConfigError(f"ORT 1.19 fails to parse the JSON file ({detail})") from None
     if not isinstance(document, list):
-        raise ConfigError(f"the JSON file must hold an array of strings, not {_json_type(document)} (ORT: type must be array)")
+        raise ConfigError(
+            f"the JSON file must hold an array of strings, not {_json_type(document)} (ORT: type must be array)"
+        )
     warnings: list[str] = []
     entries: list[ConfigEntry] = []
     for position, element in enumerate(document):
@@ -248,7 +255,9 @@ def _read_int(text: str, item: str, name: str, warnings: list[str]) -> int:
     # ORT reads numbers with an istringstream: leading spaces and trailing junk are allowed.
     match = _INT_PREFIX.match(text)
     if match is None or int(match.group(1)) not in _INT32:
-        raise ConfigError(f"{item!r}: {name} {text!r} is not an integer (ORT: Fail to convert to int from string: {text})")
+        raise ConfigError(
+            f"{item!r}: {name} {text!r} is not an integer (ORT: Fail to convert to int from string: {text})"
+        )
     if match.end() != len(text):
         warnings.append(f"{item!r}: ORT reads {name} {text!r} as {int(match.group(1))}")
     return int(match.group(1))
@@ -306,7 +315,9 @@ def short_key(key: PlanKey) -> str:
     return key.removesuffix(":1:-1")
 
 
-def plan_config_entries(keys: Iterable[PlanKey], counts: Mapping[PlanKey, int] | None = None) -> tuple[ConfigEntry, ...]:
+def plan_config_entries(
+    keys: Iterable[PlanKey], counts: Mapping[PlanKey, int] | None = None
+) -> tuple[ConfigEntry, ...]:
     """The config entries that enable ``keys`` (``counts``: occurrences per key, default all)."""
     found: dict[str, ConfigEntry] = {}
     for key in keys:

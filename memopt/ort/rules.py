@@ -9,9 +9,12 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from enum import Enum
+from typing import TYPE_CHECKING
 
 from memopt.errors import MemoptError
-from memopt.graph.training_graph import Node
+
+if TYPE_CHECKING:  # only annotations: the child process imports this package without onnx
+    from memopt.graph import Node
 
 __all__ = [
     "FAMILIES",
@@ -48,17 +51,41 @@ SMALL_STATIC_LIMIT = 1024 * 1024
 
 # <= 1.17: op type -> the input indices the search may follow.
 _ALLOWED_1_16_BASIC = {
-    "Add": {0, 1}, "BiasGelu": {0, 1}, "Div": {0, 1}, "Mul": {0, 1}, "Sub": {0, 1}, "Reshape": {0},
-    "Squeeze": {0}, "Unsqueeze": {0}, "BitmaskDropout": {0}, "CumSum": {0}, "Dropout": {0}, "Gelu": {0},
-    "FastGelu": {0}, "Where": {0, 1, 2}, "Tile": {0}, "Cast": {0},
+    "Add": {0, 1},
+    "BiasGelu": {0, 1},
+    "Div": {0, 1},
+    "Mul": {0, 1},
+    "Sub": {0, 1},
+    "Reshape": {0},
+    "Squeeze": {0},
+    "Unsqueeze": {0},
+    "BitmaskDropout": {0},
+    "CumSum": {0},
+    "Dropout": {0},
+    "Gelu": {0},
+    "FastGelu": {0},
+    "Where": {0, 1, 2},
+    "Tile": {0},
+    "Cast": {0},
 }
 _ALLOWED_1_16_ADVANCED = {
-    "MatMul": {0, 1}, "FusedMatMul": {0, 1}, "Softmax": {0}, "BiasSoftmax": {0, 1}, "BiasSoftmaxDropout": {0, 1},
+    "MatMul": {0, 1},
+    "FusedMatMul": {0, 1},
+    "Softmax": {0},
+    "BiasSoftmax": {0, 1},
+    "BiasSoftmaxDropout": {0, 1},
 }
 _ALLOWED_1_17_BASIC = {
     **_ALLOWED_1_16_BASIC,
-    "Equal": {0, 1}, "Shape": {0}, "Transpose": {0}, "Expand": {0}, "ConcatTraining": {0, 1}, "Slice": {0},
-    "Split": {0}, "Gather": {0}, "QuickGelu": {0},
+    "Equal": {0, 1},
+    "Shape": {0},
+    "Transpose": {0},
+    "Expand": {0},
+    "ConcatTraining": {0, 1},
+    "Slice": {0},
+    "Split": {0},
+    "Gather": {0},
+    "QuickGelu": {0},
 }
 _ALLOWED_1_17_ADVANCED = {**_ALLOWED_1_16_ADVANCED, "LayerNormalization": {0, 1, 2}}
 
@@ -74,72 +101,82 @@ def _same(versions: tuple[int, ...], ignorable: tuple[int, ...] = ()) -> dict[in
     return {v: frozenset(ignorable) for v in versions}
 
 
-_IGNORABLE_1_18_BASIC = dict([
-    _entry(_ONNX, "Add", _same((1, 6, 7, 13, 14))),
-    _entry(_ONNX, "BatchNormalization", _same((1, 6, 7, 9, 14, 15))),
-    _entry(_ONNX, "Cast", _same((1, 6, 9, 13, 19))),
-    _entry(_ONNX, "ConstantOfShape", _same((9, 20), (0,))),
-    _entry(_ONNX, "Cos", _same((7,))),
-    _entry(_ONNX, "CumSum", _same((11, 14), (1,))),
-    _entry(_ONNX, "Dropout", _same((12, 13), (1, 2))),
-    _entry(_ONNX, "Div", _same((1, 6, 7, 13, 14))),
-    _entry(_ONNX, "Einsum", _same((12,))),
-    _entry(_ONNX, "Equal", _same((1, 7, 11, 13, 19))),
-    _entry(_ONNX, "Expand", _same((8, 13), (1,))),
-    _entry(_ONNX, "Gather", _same((1, 11, 13), (1,))),
-    _entry(_ONNX, "Gelu", _same((20,))),
-    _entry(_ONNX, "Less", _same((1, 7, 9, 13))),
-    _entry(_ONNX, "Mul", _same((1, 6, 7, 13, 14))),
-    _entry(_ONNX, "Neg", _same((1, 6, 13))),
-    _entry(_ONNX, "Range", _same((11,), (0, 1, 2))),
-    _entry(_ONNX, "Reshape", _same((1, 5, 13, 14, 19))),
-    _entry(_ONNX, "Sin", _same((7,))),
-    _entry(_ONNX, "Slice", {1: frozenset(), **_same((10, 11, 13), (1, 2, 3, 4))}),
-    _entry(_ONNX, "Split", {1: frozenset({1}), 2: frozenset(), 11: frozenset(), 13: frozenset({1}), 18: frozenset({1})}),
-    _entry(_ONNX, "Squeeze", {1: frozenset(), 11: frozenset(), 13: frozenset({1})}),
-    _entry(_ONNX, "Sub", _same((1, 6, 7, 13, 14))),
-    _entry(_ONNX, "Tile", {1: frozenset({1, 2}), 6: frozenset({1}), 13: frozenset({1})}),
-    _entry(_ONNX, "Transpose", _same((1, 13))),
-    _entry(_ONNX, "Trilu", _same((14,), (1,))),
-    _entry(_ONNX, "Unsqueeze", {1: frozenset(), 11: frozenset(), 13: frozenset({1})}),
-    _entry(_ONNX, "Where", _same((9, 16))),
-    _entry(_MS, "BiasGelu", _same((1,))),
-    _entry(_MS, "BiasDropout", _same((1,), (3, 4))),
-    _entry(_MS, "BitmaskBiasDropout", _same((1,), (3, 4))),
-    _entry(_MS, "BitmaskDropout", _same((1,), (1, 2))),
-    _entry(_MS, "ConcatTraining", _same((1,))),
-    _entry(_MS, "FastGelu", _same((1,))),
-    _entry(_MS, "FlattenAndUnpad", _same((1,), (1,))),
-    _entry(_MS, "Gelu", _same((1,))),
-    _entry(_MS, "PadAndUnflatten", _same((1,), (1, 2))),
-    _entry(_MS, "QuickGelu", _same((1,))),
-])
-_IGNORABLE_1_18_ADVANCED = dict([
-    _entry(_MS, "BiasSoftmax", _same((1,))),
-    _entry(_MS, "BiasSoftmaxDropout", _same((1,), (2,))),
-    # Gemm is not in the reference doc's table, but 1.18.0 and 1.19.2 print Gemm+ plans for
-    # an MLP, and 1.19.2's VERBOSE search log lists Gemm nodes "in recompute op list".
-    _entry(_ONNX, "Gemm", _same((1, 6, 7, 9, 11, 13))),
-    _entry(_ONNX, "LayerNormalization", _same((1, 17))),
-    _entry(_ONNX, "MatMul", _same((1, 9, 13))),
-    _entry(_MS, "FusedMatMul", _same((1,))),
-    _entry(_ONNX, "SimplifiedLayerNormalization", _same((1,))),
-    _entry(_MS, "SkipLayerNormalization", _same((1,))),
-    _entry(_MS, "SkipSimplifiedLayerNormalization", _same((1,))),
-    _entry(_ONNX, "Softmax", _same((1, 11, 13))),
-])
+_IGNORABLE_1_18_BASIC = dict(
+    [
+        _entry(_ONNX, "Add", _same((1, 6, 7, 13, 14))),
+        _entry(_ONNX, "BatchNormalization", _same((1, 6, 7, 9, 14, 15))),
+        _entry(_ONNX, "Cast", _same((1, 6, 9, 13, 19))),
+        _entry(_ONNX, "ConstantOfShape", _same((9, 20), (0,))),
+        _entry(_ONNX, "Cos", _same((7,))),
+        _entry(_ONNX, "CumSum", _same((11, 14), (1,))),
+        _entry(_ONNX, "Dropout", _same((12, 13), (1, 2))),
+        _entry(_ONNX, "Div", _same((1, 6, 7, 13, 14))),
+        _entry(_ONNX, "Einsum", _same((12,))),
+        _entry(_ONNX, "Equal", _same((1, 7, 11, 13, 19))),
+        _entry(_ONNX, "Expand", _same((8, 13), (1,))),
+        _entry(_ONNX, "Gather", _same((1, 11, 13), (1,))),
+        _entry(_ONNX, "Gelu", _same((20,))),
+        _entry(_ONNX, "Less", _same((1, 7, 9, 13))),
+        _entry(_ONNX, "Mul", _same((1, 6, 7, 13, 14))),
+        _entry(_ONNX, "Neg", _same((1, 6, 13))),
+        _entry(_ONNX, "Range", _same((11,), (0, 1, 2))),
+        _entry(_ONNX, "Reshape", _same((1, 5, 13, 14, 19))),
+        _entry(_ONNX, "Sin", _same((7,))),
+        _entry(_ONNX, "Slice", {1: frozenset(), **_same((10, 11, 13), (1, 2, 3, 4))}),
+        _entry(
+            _ONNX, "Split", {1: frozenset({1}), 2: frozenset(), 11: frozenset(), 13: frozenset({1}), 18: frozenset({1})}
+        ),
+        _entry(_ONNX, "Squeeze", {1: frozenset(), 11: frozenset(), 13: frozenset({1})}),
+        _entry(_ONNX, "Sub", _same((1, 6, 7, 13, 14))),
+        _entry(_ONNX, "Tile", {1: frozenset({1, 2}), 6: frozenset({1}), 13: frozenset({1})}),
+        _entry(_ONNX, "Transpose", _same((1, 13))),
+        _entry(_ONNX, "Trilu", _same((14,), (1,))),
+        _entry(_ONNX, "Unsqueeze", {1: frozenset(), 11: frozenset(), 13: frozenset({1})}),
+        _entry(_ONNX, "Where", _same((9, 16))),
+        _entry(_MS, "BiasGelu", _same((1,))),
+        _entry(_MS, "BiasDropout", _same((1,), (3, 4))),
+        _entry(_MS, "BitmaskBiasDropout", _same((1,), (3, 4))),
+        _entry(_MS, "BitmaskDropout", _same((1,), (1, 2))),
+        _entry(_MS, "ConcatTraining", _same((1,))),
+        _entry(_MS, "FastGelu", _same((1,))),
+        _entry(_MS, "FlattenAndUnpad", _same((1,), (1,))),
+        _entry(_MS, "Gelu", _same((1,))),
+        _entry(_MS, "PadAndUnflatten", _same((1,), (1, 2))),
+        _entry(_MS, "QuickGelu", _same((1,))),
+    ]
+)
+_IGNORABLE_1_18_ADVANCED = dict(
+    [
+        _entry(_MS, "BiasSoftmax", _same((1,))),
+        _entry(_MS, "BiasSoftmaxDropout", _same((1,), (2,))),
+        # Gemm is not in the reference doc's table, but 1.18.0 and 1.19.2 print Gemm+ plans for
+        # an MLP, and 1.19.2's VERBOSE search log lists Gemm nodes "in recompute op list".
+        _entry(_ONNX, "Gemm", _same((1, 6, 7, 9, 11, 13))),
+        _entry(_ONNX, "LayerNormalization", _same((1, 17))),
+        _entry(_ONNX, "MatMul", _same((1, 9, 13))),
+        _entry(_MS, "FusedMatMul", _same((1,))),
+        _entry(_ONNX, "SimplifiedLayerNormalization", _same((1,))),
+        _entry(_MS, "SkipLayerNormalization", _same((1,))),
+        _entry(_MS, "SkipSimplifiedLayerNormalization", _same((1,))),
+        _entry(_ONNX, "Softmax", _same((1, 11, 13))),
+    ]
+)
 # 1.19 also recomputes flash-attention PythonOps (which inputs it follows is unverified:
 # all of them, as for every other 1.18+ op without ignorable indices).
-_FLASH_ATTENTION_FUNCS = frozenset({
-    "flash_attn.bert_padding.IndexFirstAxis",
-    "flash_attn.bert_padding.IndexPutFirstAxis",
-    "flash_attn.flash_attn_interface.FlashAttnFunc",
-    "flash_attn.flash_attn_interface.FlashAttnVarlenFunc",
-})
-_FLASH_ATTENTION_BOUNDARY_FUNCS = frozenset({
-    "flash_attn.flash_attn_interface.FlashAttnFunc",
-    "flash_attn.flash_attn_interface.FlashAttnVarlenFunc",
-})
+_FLASH_ATTENTION_FUNCS = frozenset(
+    {
+        "flash_attn.bert_padding.IndexFirstAxis",
+        "flash_attn.bert_padding.IndexPutFirstAxis",
+        "flash_attn.flash_attn_interface.FlashAttnFunc",
+        "flash_attn.flash_attn_interface.FlashAttnVarlenFunc",
+    }
+)
+_FLASH_ATTENTION_BOUNDARY_FUNCS = frozenset(
+    {
+        "flash_attn.flash_attn_interface.FlashAttnFunc",
+        "flash_attn.flash_attn_interface.FlashAttnVarlenFunc",
+    }
+)
 
 
 @dataclass(frozen=True)
@@ -182,7 +219,9 @@ class ReleaseRules:
         """What the layer-boundary search stops at: softmax (and, on 1.19, flash attention)."""
         if node.op_type in ("Softmax", "BiasSoftmax"):
             return True
-        return self.family == "1.19" and node.op_type == "PythonOp" and node.func_name in _FLASH_ATTENTION_BOUNDARY_FUNCS
+        return (
+            self.family == "1.19" and node.op_type == "PythonOp" and node.func_name in _FLASH_ATTENTION_BOUNDARY_FUNCS
+        )
 
 
 def _all_but(node: Node, ignorable: frozenset[int]) -> frozenset[int]:

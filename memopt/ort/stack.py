@@ -82,19 +82,24 @@ def torch_problem(torch_version: str | None) -> str | None:
     lowest, beyond = TORCH_SUPPORTED
     if not lowest <= (int(match.group(1)), int(match.group(2))) < beyond:
         supported = f">={lowest[0]}.{lowest[1]},<{beyond[0]}.{beyond[1]}"
-        return (f"torch {torch_version} cannot run ORTModule 1.19.2 (it works with torch{supported}): "
-                "pip install 'torch==2.4.1' in this environment")
+        return (
+            f"torch {torch_version} cannot run ORTModule 1.19.2 (it works with torch{supported}): "
+            "pip install 'torch==2.4.1' in this environment"
+        )
     return None
 
 
 def check_stack(info: StackInfo) -> None:
     """Raise StackError naming the first thing that keeps ORTModule from running."""
     if info.ort_version is None:
-        raise StackError("onnxruntime-training is not installed: pip install 'memopt[cpu]' "
-                         "(or 'memopt[gpu]' on a CUDA 11.8 machine)")
+        raise StackError(
+            "onnxruntime-training is not installed: pip install 'memopt[cpu]' (or 'memopt[gpu]' on a CUDA 11.8 machine)"
+        )
     if not info.has_ortmodule:
-        raise StackError(f"the installed onnxruntime {info.ort_version} ({info.ort_package or 'unknown build'}) "
-                         "has no training support: pip uninstall onnxruntime, then pip install 'memopt[cpu]'")
+        raise StackError(
+            f"the installed onnxruntime {info.ort_version} ({info.ort_package or 'unknown build'}) "
+            "has no training support: pip uninstall onnxruntime, then pip install 'memopt[cpu]'"
+        )
     problem = torch_problem(info.torch_version)
     if problem:
         raise StackError(problem)

@@ -22,10 +22,9 @@ from typing import Any
 
 import numpy as np
 
-from memopt.ort.config import key_entries
-from memopt.run.budget import total_ram
+from memopt.graph.sizes import batch_symbols
 from memopt.graph.training_graph import TrainingGraph
-from memopt.run.journal import Journal
+from memopt.ort.config import key_entries
 from memopt.predict.memory_model import (
     MemoryModel,
     ModelError,
@@ -34,8 +33,8 @@ from memopt.predict.memory_model import (
     fit_memory_model,
 )
 from memopt.predict.recompute_cost import BALANCE, nodes_work, seconds_per_unit
-from memopt.scan import ScanReport, scan_graph
-from memopt.graph.sizes import batch_symbols
+from memopt.run.budget import total_ram
+from memopt.run.journal import Journal
 from memopt.run.target import ScanTarget, load_target
 from memopt.run.trials import (
     DEFAULT_STEPS,
@@ -46,6 +45,7 @@ from memopt.run.trials import (
     run_trial,
     stack_versions,
 )
+from memopt.scan import ScanReport, scan_graph
 
 __all__ = [
     "DEFAULT_STEPS",
@@ -96,8 +96,17 @@ def default_calibration_batches(target_batch: int) -> tuple[int, int]:
 
 
 def model_identity(recipe: str, options: Mapping[str, Any], versions: StackVersions, device: str) -> str:
-    return json.dumps({"recipe": recipe_identity(recipe), "options": dict(options), "ort": versions.ort_version,
-                       "torch": versions.torch_version, "device": device}, sort_keys=True, default=str)
+    return json.dumps(
+        {
+            "recipe": recipe_identity(recipe),
+            "options": dict(options),
+            "ort": versions.ort_version,
+            "torch": versions.torch_version,
+            "device": device,
+        },
+        sort_keys=True,
+        default=str,
+    )
 
 
 def load_saved_model(runs_dir: Path, identity: str) -> MemoryModel | None:
@@ -199,8 +208,9 @@ def calibrate(
         spec = TrialSpec(recipe, batch, prepared.options, (), steps, device, timeout_s, python)
         return run_trial(spec, runs_dir, journal=journal, resume=resume, versions=prepared.versions)
 
-    return calibrate_on(prepared, run, target_batch, runs_dir=runs_dir, journal=journal,
-                        calibration_batches=calibration_batches)
+    return calibrate_on(
+        prepared, run, target_batch, runs_dir=runs_dir, journal=journal, calibration_batches=calibration_batches
+    )
 
 
 def require_batch_dim(report: ScanReport, recipe: str) -> tuple[str, ...]:
@@ -213,16 +223,23 @@ def require_batch_dim(report: ScanReport, recipe: str) -> tuple[str, ...]:
 
 def require_ran(trial: TrialResult) -> None:
     if not trial.ran:
-        raise ModelError(f"the no-config calibration trial at batch {trial.batch_size} did not run: {trial.outcome}: "
-                         f"{trial.error} (log: {trial.run_dir}/ort.log)")
+        raise ModelError(
+            f"the no-config calibration trial at batch {trial.batch_size} did not run: {trial.outcome}: "
+            f"{trial.error} (log: {trial.run_dir}/ort.log)"
+        )
 
 
 def plan_savings(report: ScanReport, graph: TrainingGraph) -> tuple[PlanSavings, ...]:
     """The scan's plans as the memory model sees them, occurrences in topological order."""
     order = {node.name: node.order for node in graph.nodes}
     return tuple(
-        PlanSavings(p.key, key_entries(p.key), p.frequency, p.exact,
-                    tuple(o.exact for o in sorted(p.occurrences, key=lambda o: order.get(o.entry, 0))))
+        PlanSavings(
+            p.key,
+            key_entries(p.key),
+            p.frequency,
+            p.exact,
+            tuple(o.exact for o in sorted(p.occurrences, key=lambda o: order.get(o.entry, 0))),
+        )
         for p in report.patterns
     )
 
@@ -236,8 +253,13 @@ def fit_calibration(
     target_batch: int,
 ) -> Calibration:
     """Memory model and recompute costs from the no-config ``trials`` and the journal's history."""
-    target, report, recipe, options, versions = (prepared.target, prepared.report, prepared.recipe,
-                                                  prepared.options, prepared.versions)
+    target, report, recipe, options, versions = (
+        prepared.target,
+        prepared.report,
+        prepared.recipe,
+        prepared.options,
+        prepared.versions,
+    )
     symbols = prepared.batch_symbols
     fixed = {name: value for name, value in target.logged_dims.items() if name not in symbols}
     plans = plan_savings(report, target.graph)
@@ -263,11 +285,25 @@ def fit_calibration(
     baseline_step = max(step_fit[0] + step_fit[1] * target_batch, 0.0) if step_fit else None
     totals = [t.cuda_total_memory for t in trials if t.cuda_total_memory]
     device_total = totals[0] if totals else (total_ram() if device_used == "cpu" else None)
-    return Calibration(model, unit_costs, spu, scale, baseline_step, target_batch, tuple(trials), target.description,
-                       prepared.ort_version, device_used, device_total, identity)
+    return Calibration(
+        model,
+        unit_costs,
+        spu,
+        scale,
+        baseline_step,
+        target_batch,
+        tuple(trials),
+        target.description,
+        prepared.ort_version,
+        device_used,
+        device_total,
+        identity,
+    )
 
 
-def _history(journal: Journal, recipe: str, options: Mapping[str, Any], versions: StackVersions, device: str) -> list[TrialResult]:
+def _history(
+    journal: Journal, recipe: str, options: Mapping[str, Any], versions: StackVersions, device: str
+) -> list[TrialResult]:
     """Finished trials of this recipe/options/stack/device, newest per key."""
     identity = recipe_identity(recipe)
     latest: dict[str, TrialResult] = {}
@@ -313,7 +349,9 @@ def _cost_scale(history, step_fit, graph, occurrences, model, balance, spu, plan
         if not keys or not trial.median_step_s:
             continue
         dims = model.dims(trial.batch_size)
-        predicted += sum(nodes_work(graph, o.nodes, dims).units(balance) for k in keys for o in occurrences.get(k, ())) * spu
+        predicted += (
+            sum(nodes_work(graph, o.nodes, dims).units(balance) for k in keys for o in occurrences.get(k, ())) * spu
+        )
         extra += trial.median_step_s - (step_fit[0] + step_fit[1] * trial.batch_size)
     if predicted <= 0 or extra <= 0:
         return 1.0

@@ -105,7 +105,9 @@ class MemoryModel:
     def baseline(self, batch_size: int) -> float:
         return self.static_bytes + self.per_sample_bytes * batch_size
 
-    def predict(self, batch_size: int, plans: Iterable[str] = (), counts: Mapping[str, int] | None = None) -> Prediction:
+    def predict(
+        self, batch_size: int, plans: Iterable[str] = (), counts: Mapping[str, int] | None = None
+    ) -> Prediction:
         plans = tuple(dict.fromkeys(plans))
         counts = counts or {}
         savings = {key: self.factor(key) * self.raw_saving(key, batch_size, counts.get(key)) for key in plans}
@@ -135,25 +137,59 @@ class MemoryModel:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "batch_symbols": list(self.batch_symbols), "fixed_dims": dict(self.fixed_dims),
-            "static_bytes": self.static_bytes, "per_sample_bytes": self.per_sample_bytes,
-            "effectiveness": dict(self.effectiveness), "global_effectiveness": self.global_effectiveness,
-            "plans": [{"key": p.key, "entries": list(p.entries), "frequency": p.frequency,
-                       "saving": polynomial_to_json(p.saving),
-                       "occurrences": [polynomial_to_json(o) for o in p.occurrences]} for p in self.plans],
-            "observations": [{"batch_size": o.batch_size, "plans": list(o.plans), "peak_bytes": o.peak_bytes,
-                              "counts": dict(o.counts)} for o in self.observations],
+            "batch_symbols": list(self.batch_symbols),
+            "fixed_dims": dict(self.fixed_dims),
+            "static_bytes": self.static_bytes,
+            "per_sample_bytes": self.per_sample_bytes,
+            "effectiveness": dict(self.effectiveness),
+            "global_effectiveness": self.global_effectiveness,
+            "plans": [
+                {
+                    "key": p.key,
+                    "entries": list(p.entries),
+                    "frequency": p.frequency,
+                    "saving": polynomial_to_json(p.saving),
+                    "occurrences": [polynomial_to_json(o) for o in p.occurrences],
+                }
+                for p in self.plans
+            ],
+            "observations": [
+                {
+                    "batch_size": o.batch_size,
+                    "plans": list(o.plans),
+                    "peak_bytes": o.peak_bytes,
+                    "counts": dict(o.counts),
+                }
+                for o in self.observations
+            ],
         }
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> MemoryModel:
-        plans = tuple(PlanSavings(p["key"], tuple(p["entries"]), int(p["frequency"]), polynomial_from_json(p["saving"]),
-                                  tuple(polynomial_from_json(o) for o in p.get("occurrences", ()))) for p in data["plans"])
-        observations = tuple(Observation(int(o["batch_size"]), tuple(o["plans"]), int(o["peak_bytes"]), dict(o.get("counts", {})))
-                             for o in data.get("observations", ()))
-        return cls(tuple(data["batch_symbols"]), dict(data["fixed_dims"]), plans, float(data["static_bytes"]),
-                   float(data["per_sample_bytes"]), dict(data.get("effectiveness", {})),
-                   float(data.get("global_effectiveness", 1.0)), observations)
+        plans = tuple(
+            PlanSavings(
+                p["key"],
+                tuple(p["entries"]),
+                int(p["frequency"]),
+                polynomial_from_json(p["saving"]),
+                tuple(polynomial_from_json(o) for o in p.get("occurrences", ())),
+            )
+            for p in data["plans"]
+        )
+        observations = tuple(
+            Observation(int(o["batch_size"]), tuple(o["plans"]), int(o["peak_bytes"]), dict(o.get("counts", {})))
+            for o in data.get("observations", ())
+        )
+        return cls(
+            tuple(data["batch_symbols"]),
+            dict(data["fixed_dims"]),
+            plans,
+            float(data["static_bytes"]),
+            float(data["per_sample_bytes"]),
+            dict(data.get("effectiveness", {})),
+            float(data.get("global_effectiveness", 1.0)),
+            observations,
+        )
 
 
 def fit_memory_model(
@@ -176,8 +212,16 @@ def fit_memory_model(
     slope, intercept = np.polyfit(x, y, 1)
     if slope < 0:  # noise larger than the activations: memory does not grow with the batch here
         slope, intercept = 0.0, float(y.mean())
-    model = MemoryModel(tuple(batch_symbols), dict(fixed_dims), tuple(plans), float(intercept), float(slope),
-                        {}, prior_effectiveness, observations)
+    model = MemoryModel(
+        tuple(batch_symbols),
+        dict(fixed_dims),
+        tuple(plans),
+        float(intercept),
+        float(slope),
+        {},
+        prior_effectiveness,
+        observations,
+    )
     with_plans = [o for o in observations if o.plans]
     if not with_plans:
         return model
@@ -190,8 +234,9 @@ def _fit_effectiveness(model: MemoryModel, observed: list[Observation], prior: f
     keys = [key for key in keys if key in known]
     if not keys:
         return model
-    a = np.array([[model.raw_saving(k, o.batch_size, o.counts.get(k)) if k in o.plans else 0.0 for k in keys]
-                  for o in observed])
+    a = np.array(
+        [[model.raw_saving(k, o.batch_size, o.counts.get(k)) if k in o.plans else 0.0 for k in keys] for o in observed]
+    )
     d = np.array([model.baseline(o.batch_size) - o.peak_bytes for o in observed])
     total = a.sum(axis=1)
     if not np.any(total > 0):
@@ -215,9 +260,15 @@ def _evaluate(polynomial: Polynomial, dims: Mapping[str, int]) -> float:
 
 
 def polynomial_to_json(polynomial: Polynomial) -> list[list[Any]]:
-    return [[[list(factor) for factor in monomial], str(coefficient)] for monomial, coefficient in polynomial.terms.items()]
+    return [
+        [[list(factor) for factor in monomial], str(coefficient)] for monomial, coefficient in polynomial.terms.items()
+    ]
 
 
 def polynomial_from_json(data: Iterable[Any]) -> Polynomial:
-    return Polynomial({tuple((str(name), int(power)) for name, power in monomial): Fraction(coefficient)
-                       for monomial, coefficient in data})
+    return Polynomial(
+        {
+            tuple((str(name), int(power)) for name, power in monomial): Fraction(coefficient)
+            for monomial, coefficient in data
+        }
+    )

@@ -17,9 +17,9 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.optimize import Bounds, LinearConstraint, milp
 
-from memopt.ort.config import ConfigEntry, PlanKey, plan_config_entries
-from memopt.predict.memory_model import MemoryModel
+from memopt.ort.config import ConfigEntry, plan_config_entries
 from memopt.ort.version import OrtVersion
+from memopt.predict.memory_model import MemoryModel
 
 __all__ = ["DEFAULT_MARGIN", "PlanChoice", "PlanResult", "choose_plans"]
 
@@ -93,12 +93,21 @@ def choose_plans(
     all_keys = tuple(p.key for p in usable)
     max_all = model.max_batch(limit, all_keys)
     max_none = model.max_batch(limit)
-    common = dict(target_batch=target_batch, budget_bytes=budget_bytes, limit_bytes=limit, baseline_bytes=baseline,
-                  baseline_step_s=baseline_step_s, max_batch_all_plans=max_all, max_batch_no_plans=max_none,
-                  ort_version=str(version))
+    common = dict(
+        target_batch=target_batch,
+        budget_bytes=budget_bytes,
+        limit_bytes=limit,
+        baseline_bytes=baseline,
+        baseline_step_s=baseline_step_s,
+        max_batch_all_plans=max_all,
+        max_batch_no_plans=max_none,
+        ort_version=str(version),
+    )
     need = baseline - limit
     if need <= 0:
-        return PlanResult(predicted_bytes=baseline, feasible=True, choices=(), cost_s=0.0, solver="none needed", **common)
+        return PlanResult(
+            predicted_bytes=baseline, feasible=True, choices=(), cost_s=0.0, solver="none needed", **common
+        )
     per_occurrence = version.minor <= 16
     # Variables: (plan, occurrences covered by this variable, saving, cost).
     variables: list[tuple[int, int, float, float]] = []
@@ -121,8 +130,14 @@ def choose_plans(
         feasible = True
     choices = _choices(model, usable, variables, chosen, costs_s, target_batch, per_occurrence)
     predicted = model.predict(target_batch, [c.key for c in choices], {c.key: c.count for c in choices if c.count >= 0})
-    return PlanResult(predicted_bytes=predicted.peak_bytes, feasible=feasible and predicted.peak_bytes <= limit,
-                      choices=choices, cost_s=sum(c.cost_s for c in choices), solver=solver, **common)
+    return PlanResult(
+        predicted_bytes=predicted.peak_bytes,
+        feasible=feasible and predicted.peak_bytes <= limit,
+        choices=choices,
+        cost_s=sum(c.cost_s for c in choices),
+        solver=solver,
+        **common,
+    )
 
 
 def _solve(variables: list[tuple[int, int, float, float]], savings: np.ndarray, need: float) -> tuple[np.ndarray, str]:
@@ -143,8 +158,9 @@ def _solve(variables: list[tuple[int, int, float, float]], savings: np.ndarray, 
     if order:
         constraints.append(LinearConstraint(np.array(order), lb=0.0, ub=np.inf))
     # Zero relative gap: HiGHS must prove optimality (by default it stops within 0.01%).
-    result = milp(objective, constraints=constraints, integrality=np.ones(n), bounds=Bounds(0, 1),
-                  options={"mip_rel_gap": 0.0})
+    result = milp(
+        objective, constraints=constraints, integrality=np.ones(n), bounds=Bounds(0, 1), options={"mip_rel_gap": 0.0}
+    )
     if result.x is None:
         return np.ones(n), f"milp failed ({result.message}); every plan enabled"
     return np.round(result.x), "milp (HiGHS), optimal"

@@ -1,13 +1,12 @@
 """Running the user's target under ORTModule, each run in a child process of its own.
 
-- ``recipes``: the recipe contract and the built-in recipes (what a target is).
 - ``target``: a target's training graph, from a short probe run or an ONNX file.
 - ``launch``: run folders and child processes (``launch``, cancellable with an event).
 - ``probe``: one no-config run that saves the graphs ORTModule builds.
 - ``trials``: one config at one batch size, measured; ``journal``: every finished trial.
 - ``budget``: memory budgets as people write them, resolved against the device.
 
-The child's side (``child``, ``steps``) imports torch; nothing here imports it at load.
+The child process's own side lives in ``memopt.child`` (it imports torch; nothing here does).
 """
 
 from memopt.run.budget import CUDA_DEFAULT_FRACTION, Budget, BudgetError, parse_budget, resolve_budget, total_ram

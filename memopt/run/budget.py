@@ -14,8 +14,19 @@ __all__ = ["CUDA_DEFAULT_FRACTION", "Budget", "BudgetError", "parse_budget", "re
 CUDA_DEFAULT_FRACTION = 0.9
 
 _UNITS = {
-    "b": 1, "k": 1000, "kb": 1000, "m": 1000**2, "mb": 1000**2, "g": 1000**3, "gb": 1000**3, "t": 1000**4, "tb": 1000**4,
-    "kib": 1024, "mib": 1024**2, "gib": 1024**3, "tib": 1024**4,
+    "b": 1,
+    "k": 1000,
+    "kb": 1000,
+    "m": 1000**2,
+    "mb": 1000**2,
+    "g": 1000**3,
+    "gb": 1000**3,
+    "t": 1000**4,
+    "tb": 1000**4,
+    "kib": 1024,
+    "mib": 1024**2,
+    "gib": 1024**3,
+    "tib": 1024**4,
 }
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?|\.\d+)\s*([a-zA-Z]*)\s*$")
 _PERCENT = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*%\s*$")
@@ -52,7 +63,9 @@ def parse_budget(text: str) -> Budget:
     size = _SIZE.match(text)
     unit = size.group(2).lower() if size else ""
     if size is None or unit not in _UNITS and unit != "":
-        raise BudgetError(f"--budget {text!r} is not a size like 2.5GiB, 2500MB or 80% (units: B, KB, MB, GB, TB, KiB, MiB, GiB, TiB)")
+        raise BudgetError(
+            f"--budget {text!r} is not a size like 2.5GiB, 2500MB or 80% (units: B, KB, MB, GB, TB, KiB, MiB, GiB, TiB)"
+        )
     value = int(float(size.group(1)) * _UNITS.get(unit, 1))
     if value <= 0:
         raise BudgetError(f"--budget {text!r} must be more than zero")

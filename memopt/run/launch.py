@@ -23,23 +23,32 @@ from pathlib import Path
 from typing import Any
 
 import memopt
+from memopt.child import CHILD_MODULE, ONNX_PREFIX
 
 # How often a waiting launch looks at its cancel event: the delay between a cancel and the kill.
 _CANCEL_POLL_S = 0.1
 
-__all__ = ["PACKAGE_ROOT", "RunRequest", "RunResult", "launch", "new_run_dir", "LOG_NAME", "RECORD_NAME", "ONNX_DIR", "ONNX_PREFIX"]
+__all__ = [
+    "PACKAGE_ROOT",
+    "RunRequest",
+    "RunResult",
+    "launch",
+    "new_run_dir",
+    "LOG_NAME",
+    "RECORD_NAME",
+    "ONNX_DIR",
+    "ONNX_PREFIX",
+]
 
 LOG_NAME = "ort.log"
 RECORD_NAME = "run.json"
 ONNX_DIR = "onnx"
-ONNX_PREFIX = "memopt"
 PACKAGE_ROOT = str(Path(memopt.__file__).resolve().parent.parent)
 
 
 @dataclass(frozen=True)
 class RunRequest:
     """What the child runs. ``env`` adds to (or overrides) the caller's environment."""
-
 
     recipe: str
     batch_size: int
@@ -117,11 +126,19 @@ def launch(request: RunRequest, run_dir: Path, cancel: threading.Event | None = 
     """
     request_path = run_dir / ".request.json"
     result_path = run_dir / ".result.json"
-    request_path.write_text(json.dumps(
-        {"recipe": request.recipe, "options": dict(request.options), "batch_size": request.batch_size,
-         "steps": request.steps, "device": request.device, "log_level": request.log_level,
-         "save_onnx": request.save_onnx}
-    ))
+    request_path.write_text(
+        json.dumps(
+            {
+                "recipe": request.recipe,
+                "options": dict(request.options),
+                "batch_size": request.batch_size,
+                "steps": request.steps,
+                "device": request.device,
+                "log_level": request.log_level,
+                "save_onnx": request.save_onnx,
+            }
+        )
+    )
     started = time.monotonic()
     ending = "finished"
     returncode = 0
@@ -130,9 +147,12 @@ def launch(request: RunRequest, run_dir: Path, cancel: threading.Event | None = 
             ending = "cancelled"
         else:
             child = subprocess.Popen(
-                [request.python, "-m", "memopt.run.child", str(request_path), str(result_path)],
-                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                env=_child_env(request, run_dir), start_new_session=True,
+                [request.python, "-m", CHILD_MODULE, str(request_path), str(result_path)],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=_child_env(request, run_dir),
+                start_new_session=True,
             )
             try:
                 returncode, ending = _wait(child, request.timeout_s, cancel)
@@ -203,14 +223,22 @@ def _collect(
     elif status in ("running", "crashed") and error is None:
         status, error = "crashed", _crash_reason(run_dir / LOG_NAME, returncode)
     return RunResult(
-        status=status, run_dir=run_dir, error=error, device=reported.get("device"),
+        status=status,
+        run_dir=run_dir,
+        error=error,
+        device=reported.get("device"),
         stack=reported.get("stack", {}),
-        step_times_s=tuple(steps.get("step_times_s", ())), losses=tuple(steps.get("losses", ())),
-        memory_kind=steps.get("memory_kind"), memory_after_setup=steps.get("memory_after_setup"),
-        peak_memory=steps.get("peak_memory"), steady_peak_memory=steps.get("steady_peak_memory"),
-        cuda_peak_reserved=steps.get("cuda_peak_reserved"), cuda_device_name=steps.get("cuda_device_name"),
+        step_times_s=tuple(steps.get("step_times_s", ())),
+        losses=tuple(steps.get("losses", ())),
+        memory_kind=steps.get("memory_kind"),
+        memory_after_setup=steps.get("memory_after_setup"),
+        peak_memory=steps.get("peak_memory"),
+        steady_peak_memory=steps.get("steady_peak_memory"),
+        cuda_peak_reserved=steps.get("cuda_peak_reserved"),
+        cuda_device_name=steps.get("cuda_device_name"),
         cuda_total_memory=steps.get("cuda_total_memory"),
-        wall_s=wall_s, returncode=returncode,
+        wall_s=wall_s,
+        returncode=returncode,
     )
 
 
@@ -226,8 +254,12 @@ def _crash_reason(log_path: Path, returncode: int) -> str:
 def _write_record(run_dir: Path, request: RunRequest, result: RunResult) -> None:
     record = {
         "memopt_version": memopt.__version__,
-        "request": {**asdict(request), "options": dict(request.options), "env": dict(request.env),
-                    "unset_env": list(request.unset_env)},
+        "request": {
+            **asdict(request),
+            "options": dict(request.options),
+            "env": dict(request.env),
+            "unset_env": list(request.unset_env),
+        },
         "result": {**asdict(result), "run_dir": str(result.run_dir), "median_step_s": result.median_step_s},
     }
     (run_dir / RECORD_NAME).write_text(json.dumps(record, indent=2, default=str))

@@ -68,8 +68,16 @@ def probe(
 ) -> ProbeResult:
     """Run the recipe for a warm-up step and ``steps`` more with ORT's plans logged and graphs saved."""
     request = RunRequest(
-        recipe=recipe, batch_size=batch_size, options=dict(options or {}), steps=steps, device=device,
-        log_level=log_level, save_onnx=True, env=dict(env or {}), unset_env=unset_env, timeout_s=timeout_s,
+        recipe=recipe,
+        batch_size=batch_size,
+        options=dict(options or {}),
+        steps=steps,
+        device=device,
+        log_level=log_level,
+        save_onnx=True,
+        env=dict(env or {}),
+        unset_env=unset_env,
+        timeout_s=timeout_s,
         **({"python": python} if python else {}),
     )
     run = launch(request, new_run_dir(runs_dir, run_label(recipe, batch_size)), cancel)

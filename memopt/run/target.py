@@ -9,11 +9,11 @@ from pathlib import Path
 from typing import Any
 
 from memopt.errors import MemoptError
+from memopt.graph.gradient import build_training_graph
 from memopt.graph.training_graph import TrainingGraph, load_graph
 from memopt.logparse import parse_file
-from memopt.run.probe import probe
 from memopt.run.launch import new_run_dir
-from memopt.graph.gradient import build_training_graph
+from memopt.run.probe import probe
 
 __all__ = ["CONFIG_VARIABLES", "ScanTarget", "load_target"]
 
@@ -50,10 +50,21 @@ def load_target(
             return ScanTarget(graph, target, Path(target))
         folder = new_run_dir(runs_dir, f"graph-{Path(target).stem}")
         built = build_training_graph(Path(target), folder / "training_graph.onnx", loss, python)
-        return ScanTarget(load_graph(built), f"{target} (forward only; training graph by ORT's gradient builder, "
-                          f"loss {loss}: {built})", built)
-    result = probe(target, probe_batch, options=options, steps=1, runs_dir=runs_dir, python=python,
-                   unset_env=CONFIG_VARIABLES, cancel=cancel)
+        return ScanTarget(
+            load_graph(built),
+            f"{target} (forward only; training graph by ORT's gradient builder, loss {loss}: {built})",
+            built,
+        )
+    result = probe(
+        target,
+        probe_batch,
+        options=options,
+        steps=1,
+        runs_dir=runs_dir,
+        python=python,
+        unset_env=CONFIG_VARIABLES,
+        cancel=cancel,
+    )
     run = result.run
     if not run.ok:
         raise MemoptError(f"could not build the training graph of {target}: {run.error} (log: {run.log_path})")
@@ -61,5 +72,10 @@ def load_target(
         raise MemoptError(f"ORTModule saved no execution graph for {target} (log: {run.log_path})")
     summaries = parse_file(run.log_path).summaries
     dims = dict(summaries[-1].dims) if summaries else {}
-    return ScanTarget(load_graph(result.execution_graph), f"{target} (probe {run.run_dir})",
-                      result.execution_graph, dims, run.stack.get("ort_version"))
+    return ScanTarget(
+        load_graph(result.execution_graph),
+        f"{target} (probe {run.run_dir})",
+        result.execution_graph,
+        dims,
+        run.stack.get("ort_version"),
+    )

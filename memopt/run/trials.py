@@ -23,6 +23,8 @@ from enum import Enum
 from pathlib import Path
 from typing import Any, Protocol
 
+from memopt.errors import MemoptError
+from memopt.logparse import LogReadError, parse_file
 from memopt.ort.config import (
     ENV_VAR,
     ConfigEntry,
@@ -35,11 +37,9 @@ from memopt.ort.config import (
     validate_entries,
     write_json_config,
 )
-from memopt.errors import MemoptError
-from memopt.run.journal import Journal
-from memopt.logparse import LogReadError, parse_file
-from memopt.run.budget import Budget, total_ram
 from memopt.ort.version import OrtVersion
+from memopt.run.budget import Budget, total_ram
+from memopt.run.journal import Journal
 from memopt.run.launch import PACKAGE_ROOT, RunRequest, RunResult, launch, new_run_dir
 
 __all__ = [
@@ -96,9 +96,14 @@ class Outcome(str, Enum):
 
 
 _STATUS_TO_OUTCOME = {
-    "ok": Outcome.OK, "out_of_memory": Outcome.OUT_OF_MEMORY, "step_error": Outcome.CRASHED,
-    "crashed": Outcome.CRASHED, "timed_out": Outcome.TIMED_OUT, "cancelled": Outcome.CANCELLED,
-    "recipe_error": Outcome.RECIPE_ERROR, "stack_error": Outcome.STACK_ERROR,
+    "ok": Outcome.OK,
+    "out_of_memory": Outcome.OUT_OF_MEMORY,
+    "step_error": Outcome.CRASHED,
+    "crashed": Outcome.CRASHED,
+    "timed_out": Outcome.TIMED_OUT,
+    "cancelled": Outcome.CANCELLED,
+    "recipe_error": Outcome.RECIPE_ERROR,
+    "stack_error": Outcome.STACK_ERROR,
 }
 
 
@@ -220,13 +225,22 @@ def stack_versions(python: str | None = None) -> StackVersions:
     else:
         script = "import json, dataclasses; from memopt.ort.stack import inspect_stack; print(json.dumps(dataclasses.asdict(inspect_stack())))"
         try:
-            done = subprocess.run([python, "-c", script], capture_output=True, text=True, timeout=120,
-                                  env={"PYTHONPATH": PACKAGE_ROOT, "PATH": "/usr/bin:/bin"})
+            done = subprocess.run(
+                [python, "-c", script],
+                capture_output=True,
+                text=True,
+                timeout=120,
+                env={"PYTHONPATH": PACKAGE_ROOT, "PATH": "/usr/bin:/bin"},
+            )
             info = json.loads(done.stdout.strip().splitlines()[-1])
         except (OSError, ValueError, IndexError, subprocess.TimeoutExpired) as err:
             raise TrialError(f"cannot ask {python} for its ORT/torch versions: {err}") from None
-    return StackVersions(info.get("ort_version"), info.get("ort_package"), info.get("torch_version"),
-                         info.get("ort_cuda_version") is not None)
+    return StackVersions(
+        info.get("ort_version"),
+        info.get("ort_package"),
+        info.get("torch_version"),
+        info.get("ort_cuda_version") is not None,
+    )
 
 
 def parse_trial_config(text: str, version: OrtVersion) -> ValidatedConfig:
@@ -268,9 +282,15 @@ def recipe_identity(recipe: str) -> str:
 
 def trial_key(spec: TrialSpec, versions: StackVersions) -> str:
     identity = {
-        "recipe": recipe_identity(spec.recipe), "options": dict(spec.options), "batch": spec.batch_size,
-        "config": list(config_key(spec.config)), "steps": spec.steps, "device": spec.device,
-        "ort": versions.ort_version, "ort_package": versions.ort_package, "torch": versions.torch_version,
+        "recipe": recipe_identity(spec.recipe),
+        "options": dict(spec.options),
+        "batch": spec.batch_size,
+        "config": list(config_key(spec.config)),
+        "steps": spec.steps,
+        "device": spec.device,
+        "ort": versions.ort_version,
+        "ort_package": versions.ort_package,
+        "torch": versions.torch_version,
     }
     return hashlib.sha256(json.dumps(identity, sort_keys=True, default=str).encode()).hexdigest()[:20]
 
@@ -296,10 +316,12 @@ def run_trial(
     launching (bad config, no ORT); anything the child does comes back as the outcome.
     """
     versions = versions or stack_versions(spec.python)
-    runner = JournaledRunner(ChildTrialRunner(Path(runs_dir), versions, budget), journal or Journal.in_folder(runs_dir),
-                             versions, resume)
-    return runner(spec, budget_bytes=budget_bytes, predicted_peak_bytes=predicted_peak_bytes,
-                  cancel=cancel or threading.Event())
+    runner = JournaledRunner(
+        ChildTrialRunner(Path(runs_dir), versions, budget), journal or Journal.in_folder(runs_dir), versions, resume
+    )
+    return runner(
+        spec, budget_bytes=budget_bytes, predicted_peak_bytes=predicted_peak_bytes, cancel=cancel or threading.Event()
+    )
 
 
 class TrialRunner(Protocol):
@@ -343,15 +365,31 @@ class ChildTrialRunner:
         run_dir = new_run_dir(Path(self.runs_dir), _label(spec))
         env, unset, value = _config_env(spec.config, version, run_dir)
         request = RunRequest(
-            recipe=spec.recipe, batch_size=spec.batch_size, options=dict(spec.options), steps=spec.steps,
-            device=spec.device, log_level=spec.log_level, save_onnx=False, env=env, unset_env=unset,
-            timeout_s=spec.timeout_s, **({"python": spec.python} if spec.python else {}),
+            recipe=spec.recipe,
+            batch_size=spec.batch_size,
+            options=dict(spec.options),
+            steps=spec.steps,
+            device=spec.device,
+            log_level=spec.log_level,
+            save_onnx=False,
+            env=env,
+            unset_env=unset,
+            timeout_s=spec.timeout_s,
+            **({"python": spec.python} if spec.python else {}),
         )
         run = launch(request, run_dir, cancel)
         if budget_bytes is None and self.budget is not None:
             budget_bytes = self.budget.bytes_of(run.cuda_total_memory if run.device == "cuda" else total_ram())
-        return _result(spec, run, trial_key(spec, versions), value, versions, validated.warnings, budget_bytes,
-                       predicted_peak_bytes)
+        return _result(
+            spec,
+            run,
+            trial_key(spec, versions),
+            value,
+            versions,
+            validated.warnings,
+            budget_bytes,
+            predicted_peak_bytes,
+        )
 
 
 @dataclass(frozen=True)
@@ -377,10 +415,15 @@ class JournaledRunner:
             previous = self.journal.latest(key, REUSABLE_STATUSES)
             if previous is not None:
                 result = TrialResult.from_record(previous.record)
-                return replace(result.judged(budget_bytes), reused=True,
-                               predicted_peak_bytes=predicted_peak_bytes or result.predicted_peak_bytes)
-        result = replace(self.inner(spec, budget_bytes=budget_bytes, predicted_peak_bytes=predicted_peak_bytes,
-                                    cancel=cancel), key=key)
+                return replace(
+                    result.judged(budget_bytes),
+                    reused=True,
+                    predicted_peak_bytes=predicted_peak_bytes or result.predicted_peak_bytes,
+                )
+        result = replace(
+            self.inner(spec, budget_bytes=budget_bytes, predicted_peak_bytes=predicted_peak_bytes, cancel=cancel),
+            key=key,
+        )
         self.journal.append(result.to_record())
         return result
 
@@ -419,28 +462,48 @@ def _result(
     budget: int | None,
     predicted: int | None,
 ) -> TrialResult:
-    plans_on, plans_seen, recomputed = _from_log(run.log_path) if run.status in ("ok", "out_of_memory", "step_error") else ((), None, None)
+    plans_on, plans_seen, recomputed = (
+        _from_log(run.log_path) if run.status in ("ok", "out_of_memory", "step_error") else ((), None, None)
+    )
     if recomputed is None and not spec.config and run.status == "ok":
         recomputed = 0  # no config: ORT prints no count because it recomputes nothing
     median = run.median_step_s
     peak = run.steady_peak_memory if run.steady_peak_memory is not None else run.peak_memory
     stack = run.stack or {}
     return TrialResult(
-        key=key, recipe=spec.recipe, options=dict(spec.options), batch_size=spec.batch_size,
-        config=tuple(str(entry) for entry in spec.config), config_value=value,
-        outcome=_outcome(run.status, peak, budget), status=run.status, run_dir=str(run.run_dir), steps=spec.steps,
-        device=run.device, error=run.error,
+        key=key,
+        recipe=spec.recipe,
+        options=dict(spec.options),
+        batch_size=spec.batch_size,
+        config=tuple(str(entry) for entry in spec.config),
+        config_value=value,
+        outcome=_outcome(run.status, peak, budget),
+        status=run.status,
+        run_dir=str(run.run_dir),
+        steps=spec.steps,
+        device=run.device,
+        error=run.error,
         ort_version=stack.get("ort_version") or versions.ort_version,
         torch_version=stack.get("torch_version") or versions.torch_version,
         ort_package=stack.get("ort_package") or versions.ort_package,
-        memory_kind=run.memory_kind, static_bytes=run.memory_after_setup, peak_bytes=peak,
-        peak_over_run_bytes=run.peak_memory, cuda_reserved_bytes=run.cuda_peak_reserved,
-        cuda_total_memory=run.cuda_total_memory, cuda_device_name=run.cuda_device_name,
-        step_times_s=tuple(run.step_times_s), median_step_s=median,
+        memory_kind=run.memory_kind,
+        static_bytes=run.memory_after_setup,
+        peak_bytes=peak,
+        peak_over_run_bytes=run.peak_memory,
+        cuda_reserved_bytes=run.cuda_peak_reserved,
+        cuda_total_memory=run.cuda_total_memory,
+        cuda_device_name=run.cuda_device_name,
+        step_times_s=tuple(run.step_times_s),
+        median_step_s=median,
         throughput=spec.batch_size / median if median else None,
-        plans_on=plans_on, plans_seen=plans_seen, recomputed_nodes=recomputed,
-        budget_bytes=budget, predicted_peak_bytes=predicted, config_warnings=tuple(warnings),
-        wall_s=run.wall_s, finished_at=time.time(),
+        plans_on=plans_on,
+        plans_seen=plans_seen,
+        recomputed_nodes=recomputed,
+        budget_bytes=budget,
+        predicted_peak_bytes=predicted,
+        config_warnings=tuple(warnings),
+        wall_s=run.wall_s,
+        finished_at=time.time(),
     )
 
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from memopt.graph.training_graph import TensorInfo, TrainingGraph
 from memopt.graph.polynomial import Polynomial
+from memopt.graph.training_graph import TensorInfo, TrainingGraph
+from memopt.ort.rules import ProbeLevel, rules_for
 from memopt.scan.detect import Analysis, ScanError, analyse
 from memopt.scan.patterns import Pattern, group_patterns
-from memopt.ort.rules import ProbeLevel, rules_for
 from memopt.scan.savings import UnknownDims, plan_saving, stashed_bytes
 
 __all__ = ["ScanReport", "ScanError", "ProbeLevel", "scan_graph"]
@@ -47,7 +47,8 @@ def scan_graph(
     savings = [plan_saving(graph, plan, unknown_dims) for plan in analysis.plans]
     warnings = [*analysis.warnings, *(w for s in savings for w in s.warnings)]
     inputs = {
-        name: graph.tensor(name) for name in graph.graph_inputs
+        name: graph.tensor(name)
+        for name in graph.graph_inputs
         if any(isinstance(d, str) for d in graph.tensor(name).dims or ())
     }
     stashed = stashed_bytes(graph, analysis.candidates, unknown_dims)

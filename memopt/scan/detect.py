@@ -26,8 +26,9 @@ from memopt.ort.rules import (
 
 __all__ = ["Analysis", "NodePlan", "PlanKind", "ScanError", "analyse", "element_size"]
 
-_LAYER_NORMS = frozenset({"LayerNormalization", "SkipLayerNormalization", "SimplifiedLayerNormalization",
-                          "SkipSimplifiedLayerNormalization"})
+_LAYER_NORMS = frozenset(
+    {"LayerNormalization", "SkipLayerNormalization", "SimplifiedLayerNormalization", "SkipSimplifiedLayerNormalization"}
+)
 _LAYER_NORMS_1_17 = frozenset({"LayerNormalization", "SkipLayerNormalization"})
 
 
@@ -149,8 +150,9 @@ def _stashed_candidates(
 
 
 class _Search:
-    def __init__(self, graph: TrainingGraph, rules: ReleaseRules, level: ProbeLevel,
-                 usage: dict[str, tuple[bool, bool]]) -> None:
+    def __init__(
+        self, graph: TrainingGraph, rules: ReleaseRules, level: ProbeLevel, usage: dict[str, tuple[bool, bool]]
+    ) -> None:
         self.graph, self.rules, self.level, self.usage = graph, rules, level, usage
 
     def select(self, entry: Node, outputs: tuple[int, ...], compromise: bool) -> tuple[NodePlan | None, bool]:
@@ -264,7 +266,8 @@ def _boundary_layer_norms_1_17(graph: TrainingGraph, yield_order: int, rules: Re
     """1.17's rule [doc §4, not yet checked against a 1.17 LEVEL=1 log]: an LN whose forward
     consumers reach softmax before another LN."""
     return tuple(
-        node.order for node in graph.nodes[:yield_order]
+        node.order
+        for node in graph.nodes[:yield_order]
         if node.op_type in _LAYER_NORMS_1_17 and _reaches_attention(graph, node, yield_order, rules, stop_at_norms=True)
     )
 

@@ -6,9 +6,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from memopt.graph.polynomial import NotPolynomialError, Polynomial
 from memopt.graph.training_graph import load_graph
 from memopt.logparse import Plan, parse_file
-from memopt.graph.polynomial import NotPolynomialError, Polynomial
 from memopt.scan import scan_graph
 from memopt.scan.patterns import Pattern
 
@@ -60,8 +60,15 @@ def compare_plans(patterns: Iterable[Pattern], logged: Iterable[Plan], dims: Map
     for key in sorted(scanned.keys() | printed.keys()):
         pattern, plan = scanned.get(key), printed.get(key)
         if pattern is None or plan is None:
-            rows.append(PlanParity(key[0], pattern is not None, plan is not None,
-                                   pattern.frequency if pattern else None, plan.frequency if plan else None))
+            rows.append(
+                PlanParity(
+                    key[0],
+                    pattern is not None,
+                    plan is not None,
+                    pattern.frequency if pattern else None,
+                    plan.frequency if plan else None,
+                )
+            )
             continue
         logged_saving = _polynomial(plan)
         if logged_saving is None:  # Format A (<= 1.16) prints stashed shapes, not bytes
@@ -70,12 +77,22 @@ def compare_plans(patterns: Iterable[Pattern], logged: Iterable[Plan], dims: Map
             rows.append(PlanParity(key[0], True, True, pattern.frequency, plan.frequency, matches, None))
             continue
         renamed = logged_saving.symbols != pattern.exact.symbols
-        at = dims if renamed and dims is not None and logged_saving.symbols | pattern.exact.symbols <= set(dims) else None
-        rows.append(PlanParity(
-            key[0], True, True, pattern.frequency, plan.frequency,
-            saving_matches=pattern.ort_matches(logged_saving, at),
-            saving_exact=logged_saving == pattern.exact,
-        ))
+        at = (
+            dims
+            if renamed and dims is not None and logged_saving.symbols | pattern.exact.symbols <= set(dims)
+            else None
+        )
+        rows.append(
+            PlanParity(
+                key[0],
+                True,
+                True,
+                pattern.frequency,
+                plan.frequency,
+                saving_matches=pattern.ort_matches(logged_saving, at),
+                saving_exact=logged_saving == pattern.exact,
+            )
+        )
     return Parity(tuple(rows))
 
 
@@ -96,8 +113,12 @@ def captured_parity(samples: Path, release: str, model: str, scenario: str) -> P
     if not summaries:
         return Parity(())
     logged = summaries[-1]
-    report = scan_graph(load_graph(samples / "graphs" / release / f"{model}.onnx"), release,
-                        dims=dict(logged.dims), layer_boundary=SCENARIOS[scenario])
+    report = scan_graph(
+        load_graph(samples / "graphs" / release / f"{model}.onnx"),
+        release,
+        dims=dict(logged.dims),
+        layer_boundary=SCENARIOS[scenario],
+    )
     return compare_plans(report.patterns, logged.plans, dict(logged.dims))
 
 

@@ -8,11 +8,11 @@ from pathlib import Path
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402  (after choosing the file-only backend)
+import matplotlib.pyplot as plt
 
-from memopt.errors import MemoptError  # noqa: E402
-from memopt.scan import ScanReport  # noqa: E402
-from memopt.graph.sizes import batch_symbols  # noqa: E402
+from memopt.errors import MemoptError
+from memopt.graph.sizes import batch_symbols
+from memopt.scan import ScanReport
 
 __all__ = ["plot_scan", "PLOTTED_PLANS"]
 
@@ -27,10 +27,19 @@ def plot_scan(report: ScanReport, dims: Mapping[str, int], path: Path) -> None:
     batch = batch_symbols(report.inputs)
     figure, (bars, sweep) = plt.subplots(1, 2, figsize=(14, max(4.0, 0.4 * len(report.patterns) + 1.5)))
     ranked = sorted(report.patterns, key=lambda p: p.exact.evaluate(dims))
-    bars.barh([p.key for p in ranked], [p.exact.evaluate(dims) / _MIB for p in ranked], color="tab:blue",
-              label="exact (every stashed output)")
-    bars.scatter([p.ort.evaluate(dims) / _MIB for p in ranked], [p.key for p in ranked], color="tab:orange",
-                 zorder=3, label="as ORT prints it")
+    bars.barh(
+        [p.key for p in ranked],
+        [p.exact.evaluate(dims) / _MIB for p in ranked],
+        color="tab:blue",
+        label="exact (every stashed output)",
+    )
+    bars.scatter(
+        [p.ort.evaluate(dims) / _MIB for p in ranked],
+        [p.key for p in ranked],
+        color="tab:orange",
+        zorder=3,
+        label="as ORT prints it",
+    )
     bars.set_xlabel("activation memory saved (MiB)")
     bars.set_title("Saving per plan at " + ", ".join(f"{k}={v}" for k, v in sorted(dims.items())))
     bars.legend(loc="lower right")
@@ -42,10 +51,20 @@ def plot_scan(report: ScanReport, dims: Mapping[str, int], path: Path) -> None:
     baseline = [report.stashed.evaluate(d) / _MIB for d in at]
     sweep.plot(sizes, baseline, color="black", linewidth=2, label="no recompute")
     for pattern in sorted(report.patterns, key=lambda p: -p.exact.evaluate(dims))[:PLOTTED_PLANS]:
-        sweep.plot(sizes, [b - pattern.exact.evaluate(d) / _MIB for b, d in zip(baseline, at)],
-                   linewidth=1, label=f"{pattern.key} alone")
-    sweep.plot(sizes, [b - _best_per_node(report, d) / _MIB for b, d in zip(baseline, at)],
-               color="tab:green", linewidth=2, linestyle="--", label="all plans")
+        sweep.plot(
+            sizes,
+            [b - pattern.exact.evaluate(d) / _MIB for b, d in zip(baseline, at)],
+            linewidth=1,
+            label=f"{pattern.key} alone",
+        )
+    sweep.plot(
+        sizes,
+        [b - _best_per_node(report, d) / _MIB for b, d in zip(baseline, at)],
+        color="tab:green",
+        linewidth=2,
+        linestyle="--",
+        label="all plans",
+    )
     sweep.axvline(current, color="grey", linestyle=":")
     sweep.set_xlabel(f"batch size ({', '.join(batch) or 'no batch dim'})")
     sweep.set_ylabel("stashed activations (MiB)")

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from fractions import Fraction
 from functools import cached_property
 
-from memopt.graph.training_graph import Dim, TrainingGraph
 from memopt.graph.polynomial import Polynomial
+from memopt.graph.training_graph import Dim, TrainingGraph
 from memopt.scan.detect import NodePlan, element_size
 from memopt.scan.modules import module_path
 
@@ -85,12 +85,16 @@ def plan_saving(graph: TrainingGraph, plan: NodePlan, unknown_dims: UnknownDims 
             warnings.append(f"{plan.entry.name}: element type of {tensor} unknown; its saving is counted as 0")
             size = 0
         if dims is None:
-            warnings.append(f"{plan.entry.name}: shape of {tensor} unknown; its saving is symbolic in '{UNKNOWN_SHAPE_SYMBOL}'")
+            warnings.append(
+                f"{plan.entry.name}: shape of {tensor} unknown; its saving is symbolic in '{UNKNOWN_SHAPE_SYMBOL}'"
+            )
         outputs.append(OutputSaving(index, tensor, _elements(dims, unknown_dims), size, plan.save_ratio))
     return PlanSaving(plan, tuple(outputs), tuple(warnings), _module(graph, plan))
 
 
-def stashed_bytes(graph: TrainingGraph, candidates: Mapping[int, tuple[int, ...]], unknown_dims: UnknownDims) -> Polynomial:
+def stashed_bytes(
+    graph: TrainingGraph, candidates: Mapping[int, tuple[int, ...]], unknown_dims: UnknownDims
+) -> Polynomial:
     """Bytes of all stashed activations (every candidate output), as if nothing were recomputed."""
     total = Polynomial()
     for order, indices in candidates.items():

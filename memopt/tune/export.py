@@ -49,8 +49,15 @@ class ConfigExport:
         return [UNSET_LINE] if value is None else [export_line(value)]
 
 
-def plan_export(entries: Iterable[ConfigEntry], version: OrtVersion, runs_dir: Path, recipe: str, batch: int,
-                path: Path | None = None, kind: str = "tune") -> ConfigExport:
+def plan_export(
+    entries: Iterable[ConfigEntry],
+    version: OrtVersion,
+    runs_dir: Path,
+    recipe: str,
+    batch: int,
+    path: Path | None = None,
+    kind: str = "tune",
+) -> ConfigExport:
     """The export of ``entries`` for ``recipe`` at ``batch`` (file ``<kind>-<recipe>-b<batch>``); nothing is written."""
     name = Path(recipe.partition(":")[0]).stem.replace(".", "-") or "recipe"
     suffix = ".json" if takes_json_file(version) else ".txt"

@@ -88,8 +88,15 @@ class SearchState:
         model = self.model
         if self.left_off:
             model = _without(model, self.left_off)
-        return choose_plans(model, self.costs_s, self.target_batch, self.budget_bytes, self.ort_version,
-                            margin=self.margin, baseline_step_s=self.baseline_step_s)
+        return choose_plans(
+            model,
+            self.costs_s,
+            self.target_batch,
+            self.budget_bytes,
+            self.ort_version,
+            margin=self.margin,
+            baseline_step_s=self.baseline_step_s,
+        )
 
     def tried(self) -> frozenset[frozenset[PlanKey]]:
         return frozenset(frozenset(a.plans) for a in self.attempts)
@@ -140,13 +147,20 @@ def _first(state: SearchState) -> TryPlans | Stop:
     plan = state.plan()
     if plan.feasible:
         if plan.plans:
-            return TryPlans(plan.plans, f"planner: {names(plan.plans)} predicted {format_mib(plan.predicted_bytes)} ≤ "
-                                        f"limit {format_mib(limit)} (no config {format_mib(plan.baseline_bytes)}) "
-                                        f"for ~{plan.cost_s * 1000:.0f} ms/step")
-        return TryPlans((), f"planner: no config predicted {format_mib(plan.baseline_bytes)} ≤ limit "
-                            f"{format_mib(limit)}; verifying")
-    return TryPlans(state.useful_plans(), f"planner: even every plan is predicted at {format_mib(plan.predicted_bytes)}"
-                                          f" > limit {format_mib(limit)}; trying every plan once to check")
+            return TryPlans(
+                plan.plans,
+                f"planner: {names(plan.plans)} predicted {format_mib(plan.predicted_bytes)} ≤ "
+                f"limit {format_mib(limit)} (no config {format_mib(plan.baseline_bytes)}) "
+                f"for ~{plan.cost_s * 1000:.0f} ms/step",
+            )
+        return TryPlans(
+            (), f"planner: no config predicted {format_mib(plan.baseline_bytes)} ≤ limit {format_mib(limit)}; verifying"
+        )
+    return TryPlans(
+        state.useful_plans(),
+        f"planner: even every plan is predicted at {format_mib(plan.predicted_bytes)}"
+        f" > limit {format_mib(limit)}; trying every plan once to check",
+    )
 
 
 def _lighter(state: SearchState, last: Attempt) -> TryPlans | Stop:
@@ -156,15 +170,25 @@ def _lighter(state: SearchState, last: Attempt) -> TryPlans | Stop:
         return _stop(state, SearchStatus.VERIFIED, "no recompute needed at this batch")
     plan = state.plan()
     if plan.feasible and frozenset(plan.plans) not in tried and state.cost_of(plan.plans) < state.cost_of(selection):
-        return TryPlans(plan.plans, f"fits; recalibrated planner: {names(plan.plans) or 'no config'} is cheaper and "
-                                    f"predicted {format_mib(plan.predicted_bytes)} ≤ limit {format_mib(limit)}")
+        return TryPlans(
+            plan.plans,
+            f"fits; recalibrated planner: {names(plan.plans) or 'no config'} is cheaper and "
+            f"predicted {format_mib(plan.predicted_bytes)} ≤ limit {format_mib(limit)}",
+        )
     costliest = max(selection, key=lambda key: (state.costs_s.get(key, 0.0), key))
     lighter = tuple(key for key in selection if key != costliest)
     predicted = state.predict(lighter)
     if predicted <= limit and frozenset(lighter) not in tried:
-        return TryPlans(lighter, f"fits; trying without the costliest plan {short_key(costliest)} "
-                                 f"(predicted {format_mib(predicted)} ≤ limit {format_mib(limit)})")
-    why = "already tried" if frozenset(lighter) in tried else f"predicted {format_mib(predicted)} > limit {format_mib(limit)}"
+        return TryPlans(
+            lighter,
+            f"fits; trying without the costliest plan {short_key(costliest)} "
+            f"(predicted {format_mib(predicted)} ≤ limit {format_mib(limit)})",
+        )
+    why = (
+        "already tried"
+        if frozenset(lighter) in tried
+        else f"predicted {format_mib(predicted)} > limit {format_mib(limit)}"
+    )
     return _stop(state, SearchStatus.VERIFIED, f"nothing lighter to try (without {short_key(costliest)}: {why})")
 
 
@@ -179,8 +203,11 @@ def _heavier(state: SearchState, last: Attempt) -> TryPlans | Stop:
         prefix = f"trial {last.outcome.label}; trying another selection; "
     plan = state.plan()
     if plan.feasible and frozenset(plan.plans) not in tried and set(plan.plans) != set(selection):
-        return TryPlans(plan.plans, f"{prefix}over; recalibrated planner: {names(plan.plans)} predicted "
-                                    f"{format_mib(plan.predicted_bytes)} ≤ limit {format_mib(limit)}")
+        return TryPlans(
+            plan.plans,
+            f"{prefix}over; recalibrated planner: {names(plan.plans)} predicted "
+            f"{format_mib(plan.predicted_bytes)} ≤ limit {format_mib(limit)}",
+        )
     candidate = list(selection)
     for key in useful:  # largest saving first
         if key in candidate:
@@ -190,8 +217,11 @@ def _heavier(state: SearchState, last: Attempt) -> TryPlans | Stop:
             continue
         predicted = state.predict(candidate)
         if predicted <= limit or len(candidate) == len(useful):
-            return TryPlans(tuple(candidate), f"{prefix}over; adding {short_key(key)}: {names(candidate)} predicted "
-                                              f"{format_mib(predicted)} vs limit {format_mib(limit)}")
+            return TryPlans(
+                tuple(candidate),
+                f"{prefix}over; adding {short_key(key)}: {names(candidate)} predicted "
+                f"{format_mib(predicted)} vs limit {format_mib(limit)}",
+            )
     return _stop(state, SearchStatus.IMPOSSIBLE, "every plan is on")
 
 
@@ -200,11 +230,15 @@ def _stop(state: SearchState, status: SearchStatus, message: str) -> Stop:
     verified = best_attempt(state.attempts) is not None
     if status is SearchStatus.IMPOSSIBLE:
         largest = state.model.max_batch(state.limit_bytes, state.useful_plans())
-        message = (f"batch {state.target_batch} does not fit in {format_mib(state.budget_bytes)} even with every "
-                   f"plan; predicted to fit: batch {largest} with every plan")
+        message = (
+            f"batch {state.target_batch} does not fit in {format_mib(state.budget_bytes)} even with every "
+            f"plan; predicted to fit: batch {largest} with every plan"
+        )
         return Stop(SearchStatus.VERIFIED if verified else SearchStatus.IMPOSSIBLE, message, largest)
     if not verified:
-        return Stop(SearchStatus.FAILED if status is SearchStatus.VERIFIED else status, f"{message}; no verified config")
+        return Stop(
+            SearchStatus.FAILED if status is SearchStatus.VERIFIED else status, f"{message}; no verified config"
+        )
     return Stop(status, message)
 
 

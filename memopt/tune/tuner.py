@@ -146,10 +146,14 @@ class Tuner:
             raise TuneError("--budget is required on CPU (e.g. --budget 2.5GiB or --budget 50%)")
         self._check_cancel()
         prepared = self._stage(
-            "probe", f"Exporting {s.recipe} under ORTModule (no-config probe at batch {s.probe_batch}) and scanning…",
+            "probe",
+            f"Exporting {s.recipe} under ORTModule (no-config probe at batch {s.probe_batch}) and scanning…",
             self._prepare_target,
-            lambda p: f"training graph {p.target.graph_path.name}, {len(p.target.graph.nodes)} nodes; "
-                      f"{len(p.report.patterns)} recompute plans (ORT {p.ort_version}'s rules)")
+            lambda p: (
+                f"training graph {p.target.graph_path.name}, {len(p.target.graph.nodes)} nodes; "
+                f"{len(p.report.patterns)} recompute plans (ORT {p.ort_version}'s rules)"
+            ),
+        )
         self.prepared = prepared
         self._check_cancel()
         self.calibration = self._calibrate(prepared)
@@ -159,10 +163,17 @@ class Tuner:
         except MemoptError as err:
             raise TuneError(str(err)) from None
         self.ready = Ready(
-            recipe=s.recipe, options=dict(s.options), ort_version=prepared.ort_version,
-            ort_package=self.versions.ort_package, torch_version=self.versions.torch_version,
-            device=self.device_name, budget_bytes=self.budget_bytes, limit_bytes=self.limit_bytes,
-            target_batch=s.target_batch, rows=self.rows(), runs_dir=s.runs_dir,
+            recipe=s.recipe,
+            options=dict(s.options),
+            ort_version=prepared.ort_version,
+            ort_package=self.versions.ort_package,
+            torch_version=self.versions.torch_version,
+            device=self.device_name,
+            budget_bytes=self.budget_bytes,
+            limit_bytes=self.limit_bytes,
+            target_batch=s.target_batch,
+            rows=self.rows(),
+            runs_dir=s.runs_dir,
         )
         self._emit(self.ready)
         return self.ready
@@ -190,8 +201,15 @@ class Tuner:
         try:
             if self._prepare is not None:
                 return self._prepare(self._cancel)
-            return prepare_target(s.recipe, options=s.options, runs_dir=s.runs_dir, python=s.python,
-                                  probe_batch=s.probe_batch, versions=self.versions, cancel=self._cancel)
+            return prepare_target(
+                s.recipe,
+                options=s.options,
+                runs_dir=s.runs_dir,
+                python=s.python,
+                probe_batch=s.probe_batch,
+                versions=self.versions,
+                cancel=self._cancel,
+            )
         except MemoptError:
             self._check_cancel()  # a probe killed by cancel() is a cancel, not a failure
             raise
@@ -208,11 +226,22 @@ class Tuner:
                 self.device_name = record.result.cuda_device_name or "CUDA"
             return record.result
 
-        calibration = calibrate_on(prepared, run, s.target_batch, runs_dir=s.runs_dir, journal=self.journal,
-                                   calibration_batches=s.calibration_batches)
+        calibration = calibrate_on(
+            prepared,
+            run,
+            s.target_batch,
+            runs_dir=s.runs_dir,
+            journal=self.journal,
+            calibration_batches=s.calibration_batches,
+        )
         model = calibration.model
-        self._emit(StageFinished("calibrate", f"model: static {format_mib(model.static_bytes)} + "
-                                              f"{format_mib(model.per_sample_bytes)}/sample", time.monotonic() - started))
+        self._emit(
+            StageFinished(
+                "calibrate",
+                f"model: static {format_mib(model.static_bytes)} + {format_mib(model.per_sample_bytes)}/sample",
+                time.monotonic() - started,
+            )
+        )
         return calibration
 
     # -- the model's view -----------------------------------------------------------------
@@ -247,11 +276,19 @@ class Tuner:
         rows = []
         for pattern in self.prepared.report.patterns:
             raw = model.raw_saving(pattern.key, batch)
-            rows.append(PlanRow(
-                key=pattern.key, subgraph=pattern.subgraph, kind=pattern.kind.name.lower(),
-                frequency=pattern.frequency, saving_bytes=raw, effective_bytes=model.factor(pattern.key) * raw,
-                cost_s=costs.get(pattern.key, 0.0), modules=module_patterns(pattern.modules), counts_honoured=honoured,
-            ))
+            rows.append(
+                PlanRow(
+                    key=pattern.key,
+                    subgraph=pattern.subgraph,
+                    kind=pattern.kind.name.lower(),
+                    frequency=pattern.frequency,
+                    saving_bytes=raw,
+                    effective_bytes=model.factor(pattern.key) * raw,
+                    cost_s=costs.get(pattern.key, 0.0),
+                    modules=module_patterns(pattern.modules),
+                    counts_honoured=honoured,
+                )
+            )
         rows.sort(key=lambda r: (-r.saving_bytes, r.key))
         return tuple(rows)
 
@@ -268,14 +305,21 @@ class Tuner:
         attempts = tuple(
             Attempt(r.plans, r.outcome, r.step_s, r.left_off, _error_line(r.result), r.number)
             for r in self.records
-            if r.purpose is not Purpose.CALIBRATION and r.batch_size == self.settings.target_batch
+            if r.purpose is not Purpose.CALIBRATION
+            and r.batch_size == self.settings.target_batch
             and r.outcome is not Outcome.CANCELLED
         )
         return SearchState(
-            model=self._model(), costs_s=self.costs(), target_batch=self.settings.target_batch,
-            budget_bytes=self.budget_bytes, margin=self.settings.margin, ort_version=calibration.ort_version,
-            max_trials=max_trials or self.settings.max_trials, baseline_step_s=calibration.baseline_step_s,
-            attempts=attempts, trials_used=trials_used,
+            model=self._model(),
+            costs_s=self.costs(),
+            target_batch=self.settings.target_batch,
+            budget_bytes=self.budget_bytes,
+            margin=self.settings.margin,
+            ort_version=calibration.ort_version,
+            max_trials=max_trials or self.settings.max_trials,
+            baseline_step_s=calibration.baseline_step_s,
+            attempts=attempts,
+            trials_used=trials_used,
         )
 
     def plan(self) -> PlanResult:
@@ -290,8 +334,9 @@ class Tuner:
 
     # -- trials ---------------------------------------------------------------------------
 
-    def run_trial(self, plans: Iterable[PlanKey], purpose: Purpose = Purpose.MANUAL,
-                  reason: str = "your selection") -> TrialRecord:
+    def run_trial(
+        self, plans: Iterable[PlanKey], purpose: Purpose = Purpose.MANUAL, reason: str = "your selection"
+    ) -> TrialRecord:
         """A trial at the target batch with ``plans`` on; the model learns from it."""
         self.setup()
         selection = tuple(dict.fromkeys(plans))
@@ -304,19 +349,30 @@ class Tuner:
         inner = self._runner or ChildTrialRunner(s.runs_dir, self.versions)
         return JournaledRunner(inner, self.journal, self.versions, s.resume)
 
-    def _trial(self, batch: int, plans: tuple[PlanKey, ...], purpose: Purpose, reason: str,
-               predicted: float | None, budget: int | None) -> TrialRecord:
+    def _trial(
+        self,
+        batch: int,
+        plans: tuple[PlanKey, ...],
+        purpose: Purpose,
+        reason: str,
+        predicted: float | None,
+        budget: int | None,
+    ) -> TrialRecord:
         self._check_cancel()
         s = self.settings
         with self._lock:
             self._numbers += 1
             number = self._numbers
         self._emit(TrialStarted(number, purpose, batch, plans, predicted, reason, s.steps, s.timeout_s))
-        spec = TrialSpec(s.recipe, batch, dict(s.options), self.entries(plans), s.steps, s.device, s.timeout_s,
-                         s.python)
-        result = self._trial_runner()(spec, budget_bytes=budget,
-                                      predicted_peak_bytes=int(predicted) if predicted is not None else None,
-                                      cancel=self._cancel)
+        spec = TrialSpec(
+            s.recipe, batch, dict(s.options), self.entries(plans), s.steps, s.device, s.timeout_s, s.python
+        )
+        result = self._trial_runner()(
+            spec,
+            budget_bytes=budget,
+            predicted_peak_bytes=int(predicted) if predicted is not None else None,
+            cancel=self._cancel,
+        )
         record = TrialRecord(number, purpose, plans, predicted, reason, result)
         self.records.append(record)
         self._emit(TrialFinished(record, self._learn(record)))
@@ -336,8 +392,7 @@ class Tuner:
         if result.median_step_s:
             line += f", {result.median_step_s:.2f} s/step"
         if record.predicted_bytes is not None:
-            line += (f" (predicted {format_mib(record.predicted_bytes)}, "
-                     f"{(record.prediction_error or 0) * 100:+.1f}%)")
+            line += f" (predicted {format_mib(record.predicted_bytes)}, {(record.prediction_error or 0) * 100:+.1f}%)"
         if record.left_off:
             line += f"; ORT left {names(record.left_off)} OFF"
         if self.model is not None and record.purpose is not Purpose.CALIBRATION:
@@ -362,8 +417,10 @@ class Tuner:
             stop = self._search(max_trials or self.settings.max_trials)
             result = self._finish(stop.status, stop.message, stop.largest_batch)
         except TuneCancelled:
-            result = self._finish(SearchStatus.CANCELLED,
-                                  "cancelled: the running trial was stopped; the journal keeps every finished trial")
+            result = self._finish(
+                SearchStatus.CANCELLED,
+                "cancelled: the running trial was stopped; the journal keeps every finished trial",
+            )
         self._emit(SearchFinished(result))
         return result
 
@@ -374,8 +431,14 @@ class Tuner:
             if isinstance(step, Stop):
                 return step
             self._emit(Note(step.reason))
-            self._trial(self.settings.target_batch, step.plans, Purpose.SEARCH, step.reason,
-                        self.predict(step.plans).peak_bytes, self.budget_bytes)
+            self._trial(
+                self.settings.target_batch,
+                step.plans,
+                Purpose.SEARCH,
+                step.reason,
+                self.predict(step.plans).peak_bytes,
+                self.budget_bytes,
+            )
             used += 1
 
     def _finish(self, status: SearchStatus, message: str, largest: int | None = None) -> TuneResult:
@@ -418,22 +481,44 @@ class Tuner:
         """The search result for ``--json``."""
         best = result.best
         return {
-            "status": str(result.status), "message": result.message, "recipe": self.settings.recipe,
-            "options": dict(self.settings.options), "target_batch": self.settings.target_batch,
-            "budget_bytes": self.budget_bytes, "limit_bytes": self.limit_bytes,
-            "device": self.device_name, "ort_version": str(self.ort_version) if self.calibration else None,
+            "status": str(result.status),
+            "message": result.message,
+            "recipe": self.settings.recipe,
+            "options": dict(self.settings.options),
+            "target_batch": self.settings.target_batch,
+            "budget_bytes": self.budget_bytes,
+            "limit_bytes": self.limit_bytes,
+            "device": self.device_name,
+            "ort_version": str(self.ort_version) if self.calibration else None,
             "largest_batch": result.largest_batch,
-            "best": None if best is None else {
-                "trial": best.number, "plans": list(best.plans), "config": list(best.result.config),
-                "peak_bytes": best.peak_bytes, "median_step_s": best.step_s, "run_dir": best.result.run_dir,
+            "best": None
+            if best is None
+            else {
+                "trial": best.number,
+                "plans": list(best.plans),
+                "config": list(best.result.config),
+                "peak_bytes": best.peak_bytes,
+                "median_step_s": best.step_s,
+                "run_dir": best.result.run_dir,
             },
             "export": self.export_lines() if best is not None else [],
             "journal": str(self.journal.path),
-            "trials": [{
-                "number": r.number, "purpose": str(r.purpose), "batch_size": r.batch_size, "plans": list(r.plans),
-                "outcome": str(r.outcome), "peak_bytes": r.peak_bytes, "predicted_bytes": r.predicted_bytes,
-                "median_step_s": r.step_s, "reason": r.reason, "reused": r.result.reused, "run_dir": r.result.run_dir,
-            } for r in result.trials],
+            "trials": [
+                {
+                    "number": r.number,
+                    "purpose": str(r.purpose),
+                    "batch_size": r.batch_size,
+                    "plans": list(r.plans),
+                    "outcome": str(r.outcome),
+                    "peak_bytes": r.peak_bytes,
+                    "predicted_bytes": r.predicted_bytes,
+                    "median_step_s": r.step_s,
+                    "reason": r.reason,
+                    "reused": r.result.reused,
+                    "run_dir": r.result.run_dir,
+                }
+                for r in result.trials
+            ],
         }
 
 

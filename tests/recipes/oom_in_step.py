@@ -13,4 +13,6 @@ def make_batch(batch_size):
 
 
 def loss(output, target):
-    raise RuntimeError("[ONNXRuntimeError] : 6 : RUNTIME_EXCEPTION : Failed to allocate memory for requested buffer of size 68719476736")
+    raise RuntimeError(
+        "[ONNXRuntimeError] : 6 : RUNTIME_EXCEPTION : Failed to allocate memory for requested buffer of size 68719476736"
+    )

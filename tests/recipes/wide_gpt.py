@@ -12,7 +12,7 @@ from dataclasses import replace
 
 import torch
 
-from memopt.run.recipes.gpt import GPT, SIZES, loss  # noqa: F401  (loss is part of this recipe)
+from memopt.recipes.gpt import GPT, SIZES, loss  # noqa: F401  (loss is part of this recipe)
 
 CONFIG = replace(SIZES["tiny"], n_layer=4, n_head=4, d_model=256, max_seq=256, seq_len=256)
 

@@ -15,17 +15,29 @@ class InfoHeader(Static):
     def show_settings(self, settings: TuneSettings) -> None:
         options = ", ".join(f"{k}={v}" for k, v in settings.options.items())
         budget = settings.budget.text if settings.budget else "device memory − 10%"
-        text = Text.assemble(("memopt tune  ", "bold"), (settings.recipe, "bold cyan"),
-                             (f" ({options})" if options else "", "cyan"),
-                             f"   target batch {settings.target_batch}   budget {budget}   ", ("starting…", "italic"))
+        text = Text.assemble(
+            ("memopt tune  ", "bold"),
+            (settings.recipe, "bold cyan"),
+            (f" ({options})" if options else "", "cyan"),
+            f"   target batch {settings.target_batch}   budget {budget}   ",
+            ("starting…", "italic"),
+        )
         self.update(text)
 
     def show_ready(self, ready: Ready) -> None:
         options = ", ".join(f"{k}={v}" for k, v in ready.options.items())
         text = Text.assemble(
-            ("memopt tune  ", "bold"), (ready.recipe, "bold cyan"), (f" ({options})" if options else "", "cyan"), "\n",
-            f"ORT {ready.ort_version}", f" ({ready.ort_package})" if ready.ort_package else "",
-            f" · torch {ready.torch_version} · ", (ready.device, "bold"), " · target batch ",
-            (str(ready.target_batch), "bold"), " · budget ", (format_bytes(ready.budget_bytes), "bold yellow"),
+            ("memopt tune  ", "bold"),
+            (ready.recipe, "bold cyan"),
+            (f" ({options})" if options else "", "cyan"),
+            "\n",
+            f"ORT {ready.ort_version}",
+            f" ({ready.ort_package})" if ready.ort_package else "",
+            f" · torch {ready.torch_version} · ",
+            (ready.device, "bold"),
+            " · target batch ",
+            (str(ready.target_batch), "bold"),
+            " · budget ",
+            (format_bytes(ready.budget_bytes), "bold yellow"),
         )
         self.update(text)

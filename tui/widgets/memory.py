@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from memopt.tui.render import gauge, trials_chart
 from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.widgets import Sparkline, Static
 
+from memopt.tui.render import gauge, trials_chart
 from memopt.tune import TrialRecord
 
 __all__ = ["MemoryPanel"]
@@ -22,8 +22,9 @@ class MemoryPanel(Vertical):
         yield Static("step time per trial", id="spark-label")
         yield Sparkline([], id="steps")
 
-    def show_prediction(self, predicted: float, baseline: float, budget: float, limit: float, cost_s: float,
-                        plans: int) -> None:
+    def show_prediction(
+        self, predicted: float, baseline: float, budget: float, limit: float, cost_s: float, plans: int
+    ) -> None:
         width = max(self.size.width - 4, 10)
         self.query_one("#gauge", Static).update(gauge(predicted, baseline, budget, limit, width))
         self.query_one("#cost", Static).update(f"{plans} plan(s) on · est. recompute cost {cost_s * 1000:.0f} ms/step")

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from memopt.tui.state import Selection, plan_cells
 from textual.binding import Binding
 from textual.message import Message
 from textual.widgets import DataTable
 
+from memopt.tui.state import Selection, plan_cells
 from memopt.tune import PlanRow
 
 __all__ = ["PlansTable"]
@@ -45,7 +45,7 @@ class PlansTable(DataTable):
             return None
         try:
             return str(self.coordinate_to_cell_key(self.cursor_coordinate).row_key.value)
-        except Exception:  # noqa: BLE001  (an empty or refilling table)
+        except Exception:
             return None
 
     def action_toggle_plan(self) -> None:

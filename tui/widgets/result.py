@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from memopt.tui.state import short_plans
 from rich.text import Text
 from textual.widgets import Static
 
+from memopt.tui.state import short_plans
 from memopt.tune import TrialRecord
 from memopt.units import format_bytes
 
@@ -15,11 +15,16 @@ __all__ = ["ResultBar"]
 class ResultBar(Static):
     def show_best(self, best: TrialRecord | None, export: list[str]) -> None:
         if best is None:
-            self.update(Text("no verified config yet · a: auto-search · r: run a trial of your selection", style="grey62"))
+            self.update(
+                Text("no verified config yet · a: auto-search · r: run a trial of your selection", style="grey62")
+            )
             return
         text = Text.assemble(
-            ("verified ", "bold green"), f"trial {best.number}: {short_plans(best.plans)} · peak ",
-            (format_bytes(best.peak_bytes), "bold"), f" · {best.step_s or 0:.2f} s/step", "\n",
+            ("verified ", "bold green"),
+            f"trial {best.number}: {short_plans(best.plans)} · peak ",
+            (format_bytes(best.peak_bytes), "bold"),
+            f" · {best.step_s or 0:.2f} s/step",
+            "\n",
             (export[0] if export else "", "bold"),
         )
         self.update(text)

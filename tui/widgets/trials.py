@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from memopt.tui.state import trial_cells
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.widgets import DataTable, ProgressBar, RichLog, Static
 
+from memopt.tui.state import trial_cells
 from memopt.tune import TrialRecord
 
 __all__ = ["TrialsPanel"]

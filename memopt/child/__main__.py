@@ -1,4 +1,4 @@
-"""Child-process entry point: ``python -m memopt.run.child REQUEST.json RESULT.json``.
+"""Child-process entry point: ``python -m memopt.child REQUEST.json RESULT.json``.
 
 Runs one recipe under ORTModule and writes a result whatever happens, so the parent
 can tell a recipe problem from a broken stack, an out-of-memory step or a crash.
@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from memopt.errors import MemoptError, one_line
-from memopt.run.recipes import RecipeError, load_recipe
 from memopt.ort.stack import StackError, check_stack, inspect_stack
+from memopt.recipes import RecipeError, load_recipe
 
 
 def main(request_path: str, result_path: str) -> int:
@@ -35,7 +35,7 @@ def main(request_path: str, result_path: str) -> int:
     write()
     try:
         check_stack(stack)
-        from memopt.run.steps import StepFailure, pick_device, run_steps
+        from memopt.child.steps import StepFailure, pick_device, run_steps
 
         recipe = load_recipe(request["recipe"], request["options"])
         device = pick_device(request["device"], ort_has_cuda=stack.ort_cuda_version is not None)

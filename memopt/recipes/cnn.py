@@ -40,7 +40,9 @@ def build_model(size: str = "small") -> nn.Sequential:
     return nn.Sequential(*layers)
 
 
-def make_batch(batch_size: int, size: str = "small", image_size: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+def make_batch(
+    batch_size: int, size: str = "small", image_size: int | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
     cfg = SIZES[size]
     side = image_size or cfg.image_size
     return torch.randn(batch_size, 3, side, side), torch.randint(0, cfg.n_classes, (batch_size,))

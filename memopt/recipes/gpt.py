@@ -13,7 +13,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from memopt.run.recipes.transformer import TransformerConfig
+from memopt.recipes.transformer import TransformerConfig
 
 __all__ = ["SIZES", "GPT", "build_model", "make_batch", "loss"]
 
@@ -111,7 +111,9 @@ def build_model(size: str = "small", tied: bool = True, n_layer: int | None = No
     return GPT(replace(cfg, n_layer=n_layer) if n_layer else cfg, tied=tied)
 
 
-def make_batch(batch_size: int, size: str = "small", seq_len: int | None = None) -> tuple[tuple[torch.Tensor], torch.Tensor]:
+def make_batch(
+    batch_size: int, size: str = "small", seq_len: int | None = None
+) -> tuple[tuple[torch.Tensor], torch.Tensor]:
     cfg = SIZES[size]
     seq = cfg.sequence(seq_len)
     tokens = torch.randint(0, cfg.vocab_size, (batch_size, seq + 1))

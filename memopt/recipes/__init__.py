@@ -42,10 +42,10 @@ __all__ = [
 ]
 
 BUILTIN_RECIPES: dict[str, str] = {
-    "gpt": "memopt.run.recipes.gpt",
-    "bert": "memopt.run.recipes.bert",
-    "mlp": "memopt.run.recipes.mlp",
-    "cnn": "memopt.run.recipes.cnn",
+    "gpt": "memopt.recipes.gpt",
+    "bert": "memopt.recipes.bert",
+    "mlp": "memopt.recipes.mlp",
+    "cnn": "memopt.recipes.cnn",
 }
 DEFAULT_RECIPE = "gpt"
 REQUIRED = ("build_model", "make_batch")
@@ -92,8 +92,10 @@ def load_recipe(spec: str, options: Mapping[str, Any] | None = None) -> Recipe:
     source = _import_source(spec)
     missing = [name for name in REQUIRED if not callable(getattr(source, name, None))]
     if missing:
-        raise RecipeError(f"recipe {spec!r} has no {' or '.join(f'{n}()' for n in missing)}; "
-                          "a recipe must provide build_model() and make_batch(batch_size)")
+        raise RecipeError(
+            f"recipe {spec!r} has no {' or '.join(f'{n}()' for n in missing)}; "
+            "a recipe must provide build_model() and make_batch(batch_size)"
+        )
     functions = {name: getattr(source, name, None) for name in (*REQUIRED, "loss", "optimizer")}
     for name in ("loss", "optimizer"):
         if functions[name] is not None and not callable(functions[name]):

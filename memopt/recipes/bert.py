@@ -8,7 +8,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from memopt.run.recipes.transformer import TransformerConfig
+from memopt.recipes.transformer import TransformerConfig
 
 __all__ = ["SIZES", "Bert", "build_model", "make_batch", "loss"]
 
@@ -97,9 +97,7 @@ def make_batch(
     input_ids = torch.randint(0, cfg.vocab_size, (batch_size, seq))
     lengths = torch.randint(seq // 2, seq + 1, (batch_size, 1))
     attention_mask = (torch.arange(seq)[None, :] < lengths).long()
-    labels = torch.where(
-        (torch.rand(batch_size, seq) < mask_prob) & attention_mask.bool(), input_ids, IGNORE_INDEX
-    )
+    labels = torch.where((torch.rand(batch_size, seq) < mask_prob) & attention_mask.bool(), input_ids, IGNORE_INDEX)
     labels[:, 0] = input_ids[:, 0]  # at least one labelled token per row keeps the loss finite
     return (input_ids, attention_mask), labels
 

@@ -17,9 +17,9 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from memopt.child import ONNX_PREFIX
 from memopt.errors import one_line
-from memopt.run.recipes import Recipe, RecipeError
-from memopt.run.launch import ONNX_PREFIX
+from memopt.recipes import Recipe, RecipeError
 
 __all__ = ["StepReport", "StepFailure", "is_out_of_memory", "pick_device", "run_steps"]
 

@@ -1,0 +1,13 @@
+"""The child process's side of a run: ``python -m memopt.child REQUEST.json RESULT.json``.
+
+It loads the recipe, checks the ORT stack and runs the measured ORTModule steps
+(``steps``), then writes its result where the parent (``memopt.run.launch``) reads it.
+The parent never imports this package's modules (they import torch); it names the module.
+Nothing here imports onnx or the analysis, so a broken stack is reported, not crashed on.
+"""
+
+__all__ = ["CHILD_MODULE", "ONNX_PREFIX"]
+
+CHILD_MODULE = "memopt.child"
+# ORTModule's save_onnx prefix: the parent finds the saved graphs by it.
+ONNX_PREFIX = "memopt"
