@@ -16,6 +16,8 @@ from typing import Any
 import torch
 from torch import nn
 from torch.nn import functional as F
+from torch.optim.adamw import AdamW
+from torch.optim.optimizer import Optimizer
 
 from memopt.child import ONNX_PREFIX
 from memopt.errors import one_line
@@ -132,11 +134,11 @@ def default_loss(output: Any, target: torch.Tensor | None) -> torch.Tensor:
     return F.cross_entropy(output.reshape(-1, output.shape[-1]), target.reshape(-1))
 
 
-def _make_optimizer(recipe: Recipe, parameters: Any) -> torch.optim.Optimizer:
+def _make_optimizer(recipe: Recipe, parameters: Any) -> Optimizer:
     if recipe.optimizer is None:
-        return torch.optim.AdamW(parameters, lr=1e-4)
+        return AdamW(parameters, lr=1e-4)
     optimizer = recipe.optimizer(parameters)
-    if not isinstance(optimizer, torch.optim.Optimizer):
+    if not isinstance(optimizer, Optimizer):
         raise RecipeError(f"optimizer() returned {type(optimizer).__name__}; expected a torch.optim.Optimizer")
     return optimizer
 

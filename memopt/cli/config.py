@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from pathlib import Path
 
 import typer
@@ -82,7 +82,7 @@ def emit_command(
 
 
 def print_config(
-    entries: list[ConfigEntry],
+    entries: Sequence[ConfigEntry],
     version: OrtVersion,
     known_plans: Collection[str],
     *,

@@ -7,6 +7,7 @@ import json
 import sys
 from enum import Enum
 from pathlib import Path
+from typing import Any
 
 import typer
 from rich.table import Table
@@ -154,7 +155,7 @@ def _result_json(result: ParseResult, user_dims: dict[str, int]) -> dict[str, ob
     for summary in result.summaries:
         document = _plain(dataclasses.asdict(summary))
         document["versions"] = str(summary.versions)
-        for plan_document, plan in zip(document["plans"], summary.plans):  # type: ignore[arg-type]
+        for plan_document, plan in zip(document["plans"], summary.plans):
             plan_document["saving_at_dims"] = _saving(plan, summary, user_dims)
         summaries.append(document)
     return {
@@ -166,7 +167,7 @@ def _result_json(result: ParseResult, user_dims: dict[str, int]) -> dict[str, ob
     }
 
 
-def _plain(value: object) -> object:
+def _plain(value: object) -> Any:
     """``dataclasses.asdict`` output with expressions and enums as text."""
     if isinstance(value, dict):
         if set(value) == {"root", "text"}:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import typer
 from rich.table import Table
@@ -36,7 +37,7 @@ from memopt.predict.memory_model import Observation
 from memopt.predict.planner import DEFAULT_MARGIN, PlanResult, choose_plans
 from memopt.run.budget import parse_budget, resolve_budget
 from memopt.run.journal import Journal
-from memopt.run.trials import DEFAULT_STEPS, TrialSpec, run_trial, stack_versions
+from memopt.run.trials import DEFAULT_STEPS, TrialResult, TrialSpec, run_trial, stack_versions
 from memopt.tune.export import plan_export, write_config
 from memopt.units import format_bytes
 
@@ -195,7 +196,9 @@ def _print(result: PlanResult, cal: Calibration, config_value: str | None, recip
         console.print(export_line(config_value), highlight=False, soft_wrap=True)
 
 
-def _as_json(result: PlanResult, cal: Calibration, config_value: str | None, trial) -> dict:  # type: ignore[no-untyped-def]
+def _as_json(
+    result: PlanResult, cal: Calibration, config_value: str | None, trial: TrialResult | None
+) -> dict[str, Any]:
     return {
         "recipe_graph": cal.graph_source,
         "device": cal.device,

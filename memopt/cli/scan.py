@@ -7,6 +7,7 @@ import re
 import sys
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import typer
@@ -211,7 +212,7 @@ def _print_table(
                 )
 
 
-def _json(report: ScanReport, dims: dict[str, int], source: str, version: str) -> dict:
+def _json(report: ScanReport, dims: dict[str, int], source: str, version: str) -> dict[str, Any]:
     known = report.symbols <= set(dims)
     return {
         "source": source,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated
 
@@ -25,9 +26,10 @@ from memopt.cli.options import (
     recipe_options,
 )
 from memopt.errors import MemoptError
+from memopt.ort.config import ConfigEntry, PlanKey
 from memopt.ort.version import OrtVersion
 from memopt.predict.calibrate import load_saved_model, model_identity, save_model
-from memopt.predict.memory_model import ModelError, Observation
+from memopt.predict.memory_model import MemoryModel, ModelError, Observation
 from memopt.run.budget import parse_budget
 from memopt.run.journal import Journal
 from memopt.run.trials import (
@@ -124,7 +126,7 @@ def trial_command(
         sys.exit(1)
 
 
-def _plan_keys(model, entries) -> tuple[str, ...]:  # type: ignore[no-untyped-def]
+def _plan_keys(model: MemoryModel, entries: Sequence[ConfigEntry]) -> tuple[PlanKey, ...]:
     enabled = {f"{e.subgraph}:{int(e.optimization)}" for e in entries if int(e.optimization)}
     return tuple(p.key for p in model.plans if enabled and set(p.entries) <= enabled)
 

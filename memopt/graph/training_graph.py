@@ -7,6 +7,7 @@ is analysis order. Weights are dropped after loading; only names, types and shap
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -163,9 +164,7 @@ def _since_version(op_type: str, domain: str, opsets: dict[str, int]) -> int | N
 
 def element_count_dims(dims: Sequence[Dim] | None) -> int | None:
     """The element count of a fully static shape, else None."""
-    if dims is None or any(not isinstance(d, int) for d in dims):
+    if dims is None:
         return None
-    count = 1
-    for d in dims:
-        count *= d
-    return count
+    static = [d for d in dims if isinstance(d, int)]
+    return math.prod(static) if len(static) == len(dims) else None

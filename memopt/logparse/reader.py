@@ -13,6 +13,7 @@ import sys
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import BinaryIO
 
 from memopt.errors import MemoptError
 from memopt.logparse.assemble import Piece, SummaryDraft
@@ -219,8 +220,8 @@ def _reject_binary(head: bytes, name: str) -> None:
         raise LogReadError(f"{name} holds binary data, not a log")
 
 
-def _parse_binary_handle(handle: io.BufferedIOBase, source: str) -> ParseResult:
-    text = io.TextIOWrapper(handle, encoding="utf-8", errors="replace", newline=None)  # type: ignore[arg-type]
+def _parse_binary_handle(handle: BinaryIO, source: str) -> ParseResult:
+    text = io.TextIOWrapper(handle, encoding="utf-8", errors="replace", newline=None)
     try:
         return parse_lines(bounded_lines(text), source)
     finally:

@@ -24,7 +24,7 @@ import numpy as np
 
 from memopt.graph.sizes import batch_symbols
 from memopt.graph.training_graph import TrainingGraph
-from memopt.ort.config import key_entries
+from memopt.ort.config import PlanKey, key_entries
 from memopt.predict.memory_model import (
     MemoryModel,
     ModelError,
@@ -46,6 +46,7 @@ from memopt.run.trials import (
     stack_versions,
 )
 from memopt.scan import ScanReport, scan_graph
+from memopt.scan.patterns import Occurrence
 
 __all__ = [
     "DEFAULT_STEPS",
@@ -339,7 +340,16 @@ def _step_fit(trials: list[TrialResult]) -> tuple[float, float] | None:
     return float(intercept), float(max(slope, 0.0))
 
 
-def _cost_scale(history, step_fit, graph, occurrences, model, balance, spu, plans) -> float:  # type: ignore[no-untyped-def]
+def _cost_scale(
+    history: Sequence[TrialResult],
+    step_fit: tuple[float, float] | None,
+    graph: TrainingGraph,
+    occurrences: Mapping[PlanKey, Sequence[Occurrence]],
+    model: MemoryModel,
+    balance: float,
+    spu: float,
+    plans: tuple[PlanSavings, ...],
+) -> float:
     """Measured extra step time over predicted recompute time, over trials with plans on."""
     if step_fit is None or spu <= 0:
         return 1.0

@@ -13,13 +13,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from scipy.optimize import Bounds, LinearConstraint, milp
 
-from memopt.ort.config import ConfigEntry, plan_config_entries
+from memopt.graph import Polynomial
+from memopt.ort.config import ConfigEntry, PlanKey, plan_config_entries
 from memopt.ort.version import OrtVersion
-from memopt.predict.memory_model import MemoryModel
+from memopt.predict.memory_model import MemoryModel, PlanSavings
 
 __all__ = ["DEFAULT_MARGIN", "PlanChoice", "PlanResult", "choose_plans"]
 
@@ -93,7 +95,7 @@ def choose_plans(
     all_keys = tuple(p.key for p in usable)
     max_all = model.max_batch(limit, all_keys)
     max_none = model.max_batch(limit)
-    common = dict(
+    common: dict[str, Any] = dict(
         target_batch=target_batch,
         budget_bytes=budget_bytes,
         limit_bytes=limit,
@@ -128,7 +130,7 @@ def choose_plans(
     else:
         chosen, solver = _solve(variables, savings, need)
         feasible = True
-    choices = _choices(model, usable, variables, chosen, costs_s, target_batch, per_occurrence)
+    choices = _choices(model, usable, variables, chosen, costs_s, target_batch)
     predicted = model.predict(target_batch, [c.key for c in choices], {c.key: c.count for c in choices if c.count >= 0})
     return PlanResult(
         predicted_bytes=predicted.peak_bytes,
@@ -166,7 +168,14 @@ def _solve(variables: list[tuple[int, int, float, float]], savings: np.ndarray, 
     return np.round(result.x), "milp (HiGHS), optimal"
 
 
-def _choices(model, usable, variables, chosen, costs_s, batch, per_occurrence) -> tuple[PlanChoice, ...]:  # type: ignore[no-untyped-def]
+def _choices(
+    model: MemoryModel,
+    usable: list[PlanSavings],
+    variables: list[tuple[int, int, float, float]],
+    chosen: np.ndarray,
+    costs_s: Mapping[PlanKey, float],
+    batch: int,
+) -> tuple[PlanChoice, ...]:
     taken: dict[int, int] = {}
     for (index, covers, _, _), on in zip(variables, chosen):
         if on > 0.5:
@@ -181,5 +190,5 @@ def _choices(model, usable, variables, chosen, costs_s, batch, per_occurrence) -
     return tuple(sorted(choices, key=lambda c: -c.saving_bytes))
 
 
-def _evaluate(polynomial, dims) -> float:  # type: ignore[no-untyped-def]
-    return polynomial.evaluate({**{s: 1 for s in polynomial.symbols}, **dims})
+def _evaluate(polynomial: Polynomial, dims: Mapping[str, int]) -> float:
+    return float(polynomial.evaluate({**{s: 1 for s in polynomial.symbols}, **dims}))

@@ -28,7 +28,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Any, cast
 
 from memopt.errors import MemoptError
 
@@ -100,12 +100,12 @@ def load_recipe(spec: str, options: Mapping[str, Any] | None = None) -> Recipe:
     for name in ("loss", "optimizer"):
         if functions[name] is not None and not callable(functions[name]):
             raise RecipeError(f"recipe {spec!r}: {name} is not callable")
-    declared = set().union(*(_parameters(functions[n]) for n in REQUIRED))
+    declared = set().union(*(_parameters(cast(Callable[..., Any], functions[n])) for n in REQUIRED))
     unknown = sorted(set(options) - declared)
     if unknown:
         takes = ", ".join(sorted(declared - {"batch_size"})) or "none"
         raise RecipeError(f"recipe {spec!r} takes no option {', '.join(unknown)} (its options: {takes})")
-    return Recipe(spec=spec, options=options, **functions)
+    return Recipe(spec=spec, options=options, **functions)  # type: ignore[arg-type]  # required ones checked above
 
 
 def _import_source(spec: str) -> ModuleType | Any:

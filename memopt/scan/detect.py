@@ -195,6 +195,7 @@ class _Search:
                     if compromise:
                         save_ratio = 1.0 - ratio
                         continue
+                assert followed is not None  # a None above either stopped or continued
                 queue.extend(self._next_ports(node, followed))
             first_level = False
         if queue or early_stop or not selected:
