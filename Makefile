@@ -11,8 +11,9 @@ GPU_TORCH ?= torch==2.3.1
 
 BIN := $(VENV)/bin
 INSTALLED := $(VENV)/.memopt-installed-$(EXTRA)
+CHECK_TOOLS := $(VENV)/.memopt-check-tools
 
-.PHONY: setup demo test bench clean-venv
+.PHONY: setup demo test test-fast check bench clean-venv
 
 setup: $(INSTALLED)
 	$(BIN)/memopt stack --build-extensions
@@ -22,6 +23,17 @@ demo: setup
 
 test: setup
 	$(BIN)/python -m pytest
+
+# The fast tests: no ORTModule run and no ORT session (under a minute).
+test-fast: setup
+	$(BIN)/python -m pytest -m "not ort"
+
+# Lint, formatting, types (strict on memopt/) and the stage layering (pyproject.toml configures each).
+check: $(CHECK_TOOLS)
+	$(BIN)/ruff check memopt tui tests bench
+	$(BIN)/ruff format --check memopt tui tests bench
+	$(BIN)/mypy
+	$(BIN)/lint-imports
 
 # Benchmarks (tens of minutes; not part of CI): tables for BENCHMARKS.md, plots in bench/results.
 bench: setup
@@ -42,6 +54,10 @@ ifeq ($(EXTRA),gpu)
 else
 	$(BIN)/pip install -c constraints.txt -e '.[cpu,test]'
 endif
+	touch $@
+
+$(CHECK_TOOLS): pyproject.toml constraints.txt $(INSTALLED)
+	$(BIN)/pip install -e '.[$(EXTRA),check]' $(if $(filter cpu,$(EXTRA)),-c constraints.txt)
 	touch $@
 
 clean-venv:

@@ -15,6 +15,8 @@ from conftest import RECIPES, CliRun, assert_one_line_error, memopt
 
 from memopt.ort.stack import inspect_stack
 
+pytestmark = pytest.mark.ort  # real ORTModule runs or ORT sessions
+
 TORCH_2_13_WHEEL = next(Path("/opt/wheels").glob("torch-2.13.*.whl"), None) if Path("/opt/wheels").is_dir() else None
 
 

@@ -10,6 +10,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.ort  # real ORTModule runs or ORT sessions
+
 BENCH = Path(__file__).parent.parent / "bench"
 
 

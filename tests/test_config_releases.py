@@ -17,6 +17,8 @@ from conftest import memopt
 
 from memopt.logparse import parse_file
 
+pytestmark = pytest.mark.ort  # real ORTModule runs or ORT sessions
+
 CACHE = Path(os.environ.get("MEMOPT_ORT_CACHE", Path.home() / ".cache" / "memopt" / "ort"))
 PLANS = ("FusedMatMul+Add+:1:-1", "Gelu+:1:-1", "LayerNormalization+:1:-1")
 

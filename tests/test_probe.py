@@ -9,6 +9,8 @@ import onnx
 import pytest
 from conftest import RECIPES, CliRun, memopt
 
+pytestmark = pytest.mark.ort  # real ORTModule runs or ORT sessions
+
 
 def test_probe_run_folder_holds_log_graphs_and_record(gpt_probe: CliRun) -> None:
     run_dir = gpt_probe.run_dir

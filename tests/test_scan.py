@@ -17,6 +17,8 @@ from memopt.scan import scan_graph
 from memopt.scan.modules import module_path
 from memopt.scan.parity import compare_plans
 
+pytestmark = pytest.mark.ort  # real ORTModule runs or ORT sessions
+
 SAMPLES = Path(__file__).parent.parent / "sample_logs"
 
 

@@ -17,6 +17,8 @@ from memopt.graph.training_graph import load_graph
 from memopt.recipes import load_recipe
 from memopt.scan import scan_graph
 
+pytestmark = pytest.mark.ort  # real ORTModule runs or ORT sessions
+
 
 @pytest.fixture(scope="module")
 def forward_onnx(tmp_path_factory: pytest.TempPathFactory) -> Path:

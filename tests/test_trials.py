@@ -20,6 +20,8 @@ from memopt.run.budget import BudgetError, parse_budget
 from memopt.run.journal import Journal
 from memopt.run.trials import TrialSpec, parse_trial_config, run_trial
 
+pytestmark = pytest.mark.ort  # real ORTModule runs or ORT sessions
+
 TINY = {"size": "tiny"}
 
 

@@ -17,6 +17,8 @@ from memopt.tui.app import TuneApp
 from memopt.tui.widgets import PlansTable
 from memopt.tune import Tuner
 
+pytestmark = pytest.mark.ort  # real ORTModule runs or ORT sessions
+
 SNAPSHOTS = Path(__file__).parent / "snapshots"
 SIZE = (130, 40)
 

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import json
 
+import pytest
 import tune_support
 from conftest import assert_one_line_error, memopt
 
 from memopt.ort.config import ENV_VAR
+
+pytestmark = pytest.mark.ort  # real ORTModule runs or ORT sessions
 
 
 def test_cpu_needs_a_budget_and_bad_input_is_one_line(tmp_path) -> None:

@@ -1,0 +1,132 @@
+"""A FAKE trial runner for the tuner's tests: scripted peaks instead of ORTModule steps.
+
+Named as a fake because it replaces what the real runner measures; everything else the
+tuner does (the scan of a real ORT 1.19.2 training graph from sample_logs, calibration,
+the memory model, the planner, the policy, the journal) runs for real.
+
+Its peak is the model the tuner assumes, so the tuner's predictions can be checked: a
+static part, a per-sample part, less the scan's exact saving of every plan switched on
+(times ``effectiveness``); a peak above ``oom_above`` is an out-of-memory failure.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from memopt.graph import load_graph
+from memopt.ort import key_entries
+from memopt.predict import PreparedTarget, prepare_target
+from memopt.run import Outcome, ScanTarget, StackVersions, TrialResult, TrialSpec
+from memopt.tune import Tuner, TuneSettings
+
+SAMPLE_GRAPH = Path(__file__).parent.parent / "sample_logs" / "graphs" / "1.19.2" / "gpt.onnx"
+VERSIONS = StackVersions("1.19.2", "onnxruntime-training-cpu", "2.4.1", cuda=False)
+DIMS = {"input_ids_dim1": 64}  # the sequence length; the batch dim varies
+MiB = 2**20
+
+
+def prepared_gpt(cancel: threading.Event | None = None) -> PreparedTarget:
+    """The tiny GPT's real training graph (captured with ORT 1.19.2), scanned; no probe run."""
+    target = ScanTarget(load_graph(SAMPLE_GRAPH), "sample gpt", SAMPLE_GRAPH, DIMS, "1.19.2")
+    return prepare_target("gpt", options={"size": "tiny"}, versions=VERSIONS, target=target)
+
+
+@dataclass
+class FakeRunner:
+    """Scripted trials. ``pause_on`` blocks the trial with that number until cancelled."""
+
+    prepared: PreparedTarget
+    static_bytes: float = 400 * MiB
+    per_sample_bytes: float = 20 * MiB
+    effectiveness: float = 1.0
+    ignored: frozenset[str] = frozenset()  # plans ORT would leave OFF
+    oom_above: float | None = None
+    pause_on: int | None = None
+    calls: list[TrialSpec] = field(default_factory=list)
+    on_call: Callable[[int], None] | None = None
+
+    def plans_on(self, spec: TrialSpec) -> tuple[str, ...]:
+        configured = {f"{e.subgraph}:{int(e.optimization)}" for e in spec.config}
+        keys = [p.key for p in self.prepared.report.patterns]
+        return tuple(k for k in keys if configured and set(key_entries(k)) <= configured and k not in self.ignored)
+
+    def peak(self, batch: int, plans: tuple[str, ...]) -> float:
+        dims = {**DIMS, "input_ids_dim0": batch}
+        saving = sum(
+            float(p.exact.evaluate({**{s: 1 for s in p.exact.symbols}, **dims}))
+            for p in self.prepared.report.patterns
+            if p.key in plans
+        )
+        return self.static_bytes + self.per_sample_bytes * batch - self.effectiveness * saving
+
+    def __call__(
+        self, spec: TrialSpec, *, budget_bytes: int | None, predicted_peak_bytes: int | None, cancel: threading.Event
+    ) -> TrialResult:
+        self.calls.append(spec)
+        number = len(self.calls)
+        if self.on_call is not None:
+            self.on_call(number)
+        on = self.plans_on(spec)
+        peak = int(self.peak(spec.batch_size, on))
+        status = "ok"
+        if number == self.pause_on:
+            cancel.wait(10)
+            status = "cancelled" if cancel.is_set() else "ok"
+        elif self.oom_above is not None and peak > self.oom_above:
+            status = "out_of_memory"
+        outcome = {"ok": Outcome.OK, "cancelled": Outcome.CANCELLED, "out_of_memory": Outcome.OUT_OF_MEMORY}[status]
+        if outcome is Outcome.OK and budget_bytes is not None and peak > budget_bytes:
+            outcome = Outcome.OVER_BUDGET
+        ran = status == "ok"
+        step_s = 0.1 + 0.01 * spec.batch_size + 0.005 * len(on)
+        return TrialResult(
+            key="",
+            recipe=spec.recipe,
+            options=dict(spec.options),
+            batch_size=spec.batch_size,
+            config=tuple(str(e) for e in spec.config),
+            config_value=None,
+            outcome=outcome,
+            status=status,
+            run_dir="fake",
+            steps=spec.steps,
+            device="cpu",
+            ort_version=VERSIONS.ort_version,
+            torch_version=VERSIONS.torch_version,
+            ort_package=VERSIONS.ort_package,
+            memory_kind="rss",
+            peak_bytes=peak if ran else None,
+            step_times_s=(1.0, step_s, step_s) if ran else (),
+            median_step_s=step_s if ran else None,
+            plans_on=on if ran else (),
+            plans_seen=10 if ran else None,
+            budget_bytes=budget_bytes,
+            predicted_peak_bytes=predicted_peak_bytes,
+            finished_at=time.time(),
+        )
+
+
+def fake_tuner(runs_dir: Path, runner: FakeRunner, budget_bytes: int, **settings: object) -> Tuner:
+    """A tuner over the fake runner at target batch 16, calibrated at batches 2 and 4."""
+    from memopt.run import Budget
+
+    defaults: dict[str, object] = {
+        "recipe": "gpt",
+        "target_batch": 16,
+        "options": {"size": "tiny"},
+        "runs_dir": runs_dir,
+        "calibration_batches": (2, 4),
+        "device": "cpu",
+        "budget": Budget(f"{budget_bytes}B", bytes=budget_bytes),
+        "margin": 0.0,
+    }
+    return Tuner(
+        TuneSettings(**{**defaults, **settings}),  # type: ignore[arg-type]
+        runner=runner,
+        versions=VERSIONS,
+        prepare=lambda cancel: runner.prepared,
+    )

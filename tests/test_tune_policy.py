@@ -1,0 +1,189 @@
+"""The search policy and the tuning loop, without ORT.
+
+``next_step`` is tested on a hand-made memory model; the ``Tuner`` runs over a FAKE trial
+runner (tests/fake_trials.py) on a real ORT 1.19.2 training graph, so calibration, the
+planner, the journal, cancellation and resume run for real in well under a second each.
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import pytest
+from fake_trials import FakeRunner, MiB, fake_tuner, prepared_gpt
+
+from memopt.graph import Polynomial
+from memopt.predict import MemoryModel, Observation, PlanSavings, fit_memory_model
+from memopt.run import Journal, Outcome
+from memopt.tune import Attempt, Purpose, SearchState, SearchStatus, Stop, TryPlans, best_attempt, next_step
+
+# A model with static 1000 MiB + 100 MiB/sample and three plans saving 40, 20, 10 MiB/sample.
+SAVINGS = {"A+:1:-1": 40, "B+:1:-1": 20, "C+:1:-1": 10}
+COSTS = {"A+:1:-1": 0.03, "B+:1:-1": 0.01, "C+:1:-1": 0.005}
+A, B, C = SAVINGS
+
+
+def model() -> MemoryModel:
+    plans = [
+        PlanSavings(key, (key.rsplit(":", 1)[0],), 1, Polynomial.symbol("batch") * Polynomial.constant(mib * MiB))
+        for key, mib in SAVINGS.items()
+    ]
+    observations = [Observation(2, (), 1200 * MiB), Observation(4, (), 1400 * MiB)]
+    return fit_memory_model(observations, plans, ("batch",), {})
+
+
+def state(budget_mib: float, *attempts: Attempt, max_trials: int = 6) -> SearchState:
+    return SearchState(
+        model=model(),
+        costs_s=COSTS,
+        target_batch=16,
+        budget_bytes=int(budget_mib * MiB),
+        margin=0.0,
+        ort_version="1.19.2",
+        max_trials=max_trials,
+        attempts=attempts,
+        trials_used=len(attempts),
+    )
+
+
+def test_first_step_is_the_cheapest_selection_predicted_to_fit() -> None:
+    # no config: 2600 MiB; 2400 MiB needs 200 MiB: B alone saves 320 MiB at the least cost
+    step = next_step(state(2400))
+    assert step == TryPlans((B,), step.reason) and "planner" in step.reason
+
+
+def test_fits_first_time_then_stops_verified() -> None:
+    step = next_step(state(2400, Attempt((B,), Outcome.OK, 0.5, number=1)))
+    assert isinstance(step, Stop) and step.status is SearchStatus.VERIFIED
+    assert "nothing lighter" in step.message
+
+
+def test_fits_with_room_then_tries_a_cheaper_selection() -> None:
+    fitted = state(2500, Attempt((A, B), Outcome.OK, 0.5, number=1))
+    step = next_step(fitted)
+    assert isinstance(step, TryPlans) and fitted.cost_of(step.plans) < fitted.cost_of((A, B))
+    assert fitted.predict(step.plans) <= fitted.limit_bytes
+
+
+@pytest.mark.parametrize("outcome", [Outcome.OVER_BUDGET, Outcome.OUT_OF_MEMORY, Outcome.CRASHED])
+def test_over_budget_or_out_of_memory_adds_plans(outcome: Outcome) -> None:
+    step = next_step(state(2400, Attempt((B,), outcome, number=1)))
+    assert isinstance(step, TryPlans) and B in step.plans and len(step.plans) > 1
+
+
+def test_a_plan_ort_left_off_is_dropped_from_later_selections() -> None:
+    step = next_step(state(2400, Attempt((B,), Outcome.OVER_BUDGET, left_off=(B,), number=1)))
+    assert isinstance(step, TryPlans) and B not in step.plans and step.plans
+    assert "OFF" in step.reason
+    assert B not in state(2400, Attempt((B,), Outcome.OVER_BUDGET, left_off=(B,))).useful_plans()
+
+
+def test_nothing_fits_suggests_the_largest_batch_predicted_to_fit() -> None:
+    # every plan saves 70 MiB/sample: 1000 + 30·b ≤ 1400 MiB up to batch 13
+    first = next_step(state(1400))
+    assert isinstance(first, TryPlans) and set(first.plans) == {A, B, C} and "even every plan" in first.reason
+    stop = next_step(state(1400, Attempt((A, B, C), Outcome.OVER_BUDGET, number=1)))
+    assert isinstance(stop, Stop) and stop.status is SearchStatus.IMPOSSIBLE
+    assert stop.largest_batch == 13 and "batch 13" in stop.message
+
+
+def test_a_broken_recipe_stops_the_search() -> None:
+    stop = next_step(state(2400, Attempt((B,), Outcome.RECIPE_ERROR, error="no make_batch", number=1)))
+    assert isinstance(stop, Stop) and stop.status is SearchStatus.FAILED and "no make_batch" in stop.message
+
+
+def test_max_trials_ends_the_search_without_a_verified_config() -> None:
+    stop = next_step(state(2400, Attempt((B,), Outcome.OVER_BUDGET, number=1), max_trials=1))
+    assert isinstance(stop, Stop) and stop.status is SearchStatus.MAX_TRIALS and "no verified config" in stop.message
+
+
+def test_best_is_the_fastest_fitting_attempt() -> None:
+    attempts = [
+        Attempt((A,), Outcome.OK, 0.6, number=1),
+        Attempt((B,), Outcome.OK, 0.4, number=2),
+        Attempt((), Outcome.OVER_BUDGET, 0.3, number=3),
+    ]
+    assert best_attempt(attempts) == attempts[1]
+    assert best_attempt([]) is None
+
+
+# -- the tuning loop over the fake runner ------------------------------------------------------
+
+
+def budget_between(runner: FakeRunner, fraction: float = 0.5) -> int:
+    """A budget ``fraction`` of the way from the every-plan peak to the no-config peak at batch 16."""
+    every = tuple(p.key for p in runner.prepared.report.patterns)
+    low, high = runner.peak(16, every), runner.peak(16, ())
+    return int(low + fraction * (high - low))
+
+
+def test_tuner_verifies_a_config_in_one_search_trial_when_the_model_is_right(tmp_path: Path) -> None:
+    runner = FakeRunner(prepared_gpt())
+    budget = budget_between(runner)
+    tuner = fake_tuner(tmp_path, runner, budget)
+    result = tuner.auto_search()
+    assert result.status is SearchStatus.VERIFIED, result.message
+    search = [r for r in result.trials if r.purpose is Purpose.SEARCH]
+    assert search[0].fits and search[0].peak_bytes is not None and search[0].peak_bytes <= budget
+    assert abs(search[0].prediction_error or 1) < 0.01  # the fake measures what the model predicts
+    assert [r.purpose for r in result.trials[:2]] == [Purpose.CALIBRATION, Purpose.CALIBRATION]
+    assert tuner.export_lines()[0].startswith("export ORTMODULE_MEMORY_OPT_CONFIG=")
+    assert len(list(Journal.in_folder(tmp_path).entries())) == len(result.trials)
+
+
+def test_tuner_learns_when_plans_save_less_than_the_scan_says(tmp_path: Path) -> None:
+    runner = FakeRunner(prepared_gpt(), effectiveness=0.6)
+    tuner = fake_tuner(tmp_path, runner, budget_between(runner, 0.7))
+    result = tuner.auto_search()
+    assert result.status is SearchStatus.VERIFIED, result.message
+    search = [r for r in result.trials if r.purpose is Purpose.SEARCH]
+    assert len(search) >= 2 and not search[0].fits  # the first guess overshoots; the model recalibrates
+    assert tuner.model is not None and tuner.model.global_effectiveness < 1.0
+
+
+def test_tuner_drops_a_plan_ort_leaves_off(tmp_path: Path) -> None:
+    prepared = prepared_gpt()
+    runner = FakeRunner(prepared)
+    planning = fake_tuner(tmp_path / "plan", runner, budget_between(runner))
+    planning.setup()
+    first = next_step(planning.search_state())
+    assert isinstance(first, TryPlans) and first.plans
+    ignored = frozenset(first.plans[:1])
+    runner = FakeRunner(prepared, ignored=ignored)
+    tuner = fake_tuner(tmp_path / "run", runner, budget_between(runner))
+    result = tuner.auto_search()
+    later = [r for r in result.trials if r.purpose is Purpose.SEARCH][1:]
+    assert later and all(not (ignored & set(r.plans)) for r in later)
+
+
+def test_tuner_says_which_batch_fits_when_none_does(tmp_path: Path) -> None:
+    runner = FakeRunner(prepared_gpt())
+    every = tuple(p.key for p in runner.prepared.report.patterns)
+    tuner = fake_tuner(tmp_path, runner, int(runner.peak(16, every) * 0.9), max_trials=3)
+    result = tuner.auto_search()
+    assert result.status is SearchStatus.IMPOSSIBLE and not result.verified
+    assert result.largest_batch is not None and 0 < result.largest_batch < 16
+    assert f"batch {result.largest_batch}" in result.message
+
+
+def test_cancel_mid_trial_ends_the_search_and_keeps_the_journal(tmp_path: Path) -> None:
+    runner = FakeRunner(prepared_gpt(), pause_on=3)  # the first search trial
+    tuner = fake_tuner(tmp_path, runner, budget_between(runner))
+    runner.on_call = lambda number: number == 3 and threading.Timer(0.1, tuner.cancel).start()
+    result = tuner.auto_search()
+    assert result.status is SearchStatus.CANCELLED
+    assert len(runner.calls) == 3 and result.trials[-1].outcome is Outcome.CANCELLED
+    statuses = [entry.record["status"] for entry in Journal.in_folder(tmp_path).entries()]
+    assert statuses == ["ok", "ok", "cancelled"]
+
+
+def test_resume_reuses_finished_trials_and_reaches_the_same_config(tmp_path: Path) -> None:
+    runner = FakeRunner(prepared_gpt())
+    budget = budget_between(runner)
+    first = fake_tuner(tmp_path, runner, budget).auto_search()
+    again = FakeRunner(runner.prepared)
+    second = fake_tuner(tmp_path, again, budget, resume=True).auto_search()
+    assert again.calls == []  # every trial came from the journal
+    assert all(r.result.reused for r in second.trials)
+    assert first.best is not None and second.best is not None and second.best.plans == first.best.plans
