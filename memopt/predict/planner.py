@@ -83,7 +83,7 @@ def choose_plans(
     budget_bytes: int,
     ort_version: str | OrtVersion,
     *,
-    margin: float = DEFAULT_MARGIN,
+    margin: float = 0.0,
     baseline_step_s: float | None = None,
 ) -> PlanResult:
     """The least-cost plans keeping ``model``'s predicted peak at ``target_batch`` within

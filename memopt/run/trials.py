@@ -317,7 +317,7 @@ def run_trial(
     """
     versions = versions or stack_versions(spec.python)
     runner = JournaledRunner(
-        ChildTrialRunner(Path(runs_dir), versions, budget), journal or Journal.in_folder(runs_dir), versions, resume
+        ChildTrialRunner(Path(runs_dir), versions), journal or Journal.in_folder(runs_dir), versions, resume, budget
     )
     return runner(
         spec, budget_bytes=budget_bytes, predicted_peak_bytes=predicted_peak_bytes, cancel=cancel or threading.Event()
@@ -347,7 +347,6 @@ class ChildTrialRunner:
 
     runs_dir: Path
     versions: StackVersions
-    budget: Budget | None = None  # judges the outcome when no budget_bytes is given
 
     def __call__(
         self,
@@ -378,8 +377,6 @@ class ChildTrialRunner:
             **({"python": spec.python} if spec.python else {}),
         )
         run = launch(request, run_dir, cancel)
-        if budget_bytes is None and self.budget is not None:
-            budget_bytes = self.budget.bytes_of(run.cuda_total_memory if run.device == "cuda" else total_ram())
         return _result(
             spec,
             run,
@@ -401,6 +398,7 @@ class JournaledRunner:
     journal: Journal
     versions: StackVersions
     resume: bool = False
+    budget: Budget | None = None  # judges trials given no budget_bytes, against the device they ran on
 
     def __call__(
         self,
@@ -416,16 +414,19 @@ class JournaledRunner:
             if previous is not None:
                 result = TrialResult.from_record(previous.record)
                 return replace(
-                    result.judged(budget_bytes),
+                    self._judged(result, budget_bytes),
                     reused=True,
                     predicted_peak_bytes=predicted_peak_bytes or result.predicted_peak_bytes,
                 )
-        result = replace(
-            self.inner(spec, budget_bytes=budget_bytes, predicted_peak_bytes=predicted_peak_bytes, cancel=cancel),
-            key=key,
-        )
+        result = self.inner(spec, budget_bytes=budget_bytes, predicted_peak_bytes=predicted_peak_bytes, cancel=cancel)
+        result = replace(self._judged(result, budget_bytes), key=key)
         self.journal.append(result.to_record())
         return result
+
+    def _judged(self, result: TrialResult, budget_bytes: int | None) -> TrialResult:
+        if budget_bytes is None and self.budget is not None:
+            budget_bytes = self.budget.bytes_of(result.cuda_total_memory if result.device == "cuda" else total_ram())
+        return result.judged(budget_bytes)
 
 
 def _label(spec: TrialSpec) -> str:

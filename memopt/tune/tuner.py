@@ -44,6 +44,7 @@ from memopt.run import (
     resolve_budget,
     stack_versions,
 )
+from memopt.scan import ScanReport
 from memopt.tune.events import (
     Note,
     PlanRow,
@@ -264,17 +265,22 @@ class Tuner:
             raise TuneError("the session is not set up yet")
         return self.model
 
+    @property
+    def report(self) -> ScanReport:
+        """The scan of the target's training graph."""
+        if self.prepared is None:
+            raise TuneError("the session is not set up yet")
+        return self.prepared.report
+
     def costs(self) -> dict[PlanKey, float]:
         return self._calibrated().costs_s
 
     def rows(self) -> tuple[PlanRow, ...]:
         """The plans at the target batch, largest saving first."""
-        if self.prepared is None:
-            raise TuneError("the session is not set up yet")
         model, batch, costs = self._model(), self.settings.target_batch, self.costs()
         honoured = self.ort_version.minor <= 16
         rows = []
-        for pattern in self.prepared.report.patterns:
+        for pattern in self.report.patterns:
             raw = model.raw_saving(pattern.key, batch)
             rows.append(
                 PlanRow(
