@@ -16,7 +16,9 @@ from memopt.scan import scan_graph
 from memopt.scan.detect import PlanKind
 
 
-def stashed_gelu(elem_type: int = TensorProto.FLOAT, dims: tuple[int | str | None, ...] | None = ("batch", "seq", 64)):
+def stashed_gelu(
+    elem_type: int = TensorProto.FLOAT, dims: tuple[int | str | None, ...] | None = ("batch", "seq", 64)
+) -> TrainingGraph:
     """g = Gelu(x) of ``elem_type``/``dims``, used in forward and by the backward pass."""
     return training_graph(
         node("Gelu", ["x"], ["g"], domain=MS),
@@ -56,7 +58,10 @@ def test_saving_scales_with_the_element_size(elem_type: int, size: int) -> None:
     assert pattern.exact.evaluate({"batch": 2, "seq": 3}) == 2 * 3 * 64 * size
 
 
-_SCANS = {half: scan_graph(stashed_gelu(TensorProto.FLOAT16 if half else TensorProto.FLOAT), "1.19.2") for half in (False, True)}
+_SCANS = {
+    half: scan_graph(stashed_gelu(TensorProto.FLOAT16 if half else TensorProto.FLOAT), "1.19.2")
+    for half in (False, True)
+}
 
 
 @settings(max_examples=40, deadline=None)
@@ -96,7 +101,8 @@ def test_unnamed_dims_become_numbered_empty_dim_params() -> None:
 
 
 def test_unknown_shape_is_symbolic_in_unknown_with_a_warning() -> None:
-    (pattern,) = (report := scan_graph(stashed_gelu(dims=None), "1.19.2")).patterns
+    report = scan_graph(stashed_gelu(dims=None), "1.19.2")
+    (pattern,) = report.patterns
     assert pattern.exact == Polynomial.symbol("unknown").scale(4)
     assert any("shape of g unknown" in w for w in report.warnings)
 
@@ -114,20 +120,21 @@ def test_reshape_with_an_unnamed_output_dim_is_measured_by_its_input() -> None:
     assert pattern.exact == Polynomial.product_of(["batch", 16]).scale(4)
 
 
-def test_compromise_saves_the_ratio_of_the_output() -> None:
-    """An fp16 -> fp32 Cast kept as its fp16 input saves half of the fp32 output (save_ratio 0.5)."""
+@pytest.mark.parametrize(("source", "saved_bytes"), [(TensorProto.FLOAT16, 2), (TensorProto.BOOL, 3)])
+def test_compromise_saves_one_minus_the_size_ratio(source: int, saved_bytes: int) -> None:
+    """An up-cast to fp32 kept as its input saves 1 - in/out of the fp32 output: fp16 0.5, bool 0.75."""
     graph = training_graph(
-        node("Cast", ["x16"], ["c"], to=TensorProto.FLOAT),
+        node("Cast", ["x_in"], ["c"], to=TensorProto.FLOAT),
         node("Mul", ["c", "c"], ["y"]),
         yield_op("y"),
         node("Mul", ["dy", "c"], ["dx"]),
-        tensors={"x16": (TensorProto.FLOAT16, ("batch", 16))},
-        inputs=("x16",),
+        tensors={"x_in": (source, ("batch", 16))},
+        inputs=("x_in",),
     )
     savings = {p.key: p.exact for p in scan_graph(graph, "1.19.2").patterns}
     assert savings == {
-        "Cast+:1:-1": Polynomial.symbol("batch").scale(64),
-        "Cast+:2:-1": Polynomial.symbol("batch").scale(32),
+        "Cast+:1:-1": Polynomial.symbol("batch").scale(16 * 4),
+        "Cast+:2:-1": Polynomial.symbol("batch").scale(16 * saved_bytes),
     }
 
 
@@ -208,7 +215,12 @@ def _two_blocks(width: int = 16) -> TrainingGraph:
 def test_two_occurrences_of_a_subgraph_group_into_one_row_with_frequency_2() -> None:
     report = scan_graph(_two_blocks(), "1.19.2", level=ProbeLevel.BASIC)
     (pattern,) = report.patterns
-    assert (pattern.key, pattern.subgraph, pattern.kind, pattern.frequency) == ("Gelu+:1:-1", "Gelu+", PlanKind.RECOMPUTE, 2)
+    assert (pattern.key, pattern.subgraph, pattern.kind, pattern.frequency) == (
+        "Gelu+:1:-1",
+        "Gelu+",
+        PlanKind.RECOMPUTE,
+        2,
+    )
     assert pattern.exact == Polynomial.symbol("batch").scale(2 * 16 * 4)  # the sum over both nodes
     assert [o.nodes for o in pattern.occurrences] == [
         ("/_original_module/blocks.1/act/Gelu",),

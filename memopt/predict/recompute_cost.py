@@ -9,6 +9,7 @@ with plans on (extra step time over predicted cost).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
@@ -66,14 +67,17 @@ def _names(graph: TrainingGraph) -> dict[str, Node]:
     return cached
 
 
-def _numel(graph: TrainingGraph, name: str, dims: Mapping[str, int]) -> float:
+def _shape(graph: TrainingGraph, name: str, dims: Mapping[str, int]) -> list[float] | None:
+    """The tensor's dims at ``dims``; a dim with no value counts as 1 (it does not scale with batch)."""
     shape = graph.tensor(name).dims
     if shape is None:
-        return 0.0
-    count = 1.0
-    for d in shape:
-        count *= d if isinstance(d, int) else dims.get(d, 1) if isinstance(d, str) else 1
-    return count
+        return None
+    return [float(d) if isinstance(d, int) else float(dims.get(d, 1)) if isinstance(d, str) else 1.0 for d in shape]
+
+
+def _numel(graph: TrainingGraph, name: str, dims: Mapping[str, int]) -> float:
+    shape = _shape(graph, name, dims)
+    return math.prod(shape) if shape is not None else 0.0
 
 
 def _bytes(graph: TrainingGraph, name: str, dims: Mapping[str, int]) -> float:
@@ -81,10 +85,25 @@ def _bytes(graph: TrainingGraph, name: str, dims: Mapping[str, int]) -> float:
 
 
 def _node_work(graph: TrainingGraph, node: Node, dims: Mapping[str, int]) -> Work:
-    if node.op_type in _MATMULS and node.inputs and node.outputs:
-        out = graph.tensor(node.outputs[0]).dims
-        n = out[-1] if out else 1
-        n = n if isinstance(n, int) else dims.get(n, 1) if isinstance(n, str) else 1
-        return Work(2.0 * _numel(graph, node.inputs[0], dims) * n, 0.0)
+    if node.op_type in _MATMULS and len(node.inputs) >= 2 and node.outputs:
+        return Work(2.0 * _numel(graph, node.outputs[0], dims) * _reduced_dim(graph, node, dims), 0.0)
     moved = sum(_bytes(graph, t, dims) for t in (*node.inputs, *node.outputs) if t)
     return Work(0.0, moved)
+
+
+def _reduced_dim(graph: TrainingGraph, node: Node, dims: Mapping[str, int]) -> float:
+    """K of a matrix product whose output has |out| elements: FLOPs are 2·|out|·K.
+
+    The graph keeps no attributes, so K comes from shapes: A's last two dims are M·K in
+    either orientation (Gemm's and FusedMatMul's transA), and M is the output's second-to-last.
+    """
+    a = _shape(graph, node.inputs[0], dims)
+    b = _shape(graph, node.inputs[1], dims)
+    out = _shape(graph, node.outputs[0], dims)
+    if not a:
+        return 1.0
+    if len(a) == 1 or (b is not None and len(b) == 1):
+        return a[-1]  # a vector on either side: K is A's last dim
+    if out is None or len(out) < 2 or out[-2] == 0:
+        return a[-1]
+    return a[-1] * a[-2] / out[-2]
