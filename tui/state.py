@@ -14,7 +14,7 @@ from memopt.units import format_bytes
 
 __all__ = ["SORT_KEYS", "Selection", "exit_lines", "plan_cells", "short_plans", "sort_rows", "trial_cells"]
 
-# (label, key function, descending)
+# (label shown in the table title, the key sort_rows sorts by)
 SORT_KEYS: tuple[tuple[str, str], ...] = (
     ("saving", "saving"),
     ("cost", "cost"),

@@ -311,8 +311,8 @@ def key_entries(key: PlanKey) -> tuple[str, ...]:
 
 
 def short_key(key: PlanKey) -> str:
-    """The key as people read it: the common ":1:-1" (recompute every occurrence) left off."""
-    return key.removesuffix(":1:-1")
+    """The key as people read it: the common ":1:-1" (recompute every occurrence) left off each cell."""
+    return ",".join(cell.removesuffix(":1:-1") for cell in key.split(","))
 
 
 def plan_config_entries(

@@ -1,8 +1,8 @@
 """The trial journal: one JSON line per finished trial, written the moment it ends.
 
 Each line is appended, flushed and fsynced before the next trial starts, so a memopt
-that is killed loses at most the trial in flight. A torn last line (the process died
-mid-write) is skipped on reading. ``--resume`` looks trials up by their key: a digest
+that is killed loses at most the trial in flight. A torn line (the process died
+mid-write) is skipped on reading and ended before the next record is appended. ``--resume`` looks trials up by their key: a digest
 of what decides the outcome (recipe, options, batch, config, steps, device, versions).
 """
 
@@ -46,8 +46,12 @@ class Journal:
         line = json.dumps(record, sort_keys=True, default=str, separators=(",", ":")) + "\n"
         self.path.parent.mkdir(parents=True, exist_ok=True)
         # One write of a whole line in append mode: concurrent writers never interleave lines.
-        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
         try:
+            # A writer that died mid-line left a torn fragment: end it, or this record joins it.
+            size = os.fstat(fd).st_size
+            if size and os.pread(fd, 1, size - 1) != b"\n":
+                line = "\n" + line
             os.write(fd, line.encode())
             os.fsync(fd)
         finally:

@@ -141,7 +141,7 @@ def launch(request: RunRequest, run_dir: Path, cancel: threading.Event | None = 
     )
     started = time.monotonic()
     ending = "finished"
-    returncode = 0
+    returncode: int | None = None  # stays None when a cancel came before the start
     with open(run_dir / LOG_NAME, "wb") as log:
         if cancel is not None and cancel.is_set():
             ending = "cancelled"
@@ -207,7 +207,7 @@ def _kill_group(child: subprocess.Popen[bytes]) -> None:
 
 
 def _collect(
-    result_path: Path, run_dir: Path, returncode: int, ending: str, wall_s: float, request: RunRequest
+    result_path: Path, run_dir: Path, returncode: int | None, ending: str, wall_s: float, request: RunRequest
 ) -> RunResult:
     try:
         reported = json.loads(result_path.read_text())
@@ -221,7 +221,7 @@ def _collect(
     elif ending == "cancelled":
         status, error = "cancelled", "cancelled: the run's process group was killed"
     elif status in ("running", "crashed") and error is None:
-        status, error = "crashed", _crash_reason(run_dir / LOG_NAME, returncode)
+        status, error = "crashed", _crash_reason(run_dir / LOG_NAME, returncode or 0)
     return RunResult(
         status=status,
         run_dir=run_dir,
