@@ -43,7 +43,6 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
-from memopt.cli.tune import print_event
 from memopt.logparse import parse_file
 from memopt.logparse.model import Plan
 from memopt.ort.config import ENV_VAR
@@ -61,7 +60,7 @@ from memopt.run.trials import (
 )
 from memopt.scan import scan_graph
 from memopt.scan.patterns import Pattern
-from memopt.tune import StageFinished, TuneEvent, Tuner, TuneSettings
+from memopt.tune import StageFinished, TuneEvent, Tuner, TuneSettings, event_line
 
 LEVEL1 = "level1"  # the config label of an ORTMODULE_MEMORY_OPT_LEVEL=1 run
 MIB = 2**20
@@ -267,7 +266,7 @@ def memopt_search(bench: Bench, folder: Path, margin: float, max_trials: int, re
 
     def on_event(event: TuneEvent) -> None:
         events.append(event)
-        print_event(event)
+        print(event_line(event), file=sys.stderr, flush=True)
 
     settings = TuneSettings(
         recipe=bench.recipe,

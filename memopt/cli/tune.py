@@ -31,26 +31,10 @@ from memopt.cli.options import (
     recipe_options,
 )
 from memopt.errors import MemoptError
-from memopt.ort import short_key
 from memopt.predict import DEFAULT_MARGIN
 from memopt.recipes import DEFAULT_RECIPE
-from memopt.run import DEFAULT_STEPS, parse_budget
-from memopt.run.trials import stack_versions
-from memopt.tune import (
-    Note,
-    Ready,
-    SearchFinished,
-    StageFinished,
-    StageStarted,
-    TrialFinished,
-    TrialStarted,
-    TuneEvent,
-    Tuner,
-    TuneSettings,
-    budget_required,
-)
-from memopt.tune.settings import DEFAULT_MAX_TRIALS
-from memopt.units import format_bytes
+from memopt.run import DEFAULT_STEPS, parse_budget, stack_versions
+from memopt.tune import DEFAULT_MAX_TRIALS, TuneEvent, Tuner, TuneSettings, budget_required, event_line
 
 __all__ = ["tune_command", "print_event"]
 
@@ -144,25 +128,4 @@ def _headless(settings: TuneSettings, as_json: bool) -> None:
 
 def print_event(event: TuneEvent) -> None:
     """One plain line per event, on stderr (stdout is kept for the result)."""
-    line: str | None = None
-    if isinstance(event, StageStarted):
-        line = f"[{event.stage}] {event.message}"
-    elif isinstance(event, StageFinished):
-        line = f"[{event.stage}] done in {event.seconds:.1f} s: {event.message}"
-    elif isinstance(event, Ready):
-        line = (
-            f"[ready] {event.recipe} on {event.device}, ORT {event.ort_version}, torch {event.torch_version}; "
-            f"target batch {event.target_batch}, budget {format_bytes(event.budget_bytes)}; {len(event.rows)} plans"
-        )
-    elif isinstance(event, TrialStarted):
-        plans = ", ".join(short_key(p) for p in event.plans) or "no config"
-        predicted = f", predicted {format_bytes(event.predicted_bytes)}" if event.predicted_bytes is not None else ""
-        line = f"[trial {event.number}] {event.purpose} at batch {event.batch_size}: {plans}{predicted}…"
-    elif isinstance(event, TrialFinished):
-        line = f"[result] {event.explanation}"
-    elif isinstance(event, Note):
-        line = f"[search] {event.message}"
-    elif isinstance(event, SearchFinished):
-        line = f"[done] {event.result.status}: {event.result.message}"
-    if line is not None:
-        error_console.print(line, highlight=False, soft_wrap=True, markup=False)
+    error_console.print(event_line(event), highlight=False, soft_wrap=True, markup=False)

@@ -21,6 +21,7 @@ from memopt.tune.events import (
     TrialStarted,
     TuneEvent,
     TuneResult,
+    event_line,
 )
 from memopt.tune.export import ConfigExport, plan_export, write_config
 from memopt.tune.policy import Attempt, SearchState, Stop, TryPlans, best_attempt, next_step
@@ -53,6 +54,7 @@ __all__ = [
     "Tuner",
     "best_attempt",
     "budget_required",
+    "event_line",
     "next_step",
     "plan_export",
     "write_config",

@@ -12,8 +12,9 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
-from memopt.ort import PlanKey
+from memopt.ort import PlanKey, short_key
 from memopt.run import Outcome, TrialResult
+from memopt.units import format_bytes
 
 __all__ = [
     "Note",
@@ -29,6 +30,7 @@ __all__ = [
     "TrialStarted",
     "TuneEvent",
     "TuneResult",
+    "event_line",
 ]
 
 
@@ -193,3 +195,25 @@ class SearchFinished:
 
 
 TuneEvent = StageStarted | StageFinished | Ready | TrialStarted | TrialFinished | Note | SearchFinished
+
+
+def event_line(event: TuneEvent) -> str:
+    """The event as one plain line, for logs and ``--no-tui`` progress."""
+    if isinstance(event, StageStarted):
+        return f"[{event.stage}] {event.message}"
+    if isinstance(event, StageFinished):
+        return f"[{event.stage}] done in {event.seconds:.1f} s: {event.message}"
+    if isinstance(event, Ready):
+        return (
+            f"[ready] {event.recipe} on {event.device}, ORT {event.ort_version}, torch {event.torch_version}; "
+            f"target batch {event.target_batch}, budget {format_bytes(event.budget_bytes)}; {len(event.rows)} plans"
+        )
+    if isinstance(event, TrialStarted):
+        plans = ", ".join(short_key(p) for p in event.plans) or "no config"
+        predicted = f", predicted {format_bytes(event.predicted_bytes)}" if event.predicted_bytes is not None else ""
+        return f"[trial {event.number}] {event.purpose} at batch {event.batch_size}: {plans}{predicted}…"
+    if isinstance(event, TrialFinished):
+        return f"[result] {event.explanation}"
+    if isinstance(event, Note):
+        return f"[search] {event.message}"
+    return f"[done] {event.result.status}: {event.result.message}"
