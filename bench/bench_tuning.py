@@ -1,4 +1,4 @@
-"""Tuning cost: trials and wall time to a verified recompute config, memopt vs the alternatives (issue 7).
+"""Tuning cost: trials and wall time to a verified recompute config, memopt vs the alternatives.
 
     .venv/bin/python bench/bench_tuning.py [--recipe tests/recipes/wide_gpt.py -o n_layer=2 -o seq_len=128]
         [--target-batch 16] [--steps 2] [--repeats 3] [--margins 0.02 0.01] [--top-k 5]
@@ -566,22 +566,15 @@ def plot(m: Measurements, bench: Bench, path: Path) -> None:
     rows = [r for r in m.exhaustive if r["peak_bytes"] and r["step_s"]]
     fits = [r for r in rows if r["outcome"] == "ok"]
     over = [r for r in rows if r["outcome"] != "ok"]
-    axis.scatter(
-        [r["peak_bytes"] / MIB for r in fits],
-        [r["step_s"] for r in fits],
-        s=18,
-        color="tab:green",
-        alpha=0.6,
-        label=f"exhaustive subsets under budget ({len(fits)})",
-    )
-    axis.scatter(
-        [r["peak_bytes"] / MIB for r in over],
-        [r["step_s"] for r in over],
-        s=18,
-        color="tab:gray",
-        alpha=0.6,
-        label=f"exhaustive subsets over budget ({len(over)})",
-    )
+    for subsets, color, side in ((fits, "tab:green", "under"), (over, "tab:gray", "over")):
+        axis.scatter(
+            [r["peak_bytes"] / MIB for r in subsets],
+            [r["step_s"] for r in subsets],
+            s=18,
+            color=color,
+            alpha=0.6,
+            label=f"exhaustive subsets {side} budget ({len(subsets)})",
+        )
     if fits:
         best = min(fits, key=lambda r: r["step_s"])
         axis.scatter(

@@ -1,4 +1,4 @@
-"""The doc's sample summaries (doc §1.2-§1.6) as text, shared by the parser and CLI tests."""
+"""The doc's sample summaries as text, shared by the parser and CLI tests."""
 
 from __future__ import annotations
 
@@ -99,7 +99,7 @@ Note 3: [Memory Optimizer] Memory saving is calculated based on the 1st batch sy
 
 
 def rewrap_like_1_16(cpp_output: str, width: int = 180) -> str:
-    """Captured C++ output as the 1.16 Python logger re-emits it (doc §1.3)."""
+    """Captured C++ output as the 1.16 Python logger re-emits it."""
     pieces = [piece for line in cpp_output.splitlines() for piece in textwrap.wrap(line, width)]
     return (
         "2023-09-01 10:00:00,000 orttraining [WARNING] - [session creation] Filtered logs (3 records suppressed):\n    "

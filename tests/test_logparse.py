@@ -167,7 +167,7 @@ def test_savings_at_user_dims_match_orts_own_run_at_those_dims() -> None:
     ort_at_16 = {plan.config_key: plan.max_saving_bytes for plan in large.plans}
     for plan in small.plans:
         # Nodes with several stashed outputs count only the last, in hash order, so their
-        # saving varies between runs (doc §3.7).
+        # saving varies between runs.
         if plan.subgraph not in ("LayerNormalization+", "Dropout+"):
             assert plan.saving_at({"input_ids_dim0": 16, "input_ids_dim1": 32}) == ort_at_16[plan.config_key]
 

@@ -1,4 +1,4 @@
-"""Fast unit tests of plan savings and Plan-table grouping (doc §3.6–§3.7) on tiny graphs, no ORT."""
+"""Fast unit tests of plan savings and Plan-table grouping on tiny graphs, no ORT."""
 
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ def stashed_gelu(
     )
 
 
-# --- one plan's saving: the stashed output's bytes (doc §3.7) ---
+# --- one plan's saving: the stashed output's bytes ---
 
 
 def test_saving_is_the_stashed_output_bytes_as_a_polynomial_in_dims() -> None:
@@ -189,7 +189,7 @@ def test_stashed_total_counts_every_candidate_recomputable_or_not() -> None:
     assert report.symbols == {"batch"}
 
 
-# --- grouping node plans into Plan-table rows (doc §3.7) ---
+# --- grouping node plans into Plan-table rows ---
 
 
 def _two_blocks(width: int = 16) -> TrainingGraph:

@@ -1,4 +1,4 @@
-"""Fast unit tests of ORT's recompute detection rules (doc §2–§4, memopt/ort/rules.py) on tiny graphs.
+"""Fast unit tests of ORT's recompute detection rules on tiny graphs.
 
 No ORT: each graph is built with onnx.helper as ORTModule lays one out (forward nodes, a
 com.microsoft YieldOp, backward nodes reading stashed forward activations) and loaded with
@@ -88,7 +88,7 @@ def one_op(op_type: str, domain: str = "", opset: int = 17, **attrs: object) -> 
     )
 
 
-# --- forward/backward split and stashed candidates (doc §3.2–§3.3) ---
+# --- forward/backward split and stashed candidates ---
 
 
 @pytest.mark.parametrize("version", ALL_RELEASES)
@@ -192,12 +192,12 @@ def test_second_yield_op_is_an_error() -> None:
         scan_graph(graph, "1.19.2")
 
 
-# --- recomputable op tables per release and probe level (doc §2) ---
+# --- recomputable op tables per release and probe level ---
 
 
 @pytest.mark.parametrize("version", ALL_RELEASES)
 def test_never_recomputable_op_has_no_plan(version: str) -> None:
-    """Relu is in no release's table, at any level (doc §2.3 "Never recomputable")."""
+    """Relu is in no release's table, at any level."""
     report = scan_graph(one_op("Relu"), version, level=ProbeLevel.ADVANCED)
     assert report.patterns == () and 0 in report.analysis.candidates
 
@@ -283,7 +283,7 @@ def test_reshape_shape_input_is_followed_from_1_18(version: str, subgraph: str |
     assert [p.subgraph for p in plans] == ([subgraph] if subgraph else [])
 
 
-# --- the subgraph search (doc §3.5) ---
+# --- the subgraph search ---
 
 
 def _gelu_after_add(dims: tuple[int | str, ...]) -> TrainingGraph:
@@ -390,7 +390,7 @@ def test_subgraph_larger_than_the_release_limit_is_no_plan(version: str, length:
     assert keys(report) == (["Add+" * length + ":1:-1"] if found else [])
 
 
-# --- compromise plans (doc §2.5) ---
+# --- compromise plans ---
 
 
 @pytest.mark.parametrize("version", ["1.17.3", "1.18.0", "1.19.2"])
@@ -436,7 +436,7 @@ def test_down_cast_has_no_compromise_plan() -> None:
     assert [p.kind.name for p in scan_graph(graph, "1.19.2").analysis.plans] == ["RECOMPUTE"]
 
 
-# --- transformer layer boundaries (doc §4) ---
+# --- transformer layer boundaries ---
 
 
 def _residual_layer() -> TrainingGraph:
@@ -466,7 +466,7 @@ def test_layer_boundary_probe_keeps_the_residual_feeding_the_next_layer_norm(ver
     assert layerwise.analysis.boundary_layer_norms == ((1,) if skipped else ())
 
 
-# --- plan discovery order (doc §3.4) ---
+# --- plan discovery order ---
 
 
 def test_plans_are_discovered_in_reverse_topological_order() -> None:

@@ -43,7 +43,7 @@ def _root(
 
 
 def main() -> None:
-    from memopt.cli import (  # noqa: F401  (each registers its command)  # noqa: F401  (each registers its command)  # noqa: F401  (each registers its command)
+    from memopt.cli import (  # noqa: F401  (each registers its command)
         config,
         parse,
         plan,

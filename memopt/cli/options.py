@@ -10,6 +10,7 @@ import typer
 
 from memopt.errors import MemoptError
 from memopt.recipes import parse_option_value
+from memopt.run import check_device
 
 __all__ = [
     "BudgetOption",
@@ -97,8 +98,3 @@ def calibration_batches(text: str | None) -> tuple[int, ...] | None:
     if len(set(values)) < 2 or min(values) < 1:
         raise MemoptError(f"--calibrate needs two or more different positive batch sizes, not {text!r}")
     return values
-
-
-def check_device(device: str) -> None:
-    if device not in ("auto", "cpu", "cuda"):
-        raise MemoptError(f"--device must be auto, cpu or cuda, not {device!r}")

@@ -35,7 +35,7 @@ from memopt.ort.version import OrtVersion
 from memopt.predict.calibrate import Calibration, calibrate, save_model
 from memopt.predict.memory_model import Observation
 from memopt.predict.planner import DEFAULT_MARGIN, PlanResult, choose_plans
-from memopt.run.budget import parse_budget, resolve_budget
+from memopt.run.budget import parse_budget, require_budget, resolve_budget
 from memopt.run.journal import Journal
 from memopt.run.trials import DEFAULT_STEPS, TrialResult, TrialSpec, run_trial, stack_versions
 from memopt.tune.export import plan_export, write_config
@@ -84,8 +84,7 @@ def plan_command(
     parsed = parse_budget(budget) if budget is not None else None
     options = recipe_options(seq=seq, size=size, pairs=option)
     versions = stack_versions(python)
-    if parsed is None and (device == "cpu" or not versions.cuda):
-        raise MemoptError("--budget is required on CPU (e.g. --budget 2.5GiB or --budget 50%)")
+    require_budget(parsed, device, versions.cuda)
     with console.status(f"Calibrating {recipe}: graph probe and no-config trials…"):
         cal = calibrate(
             recipe,

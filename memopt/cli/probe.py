@@ -7,7 +7,16 @@ from pathlib import Path
 import typer
 
 from memopt.cli import app, console
-from memopt.cli.options import recipe_options
+from memopt.cli.options import (
+    DeviceOption,
+    OptionPairs,
+    PythonOption,
+    RecipeArgument,
+    SeqOption,
+    SizeOption,
+    check_device,
+    recipe_options,
+)
 from memopt.errors import MemoptError
 from memopt.logparse import parse_file
 from memopt.recipes import DEFAULT_RECIPE
@@ -28,29 +37,24 @@ _FAILURES = {
 
 @app.command("probe")
 def probe_command(
-    recipe: str = typer.Argument(
-        DEFAULT_RECIPE, help="Built-in recipe (gpt, bert, mlp, cnn), a .py file or package.module[:attr]."
-    ),
+    recipe: RecipeArgument = DEFAULT_RECIPE,
     batch: int = typer.Option(8, "--batch", "-b", min=1, help="Batch size."),
-    seq: int | None = typer.Option(None, "--seq", min=1, help="Sequence length (recipes with a seq_len option)."),
-    size: str | None = typer.Option(None, "--size", help="Model size of a built-in recipe, e.g. tiny, small."),
-    option: list[str] = typer.Option([], "--option", "-o", help="Recipe option key=value (repeatable)."),
+    seq: SeqOption = None,
+    size: SizeOption = None,
+    option: OptionPairs = [],  # noqa: B006  (typer reads the default; never mutated)
     steps: int = typer.Option(2, "--steps", min=1, help="Measured steps after the warm-up step."),
-    device: str = typer.Option("auto", "--device", help="auto (CUDA when ORT and torch have it), cpu or cuda."),
+    device: DeviceOption = "auto",
     log_level: str = typer.Option(
         "INFO",
         "--log-level",
         help="ORTModule log level: INFO prints the Plan table; DEVINFO adds ORT's C++ summary; VERBOSE everything.",
     ),
     runs_dir: Path = typer.Option(Path("runs"), "--runs-dir", help="Where run folders are created."),
-    python: str | None = typer.Option(
-        None, "--python", help="Interpreter whose ORT/torch stack runs the model (default: this one)."
-    ),
+    python: PythonOption = None,
     timeout: float = typer.Option(1800.0, "--timeout", min=1, help="Seconds before the run is killed."),
 ) -> None:
     """Run RECIPE for a few ORTModule training steps and save ORT's log, graphs, memory and timings."""
-    if device not in ("auto", "cpu", "cuda"):
-        raise MemoptError(f"--device must be auto, cpu or cuda, not {device!r}")
+    check_device(device)
     options = recipe_options(seq=seq, size=size, pairs=option)
     with console.status(f"Probing {recipe} at batch {batch} (export, session build, {steps + 1} steps)…"):
         result = probe(

@@ -15,7 +15,7 @@ from rich.table import Table
 
 from memopt.cli import app, console, error_console
 from memopt.cli.dims import parse_dims_option
-from memopt.cli.options import recipe_options
+from memopt.cli.options import OptionPairs, SizeOption, recipe_options
 from memopt.errors import MemoptError
 from memopt.graph.sizes import resolve_dims
 from memopt.ort.stack import inspect_stack
@@ -43,8 +43,8 @@ def scan_command(
     dims: str | None = typer.Option(
         None, "--dims", help="Exact dim values, e.g. input_ids_dim0=32,input_ids_dim1=512."
     ),
-    size: str | None = typer.Option(None, "--size", help="Model size of a built-in recipe, e.g. tiny, small."),
-    option: list[str] = typer.Option([], "--option", "-o", help="Recipe option key=value (repeatable)."),
+    size: SizeOption = None,
+    option: OptionPairs = [],  # noqa: B006  (typer reads the default; never mutated)
     ort_version: str | None = typer.Option(
         None,
         "--ort-version",

@@ -33,8 +33,8 @@ from memopt.cli.options import (
 from memopt.errors import MemoptError
 from memopt.predict import DEFAULT_MARGIN
 from memopt.recipes import DEFAULT_RECIPE
-from memopt.run import DEFAULT_STEPS, parse_budget, stack_versions
-from memopt.tune import DEFAULT_MAX_TRIALS, TuneEvent, Tuner, TuneSettings, budget_required, event_line
+from memopt.run import DEFAULT_STEPS, parse_budget, require_budget, stack_versions
+from memopt.tune import DEFAULT_MAX_TRIALS, TuneEvent, Tuner, TuneSettings, event_line
 
 __all__ = ["tune_command", "print_event"]
 
@@ -89,8 +89,7 @@ def tune_command(
     versions = stack_versions(python)
     if versions.ort_version is None:
         raise MemoptError("the ORT training stack cannot run: onnxruntime-training is not installed")
-    if budget_required(settings, versions):
-        raise MemoptError("--budget is required on CPU (e.g. --budget 2.5GiB or --budget 50%)")
+    require_budget(settings.budget, settings.device, versions.cuda)
     if no_tui:
         _headless(settings, as_json)
         return

@@ -1,4 +1,4 @@
-"""Which ORT releases printed a given line (doc §1): text that changed between releases."""
+"""Which ORT releases printed a given line: text that changed between releases."""
 
 from __future__ import annotations
 

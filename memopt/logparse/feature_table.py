@@ -1,5 +1,5 @@
 """The Python feature table's "Memory Optimizer" row, its Plan table, and the Notes line
-with the first batch's dims (ORT 1.16-1.19, doc §1.3-§1.6)."""
+with the first batch's dims (ORT 1.16-1.19; 1.16 has the memory row only)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Format A, "MemoryOptimizer Summary" (ORT 1.14-1.16, doc §1.2 and §1.3).
+"""Format A, "MemoryOptimizer Summary" (ORT 1.14-1.16, raw or re-logged by 1.16's Python logger).
 
 Markers are searched for rather than anchored so that per-line prefixes and the 1.16
 re-wrapped form (TABs expanded, trailing spaces dropped, empty lines dropped) parse alike.
@@ -9,15 +9,14 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from memopt.logparse.lines import LogLine
-from memopt.logparse.model import Cluster, OptimizationType, Plan, StashedOutput
+from memopt.logparse.lines import EQUALS_RULE, LogLine
+from memopt.logparse.model import LOGGED_TYPES, Cluster, OptimizationType, Plan, StashedOutput
 from memopt.logparse.shapes import element_count
 
 __all__ = ["FORMAT_A_HEADER", "FormatABlock", "FormatAParser"]
 
 FORMAT_A_HEADER = re.compile(r"MemoryOptimizer Summary:\s*$")
 _USER_CONFIG = re.compile(r"(?:^|\s)User config:\s*$")
-_RULE = re.compile(r"(?:^|\s)={20,}\s*$")
 _SECTION = re.compile(r"#{4,}(Recompute|RecomputeWithCompromise)#{4,}\s*$")
 _SUBGRAPH = re.compile(r"(?:^|\s)Subgraph: ?(\S*)\s*$")
 _TYPE = re.compile(
@@ -26,7 +25,6 @@ _TYPE = re.compile(
 _PATTERNS = re.compile(r"(?:^|\s)Patterns:\s*$")
 _SHAPE = re.compile(r"(?:^|\s)PatternShape:(.*?)\s*Frequency:(\d+)\s*$")
 _DIVIDER = re.compile(r"(?:^|\s)-{20,}\s*$")
-_SECTION_TYPES = {"Recompute": OptimizationType.RECOMPUTE, "RecomputeWithCompromise": OptimizationType.COMPROMISE}
 _STATUS = {"Recomputed": True, "Recompute": True, "Disabled": False}
 
 
@@ -83,19 +81,19 @@ class FormatAParser:
         if state == "config_label":
             return self._advance(_USER_CONFIG.search(text) is not None, "config_value")
         if state == "config_value":
-            if _RULE.search(text):
+            if EQUALS_RULE.search(text):
                 self._state = "section"
                 return True
             self.user_config = text.strip() or None
             self._state = "config_rule"
             return True
         if state == "config_rule":
-            return self._advance(_RULE.search(text) is not None, "section")
+            return self._advance(EQUALS_RULE.search(text) is not None, "section")
         if state == "section":
             match = _SECTION.search(text)
             if match is None:
                 return False
-            self._section = _SECTION_TYPES[match.group(1)]
+            self._section = LOGGED_TYPES[match.group(1)]
             self._state = "plans"
             return True
         return self._feed_plan_line(text)
@@ -117,7 +115,7 @@ class FormatAParser:
         if _DIVIDER.search(text):
             self._close_plan()
             return True
-        if _RULE.search(text):
+        if EQUALS_RULE.search(text):
             self._close_plan()
             if self._section is OptimizationType.COMPROMISE:
                 self.complete = True

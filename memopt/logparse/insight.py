@@ -1,4 +1,4 @@
-"""Formats B and C, the "MemoryInsight Summary" table (ORT 1.17-1.19, doc §1.4-§1.6)."""
+"""Formats B (ORT 1.17-1.18) and C (1.19), the "MemoryInsight Summary" table."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import re
 from dataclasses import dataclass, field
 
 from memopt.logparse.clues import version_clue
-from memopt.logparse.lines import LogLine
-from memopt.logparse.model import OptimizationType, StashedOutput
+from memopt.logparse.lines import EQUALS_RULE, LogLine
+from memopt.logparse.model import LOGGED_TYPES, OptimizationType, StashedOutput
 from memopt.logparse.shapes import element_count
 from memopt.ort.version import OrtVersionRange
 
@@ -15,7 +15,6 @@ __all__ = ["INSIGHT_HEADER", "InsightBlock", "InsightOption", "InsightParser"]
 
 INSIGHT_HEADER = re.compile(r"MemoryInsight Summary - User config(?: file path)?: (.*?)\s*$")
 _NOT_PROVIDED = "not provided"
-_BORDER = re.compile(r"(?:^|\s)={20,}\s*$")
 _ROW = re.compile(r"\|([^|]{7})\|(.*)\|\s*$")
 _SEPARATOR_FREQ = "_ _ _ _"
 _NOTE = re.compile(r"Note: use comma as a separator")
@@ -26,7 +25,6 @@ _DISABLED = re.compile(r"^Status\s*: Disabled\.(?: Enable with export ORTMODULE_
 _STASHED = re.compile(r"^Stashed Activations:$")
 _REUSE = re.compile(r"^- ReuseFreq\s*:")
 _OUTPUT = re.compile(r"^- Output (\d+)\s*: \[(.*)\], byte/elem: (\d+), (-?\d+)% saved$")
-_TYPES = {"Recompute": OptimizationType.RECOMPUTE, "RecomputeWithCompromise": OptimizationType.COMPROMISE}
 
 
 @dataclass(frozen=True)
@@ -101,7 +99,7 @@ class InsightParser:
             # Only the closing note may follow the second border.
             self.complete = True
             return _NOTE.search(text) is not None
-        if _BORDER.search(text):
+        if EQUALS_RULE.search(text):
             self._borders += 1
             self._close_option()
             return True
@@ -139,7 +137,7 @@ class InsightParser:
             self._close_option()
             if self._frequency is None:
                 self.warnings.append(f"line {line_number}: option outside a row, frequency unknown")
-            self._option = _OptionDraft(line_number, match.group(3), _TYPES[match.group(2)], self._frequency or 0)
+            self._option = _OptionDraft(line_number, match.group(3), LOGGED_TYPES[match.group(2)], self._frequency or 0)
             return
         option = self._option
         if option is not None and (match := _ENABLED.match(body)):

@@ -10,11 +10,13 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import TextIO
 
-__all__ = ["CapturedRecordJoiner", "LogLine", "MAX_LINE_LENGTH", "bounded_lines", "clean_lines"]
+__all__ = ["EQUALS_RULE", "CapturedRecordJoiner", "LogLine", "MAX_LINE_LENGTH", "bounded_lines", "clean_lines"]
 
 # Longer lines are not summary lines (a 50-op subgraph row is ~1,500 characters); the
 # rest of such a line is skipped so that a file without newlines cannot fill memory.
 MAX_LINE_LENGTH = 1 << 16
+# The "=====" line that borders ORT's C++ summaries (Format A and MemoryInsight alike).
+EQUALS_RULE = re.compile(r"(?:^|\s)={20,}\s*$")
 
 _ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b[@-Z\\-_]")
 # torchrun ("[rank0]:", "[default0]:"), mpirun --tag-output ("[1,0]<stdout>:"), srun --label ("0: ").

@@ -18,6 +18,7 @@ from memopt.ort.config import OptimizationType
 from memopt.ort.version import OrtVersionRange
 
 __all__ = [
+    "LOGGED_TYPES",
     "Cluster",
     "NodeEvent",
     "OptimizationType",
@@ -27,6 +28,9 @@ __all__ = [
     "Summary",
     "SummarySource",
 ]
+
+# How ORT's C++ summaries (Format A sections, MemoryInsight options) name the config types.
+LOGGED_TYPES = {"Recompute": OptimizationType.RECOMPUTE, "RecomputeWithCompromise": OptimizationType.COMPROMISE}
 
 
 class SummarySource(Enum):

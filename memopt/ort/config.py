@@ -1,4 +1,4 @@
-"""ORTMODULE_MEMORY_OPT_CONFIG for a given ORT release: parse, validate, emit (doc §1.7, §3.9, §5).
+"""ORTMODULE_MEMORY_OPT_CONFIG for a given ORT release: parse, validate, emit.
 
 ORT <=1.18 reads the variable as the config string ``<subgraph>:<type>:<count>[,...]``;
 1.19 reads it as the path of a JSON file holding an array of such strings. Validation
@@ -279,9 +279,7 @@ def _ignored_parts(entry: ConfigEntry, version: OrtVersion, known_plans: Collect
         warnings.append(f"{entry}: type 0 disables the subgraph, the same as leaving it out")
     elif entry.count >= 0 and version.minor >= 17:
         applies = "all occurrences but the last" if entry.count == 0 else "all occurrences"
-        warnings.append(
-            f"{entry}: ORT {version} ignores partial counts and recomputes {applies} (doc §3.9); use -1 to say so"
-        )
+        warnings.append(f"{entry}: ORT {version} ignores partial counts and recomputes {applies}; use -1 to say so")
     elif entry.count == 0:
         warnings.append(f"{entry}: count 0 recomputes nothing on ORT {version}")
     if known_plans and entry.subgraph.strip() == entry.subgraph and entry.optimization is not OptimizationType.DISABLED:

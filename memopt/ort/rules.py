@@ -1,7 +1,7 @@
 """What each ORT release family considers recomputable, and how its search behaves.
 
-Sources: ../shared/docs/ort-memory-optimizer.md §2–§4 (checked against real runs) and
-ORT's recompute_analysis.cc. Families: "1.16" (1.14–1.16), "1.17", "1.18", "1.19".
+Sources: ORT's recompute_analysis.cc, checked against real runs of 1.15.1–1.19.2.
+Families: "1.16" (1.14–1.16), "1.17", "1.18", "1.19".
 """
 
 from __future__ import annotations

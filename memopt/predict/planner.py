@@ -3,10 +3,10 @@
     minimise Σ cost_p · x_p   subject to   Σ saving_p · x_p ≥ baseline − limit,  x binary
 
 solved with ``scipy.optimize.milp`` (HiGHS branch and bound: optimal, not greedy). ORT
-1.17–1.19 switch a plan on for all its occurrences (partial counts are broken there, doc
-§3.9), so there is one variable per plan; ORT ≤1.16 recomputes the first ``count``
-occurrences in topological order, so there is one variable per occurrence with
-``y_p,j ≥ y_p,j+1`` and the count is their sum.
+1.17–1.19 ignore partial counts and switch a plan on for all its occurrences, so there is
+one variable per plan; ORT ≤1.16 recomputes the first ``count`` occurrences in
+topological order, so there is one variable per occurrence with ``y_p,j ≥ y_p,j+1`` and
+the count is their sum.
 """
 
 from __future__ import annotations

@@ -9,9 +9,28 @@
 The child process's own side lives in ``memopt.child`` (it imports torch; nothing here does).
 """
 
-from memopt.run.budget import CUDA_DEFAULT_FRACTION, Budget, BudgetError, parse_budget, resolve_budget, total_ram
+from memopt.run.budget import (
+    CUDA_DEFAULT_FRACTION,
+    Budget,
+    BudgetError,
+    parse_budget,
+    require_budget,
+    resolve_budget,
+    total_ram,
+)
 from memopt.run.journal import JOURNAL_NAME, Journal, JournalEntry
-from memopt.run.launch import LOG_NAME, ONNX_DIR, ONNX_PREFIX, RECORD_NAME, RunRequest, RunResult, launch, new_run_dir
+from memopt.run.launch import (
+    DEVICES,
+    LOG_NAME,
+    ONNX_DIR,
+    ONNX_PREFIX,
+    RECORD_NAME,
+    RunRequest,
+    RunResult,
+    check_device,
+    launch,
+    new_run_dir,
+)
 from memopt.run.probe import GRAPH_KINDS, ProbeResult, probe, run_label
 from memopt.run.target import CONFIG_VARIABLES, ScanTarget, load_target
 from memopt.run.trials import (
@@ -36,6 +55,7 @@ from memopt.run.trials import (
 __all__ = [
     "CONFIG_VARIABLES",
     "CUDA_DEFAULT_FRACTION",
+    "DEVICES",
     "DEFAULT_STEPS",
     "GRAPH_KINDS",
     "JOURNAL_NAME",
@@ -61,6 +81,7 @@ __all__ = [
     "TrialResult",
     "TrialRunner",
     "TrialSpec",
+    "check_device",
     "config_key",
     "launch",
     "load_target",
@@ -69,6 +90,7 @@ __all__ = [
     "parse_trial_config",
     "probe",
     "recipe_identity",
+    "require_budget",
     "resolve_budget",
     "run_label",
     "run_trial",

@@ -8,7 +8,15 @@ from dataclasses import dataclass
 
 from memopt.errors import MemoptError
 
-__all__ = ["CUDA_DEFAULT_FRACTION", "Budget", "BudgetError", "parse_budget", "resolve_budget", "total_ram"]
+__all__ = [
+    "CUDA_DEFAULT_FRACTION",
+    "Budget",
+    "BudgetError",
+    "parse_budget",
+    "require_budget",
+    "resolve_budget",
+    "total_ram",
+]
 
 # Without --budget on CUDA: the device less 10%, left to the allocator cache and the CUDA context.
 CUDA_DEFAULT_FRACTION = 0.9
@@ -30,6 +38,8 @@ _UNITS = {
 }
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?|\.\d+)\s*([a-zA-Z]*)\s*$")
 _PERCENT = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*%\s*$")
+
+_CPU_NEEDS_BUDGET = "--budget is required on CPU (e.g. --budget 2.5GiB or --budget 50%)"
 
 
 class BudgetError(MemoptError):
@@ -89,7 +99,13 @@ def resolve_budget(budget: Budget | None, device: str, device_total: int | None)
     if budget is not None:
         return budget.bytes_of(device_total)
     if device != "cuda":
-        raise BudgetError("--budget is required on CPU (e.g. --budget 2.5GiB or --budget 50%)")
+        raise BudgetError(_CPU_NEEDS_BUDGET)
     if not device_total:
         raise BudgetError("the device's memory is unknown; give --budget")
     return int(device_total * CUDA_DEFAULT_FRACTION)
+
+
+def require_budget(budget: Budget | None, device: str, cuda_available: bool) -> None:
+    """Refuse a run without a budget that will be on CPU ("auto" is CPU where ORT has no CUDA)."""
+    if budget is None and (device == "cpu" or not cuda_available):
+        raise BudgetError(_CPU_NEEDS_BUDGET)

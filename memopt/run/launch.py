@@ -24,11 +24,14 @@ from typing import Any
 
 import memopt
 from memopt.child import CHILD_MODULE, ONNX_PREFIX
+from memopt.errors import MemoptError
 
 # How often a waiting launch looks at its cancel event: the delay between a cancel and the kill.
 _CANCEL_POLL_S = 0.1
 
 __all__ = [
+    "DEVICES",
+    "check_device",
     "PACKAGE_ROOT",
     "RunRequest",
     "RunResult",
@@ -44,6 +47,13 @@ LOG_NAME = "ort.log"
 RECORD_NAME = "run.json"
 ONNX_DIR = "onnx"
 PACKAGE_ROOT = str(Path(memopt.__file__).resolve().parent.parent)
+
+DEVICES = ("auto", "cpu", "cuda")  # auto: CUDA where ORT and torch have it, else CPU
+
+
+def check_device(device: str) -> None:
+    if device not in DEVICES:
+        raise MemoptError(f"--device must be auto, cpu or cuda, not {device!r}")
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """ORT's recompute analysis, reimplemented: which stashed activations could be recomputed.
 
 Follows MemoryOptimizer's FindORTModuleMemoryOpportunity / SelectRecomputeSubgraph
-(../shared/docs/ort-memory-optimizer.md §3–§4): split at the YieldOp, find stashed
+and its transformer-layer boundary rules: split at the YieldOp, find stashed
 activations, and from each entry node search bottom-up, level by level, for a subgraph
 that can be rerun in the backward pass from tensors that are stashed anyway.
 """
@@ -264,7 +264,7 @@ def _boundary_layer_norms(graph: TrainingGraph, yield_order: int, rules: Release
 
 
 def _boundary_layer_norms_1_17(graph: TrainingGraph, yield_order: int, rules: ReleaseRules) -> tuple[int, ...]:
-    """1.17's rule [doc §4, not yet checked against a 1.17 LEVEL=1 log]: an LN whose forward
+    """1.17's rule (not yet confirmed by a 1.17 LEVEL=1 log): an LN whose forward
     consumers reach softmax before another LN."""
     return tuple(
         node.order

@@ -2,7 +2,7 @@
 
 Two figures per plan: the exact one (every stashed output of the entry node counted)
 and the one ORT prints, which counts only the last output in its candidate list
-(doc §3.7). That list is in hash order, so ORT's figure for a node with several
+(a 1.17–1.19 quirk). That list is in hash order, so ORT's figure for a node with several
 stashed outputs of different sizes can be any one of them; ``ort_choices`` keeps them all.
 """
 

@@ -25,7 +25,7 @@ from memopt.tune.events import (
 )
 from memopt.tune.export import ConfigExport, plan_export, write_config
 from memopt.tune.policy import Attempt, SearchState, Stop, TryPlans, best_attempt, next_step
-from memopt.tune.settings import DEFAULT_MAX_TRIALS, TuneCancelled, TuneError, TuneSettings, budget_required
+from memopt.tune.settings import DEFAULT_MAX_TRIALS, TuneCancelled, TuneError, TuneSettings
 from memopt.tune.tuner import Tuner
 
 __all__ = [
@@ -53,7 +53,6 @@ __all__ = [
     "TuneSettings",
     "Tuner",
     "best_attempt",
-    "budget_required",
     "event_line",
     "next_step",
     "plan_export",

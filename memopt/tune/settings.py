@@ -9,9 +9,9 @@ from typing import Any
 
 from memopt.errors import MemoptError
 from memopt.predict import DEFAULT_MARGIN
-from memopt.run import DEFAULT_STEPS, Budget, StackVersions
+from memopt.run import DEFAULT_STEPS, Budget, check_device
 
-__all__ = ["DEFAULT_MAX_TRIALS", "TuneCancelled", "TuneError", "TuneSettings", "budget_required"]
+__all__ = ["DEFAULT_MAX_TRIALS", "TuneCancelled", "TuneError", "TuneSettings"]
 
 # Search trials at the target batch; calibration trials are not counted.
 DEFAULT_MAX_TRIALS = 6
@@ -51,16 +51,10 @@ class TuneSettings:
             raise TuneError(f"--steps must be at least 1, not {self.steps}")
         if not 0 <= self.margin < 1:
             raise TuneError(f"--margin must be a fraction in [0, 1), not {self.margin:g}")
-        if self.device not in ("auto", "cpu", "cuda"):
-            raise TuneError(f"--device must be auto, cpu or cuda, not {self.device!r}")
+        check_device(self.device)
         if not self.timeout_s > 0:  # also refuses NaN
             raise TuneError(f"--timeout must be positive, not {self.timeout_s:g}")
         if self.calibration_batches is not None and (
             len(set(self.calibration_batches)) < 2 or min(self.calibration_batches) < 1
         ):
             raise TuneError("calibration needs two or more different positive batch sizes")
-
-
-def budget_required(settings: TuneSettings, versions: StackVersions) -> bool:
-    """On CPU there is no default budget."""
-    return settings.budget is None and (settings.device == "cpu" or not versions.cuda)

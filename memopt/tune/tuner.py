@@ -41,6 +41,7 @@ from memopt.run import (
     TrialResult,
     TrialRunner,
     TrialSpec,
+    require_budget,
     resolve_budget,
     stack_versions,
 )
@@ -71,7 +72,7 @@ from memopt.tune.policy import (
     names,
     next_step,
 )
-from memopt.tune.settings import TuneCancelled, TuneError, TuneSettings, budget_required
+from memopt.tune.settings import TuneCancelled, TuneError, TuneSettings
 
 __all__ = ["Tuner"]
 
@@ -143,8 +144,10 @@ class Tuner:
         self.versions = self.versions or stack_versions(s.python)
         if self.versions.ort_version is None:
             raise TuneError("the ORT training stack cannot run: onnxruntime-training is not installed")
-        if budget_required(s, self.versions):
-            raise TuneError("--budget is required on CPU (e.g. --budget 2.5GiB or --budget 50%)")
+        try:
+            require_budget(s.budget, s.device, self.versions.cuda)
+        except MemoptError as err:
+            raise TuneError(str(err)) from None
         self._check_cancel()
         prepared = self._stage(
             "probe",
