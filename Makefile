@@ -25,7 +25,7 @@ test: setup
 	$(BIN)/python -m pytest
 
 # The fast tests: no ORTModule run and no ORT session (under a minute).
-test-fast: setup
+test-fast: $(INSTALLED)
 	$(BIN)/python -m pytest -m "not ort"
 
 # Lint, formatting, types (strict on memopt/) and the stage layering (pyproject.toml configures each).

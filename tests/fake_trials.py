@@ -29,7 +29,7 @@ DIMS = {"input_ids_dim1": 64}  # the sequence length; the batch dim varies
 MiB = 2**20
 
 
-def prepared_gpt(cancel: threading.Event | None = None) -> PreparedTarget:
+def prepared_gpt() -> PreparedTarget:
     """The tiny GPT's real training graph (captured with ORT 1.19.2), scanned; no probe run."""
     target = ScanTarget(load_graph(SAMPLE_GRAPH), "sample gpt", SAMPLE_GRAPH, DIMS, "1.19.2")
     return prepare_target("gpt", options={"size": "tiny"}, versions=VERSIONS, target=target)

@@ -187,3 +187,14 @@ def test_resume_reuses_finished_trials_and_reaches_the_same_config(tmp_path: Pat
     assert again.calls == []  # every trial came from the journal
     assert all(r.result.reused for r in second.trials)
     assert first.best is not None and second.best is not None and second.best.plans == first.best.plans
+
+
+def test_tuner_adds_plans_after_an_out_of_memory_trial(tmp_path: Path) -> None:
+    runner = FakeRunner(prepared_gpt(), effectiveness=0.6)
+    budget = budget_between(runner, 0.7)
+    runner.oom_above = budget  # the device itself fails above the budget: no measurement
+    result = fake_tuner(tmp_path, runner, budget).auto_search()
+    search = [r for r in result.trials if r.purpose is Purpose.SEARCH]
+    assert search[0].outcome is Outcome.OUT_OF_MEMORY and search[0].peak_bytes is None
+    assert len(search[1].plans) > len(search[0].plans)
+    assert result.status is SearchStatus.VERIFIED, result.message

@@ -378,3 +378,18 @@ def test_percentage_budget_judges_a_cuda_trial_against_its_device(tmp_path: Path
     assert (judged.budget_bytes, judged.outcome) == (500, Outcome.OVER_BUDGET)
     explicit = run(runner, spec(), budget_bytes=700)
     assert (explicit.budget_bytes, explicit.outcome) == (700, Outcome.OK)  # budget_bytes wins
+
+
+def test_percentage_budget_leaves_a_cuda_run_that_died_before_its_first_step_as_it_was(tmp_path: Path) -> None:
+    journal = Journal(tmp_path / "j.jsonl")
+    died = result("out_of_memory", peak=None, device="cuda", cuda_total_memory=None)
+    runner = JournaledRunner(inner=FakeInner(died), journal=journal, versions=VERSIONS, budget=parse_budget("80%"))
+    judged = run(runner, spec())
+    assert judged.outcome is Outcome.OUT_OF_MEMORY and judged.budget_bytes is None
+    assert [entry.record["outcome"] for entry in journal.entries()] == ["out_of_memory"]
+
+
+def test_an_unknown_outcome_word_in_a_damaged_journal_reads_as_crashed() -> None:
+    record = result().to_record()
+    record["outcome"] = "exploded"
+    assert TrialResult.from_record(record).outcome is Outcome.CRASHED

@@ -155,7 +155,8 @@ class TuneApp(App[None]):
 
     def _search_ended(self) -> None:
         self.searching = False
-        self._set_idle()
+        if self.busy_since is not None:  # the search neither finished nor failed visibly
+            self._set_idle()
 
     @work(thread=True, exclusive=True, group="tuner")
     def _trial_worker(self, plans: tuple[str, ...]) -> None:

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from rich.table import Table
 from rich.text import Text
 
-from memopt.tune import TrialRecord
+from memopt.tune import Purpose, TrialRecord
 from memopt.units import format_bytes
 
 __all__ = ["gauge", "trials_chart"]
@@ -63,9 +63,9 @@ def trials_chart(records: Sequence[TrialRecord], budget: float, width: int) -> T
     for record in shown:
         fits = (record.peak_bytes or 0) <= budget
         style = "green" if fits else "red"
-        if record.purpose == "calibration":
+        if record.purpose is Purpose.CALIBRATION:
             style = "grey50"
-        label = f"#{record.number}" + ("c" if record.purpose == "calibration" else "")
+        label = f"#{record.number}" + ("c" if record.purpose is Purpose.CALIBRATION else "")
         table.add_row(
             label,
             _bar(record.peak_bytes or 0, scale, bar_width, budget, style),

@@ -108,12 +108,11 @@ def exit_lines(tuner: Tuner, selection: Sequence[str]) -> list[str]:
                 f"# memopt tune: verified at batch {best.batch_size} (trial {best.number}, peak "
                 f"{format_bytes(best.peak_bytes)}, {best.step_s or 0:.2f} s/step): {short_plans(best.plans)}"
             )
-            if best.plans:
-                tuner.save_config(best.plans)
+            tuner.write_export_file(best.plans)
             lines += tuner.export_lines(best.plans)
         elif selection:
             lines.append("# memopt tune: no verified config; your selection, NOT verified:")
-            tuner.save_config(selection)
+            tuner.write_export_file(selection)
             lines += tuner.export_lines(selection)
         else:
             lines.append("# memopt tune: no verified config")

@@ -2,30 +2,22 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
 from pathlib import Path
 
 import typer
-from rich.console import Console
 
 from memopt.cli import app, console
 from memopt.cli.dims import config_version
+from memopt.cli.show import print_config, print_validated
 from memopt.errors import MemoptError
 from memopt.logparse import Summary, parse_file, require_summaries
 from memopt.ort.config import (
     ENV_VAR,
-    ConfigEntry,
-    ValidatedConfig,
     export_line,
-    format_config_string,
     parse_config_string,
     read_config_file,
-    render_json_config,
     takes_json_file,
-    validate_entries,
-    write_json_config,
 )
-from memopt.ort.version import OrtVersion
 
 __all__ = ["config_app", "print_config"]
 
@@ -57,7 +49,7 @@ def check_command(
         config = read_config_file(value, version, known)
     else:
         config = parse_config_string(value, version, known)
-    _print_validated(config, version, console)
+    print_validated(config, version, console)
     console.print(
         export_line(str(Path(value).resolve()) if takes_json_file(version) else value), highlight=False, soft_wrap=True
     )
@@ -79,40 +71,6 @@ def emit_command(
     text = ",".join(entry if ":" in entry else f"{entry}:1:-1" for entry in entries)
     parsed = parse_config_string(text, version)
     print_config(list(parsed.entries), version, _known_plans(summary), out=out, force=force, console=console)
-
-
-def print_config(
-    entries: Sequence[ConfigEntry],
-    version: OrtVersion,
-    known_plans: Collection[str],
-    *,
-    out: Path | None,
-    force: bool,
-    console: Console,
-) -> None:
-    """Validate ``entries`` for ``version`` and print what to paste (writing the 1.19 file to ``out``)."""
-    validated = validate_entries(entries, version, known_plans)
-    _print_validated(validated, version, console)
-    if not takes_json_file(version):
-        if out is not None:
-            raise MemoptError(f"ORT {version} takes the config string itself; --out is for 1.19 JSON files")
-        console.print(export_line(format_config_string(entries, version)), highlight=False, soft_wrap=True)
-        return
-    if out is None:
-        console.print(f"# ORT {version} reads a JSON file; save this as config.json (or pass --out):", highlight=False)
-        console.print(render_json_config(entries).rstrip(), highlight=False, soft_wrap=True)
-        console.print(export_line("config.json"), highlight=False)
-        return
-    path = write_json_config(entries, out, version, overwrite=force)
-    console.print(f"# wrote {path}", highlight=False, soft_wrap=True)
-    console.print(export_line(str(path)), highlight=False, soft_wrap=True)
-
-
-def _print_validated(config: ValidatedConfig, version: OrtVersion, console: Console) -> None:
-    for warning in config.warnings:
-        console.print(f"[yellow]warning:[/] {warning}", highlight=False, soft_wrap=True)
-    shown = ", ".join(str(entry) for entry in config.entries) or "no entries"
-    console.print(f"# ORT {version} accepts this config: {shown}", highlight=False, soft_wrap=True)
 
 
 def _summary_of(log: str | None) -> Summary | None:

@@ -13,8 +13,8 @@ import typer
 from rich.table import Table
 
 from memopt.cli import app, console, error_console
-from memopt.cli.config import print_config
 from memopt.cli.dims import config_version, parse_dims_option
+from memopt.cli.show import print_config
 from memopt.errors import MemoptError
 from memopt.logparse import ParseResult, Plan, Summary, parse_file, plans_dataframe, require_summaries
 from memopt.ort.config import parse_config_string

@@ -28,7 +28,7 @@ from memopt.cli.options import (
     check_device,
     recipe_options,
 )
-from memopt.cli.trial import print_trial
+from memopt.cli.show import print_trial
 from memopt.errors import MemoptError
 from memopt.ort.config import export_line, takes_json_file
 from memopt.ort.version import OrtVersion

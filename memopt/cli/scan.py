@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import re
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -21,7 +20,7 @@ from memopt.graph.sizes import resolve_dims
 from memopt.ort.stack import inspect_stack
 from memopt.recipes import DEFAULT_RECIPE
 from memopt.run.target import load_target
-from memopt.scan import ProbeLevel, ScanReport, scan_graph
+from memopt.scan import ProbeLevel, ScanReport, fold_layers, scan_graph
 from memopt.scan.patterns import Pattern, order_patterns
 from memopt.units import format_bytes
 
@@ -130,7 +129,7 @@ def scan_command(
 
 def plans_frame(report: ScanReport, dims: dict[str, int] | None) -> pd.DataFrame:
     """One row per plan, largest exact saving first when dims are known."""
-    rows = [{**_plan_fields(p, dims), "modules": ";".join(module_summary(p))} for p in report.patterns]
+    rows = [{**_plan_fields(p, dims), "modules": ";".join(fold_layers(p.modules))} for p in report.patterns]
     frame = pd.DataFrame(
         rows,
         columns=[
@@ -162,11 +161,6 @@ def _plan_fields(pattern: Pattern, dims: dict[str, int] | None) -> dict[str, obj
         "saving_bytes": pattern.exact.evaluate(dims) if dims is not None else None,
         "ort_saving_bytes": pattern.ort.evaluate(dims) if dims is not None else None,
     }
-
-
-def module_summary(pattern: Pattern) -> list[str]:
-    """Where a plan occurs, layer indices folded: ``blocks.*.mlp.fc`` for blocks.0…11.mlp.fc."""
-    return list(dict.fromkeys(re.sub(r"(?<=\.)\d+(?=\.|$)", "*", module) for module in pattern.modules))
 
 
 def _print_table(

@@ -12,7 +12,6 @@ import typer
 
 from memopt.cli import app, console
 from memopt.cli.options import (
-    BudgetOption,
     DeviceOption,
     OptionPairs,
     PythonOption,
@@ -25,6 +24,7 @@ from memopt.cli.options import (
     check_device,
     recipe_options,
 )
+from memopt.cli.show import print_trial
 from memopt.errors import MemoptError
 from memopt.ort.config import ConfigEntry, PlanKey
 from memopt.ort.version import OrtVersion
@@ -34,15 +34,13 @@ from memopt.run.budget import parse_budget
 from memopt.run.journal import Journal
 from memopt.run.trials import (
     DEFAULT_STEPS,
-    TrialResult,
     TrialSpec,
     parse_trial_config,
     run_trial,
     stack_versions,
 )
-from memopt.units import format_bytes
 
-__all__ = ["trial_command", "print_trial"]
+__all__ = ["trial_command"]
 
 _FATAL = {"recipe_error": "the recipe is broken", "stack_error": "the ORT training stack cannot run"}
 
@@ -61,7 +59,13 @@ def trial_command(
     seq: SeqOption = None,
     size: SizeOption = None,
     option: OptionPairs = [],  # noqa: B006  (typer reads the default; never mutated)
-    budget: BudgetOption = None,
+    budget: Annotated[
+        str | None,
+        typer.Option(
+            "--budget",
+            help="Peak memory allowed, e.g. 2.5GiB, 2500MB or 80% (of the device the trial runs on): above it the trial is over budget.",
+        ),
+    ] = None,
     device: DeviceOption = "auto",
     runs_dir: RunsDirOption = Path("runs"),
     resume: bool = typer.Option(
@@ -129,56 +133,3 @@ def trial_command(
 def _plan_keys(model: MemoryModel, entries: Sequence[ConfigEntry]) -> tuple[PlanKey, ...]:
     enabled = {f"{e.subgraph}:{int(e.optimization)}" for e in entries if int(e.optimization)}
     return tuple(p.key for p in model.plans if enabled and set(p.entries) <= enabled)
-
-
-def print_trial(result: TrialResult) -> None:
-    """The console summary of one trial."""
-    shown = ", ".join(f"{k}={v}" for k, v in result.options.items()) or "default options"
-    config = ", ".join(result.config) or "no config"
-    where = (result.device or "?").upper()
-    console.print(
-        f"[bold]Trial of {result.recipe}[/] ({shown}) at batch {result.batch_size} on {where}: "
-        f"[bold]{result.outcome.label}[/]{' (reused from the journal)' if result.reused else ''}",
-        highlight=False,
-    )
-    console.print(f"  config       {config}", highlight=False, soft_wrap=True)
-    if result.config_value:
-        console.print(
-            f"  applied as   ORTMODULE_MEMORY_OPT_CONFIG={result.config_value}", highlight=False, soft_wrap=True
-        )
-    console.print(
-        f"  stack        ORT {result.ort_version} ({result.ort_package}), torch {result.torch_version}", highlight=False
-    )
-    if result.error:
-        console.print(f"  error        {result.error}", highlight=False, soft_wrap=True)
-    if result.ran:
-        label = "peak RSS" if result.memory_kind == "rss" else "peak allocated"
-        line = f"  memory       {label} {format_bytes(result.peak_bytes)} in the measured steps; static {format_bytes(result.static_bytes)} before step 1"
-        if result.cuda_reserved_bytes:
-            line += f"; reserved {format_bytes(result.cuda_reserved_bytes)}"
-        console.print(line, highlight=False)
-        if result.budget_bytes is not None:
-            console.print(
-                f"  budget       {format_bytes(result.budget_bytes)}: "
-                f"{'within' if result.peak_bytes and result.peak_bytes <= result.budget_bytes else 'OVER'}",
-                highlight=False,
-            )
-        if result.predicted_peak_bytes is not None:
-            console.print(
-                f"  predicted    {format_bytes(result.predicted_peak_bytes)} "
-                f"({(result.prediction_error or 0) * 100:+.1f}% vs measured)",
-                highlight=False,
-            )
-        console.print(
-            f"  steps        median {result.median_step_s:.3f} s, {result.throughput:.1f} samples/s "
-            f"(warm-up {result.step_times_s[0]:.2f} s)",
-            highlight=False,
-        )
-        on = ", ".join(result.plans_on) or "none"
-        console.print(
-            f"  ORT plans    ON: {on}; {result.recomputed_nodes if result.recomputed_nodes is not None else '?'} "
-            f"nodes recomputed; {result.plans_seen or 0} plans listed",
-            highlight=False,
-            soft_wrap=True,
-        )
-    console.print(f"  run folder   [bold]{result.run_dir}[/]", highlight=False, soft_wrap=True)

@@ -113,8 +113,8 @@ def _headless(settings: TuneSettings, as_json: bool) -> None:
     except KeyboardInterrupt:
         tuner.cancel()
         raise
-    if result.best is not None and result.best.plans:
-        tuner.save_config(result.best.plans)  # the file the export line names
+    if result.best is not None:
+        tuner.write_export_file(result.best.plans)
     if as_json:
         print(json.dumps(tuner.summary(result), indent=2, default=str))
     else:

@@ -82,10 +82,6 @@ class ValidatedConfig:
     entries: tuple[ConfigEntry, ...]
     warnings: tuple[str, ...]
 
-    @property
-    def effective(self) -> dict[str, ConfigEntry]:
-        return {entry.subgraph: entry for entry in self.entries}
-
 
 def takes_json_file(version: OrtVersion) -> bool:
     return version.minor >= 19

@@ -266,7 +266,8 @@ def fit_calibration(
     plans = plan_savings(report, target.graph)
     device_used = trials[0].device or "cpu"
     # The journal's history of this target, and these trials even where no journal holds them.
-    history = list({t.key: t for t in (*_history(journal, recipe, options, versions, device_used), *trials)}.values())
+    known = (*_history(journal, recipe, options, versions, device_used), *trials)
+    history = list({t.key or id(t): t for t in known}.values())  # a trial no journal keyed counts once
     observations = [Observation(t.batch_size, _plans_of(t, plans), int(t.peak_bytes)) for t in history if t.peak_bytes]
     model = fit_memory_model(observations, plans, symbols, fixed)
     identity = model_identity(recipe, options, versions, device_used)

@@ -181,6 +181,8 @@ def _wait(child: subprocess.Popen[bytes], timeout_s: float, cancel: threading.Ev
     """Wait for ``child``; kill its group on timeout or cancel. Returns (returncode, how it ended)."""
     deadline = time.monotonic() + timeout_s
     while True:
+        if child.poll() is not None:  # finished just as the deadline or a cancel came: it finished
+            return child.returncode, "finished"
         left = deadline - time.monotonic()
         if left <= 0:
             _kill_group(child)

@@ -95,6 +95,7 @@ class Outcome(str, Enum):
         return self.value.replace("_", " ")
 
 
+_OUTCOME_WORDS = {outcome.value: outcome for outcome in Outcome}
 _STATUS_TO_OUTCOME = {
     "ok": Outcome.OK,
     "out_of_memory": Outcome.OUT_OF_MEMORY,
@@ -208,7 +209,8 @@ class TrialResult:
         values = {name: value for name, value in record.items() if name in known}
         for name in ("config", "step_times_s", "plans_on", "config_warnings"):
             values[name] = tuple(values.get(name) or ())
-        values["outcome"] = Outcome(values.get("outcome", "crashed"))
+        # A record from a damaged journal may hold any word: it says nothing reliable.
+        values["outcome"] = _OUTCOME_WORDS.get(str(values.get("outcome")), Outcome.CRASHED)
         return cls(**values)
 
     def judged(self, budget_bytes: int | None) -> TrialResult:
@@ -425,7 +427,11 @@ class JournaledRunner:
 
     def _judged(self, result: TrialResult, budget_bytes: int | None) -> TrialResult:
         if budget_bytes is None and self.budget is not None:
-            budget_bytes = self.budget.bytes_of(result.cuda_total_memory if result.device == "cuda" else total_ram())
+            total = result.cuda_total_memory if result.device == "cuda" else total_ram()
+            # A run that died before its first step never learnt the device's size; it cannot
+            # be over budget either, so its outcome (out of memory, crashed, ...) stands.
+            if self.budget.bytes is not None or total is not None:
+                budget_bytes = self.budget.bytes_of(total)
         return result.judged(budget_bytes)
 
 

@@ -9,10 +9,11 @@ from memopt.graph.polynomial import Polynomial
 from memopt.graph.training_graph import TensorInfo, TrainingGraph
 from memopt.ort.rules import ProbeLevel, rules_for
 from memopt.scan.detect import Analysis, ScanError, analyse
+from memopt.scan.modules import fold_layers
 from memopt.scan.patterns import Pattern, group_patterns
 from memopt.scan.savings import UnknownDims, plan_saving, stashed_bytes
 
-__all__ = ["ScanReport", "ScanError", "ProbeLevel", "scan_graph"]
+__all__ = ["ProbeLevel", "ScanError", "ScanReport", "fold_layers", "scan_graph"]
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-__all__ = ["module_path"]
+import re
+from collections.abc import Iterable
+
+__all__ = ["fold_layers", "module_path"]
 
 
 def module_path(node_name: str) -> str | None:
@@ -20,3 +23,8 @@ def module_path(node_name: str) -> str | None:
             break
         scope.append(part)
     return ".".join(scope) or None
+
+
+def fold_layers(modules: Iterable[str]) -> tuple[str, ...]:
+    """Module paths with layer indices as ``*`` (``blocks.3.attn`` -> ``blocks.*.attn``), each once, in order."""
+    return tuple(dict.fromkeys(re.sub(r"(?<=\.)\d+(?=\.|$)", "*", module) for module in modules))

@@ -12,7 +12,6 @@ here, so every rule is tested with a hand-made model and scripted outcomes.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 
@@ -28,7 +27,6 @@ __all__ = [
     "TryPlans",
     "best_attempt",
     "format_mib",
-    "module_patterns",
     "names",
     "next_step",
 ]
@@ -200,7 +198,7 @@ def _heavier(state: SearchState, last: Attempt) -> TryPlans | Stop:
     if last.left_off:
         prefix = f"ORT left {names(last.left_off)} OFF (it ignores them): dropped; "
     elif last.outcome not in (Outcome.OVER_BUDGET, Outcome.OUT_OF_MEMORY):
-        prefix = f"trial {last.outcome.label}; trying another selection; "
+        prefix = f"trial {last.number} {last.outcome.label}; trying another selection; "
     plan = state.plan()
     if plan.feasible and frozenset(plan.plans) not in tried and set(plan.plans) != set(selection):
         return TryPlans(
@@ -254,8 +252,3 @@ def format_mib(value: float | None) -> str:
 
 def names(plans: Iterable[PlanKey]) -> str:
     return ", ".join(short_key(p) for p in plans)
-
-
-def module_patterns(modules: Iterable[str]) -> tuple[str, ...]:
-    """Module paths with layer indices as ``*`` (``blocks.3.attn`` -> ``blocks.*.attn``), deduplicated."""
-    return tuple(dict.fromkeys(re.sub(r"(?<=\.)\d+(?=\.|$)", "*", m) for m in modules))

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from memopt.errors import MemoptError
-from memopt.ort import ConfigEntry, OrtVersion, PlanKey, plan_config_entries
+from memopt.ort import ConfigEntry, OrtVersion, PlanKey, plan_config_entries, takes_json_file
 from memopt.predict import (
     Calibration,
     MemoryModel,
@@ -30,6 +30,7 @@ from memopt.predict import (
     Prediction,
     PreparedTarget,
     calibrate_on,
+    default_calibration_batches,
     prepare_target,
 )
 from memopt.run import (
@@ -45,7 +46,7 @@ from memopt.run import (
     resolve_budget,
     stack_versions,
 )
-from memopt.scan import ScanReport
+from memopt.scan import ScanReport, fold_layers
 from memopt.tune.events import (
     Note,
     PlanRow,
@@ -68,7 +69,6 @@ from memopt.tune.policy import (
     Stop,
     best_attempt,
     format_mib,
-    module_patterns,
     names,
     next_step,
 )
@@ -221,7 +221,13 @@ class Tuner:
     def _calibrate(self, prepared: PreparedTarget) -> Calibration:
         """``predict.calibrate_on`` with this session's runner: each calibration trial is an event."""
         s = self.settings
-        self._emit(StageStarted("calibrate", "Calibrating the memory model: no-config trials at small batch sizes…"))
+        batches = tuple(dict.fromkeys(s.calibration_batches or default_calibration_batches(s.target_batch)))
+        self._emit(
+            StageStarted(
+                "calibrate",
+                f"Calibrating the memory model: no-config trials at batch {' and '.join(map(str, batches))}…",
+            )
+        )
         started = time.monotonic()
 
         def run(batch: int) -> TrialResult:
@@ -236,7 +242,7 @@ class Tuner:
             s.target_batch,
             runs_dir=s.runs_dir,
             journal=self.journal,
-            calibration_batches=s.calibration_batches,
+            calibration_batches=batches,
         )
         model = calibration.model
         self._emit(
@@ -294,7 +300,7 @@ class Tuner:
                     saving_bytes=raw,
                     effective_bytes=model.factor(pattern.key) * raw,
                     cost_s=costs.get(pattern.key, 0.0),
-                    modules=module_patterns(pattern.modules),
+                    modules=fold_layers(pattern.modules),
                     counts_honoured=honoured,
                 )
             )
@@ -478,6 +484,13 @@ class Tuner:
                 return []
             plans = best.plans
         return self.export(plans).lines
+
+    def write_export_file(self, plans: Iterable[PlanKey]) -> Path | None:
+        """Write the file the export line of ``plans`` names (ORT 1.19's JSON), if it names one."""
+        selection = tuple(plans)
+        if not selection or not takes_json_file(self.ort_version):
+            return None
+        return write_config(self.export(selection))
 
     def save_config(self, plans: Iterable[PlanKey], path: Path | None = None) -> Path:
         """Write the config for ``plans``: JSON (ORT 1.19) or the string in a text file (<=1.18)."""

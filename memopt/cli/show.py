@@ -1,0 +1,113 @@
+"""Console renderings more than one command prints: a trial's summary, a config to paste."""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+from pathlib import Path
+
+from rich.console import Console
+
+from memopt.cli import console as default_console
+from memopt.errors import MemoptError
+from memopt.ort import (
+    ConfigEntry,
+    OrtVersion,
+    ValidatedConfig,
+    export_line,
+    format_config_string,
+    render_json_config,
+    takes_json_file,
+    validate_entries,
+    write_json_config,
+)
+from memopt.run import TrialResult
+from memopt.units import format_bytes
+
+__all__ = ["print_config", "print_trial", "print_validated"]
+
+
+def print_config(
+    entries: Sequence[ConfigEntry],
+    version: OrtVersion,
+    known_plans: Collection[str],
+    *,
+    out: Path | None,
+    force: bool,
+    console: Console,
+) -> None:
+    """Validate ``entries`` for ``version`` and print what to paste (writing the 1.19 file to ``out``)."""
+    validated = validate_entries(entries, version, known_plans)
+    print_validated(validated, version, console)
+    if not takes_json_file(version):
+        if out is not None:
+            raise MemoptError(f"ORT {version} takes the config string itself; --out is for 1.19 JSON files")
+        console.print(export_line(format_config_string(entries, version)), highlight=False, soft_wrap=True)
+        return
+    if out is None:
+        console.print(f"# ORT {version} reads a JSON file; save this as config.json (or pass --out):", highlight=False)
+        console.print(render_json_config(entries).rstrip(), highlight=False, soft_wrap=True)
+        console.print(export_line("config.json"), highlight=False)
+        return
+    path = write_json_config(entries, out, version, overwrite=force)
+    console.print(f"# wrote {path}", highlight=False, soft_wrap=True)
+    console.print(export_line(str(path)), highlight=False, soft_wrap=True)
+
+
+def print_validated(config: ValidatedConfig, version: OrtVersion, console: Console) -> None:
+    for warning in config.warnings:
+        console.print(f"[yellow]warning:[/] {warning}", highlight=False, soft_wrap=True)
+    shown = ", ".join(str(entry) for entry in config.entries) or "no entries"
+    console.print(f"# ORT {version} accepts this config: {shown}", highlight=False, soft_wrap=True)
+
+
+def print_trial(result: TrialResult, console: Console = default_console) -> None:
+    """The console summary of one trial."""
+    shown = ", ".join(f"{k}={v}" for k, v in result.options.items()) or "default options"
+    config = ", ".join(result.config) or "no config"
+    where = (result.device or "?").upper()
+    console.print(
+        f"[bold]Trial of {result.recipe}[/] ({shown}) at batch {result.batch_size} on {where}: "
+        f"[bold]{result.outcome.label}[/]{' (reused from the journal)' if result.reused else ''}",
+        highlight=False,
+    )
+    console.print(f"  config       {config}", highlight=False, soft_wrap=True)
+    if result.config_value:
+        console.print(
+            f"  applied as   ORTMODULE_MEMORY_OPT_CONFIG={result.config_value}", highlight=False, soft_wrap=True
+        )
+    console.print(
+        f"  stack        ORT {result.ort_version} ({result.ort_package}), torch {result.torch_version}", highlight=False
+    )
+    if result.error:
+        console.print(f"  error        {result.error}", highlight=False, soft_wrap=True)
+    if result.ran:
+        label = "peak RSS" if result.memory_kind == "rss" else "peak allocated"
+        line = f"  memory       {label} {format_bytes(result.peak_bytes)} in the measured steps; static {format_bytes(result.static_bytes)} before step 1"
+        if result.cuda_reserved_bytes:
+            line += f"; reserved {format_bytes(result.cuda_reserved_bytes)}"
+        console.print(line, highlight=False)
+        if result.budget_bytes is not None:
+            console.print(
+                f"  budget       {format_bytes(result.budget_bytes)}: "
+                f"{'within' if result.peak_bytes and result.peak_bytes <= result.budget_bytes else 'OVER'}",
+                highlight=False,
+            )
+        if result.predicted_peak_bytes is not None:
+            console.print(
+                f"  predicted    {format_bytes(result.predicted_peak_bytes)} "
+                f"({(result.prediction_error or 0) * 100:+.1f}% vs measured)",
+                highlight=False,
+            )
+        console.print(
+            f"  steps        median {result.median_step_s:.3f} s, {result.throughput:.1f} samples/s "
+            f"(warm-up {result.step_times_s[0]:.2f} s)",
+            highlight=False,
+        )
+        on = ", ".join(result.plans_on) or "none"
+        console.print(
+            f"  ORT plans    ON: {on}; {result.recomputed_nodes if result.recomputed_nodes is not None else '?'} "
+            f"nodes recomputed; {result.plans_seen or 0} plans listed",
+            highlight=False,
+            soft_wrap=True,
+        )
+    console.print(f"  run folder   [bold]{result.run_dir}[/]", highlight=False, soft_wrap=True)
