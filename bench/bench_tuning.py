@@ -47,10 +47,9 @@ from memopt.logparse import parse_file
 from memopt.logparse.model import Plan
 from memopt.ort.config import ENV_VAR
 from memopt.ort.version import OrtVersion
-from memopt.predict.calibrate import require_batch_dim
+from memopt.predict import prepare_target
 from memopt.run.budget import Budget
 from memopt.run.launch import LOG_NAME, RunRequest, launch, new_run_dir
-from memopt.run.target import load_target
 from memopt.run.trials import (
     LEVEL_VAR,
     TrialResult,
@@ -58,7 +57,6 @@ from memopt.run.trials import (
     parse_trial_config,
     run_trial,
 )
-from memopt.scan import scan_graph
 from memopt.scan.patterns import Pattern
 from memopt.tune import StageFinished, TuneEvent, Tuner, TuneSettings, event_line
 
@@ -237,12 +235,11 @@ def ort_saving(plan: Plan) -> float:
 
 def measure_budget(recipe: str, options: dict[str, Any], target: int, steps: int, folder: Path) -> Bench:
     log("budget: graph probe and scan, then no-config and every-plan trials at the target batch")
-    loaded = load_target(recipe, options=options, runs_dir=folder)
-    version = loaded.ort_version or "1.19"
-    report = scan_graph(loaded.graph, version, dims=loaded.logged_dims or None)
-    dims = {**loaded.logged_dims, **{symbol: target for symbol in require_batch_dim(report, recipe)}}
+    prepared = prepare_target(recipe, options=options, runs_dir=folder)
+    report = prepared.report
+    dims = {**prepared.target.logged_dims, **{symbol: target for symbol in prepared.batch_symbols}}
     savings = {p.key: p.exact.evaluate(dims) for p in report.patterns}
-    bench = Bench(recipe, options, target, steps, OrtVersion.parse(version), report.patterns, savings)
+    bench = Bench(recipe, options, target, steps, OrtVersion.parse(prepared.ort_version), report.patterns, savings)
     no_config = trial(bench, folder, (), target, steps)
     every_plan = trial(bench, folder, [p.key for p in report.patterns], target, steps)
     if not (no_config.ran and every_plan.ran and no_config.peak_bytes and every_plan.peak_bytes):

@@ -97,6 +97,7 @@ def plan_command(
             python=python,
             timeout_s=timeout,
             resume=resume,
+            versions=versions,
         )
     budget_bytes = resolve_budget(parsed, cal.device, cal.device_total)
     result = choose_plans(

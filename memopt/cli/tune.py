@@ -33,7 +33,7 @@ from memopt.cli.options import (
 from memopt.errors import MemoptError
 from memopt.predict import DEFAULT_MARGIN
 from memopt.recipes import DEFAULT_RECIPE
-from memopt.run import DEFAULT_STEPS, parse_budget, require_budget, stack_versions
+from memopt.run import DEFAULT_STEPS, StackVersions, parse_budget, require_budget, stack_versions
 from memopt.tune import DEFAULT_MAX_TRIALS, TuneEvent, Tuner, TuneSettings, event_line
 
 __all__ = ["tune_command", "print_event"]
@@ -91,13 +91,13 @@ def tune_command(
         raise MemoptError("the ORT training stack cannot run: onnxruntime-training is not installed")
     require_budget(settings.budget, settings.device, versions.cuda)
     if no_tui:
-        _headless(settings, as_json)
+        _headless(settings, versions, as_json)
         return
     if not sys.stderr.isatty() or not sys.stdin.isatty():
         raise MemoptError("the tuner's screen needs a terminal; use --no-tui for scripts and CI")
     from memopt.tui.app import TuneApp
 
-    tuner = Tuner(settings)
+    tuner = Tuner(settings, versions=versions)
     tune_app = TuneApp(tuner, auto=not manual)
     tune_app.run()
     for line in tune_app.exit_lines:
@@ -106,8 +106,8 @@ def tune_command(
         raise MemoptError(tune_app.error)
 
 
-def _headless(settings: TuneSettings, as_json: bool) -> None:
-    tuner = Tuner(settings, on_event=print_event)
+def _headless(settings: TuneSettings, versions: StackVersions, as_json: bool) -> None:
+    tuner = Tuner(settings, on_event=print_event, versions=versions)
     try:
         result = tuner.auto_search()
     except KeyboardInterrupt:

@@ -199,11 +199,12 @@ def calibrate(
     python: str | None = None,
     timeout_s: float = 1800.0,
     resume: bool = True,
+    versions: StackVersions | None = None,
 ) -> Calibration:
     """Probe, scan and calibrate ``recipe`` with child-process trials (``memopt plan``)."""
     runs_dir = Path(runs_dir)
     journal = Journal.in_folder(runs_dir)
-    prepared = prepare_target(recipe, options=options, runs_dir=runs_dir, python=python)
+    prepared = prepare_target(recipe, options=options, runs_dir=runs_dir, python=python, versions=versions)
 
     def run(batch: int) -> TrialResult:
         spec = TrialSpec(recipe, batch, prepared.options, (), steps, device, timeout_s, python)

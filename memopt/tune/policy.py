@@ -76,10 +76,10 @@ class SearchState:
 
     def useful_plans(self) -> tuple[PlanKey, ...]:
         """Plans expected to lower the peak at the target batch, largest saving first."""
-        batch, ignored = self.target_batch, self.left_off
-        savings = {p.key: self.model.factor(p.key) * self.model.raw_saving(p.key, batch) for p in self.model.plans}
-        ranked = sorted(savings, key=lambda key: (-self.model.raw_saving(key, batch), key))
-        return tuple(key for key in ranked if savings[key] > 0 and key not in ignored)
+        raw = {p.key: self.model.raw_saving(p.key, self.target_batch) for p in self.model.plans}
+        ranked = sorted(raw, key=lambda key: (-raw[key], key))
+        ignored = self.left_off
+        return tuple(key for key in ranked if self.model.factor(key) * raw[key] > 0 and key not in ignored)
 
     def plan(self) -> PlanResult:
         """The planner's choice among the plans ORT has not ignored."""

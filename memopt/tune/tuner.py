@@ -91,7 +91,8 @@ class Tuner:
         versions: StackVersions | None = None,
         prepare: Callable[[threading.Event], PreparedTarget] | None = None,
     ) -> None:
-        """``runner``, ``versions`` and ``prepare`` replace the real child processes (tests)."""
+        """``versions``: the stack, where the caller already asked for it; ``runner`` and ``prepare``
+        replace the real child processes (tests)."""
         self.settings = replace(settings, runs_dir=Path(settings.runs_dir).resolve())
         self._listeners: list[Callable[[TuneEvent], None]] = [on_event] if on_event else []
         self._cancel = threading.Event()
