@@ -7,6 +7,7 @@ raises should reach the user as a traceback.
 
 from __future__ import annotations
 
+import importlib
 import sys
 
 import typer
@@ -42,18 +43,16 @@ def _root(
     """memopt: ORT memory-optimizer configs without the guesswork."""
 
 
-def main() -> None:
-    from memopt.cli import (  # noqa: F401  (each registers its command)
-        config,
-        parse,
-        plan,
-        probe,
-        scan,
-        stack,
-        trial,
-        tune,
-    )
+_COMMANDS = ("config", "parse", "plan", "probe", "scan", "stack", "trial", "tune")
 
+
+def main() -> None:
+    # Each module registers its command. A command named on the command line needs only its
+    # own (``memopt parse`` starts without the planner's scipy or the scanner's onnx); help
+    # and errors in the command name need them all.
+    named = next((argument for argument in sys.argv[1:] if not argument.startswith("-")), None)
+    for command in (named,) if named in _COMMANDS else _COMMANDS:
+        importlib.import_module(f"memopt.cli.{command}")
     try:
         app()
     except MemoptError as err:

@@ -6,20 +6,52 @@ Tensor sizes stay symbolic (``Expression``/``Polynomial`` over the graph's dim n
 until ``resolve_dims`` gives those names values.
 """
 
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from memopt.graph.expr import Expression, ExpressionError, UnknownSymbolError, parse_expression
-from memopt.graph.gradient import LOSSES, GradientError, build_training_graph
 from memopt.graph.polynomial import NotPolynomialError, Polynomial
-from memopt.graph.sizes import DimsError, batch_symbols, resolve_dims, sequence_symbols
-from memopt.graph.training_graph import (
-    Dim,
-    GraphError,
-    Node,
-    TensorInfo,
-    TrainingGraph,
-    element_count_dims,
-    graph_from_model,
-    load_graph,
-)
+
+if TYPE_CHECKING:
+    from memopt.graph.gradient import LOSSES, GradientError, build_training_graph
+    from memopt.graph.sizes import DimsError, batch_symbols, resolve_dims, sequence_symbols
+    from memopt.graph.training_graph import (
+        Dim,
+        GraphError,
+        Node,
+        TensorInfo,
+        TrainingGraph,
+        element_count_dims,
+        graph_from_model,
+        load_graph,
+    )
+
+# The graph itself needs onnx (a third of a second to import); reading a log needs only the
+# expressions, so the rest is imported on first use.
+_LAZY = {
+    "memopt.graph.gradient": ("LOSSES", "GradientError", "build_training_graph"),
+    "memopt.graph.sizes": ("DimsError", "batch_symbols", "resolve_dims", "sequence_symbols"),
+    "memopt.graph.training_graph": (
+        "Dim",
+        "GraphError",
+        "Node",
+        "TensorInfo",
+        "TrainingGraph",
+        "element_count_dims",
+        "graph_from_model",
+        "load_graph",
+    ),
+}
+_MODULE_OF = {name: module for module, names in _LAZY.items() for name in names}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _MODULE_OF:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(_MODULE_OF[name]), name)
+
 
 __all__ = [
     "LOSSES",

@@ -8,7 +8,8 @@ parentheses and a few sympy functions (``Max``, ``Min``, ``floor``, ``ceiling``)
 nothing else. Arithmetic is exact (``fractions.Fraction``) so results round the same way
 as sympy's.
 
-Grammar (precedence climbing, Python's precedence and associativity)::
+Grammar (Python's precedence and associativity; read by an operator-precedence parser
+with explicit stacks, so no input recurses)::
 
     sum     := product (("+" | "-") product)*
     product := unary (("*" | "/") unary)*
@@ -22,8 +23,9 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from fractions import Fraction
+from typing import TypeVar
 
 from memopt.errors import MemoptError
 
@@ -37,18 +39,24 @@ __all__ = [
     "Symbol",
     "UnaryMinus",
     "UnknownSymbolError",
+    "fold",
+    "format_term",
     "parse_expression",
 ]
 
-# ORT's unsimplified sums grow with depth (a 96-layer GPT: ~20,000 characters); the parser is
-# linear in the text, so the cap only bounds what a hostile log can make it read.
+# ORT's unsimplified sums grow with depth (a 96-layer GPT: ~20,000 characters, ~5,000
+# tokens); parsing, evaluating and formatting are iterative and linear in the tokens, so the
+# caps only bound what a hostile log can make memopt do per expression.
 MAX_TEXT_LENGTH = 1_000_000
-# Larger powers and literals are never sizes and would let log text make evaluation
-# arbitrarily slow.
+MAX_TOKENS = 20_000
+# Larger powers, literals and values are never sizes and would let log text make
+# evaluation arbitrarily slow.
 MAX_EXPONENT = 64
-_MAX_RESULT_BITS = 1_000_000
+MAX_VALUE_BITS = 4096
 _MAX_LITERAL_EXPONENT = 400
-_MAX_NESTING = 200
+_MAX_LITERAL_DIGITS = 400
+
+_R = TypeVar("_R")
 
 
 class ExpressionError(MemoptError):
@@ -109,7 +117,7 @@ _UNARY_PRECEDENCE = 3
 
 _TOKEN = re.compile(
     r"""\s*(?:
-        (?P<number>(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?)
+        (?P<number>(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?)
       | (?P<name>[A-Za-z_][A-Za-z0-9_]*)
       | (?P<operator>\*\*|[-+*/(),])
     )""",
@@ -119,9 +127,13 @@ _TOKEN = re.compile(
 
 @dataclass(frozen=True)
 class Expression:
-    """A parsed expression: ``root`` is the syntax tree, ``text`` what was parsed."""
+    """A parsed expression: ``root`` is the syntax tree, ``text`` what was parsed.
 
-    root: Term
+    Two expressions compare (and hash) by their text; the tree, which can be thousands of
+    nodes deep, takes no part in comparisons or ``repr``.
+    """
+
+    root: Term = field(compare=False, repr=False)
     text: str
 
     @property
@@ -130,118 +142,233 @@ class Expression:
 
     def evaluate(self, dims: Mapping[str, int | float]) -> float:
         """The value with each symbol replaced by ``dims[symbol]``."""
-        return float(self.evaluate_exact(dims))
+        value = self.evaluate_exact(dims)
+        try:
+            return float(value)
+        except OverflowError:
+            raise ExpressionError(f"{_brief(self.text)} is too large to evaluate") from None
 
     def evaluate_exact(self, dims: Mapping[str, int | float]) -> Fraction:
         missing = self.symbols - dims.keys()
         if missing:
-            raise UnknownSymbolError(frozenset(missing), self.text)
-        values = {name: Fraction(value) for name, value in dims.items() if name in self.symbols}
+            raise UnknownSymbolError(frozenset(missing), _brief(self.text))
         try:
-            return _evaluate(self.root, values)
-        except OverflowError:
-            raise ExpressionError(f"{self.text} is too large to evaluate") from None
+            values = {name: Fraction(value) for name, value in dims.items() if name in self.symbols}
+        except (OverflowError, ValueError):
+            raise ExpressionError(f"a dim value for {_brief(self.text)} is not a finite number") from None
+        return fold(self.root, lambda leaf: _leaf_value(leaf, values), _combine_values)
 
     def __str__(self) -> str:
-        return _format(self.root, 0)
+        return format_term(self.root)
 
 
 def parse_expression(text: str) -> Expression:
     """Parse ``text``; raises ``ExpressionError`` saying where it is malformed."""
     if len(text) > MAX_TEXT_LENGTH:
-        raise ExpressionError(f"expression longer than {MAX_TEXT_LENGTH} characters")
-    parser = _Parser(text)
-    root = parser.parse_sum(0)
-    parser.expect_end()
-    return Expression(root, text.strip())
+        raise ExpressionError(f"expression longer than {MAX_TEXT_LENGTH:,} characters")
+    tokens = list(_tokenize(text))
+    if len(tokens) > MAX_TOKENS:
+        raise ExpressionError(f"expression of {len(tokens):,} tokens: memopt reads at most {MAX_TOKENS:,}")
+    return Expression(_Parser(text, tokens).parse(), text.strip())
+
+
+def fold(root: Term, leaf: Callable[[Term], _R], combine: Callable[[Term, list[_R]], _R]) -> _R:
+    """Bottom-up evaluation of the tree without recursion: ``leaf`` for numbers and symbols,
+    ``combine`` for an operator or call given its operands' results in order."""
+    results: list[_R] = []
+    stack: list[tuple[Term, bool]] = [(root, False)]
+    while stack:
+        node, operands_done = stack.pop()
+        children = _children(node)
+        if not children:
+            results.append(leaf(node))
+        elif operands_done:
+            operands = results[-len(children) :]
+            del results[-len(children) :]
+            results.append(combine(node, operands))
+        else:
+            stack.append((node, True))
+            stack.extend((child, False) for child in reversed(children))
+    return results[0]
+
+
+def format_term(root: Term) -> str:
+    """The text of ``root`` with only the parentheses it needs (reads back to the same tree)."""
+    pieces: list[str] = []
+    stack: list[tuple[Term, int] | str] = [(root, 0)]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            pieces.append(item)
+            continue
+        node, context = item
+        if isinstance(node, Number):
+            pieces.append(node.text)
+        elif isinstance(node, Symbol):
+            pieces.append(node.name)
+        else:
+            # Pushed in reverse: the stack pops them in reading order.
+            stack.extend(reversed(_format_parts(node, context)))
+    return "".join(pieces)
+
+
+def _format_parts(node: UnaryMinus | BinaryOp | Call, context: int) -> list[tuple[Term, int] | str]:
+    """The pieces of ``node`` inside an operator of binding power ``context``."""
+    parts: list[tuple[Term, int] | str]
+    if isinstance(node, Call):
+        parts = [f"{node.function}("]
+        for index, argument in enumerate(node.arguments):
+            parts.extend([", "] if index else [])
+            parts.append((argument, 0))
+        return [*parts, ")"]
+    if isinstance(node, UnaryMinus):
+        # "--a" would read back as a single sign.
+        operand: list[tuple[Term, int] | str] = [(node.operand, _UNARY_PRECEDENCE)]
+        parts = ["-", *(["(", *operand, ")"] if isinstance(node.operand, UnaryMinus) else operand)]
+        # Only the base of a power binds tighter than a sign: (-a)**2 is not -a**2.
+        return ["(", *parts, ")"] if context > _UNARY_PRECEDENCE else parts
+    precedence = _BINARY_PRECEDENCE[node.operator]
+    if node.operator == "**":
+        # Right-associative: only the left operand needs parentheses at equal precedence.
+        parts = [(node.left, precedence + 1), "**", (node.right, _UNARY_PRECEDENCE)]
+    else:
+        separator = f" {node.operator} " if precedence == 1 else node.operator
+        parts = [(node.left, precedence), separator, (node.right, precedence + 1)]
+    return ["(", *parts, ")"] if precedence < context else parts
+
+
+def _brief(text: str) -> str:
+    """``text`` short enough for a one-line message."""
+    text = text.strip()
+    return text if len(text) <= 80 else f"{text[:60]}… ({len(text):,} characters)"
+
+
+@dataclass(frozen=True)
+class _Frame:
+    """An open parenthesis, or a function call and how many arguments it has so far."""
+
+    function: str | None
+    arguments: int = 1
+
+
+_NEGATE = "neg"
+_Pending = str | _Frame  # a binary operator, _NEGATE, or an open frame
 
 
 class _Parser:
-    def __init__(self, text: str) -> None:
+    """Operator precedence with an operand stack and an operator stack (Dijkstra's
+    shunting yard): every token is handled once, whatever the nesting."""
+
+    def __init__(self, text: str, tokens: list[tuple[str, str]]) -> None:
         self.text = text
-        self.tokens = list(_tokenize(text))
-        self.position = 0
+        self.tokens = tokens
+        self.operands: list[Term] = []
+        self.pending: list[_Pending] = []
 
-    def peek(self) -> tuple[str, str] | None:
-        return self.tokens[self.position] if self.position < len(self.tokens) else None
+    def parse(self) -> Term:
+        expect_operand = True
+        negate = False
+        index = 0
+        while index < len(self.tokens):
+            kind, value = self.tokens[index]
+            index += 1
+            if expect_operand:
+                if kind == "operator" and value in ("+", "-"):
+                    negate ^= value == "-"
+                    continue
+                if negate:
+                    self.pending.append(_NEGATE)
+                    negate = False
+                if kind == "number":
+                    self.operands.append(_number(value))
+                    expect_operand = False
+                elif kind == "name" and index < len(self.tokens) and self.tokens[index][1] == "(":
+                    if value not in _FUNCTIONS:
+                        raise ExpressionError(f"unsupported function {value!r} in {_brief(self.text)!r}")
+                    self.pending.append(_Frame(value))
+                    index += 1
+                elif kind == "name":
+                    self.operands.append(Symbol(value))
+                    expect_operand = False
+                elif value == "(":
+                    self.pending.append(_Frame(None))
+                else:
+                    raise self._unexpected(value)
+            elif value in _BINARY_PRECEDENCE:
+                self._reduce_before(value)
+                self.pending.append(value)
+                expect_operand = True
+            elif value == ",":
+                frame = self._close_to_frame(value)
+                if frame.function is None:
+                    raise self._unexpected(value)
+                self.pending.append(_Frame(frame.function, frame.arguments + 1))
+                expect_operand = True
+            elif value == ")":
+                frame = self._close_to_frame(value)
+                if frame.function is not None:
+                    self._call(frame)
+            else:
+                raise self._unexpected(value)
+        if expect_operand:
+            raise ExpressionError(f"expression {_brief(self.text)!r} ends too early")
+        while self.pending:
+            top = self.pending.pop()
+            if isinstance(top, _Frame):
+                raise ExpressionError(f"expected ')' but {_brief(self.text)!r} ends")
+            self._apply(top)
+        (root,) = self.operands
+        return root
 
-    def take(self) -> tuple[str, str]:
-        token = self.peek()
-        if token is None:
-            raise ExpressionError(f"expression {self.text.strip()!r} ends too early")
-        self.position += 1
-        return token
+    def _unexpected(self, value: str) -> ExpressionError:
+        return ExpressionError(f"unexpected {value!r} in {_brief(self.text)!r}")
 
-    def expect(self, operator: str) -> None:
-        kind, value = self.take()
-        if (kind, value) != ("operator", operator):
-            raise ExpressionError(f"expected {operator!r} but found {value!r} in {self.text.strip()!r}")
+    def _reduce_before(self, operator: str) -> None:
+        """Apply the pending operators that bind tighter than ``operator`` (or as tight, left-associative)."""
+        precedence = _BINARY_PRECEDENCE[operator]
+        while self.pending and not isinstance(top := self.pending[-1], _Frame):
+            top_precedence = _UNARY_PRECEDENCE if top == _NEGATE else _BINARY_PRECEDENCE[top]
+            if top_precedence < precedence or (top_precedence == precedence and operator == "**"):
+                return
+            self._apply(self.pending.pop())  # type: ignore[arg-type]
 
-    def expect_end(self) -> None:
-        token = self.peek()
-        if token is not None:
-            raise ExpressionError(f"unexpected {token[1]!r} in {self.text.strip()!r}")
+    def _close_to_frame(self, closing: str) -> _Frame:
+        while self.pending:
+            top = self.pending.pop()
+            if isinstance(top, _Frame):
+                return top
+            self._apply(top)
+        raise self._unexpected(closing)
 
-    def parse_sum(self, depth: int) -> Term:
-        if depth > _MAX_NESTING:
-            raise ExpressionError("expression nested too deeply")
-        node = self.parse_product(depth)
-        while (token := self.peek()) is not None and token[1] in ("+", "-"):
-            self.take()
-            node = BinaryOp(token[1], node, self.parse_product(depth))
-        return node
+    def _apply(self, operator: str) -> None:
+        if operator == _NEGATE:
+            self.operands.append(UnaryMinus(self.operands.pop()))
+            return
+        right = self.operands.pop()
+        self.operands.append(BinaryOp(operator, self.operands.pop(), right))
 
-    def parse_product(self, depth: int) -> Term:
-        node = self.parse_unary(depth)
-        while (token := self.peek()) is not None and token[1] in ("*", "/"):
-            self.take()
-            node = BinaryOp(token[1], node, self.parse_unary(depth))
-        return node
+    def _call(self, frame: _Frame) -> None:
+        assert frame.function is not None
+        arity = _ARITY[frame.function]
+        if arity is not None and frame.arguments != arity:
+            raise ExpressionError(
+                f"{frame.function} takes {arity} argument, got {frame.arguments} in {_brief(self.text)!r}"
+            )
+        arguments = tuple(self.operands[-frame.arguments :])
+        del self.operands[-frame.arguments :]
+        self.operands.append(Call(frame.function, arguments))
 
-    def parse_unary(self, depth: int) -> Term:
-        signs = 0
-        while (token := self.peek()) is not None and token[1] in ("-", "+"):
-            self.take()
-            signs += token[1] == "-"
-        node = self.parse_power(depth)
-        return UnaryMinus(node) if signs % 2 else node
 
-    def parse_power(self, depth: int) -> Term:
-        base = self.parse_atom(depth)
-        token = self.peek()
-        if token is not None and token[1] == "**":
-            self.take()
-            return BinaryOp("**", base, self.parse_unary(depth + 1))
-        return base
-
-    def parse_atom(self, depth: int) -> Term:
-        kind, value = self.take()
-        if kind == "number":
-            exponent = value.lower().partition("e")[2]
-            if exponent and abs(int(exponent)) > _MAX_LITERAL_EXPONENT:
-                raise ExpressionError(f"number {value!r} is out of range")
-            return Number(Fraction(value), value)
-        if kind == "name":
-            token = self.peek()
-            if token is None or token[1] != "(":
-                return Symbol(value)
-            if value not in _FUNCTIONS:
-                raise ExpressionError(f"unsupported function {value!r} in {self.text.strip()!r}")
-            self.take()
-            arguments = [self.parse_sum(depth + 1)]
-            while (token := self.peek()) is not None and token[1] == ",":
-                self.take()
-                arguments.append(self.parse_sum(depth + 1))
-            self.expect(")")
-            arity = _ARITY[value]
-            if arity is not None and len(arguments) != arity:
-                raise ExpressionError(f"{value} takes {arity} argument, got {len(arguments)} in {self.text.strip()!r}")
-            return Call(value, tuple(arguments))
-        if value == "(":
-            node = self.parse_sum(depth + 1)
-            self.expect(")")
-            return node
-        raise ExpressionError(f"unexpected {value!r} in {self.text.strip()!r}")
+def _number(text: str) -> Number:
+    mantissa, _, exponent = text.lower().partition("e")
+    exponent_digits = exponent.lstrip("+-").lstrip("0")
+    if (
+        len(mantissa) > _MAX_LITERAL_DIGITS
+        or len(exponent_digits) > 4
+        or int(exponent_digits or 0) > _MAX_LITERAL_EXPONENT
+    ):
+        raise ExpressionError(f"number {_brief(text)!r} is out of range")
+    return Number(Fraction(text), text)
 
 
 def _tokenize(text: str) -> Iterator[tuple[str, str]]:
@@ -250,12 +377,22 @@ def _tokenize(text: str) -> Iterator[tuple[str, str]]:
     while position < end:
         match = _TOKEN.match(text, position)
         if match is None or match.end() == position:
-            bad = text[position:].strip()[:20]
-            raise ExpressionError(f"unexpected character {bad[:1]!r} in {text.strip()!r}")
+            bad = text[position:].strip()[:1]
+            raise ExpressionError(f"unexpected character {bad!r} in {_brief(text)!r}")
         kind = match.lastgroup
         assert kind is not None
         yield kind, match.group(kind)
         position = match.end()
+
+
+def _children(node: Term) -> tuple[Term, ...]:
+    if isinstance(node, UnaryMinus):
+        return (node.operand,)
+    if isinstance(node, BinaryOp):
+        return (node.left, node.right)
+    if isinstance(node, Call):
+        return node.arguments
+    return ()
 
 
 def _walk(node: Term) -> Iterator[Term]:
@@ -263,36 +400,39 @@ def _walk(node: Term) -> Iterator[Term]:
     while stack:
         current = stack.pop()
         yield current
-        if isinstance(current, UnaryMinus):
-            stack.append(current.operand)
-        elif isinstance(current, BinaryOp):
-            stack.extend((current.left, current.right))
-        elif isinstance(current, Call):
-            stack.extend(current.arguments)
+        stack.extend(_children(current))
 
 
-def _evaluate(node: Term, values: Mapping[str, Fraction]) -> Fraction:
+def _leaf_value(node: Term, values: Mapping[str, Fraction]) -> Fraction:
     if isinstance(node, Number):
         return node.value
-    if isinstance(node, Symbol):
-        return values[node.name]
+    assert isinstance(node, Symbol)
+    return values[node.name]
+
+
+def _combine_values(node: Term, operands: list[Fraction]) -> Fraction:
     if isinstance(node, UnaryMinus):
-        return -_evaluate(node.operand, values)
+        return -operands[0]
     if isinstance(node, Call):
-        return _FUNCTIONS[node.function]([_evaluate(argument, values) for argument in node.arguments])
-    left = _evaluate(node.left, values)
-    right = _evaluate(node.right, values)
-    if node.operator == "+":
-        return left + right
-    if node.operator == "-":
-        return left - right
-    if node.operator == "*":
-        return left * right
-    if node.operator == "/":
-        if right == 0:
-            raise ExpressionError("division by zero")
-        return left / right
-    return _power(left, right)
+        result = _FUNCTIONS[node.function](operands)
+    else:
+        assert isinstance(node, BinaryOp)
+        left, right = operands
+        if node.operator == "+":
+            result = left + right
+        elif node.operator == "-":
+            result = left - right
+        elif node.operator == "*":
+            result = left * right
+        elif node.operator == "/":
+            if right == 0:
+                raise ExpressionError("division by zero")
+            result = left / right
+        else:
+            result = _power(left, right)
+    if max(result.numerator.bit_length(), result.denominator.bit_length()) > MAX_VALUE_BITS:
+        raise ExpressionError(f"a value in the expression is out of range (over {MAX_VALUE_BITS} bits)")
+    return result
 
 
 def _power(base: Fraction, exponent: Fraction) -> Fraction:
@@ -302,33 +442,12 @@ def _power(base: Fraction, exponent: Fraction) -> Fraction:
         raise ExpressionError("division by zero")
     if exponent.denominator == 1:
         bits = max(base.numerator.bit_length(), base.denominator.bit_length())
-        if bits * abs(exponent) > _MAX_RESULT_BITS:
-            raise ExpressionError(f"power {base}**{exponent} is too large")
+        if bits * abs(exponent) > MAX_VALUE_BITS:
+            raise ExpressionError(f"a power in the expression is out of range (over {MAX_VALUE_BITS} bits)")
         return base ** int(exponent)
     if base < 0:
-        raise ExpressionError(f"fractional power of a negative number ({base}**{exponent})")
-    return Fraction(float(base) ** float(exponent))
-
-
-def _format(node: Term, context: int) -> str:
-    """Text for ``node`` inside an operator of binding power ``context``."""
-    if isinstance(node, Number):
-        return node.text
-    if isinstance(node, Symbol):
-        return node.name
-    if isinstance(node, Call):
-        return f"{node.function}({', '.join(_format(argument, 0) for argument in node.arguments)})"
-    if isinstance(node, UnaryMinus):
-        operand = _format(node.operand, _UNARY_PRECEDENCE)
-        # "--a" would read back as a single sign.
-        text = f"-({operand})" if isinstance(node.operand, UnaryMinus) else "-" + operand
-        # Only the base of a power binds tighter than a sign: (-a)**2 is not -a**2.
-        return f"({text})" if context > _UNARY_PRECEDENCE else text
-    precedence = _BINARY_PRECEDENCE[node.operator]
-    if node.operator == "**":
-        # Right-associative: only the left operand needs parentheses at equal precedence.
-        text = f"{_format(node.left, precedence + 1)}**{_format(node.right, _UNARY_PRECEDENCE)}"
-    else:
-        separator = f" {node.operator} " if precedence == 1 else node.operator
-        text = f"{_format(node.left, precedence)}{separator}{_format(node.right, precedence + 1)}"
-    return f"({text})" if precedence < context else text
+        raise ExpressionError(f"fractional power of a negative number (exponent {exponent})")
+    try:
+        return Fraction(float(base) ** float(exponent))
+    except (OverflowError, ValueError):
+        raise ExpressionError("a power in the expression is out of range") from None

@@ -18,8 +18,11 @@ from memopt.graph.expr import (
     ExpressionError,
     Number,
     Symbol,
+    Term,
     UnaryMinus,
     UnknownSymbolError,
+    fold,
+    format_term,
     parse_expression,
 )
 
@@ -139,15 +142,22 @@ def _term(monomial: Monomial, coefficient: Fraction) -> str:
     return "*".join([f"{number:.1f}" if number == int(number) else repr(number), *factors])
 
 
-def _convert(node: object) -> Polynomial:
+def _convert(root: Term) -> Polynomial:
+    return fold(root, _convert_leaf, _combine)
+
+
+def _convert_leaf(node: Term) -> Polynomial:
     if isinstance(node, Number):
         return Polynomial.constant(node.value)
-    if isinstance(node, Symbol):
-        return Polynomial.symbol(node.name)
+    assert isinstance(node, Symbol)
+    return Polynomial.symbol(node.name)
+
+
+def _combine(node: Term, operands: list[Polynomial]) -> Polynomial:
     if isinstance(node, UnaryMinus):
-        return _convert(node.operand).scale(-1)
+        return operands[0].scale(-1)
     if isinstance(node, BinaryOp):
-        left, right = _convert(node.left), _convert(node.right)
+        left, right = operands
         if node.operator == "+":
             return left + right
         if node.operator == "-":
@@ -163,4 +173,4 @@ def _convert(node: object) -> Polynomial:
                 for _ in range(int(exponent)):
                     result = result * left
                 return result
-    raise NotPolynomialError(f"not a polynomial: {node}")
+    raise NotPolynomialError(f"not a polynomial: {format_term(node)}")

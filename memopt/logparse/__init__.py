@@ -1,10 +1,12 @@
 """Read every ORT memory-optimizer summary (1.14-1.19) from training logs.
 
 ``parse_file``/``parse_text``/``parse_lines`` stream the log line by line; the result
-holds one ``Summary`` per session build, each with its ``Plan`` list.
+holds one ``Summary`` per session build, each with its ``Plan`` list, and the per-step
+memory lines ORTModule prints on CUDA (``StepMemory``). Text that cannot be read becomes
+a warning and an unknown value, never an exception.
 """
 
-from memopt.logparse.frame import PLAN_COLUMNS, plans_dataframe
+from memopt.logparse.frame import PLAN_COLUMNS, STEP_MEMORY_COLUMNS, plans_dataframe, step_memory_dataframe
 from memopt.logparse.model import (
     Cluster,
     NodeEvent,
@@ -12,6 +14,7 @@ from memopt.logparse.model import (
     ParseResult,
     Plan,
     StashedOutput,
+    StepMemory,
     Summary,
     SummarySource,
 )
@@ -26,6 +29,7 @@ from memopt.logparse.reader import (
 
 __all__ = [
     "PLAN_COLUMNS",
+    "STEP_MEMORY_COLUMNS",
     "Cluster",
     "LogReadError",
     "NoSummaryError",
@@ -34,6 +38,7 @@ __all__ = [
     "ParseResult",
     "Plan",
     "StashedOutput",
+    "StepMemory",
     "Summary",
     "SummarySource",
     "parse_file",
@@ -41,4 +46,5 @@ __all__ = [
     "parse_lines",
     "parse_text",
     "require_summaries",
+    "step_memory_dataframe",
 ]

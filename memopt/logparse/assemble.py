@@ -65,6 +65,7 @@ class SummaryDraft:
             sources.append(SummarySource.MEMORY_OPTIMIZER_SUMMARY)
             clues.append(OrtVersionRange(16, 16) if block_a.rewrapped else OrtVersionRange(14, 16))
             user_config, cpp_plans = block_a.user_config, block_a.plans
+            warnings.extend(block_a.warnings)
         elif isinstance(self.cpp, InsightParser):
             block_b = self.cpp.block()
             sources.append(SummarySource.MEMORY_INSIGHT_SUMMARY)
@@ -134,7 +135,7 @@ def _merge(rows: Iterable[TableRow], options: tuple[InsightOption, ...]) -> tupl
                 group,
                 config_key=f"{key}:-1",
                 enabled=True if True in enabled_states else (False if enabled_states == {False} else None),
-                frequency=sum(option.frequency for option in group),
+                frequency=_total([option.frequency for option in group]),
             )
         )
     return tuple(plans)
@@ -153,6 +154,10 @@ def _plan_from_options(
         clusters=tuple(Cluster(option.frequency, option.outputs, option.applied_count) for option in options),
         **fields,  # type: ignore[arg-type]
     )
+
+
+def _total(counts: list[int | None]) -> int | None:
+    return None if None in counts else sum(count for count in counts if count is not None)
 
 
 def _option_key(option: InsightOption) -> str:

@@ -8,7 +8,8 @@ from dataclasses import dataclass
 
 from memopt.graph.expr import Expression, ExpressionError, parse_expression
 from memopt.logparse.clues import version_clue
-from memopt.logparse.lines import LogLine
+from memopt.logparse.lines import LogLine, brief
+from memopt.logparse.numbers import read_int
 from memopt.ort.version import OrtVersionRange
 
 __all__ = ["DIMS_NOTE", "FeatureBlock", "FeatureTableParser", "TableRow", "parse_dims"]
@@ -33,7 +34,7 @@ class TableRow:
     enabled: bool
     config_key: str
     frequency: int
-    max_saving_bytes: int | None
+    max_saving_bytes: int | None  # None where ORT printed none or it was unreadable
     saving_symbolic: Expression | None
 
 
@@ -80,23 +81,28 @@ class FeatureTableParser:
             self.complete = True
             return False
         cells = _CELL_GAP.split(match.group(3))
-        if len(cells) != 4 or not cells[1].isdigit():
-            self.warnings.append(f"line {line.number}: unreadable Plan row {text.strip()!r}")
+        number = read_int(match.group(1))
+        frequency = read_int(cells[1]) if len(cells) == 4 else None
+        if number is None or frequency is None:
+            self.warnings.append(f"line {line.number}: unreadable Plan row {brief(text)!r}")
             return True
-        config_key, frequency, max_saving, symbolic = cells
+        config_key, _, max_saving, symbolic = cells
+        max_saving_bytes = read_int(max_saving.replace(",", "")) if _SAVING_NUMBER.match(max_saving) else None
+        if max_saving_bytes is None and _SAVING_NUMBER.match(max_saving):
+            self.warnings.append(f"line {line.number}: Plan {number} max saving {brief(max_saving)!r} out of range")
         try:
             expression: Expression | None = parse_expression(symbolic)
         except ExpressionError as err:
-            self.warnings.append(f"line {line.number}: Plan {match.group(1)} saving {symbolic!r} unreadable: {err}")
+            self.warnings.append(f"line {line.number}: Plan {number} saving {brief(symbolic)!r} unreadable: {err}")
             expression = None
         self.rows.append(
             TableRow(
                 line_number=line.number,
-                number=int(match.group(1)),
+                number=number,
                 enabled=match.group(2) == "ON",
                 config_key=config_key,
-                frequency=int(frequency),
-                max_saving_bytes=int(max_saving.replace(",", "")) if _SAVING_NUMBER.match(max_saving) else None,
+                frequency=frequency,
+                max_saving_bytes=max_saving_bytes,
                 saving_symbolic=expression,
             )
         )
@@ -114,6 +120,14 @@ class FeatureTableParser:
         )
 
 
-def parse_dims(text: str) -> dict[str, int]:
-    """``input_ids_dim0=4,  input_ids_dim1=16,`` as a dict."""
-    return {name: int(value) for name, value in _DIM.findall(text)}
+def parse_dims(text: str) -> tuple[dict[str, int], list[str]]:
+    """``input_ids_dim0=4,  input_ids_dim1=16,`` as a dict, and the dims whose value is unreadable."""
+    dims: dict[str, int] = {}
+    unreadable: list[str] = []
+    for name, text_value in _DIM.findall(text):
+        value = read_int(text_value)
+        if value is None:
+            unreadable.append(name)
+        else:
+            dims[name] = value
+    return dims, unreadable

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from memopt.logparse.lines import EQUALS_RULE, LogLine
 from memopt.logparse.model import LOGGED_TYPES, Cluster, OptimizationType, Plan, StashedOutput
+from memopt.logparse.numbers import read_int
 from memopt.logparse.shapes import element_count
 
 __all__ = ["FORMAT_A_HEADER", "FormatABlock", "FormatAParser"]
@@ -35,6 +36,7 @@ class FormatABlock:
     plans: tuple[Plan, ...]
     rewrapped: bool
     complete: bool
+    warnings: tuple[str, ...] = ()
 
 
 @dataclass
@@ -53,7 +55,7 @@ class _PlanDraft:
             # <=1.16 has no type 2: type 1 enables a subgraph in both sections.
             config_key=f"{self.subgraph}:{int(OptimizationType.RECOMPUTE)}:-1",
             enabled=self.enabled,
-            frequency=sum(cluster.frequency for cluster in self.clusters),
+            frequency=_total([cluster.frequency for cluster in self.clusters]),
             requested_count=self.requested_count,
             applied_count=self.applied_count,
             clusters=tuple(self.clusters),
@@ -69,6 +71,7 @@ class FormatAParser:
         self.user_config: str | None = None
         self.plans: list[Plan] = []
         self.complete = False
+        self.warnings: list[str] = []
         self._state = "config_label"
         self._section = OptimizationType.RECOMPUTE
         self._plan: _PlanDraft | None = None
@@ -96,18 +99,20 @@ class FormatAParser:
             self._section = LOGGED_TYPES[match.group(1)]
             self._state = "plans"
             return True
-        return self._feed_plan_line(text)
+        return self._feed_plan_line(line.number, text)
 
     def block(self) -> FormatABlock:
         self._close_plan()
-        return FormatABlock(self.first_line, self.user_config, tuple(self.plans), self.rewrapped, self.complete)
+        return FormatABlock(
+            self.first_line, self.user_config, tuple(self.plans), self.rewrapped, self.complete, tuple(self.warnings)
+        )
 
     def _advance(self, matched: bool, next_state: str) -> bool:
         if matched:
             self._state = next_state
         return matched
 
-    def _feed_plan_line(self, text: str) -> bool:
+    def _feed_plan_line(self, number: int, text: str) -> bool:
         if match := _SUBGRAPH.search(text):
             self._close_plan()
             self._plan = _PlanDraft(match.group(1), self._section)
@@ -128,8 +133,10 @@ class FormatAParser:
         if match := _TYPE.search(text):
             plan.enabled = _STATUS.get(match.group(1))
             if match.group(2) is not None:
-                plan.requested_count = int(match.group(2))
-                plan.applied_count = int(match.group(3))
+                plan.requested_count = read_int(match.group(2))
+                plan.applied_count = read_int(match.group(3))
+                if plan.requested_count is None or plan.applied_count is None:
+                    self.warnings.append(f"line {number}: {plan.subgraph}: unreadable count, taken as unknown")
             return True
         if _PATTERNS.search(text):
             return True
@@ -141,7 +148,10 @@ class FormatAParser:
                 shape=shape,
                 element_count=None if dims is None else element_count([dim for dim in dims if dim]),
             )
-            plan.clusters.append(Cluster(int(match.group(2)), (output,)))
+            frequency = read_int(match.group(2))
+            if frequency is None:
+                self.warnings.append(f"line {number}: {plan.subgraph}: unreadable frequency, taken as unknown")
+            plan.clusters.append(Cluster(frequency, (output,)))
             return True
         return False
 
@@ -149,3 +159,8 @@ class FormatAParser:
         if self._plan is not None:
             self.plans.append(self._plan.freeze())
             self._plan = None
+
+
+def _total(counts: list[int | None]) -> int | None:
+    """The sum, or None when one count is unknown."""
+    return None if None in counts else sum(count for count in counts if count is not None)

@@ -6,8 +6,9 @@ import re
 from dataclasses import dataclass, field
 
 from memopt.logparse.clues import version_clue
-from memopt.logparse.lines import EQUALS_RULE, LogLine
+from memopt.logparse.lines import EQUALS_RULE, LogLine, brief
 from memopt.logparse.model import LOGGED_TYPES, OptimizationType, StashedOutput
+from memopt.logparse.numbers import read_int
 from memopt.logparse.shapes import element_count
 from memopt.ort.version import OrtVersionRange
 
@@ -34,7 +35,7 @@ class InsightOption:
     line_number: int
     subgraph: str
     optimization: OptimizationType
-    frequency: int
+    frequency: int | None  # None where the row's figure was unreadable
     enabled: bool | None
     requested_count: int | None
     applied_count: int | None
@@ -56,7 +57,7 @@ class _OptionDraft:
     line_number: int
     subgraph: str
     optimization: OptimizationType
-    frequency: int
+    frequency: int | None
     enabled: bool | None = None
     requested_count: int | None = None
     applied_count: int | None = None
@@ -114,9 +115,9 @@ class InsightParser:
             pass
         elif freq_cell:
             self._close_option()
-            self._frequency = int(freq_cell) if freq_cell.isdigit() else None
+            self._frequency = read_int(freq_cell)
             if self._frequency is None or not body.startswith(_RECORD_INTRO):
-                self.warnings.append(f"line {line.number}: unreadable MemoryInsight row {text.strip()!r}")
+                self.warnings.append(f"line {line.number}: unreadable MemoryInsight row {brief(text)!r}")
         elif body:
             self._feed_body(line.number, body)
         return True
@@ -137,31 +138,36 @@ class InsightParser:
             self._close_option()
             if self._frequency is None:
                 self.warnings.append(f"line {line_number}: option outside a row, frequency unknown")
-            self._option = _OptionDraft(line_number, match.group(3), LOGGED_TYPES[match.group(2)], self._frequency or 0)
+            self._option = _OptionDraft(line_number, match.group(3), LOGGED_TYPES[match.group(2)], self._frequency)
             return
         option = self._option
         if option is not None and (match := _ENABLED.match(body)):
             option.enabled = True
-            option.requested_count = int(match.group(1))
-            option.applied_count = int(match.group(2))
+            option.requested_count = read_int(match.group(1))
+            option.applied_count = read_int(match.group(2))
+            if option.requested_count is None or option.applied_count is None:
+                self.warnings.append(f"line {line_number}: unreadable count in {brief(body)!r}, taken as unknown")
         elif option is not None and _DISABLED.match(body):
             option.enabled = False
             self._narrow(version_clue(body))
         elif option is not None and (match := _OUTPUT.match(body)):
             shape = match.group(2)
+            figures = [read_int(match.group(group)) for group in (1, 3, 4)]
+            if None in figures:
+                self.warnings.append(f"line {line_number}: unreadable figure in {brief(body)!r}, taken as unknown")
             option.outputs.append(
                 StashedOutput(
                     shape=shape,
                     element_count=None if shape == "unknown" else element_count([shape]),
-                    output_index=int(match.group(1)),
-                    bytes_per_element=int(match.group(3)),
-                    saved_percent=int(match.group(4)),
+                    output_index=figures[0],
+                    bytes_per_element=figures[1],
+                    saved_percent=figures[2],
                 )
             )
         elif not (
             (option is not None and (_STASHED.match(body) or _REUSE.match(body))) or body.startswith(_RECORD_INTRO)
         ):
-            self.warnings.append(f"line {line_number}: unreadable MemoryInsight row {body!r}")
+            self.warnings.append(f"line {line_number}: unreadable MemoryInsight row {brief(body)!r}")
 
     def _narrow(self, clue: OrtVersionRange | None) -> None:
         if clue is not None:

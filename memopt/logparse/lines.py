@@ -6,11 +6,11 @@ Everything here is a generator over lines so a log of any size is read in bounde
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TextIO
 
-__all__ = ["EQUALS_RULE", "CapturedRecordJoiner", "LogLine", "MAX_LINE_LENGTH", "bounded_lines", "clean_lines"]
+__all__ = ["EQUALS_RULE", "CapturedRecordJoiner", "LogLine", "MAX_LINE_LENGTH", "bounded_lines", "brief", "clean_line"]
 
 # Longer lines are not summary lines (a 50-op subgraph row is ~1,500 characters); the
 # rest of such a line is skipped so that a file without newlines cannot fill memory.
@@ -36,6 +36,12 @@ class LogLine:
     captured: bool = False  # inside a 1.16 "Filtered logs" record
 
 
+def brief(text: str) -> str:
+    """``text`` stripped and short enough to quote in a one-line warning."""
+    text = text.strip()
+    return text if len(text) <= 200 else f"{text[:160]}… ({len(text):,} characters)"
+
+
 def bounded_lines(handle: TextIO, limit: int = MAX_LINE_LENGTH) -> Iterator[str]:
     """Lines of ``handle``; a line longer than ``limit`` is cut to its first ``limit`` characters."""
     while True:
@@ -48,23 +54,23 @@ def bounded_lines(handle: TextIO, limit: int = MAX_LINE_LENGTH) -> Iterator[str]
         yield line
 
 
-def clean_lines(lines: Iterable[str]) -> Iterator[LogLine]:
-    for number, raw in enumerate(lines, start=1):
-        text = raw.rstrip("\r\n")
-        if "\r" in text:
-            # A carriage return inside a line overwrites what came before it on a terminal.
-            text = text.rsplit("\r", 1)[1] or text.replace("\r", "")
-        if "\x1b" in text:
-            text = _ANSI.sub("", text)
-        stream = None
-        if text[:1] in "[0123456789 ":
-            match = _RANK_TAG.match(text)
-            if match is not None:
-                stream = match.group(1) or match.group(2) or match.group(3)
-                text = text[match.end() :]
-                if text.startswith(" ") and match.group(3) is None:
-                    text = text[1:]
-        yield LogLine(number, stream, text)
+def clean_line(number: int, raw: str) -> LogLine:
+    """One physical line without its ending, ANSI codes or rank tag."""
+    text = raw.rstrip("\r\n")
+    if "\r" in text:
+        # A carriage return inside a line overwrites what came before it on a terminal.
+        text = text.rsplit("\r", 1)[1] or text.replace("\r", "")
+    if "\x1b" in text:
+        text = _ANSI.sub("", text)
+    stream = None
+    if text[:1] in "[0123456789 ":
+        match = _RANK_TAG.match(text)
+        if match is not None:
+            stream = match.group(1) or match.group(2) or match.group(3)
+            text = text[match.end() :]
+            if text.startswith(" ") and match.group(3) is None:
+                text = text[1:]
+    return LogLine(number, stream, text)
 
 
 class CapturedRecordJoiner:
@@ -80,8 +86,13 @@ class CapturedRecordJoiner:
         self._pending_piece_length = 0
         self._in_record = False
 
-    def feed(self, line: LogLine) -> LogLine | None:
-        """The previous line, now complete, or None while ``line`` extends it."""
+    @property
+    def holding(self) -> bool:
+        """Whether a line is held back because the next one may continue it."""
+        return self._pending is not None
+
+    def feed(self, line: LogLine) -> list[LogLine]:
+        """The lines now complete, in order: none while ``line`` extends the held one."""
         pending = self._pending
         piece_length = len(line.text) - len(_WRAP_INDENT)
         if self._in_record and pending is not None and line.text.startswith(_WRAP_INDENT) and line.text[4:5].strip():
@@ -90,16 +101,20 @@ class CapturedRecordJoiner:
                 joiner = "" if self._pending_piece_length >= _WRAP_WIDTH else " "
                 self._pending = LogLine(pending.number, pending.stream, pending.text + joiner + line.text[4:], True)
                 self._pending_piece_length = piece_length
-                return None
+                return []
         indented = line.text.startswith(_WRAP_INDENT)
         self._in_record = (self._in_record and indented) or (
             "Filtered logs" in line.text and _CAPTURED_HEADER.search(line.text) is not None
         )
-        if self._in_record and indented:
-            line = LogLine(line.number, line.stream, line.text, True)
-        self._pending = line
-        self._pending_piece_length = piece_length
-        return pending
+        complete = [] if pending is None else [pending]
+        if self._in_record:
+            # Only a line inside a captured record can be continued by the next one.
+            self._pending = LogLine(line.number, line.stream, line.text, True) if indented else line
+            self._pending_piece_length = piece_length
+        else:
+            self._pending = None
+            complete.append(line)
+        return complete
 
     def flush(self) -> LogLine | None:
         pending, self._pending = self._pending, None

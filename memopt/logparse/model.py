@@ -25,6 +25,7 @@ __all__ = [
     "ParseResult",
     "Plan",
     "StashedOutput",
+    "StepMemory",
     "Summary",
     "SummarySource",
 ]
@@ -55,7 +56,7 @@ class Cluster:
     """Nodes sharing one activation pattern: a Format A PatternShape, or one option of a
     MemoryInsight table row."""
 
-    frequency: int
+    frequency: int | None  # None where the log's figure was unreadable
     outputs: tuple[StashedOutput, ...]
     applied_count: int | None = None
 
@@ -111,9 +112,34 @@ class Summary:
 
 
 @dataclass(frozen=True)
+class StepMemory:
+    """One per-step memory line ORTModule prints on CUDA (``ORTMODULE_PRINT_MEMORY_STATS=1``).
+
+    Figures are MiB as ORT rounded them; None where the line did not say or was unreadable.
+    """
+
+    line_number: int
+    stream: str | None  # the launcher's rank tag of the line, if any
+    rank: int | None  # the rank ORT printed ("rank-0", or "[0/2]" before 1.19)
+    world_size: int | None  # only the "[rank/world size]" form (before 1.19) prints it
+    step: int | None
+    phase: str | None  # pre_forward, post_forward, pre_backward, post_backward
+    allocated_mib: int | None = None
+    max_allocated_mib: int | None = None
+    cached_mib: int | None = None
+    max_cached_mib: int | None = None
+    inactive_mib: int | None = None
+    max_inactive_mib: int | None = None
+    param_mib: int | None = None  # 1.19 only
+    grad_mib: int | None = None
+    buffer_mib: int | None = None
+
+
+@dataclass(frozen=True)
 class ParseResult:
     source: str
     summaries: tuple[Summary, ...]
     lines_read: int
     warnings: tuple[str, ...] = ()
     ort_errors: tuple[str, ...] = ()  # config errors ORT raised, as logged
+    step_memory: tuple[StepMemory, ...] = ()  # per-step memory lines, in log order

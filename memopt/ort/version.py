@@ -11,7 +11,7 @@ __all__ = ["OLDEST_MINOR", "NEWEST_MINOR", "OrtVersion", "OrtVersionError", "Ort
 
 OLDEST_MINOR = 14
 NEWEST_MINOR = 19
-_VERSION = re.compile(r"^\s*1\.(\d+)(?:\.(\d+))?\S*\s*$")
+_VERSION = re.compile(r"^\s*1\.([0-9]{1,6})(?:\.([0-9]{1,9}))?\S*\s*$")
 
 
 class OrtVersionError(MemoptError):

@@ -126,7 +126,7 @@ def _logged_elements(plan: Plan) -> Polynomial | None:
     total = Polynomial()
     for cluster in plan.clusters:
         for output in cluster.outputs:
-            if output.element_count is None:
+            if output.element_count is None or cluster.frequency is None:
                 return None
             try:
                 total = total + Polynomial.from_expression(output.element_count).scale(cluster.frequency)
