@@ -169,6 +169,10 @@ def test_markup_in_a_log_is_printed_as_text(tmp_path: Path) -> None:
     run = run_memopt("parse", str(log))
     assert run.returncode == 0, run.stderr
     assert "markup[red].log" in run.stdout and "[/x][enforce fail at alloc_cpu.cpp:117]:1:-1" in run.stdout
+    log.write_text(PLAN_TABLE_1_19.replace("FusedMatMul+Add+:1:-1", "[/x][red]Fused+:1:-1", 1))
+    run = run_memopt("parse", str(log), "-e", "1", "--ort-version", "1.18")
+    assert run.returncode == 0, run.stderr
+    assert "export ORTMODULE_MEMORY_OPT_CONFIG='[/x][red]Fused+:1:-1'" in run.stdout
 
 
 def test_one_bad_log_does_not_stop_the_others(tmp_path: Path) -> None:
@@ -255,3 +259,9 @@ def test_mutated_logs_as_real_subprocesses(tmp_path: Path, mode: tuple[str, ...]
     )
     assert completed.returncode in (0, 2), completed.stderr
     assert "Traceback" not in completed.stderr
+
+
+@pytest.mark.parametrize("value", ["²", "-5", "0", "9" * 5000])
+def test_dims_must_be_sizes(value: str) -> None:
+    with pytest.raises(MemoptError, match="--dims"):
+        invoke(str(PLAIN_LOG), "--dims", f"input_ids_dim0={value}")

@@ -10,16 +10,18 @@ __all__ = ["config_version", "parse_dims_option"]
 
 
 def parse_dims_option(text: str | None) -> dict[str, int]:
-    """``--dims ids_dim0=32,ids_dim1=512`` as a dict."""
+    """``--dims ids_dim0=32,ids_dim1=512`` as a dict; each value a positive integer (a size)."""
     dims: dict[str, int] = {}
     for pair in (text or "").split(","):
         if not pair.strip():
             continue
         name, sep, value = pair.partition("=")
         name, value = name.strip(), value.strip()
-        if not sep or not name.isidentifier() or not value.lstrip("-").isdigit():
-            raise MemoptError(f"--dims takes name=integer pairs separated by commas, not {pair.strip()!r}")
+        if not sep or not name.isidentifier() or not (value.isascii() and value.isdigit()) or len(value) > 18:
+            raise MemoptError(f"--dims takes name=integer pairs separated by commas, not {pair.strip()[:80]!r}")
         dims[name] = int(value)
+        if dims[name] < 1:
+            raise MemoptError(f"--dims {name}={value}: a dim is a size, at least 1")
     return dims
 
 

@@ -6,6 +6,7 @@ from collections.abc import Collection, Sequence
 from pathlib import Path
 
 from rich.console import Console
+from rich.text import Text
 
 from memopt.cli import console as default_console
 from memopt.errors import MemoptError
@@ -41,23 +42,29 @@ def print_config(
     if not takes_json_file(version):
         if out is not None:
             raise MemoptError(f"ORT {version} takes the config string itself; --out is for 1.19 JSON files")
-        console.print(export_line(format_config_string(entries, version)), highlight=False, soft_wrap=True)
+        console.print(
+            export_line(format_config_string(entries, version)), highlight=False, markup=False, soft_wrap=True
+        )
         return
     if out is None:
-        console.print(f"# ORT {version} reads a JSON file; save this as config.json (or pass --out):", highlight=False)
-        console.print(render_json_config(entries).rstrip(), highlight=False, soft_wrap=True)
-        console.print(export_line("config.json"), highlight=False)
+        console.print(
+            f"# ORT {version} reads a JSON file; save this as config.json (or pass --out):",
+            highlight=False,
+            markup=False,
+        )
+        console.print(render_json_config(entries).rstrip(), highlight=False, markup=False, soft_wrap=True)
+        console.print(export_line("config.json"), highlight=False, markup=False)
         return
     path = write_json_config(entries, out, version, overwrite=force)
-    console.print(f"# wrote {path}", highlight=False, soft_wrap=True)
-    console.print(export_line(str(path)), highlight=False, soft_wrap=True)
+    console.print(f"# wrote {path}", highlight=False, markup=False, soft_wrap=True)
+    console.print(export_line(str(path)), highlight=False, markup=False, soft_wrap=True)
 
 
 def print_validated(config: ValidatedConfig, version: OrtVersion, console: Console) -> None:
     for warning in config.warnings:
-        console.print(f"[yellow]warning:[/] {warning}", highlight=False, soft_wrap=True)
+        console.print(Text.assemble(("warning: ", "yellow"), warning), highlight=False, soft_wrap=True)
     shown = ", ".join(str(entry) for entry in config.entries) or "no entries"
-    console.print(f"# ORT {version} accepts this config: {shown}", highlight=False, soft_wrap=True)
+    console.print(f"# ORT {version} accepts this config: {shown}", highlight=False, markup=False, soft_wrap=True)
 
 
 def print_trial(result: TrialResult, console: Console = default_console) -> None:
