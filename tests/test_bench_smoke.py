@@ -45,5 +45,11 @@ def test_parse_benchmark() -> None:
     assert "| all samples |" in out and "| one run, long | 1 | 2 |" in out
 
 
+def test_fuzz_parse_benchmark() -> None:
+    out = _run(str(BENCH / "bench_fuzz_parse.py"), "--mutants", "30", "--cli", "1")
+    assert "| in-process (CliRunner; table, --json, --csv in turn) | 30 | 30 | 0 |" in out
+    assert "| `python -m memopt parse`, nastiest 1 × 3 modes | 1 | 3 | 0 |" in out
+
+
 def test_parity_benchmark() -> None:
     assert "All: " in _run(str(BENCH / "bench_parity.py"))

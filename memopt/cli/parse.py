@@ -47,7 +47,9 @@ def parse_command(
         None, "--dims", help="Evaluate savings at these dims, e.g. ids_dim0=32,ids_dim1=512 (others come from the log)."
     ),
     as_json: bool = typer.Option(False, "--json", help="Print every summary as JSON."),
-    as_csv: bool = typer.Option(False, "--csv", help="Print one CSV row per plan."),
+    as_csv: bool = typer.Option(
+        False, "--csv", help="Print one CSV row per plan (per-step memory lines follow as a second table)."
+    ),
     enable: list[str] = typer.Option(
         [], "--enable", "-e", help="Plan to enable (number, subgraph or config key; repeatable); prints its config."
     ),
