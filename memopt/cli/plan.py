@@ -14,6 +14,7 @@ from memopt.cli.options import (
     BudgetOption,
     CalibrateOption,
     DeviceOption,
+    HfTaskOption,
     MarginOption,
     OptionPairs,
     PythonOption,
@@ -23,6 +24,7 @@ from memopt.cli.options import (
     SizeOption,
     StepsOption,
     TargetBatchOption,
+    TargetSeqOption,
     TimeoutOption,
     calibration_batches,
     check_device,
@@ -52,6 +54,8 @@ def plan_command(
     seq: SeqOption = None,
     size: SizeOption = None,
     option: OptionPairs = [],  # noqa: B006  (typer reads the default; never mutated)
+    hf_task: HfTaskOption = None,
+    target_seq: TargetSeqOption = None,
     calibrate_at: CalibrateOption = None,
     margin: MarginOption = DEFAULT_MARGIN,
     steps: StepsOption = DEFAULT_STEPS,
@@ -82,7 +86,7 @@ def plan_command(
     check_device(device)
     batches = calibration_batches(calibrate_at)
     parsed = parse_budget(budget) if budget is not None else None
-    options = recipe_options(seq=seq, size=size, pairs=option)
+    options = recipe_options(recipe, seq, size, option, hf_task, target_seq)
     versions = stack_versions(python)
     require_budget(parsed, device, versions.cuda)
     with console.status(f"Calibrating {recipe}: graph probe and no-config trials…"):

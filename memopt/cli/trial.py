@@ -13,6 +13,7 @@ import typer
 from memopt.cli import app, console
 from memopt.cli.options import (
     DeviceOption,
+    HfTaskOption,
     OptionPairs,
     PythonOption,
     RecipeArgument,
@@ -20,6 +21,7 @@ from memopt.cli.options import (
     SeqOption,
     SizeOption,
     StepsOption,
+    TargetSeqOption,
     TimeoutOption,
     check_device,
     recipe_options,
@@ -59,6 +61,8 @@ def trial_command(
     seq: SeqOption = None,
     size: SizeOption = None,
     option: OptionPairs = [],  # noqa: B006  (typer reads the default; never mutated)
+    hf_task: HfTaskOption = None,
+    target_seq: TargetSeqOption = None,
     budget: Annotated[
         str | None,
         typer.Option(
@@ -86,7 +90,7 @@ def trial_command(
         raise MemoptError(f"--timeout must be positive, not {timeout:g}")
     check_device(device)
     parsed_budget = parse_budget(budget) if budget is not None else None
-    options = recipe_options(seq=seq, size=size, pairs=option)
+    options = recipe_options(recipe, seq, size, option, hf_task, target_seq)
     versions = stack_versions(python)
     if versions.ort_version is None:
         raise MemoptError("the ORT training stack cannot run: onnxruntime-training is not installed")

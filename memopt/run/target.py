@@ -15,7 +15,7 @@ from memopt.logparse import parse_file
 from memopt.run.launch import new_run_dir
 from memopt.run.probe import probe
 
-__all__ = ["CONFIG_VARIABLES", "ScanTarget", "load_target"]
+__all__ = ["CONFIG_VARIABLES", "ScanTarget", "is_graph_file", "load_target"]
 
 # A graph probe must see the graph before recompute is applied.
 CONFIG_VARIABLES = ("ORTMODULE_MEMORY_OPT_CONFIG", "ORTMODULE_MEMORY_OPT_LEVEL")
@@ -30,6 +30,11 @@ class ScanTarget:
     ort_version: str | None = None  # the ORT that built the graph, when memopt ran it
 
 
+def is_graph_file(target: str) -> bool:
+    """An ONNX file rather than a recipe."""
+    return target.endswith(".onnx") or (Path(target).is_file() and not target.endswith(".py"))
+
+
 def load_target(
     target: str,
     *,
@@ -42,7 +47,7 @@ def load_target(
 ) -> ScanTarget:
     """An ONNX training graph as is, a forward-only ONNX model through ORT's gradient
     builder, or a recipe's graph from a short no-config probe."""
-    if target.endswith(".onnx") or (Path(target).is_file() and not target.endswith(".py")):
+    if is_graph_file(target):
         if options:
             raise MemoptError("recipe options (--size, --seq, -o) do not apply to an ONNX file")
         graph = load_graph(target)

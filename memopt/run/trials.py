@@ -38,6 +38,7 @@ from memopt.ort.config import (
     write_json_config,
 )
 from memopt.ort.version import OrtVersion
+from memopt.recipes import recipe_label
 from memopt.run.budget import Budget, total_ram
 from memopt.run.journal import Journal
 from memopt.run.launch import PACKAGE_ROOT, RunRequest, RunResult, launch, new_run_dir
@@ -436,7 +437,7 @@ class JournaledRunner:
 
 
 def _label(spec: TrialSpec) -> str:
-    name = Path(spec.recipe.partition(":")[0]).stem.replace(".", "-") if spec.recipe else "recipe"
+    name = recipe_label(spec.recipe)
     return f"trial-{name}-b{spec.batch_size}"
 
 
