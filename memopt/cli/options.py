@@ -120,11 +120,11 @@ def recipe_options(
         ("--hf-task", "hf_task", hf_task),
         ("--target-seq", "target_seq", target_seq),
     )
-    for flag, name, value in hf_only:
-        if value is not None:
+    for flag, name, given in hf_only:
+        if given is not None:
             if not target.startswith("hf:"):
                 raise MemoptError(f"{flag} applies to hf: targets, not to {target}")
-            options[name] = value
+            options[name] = given
     for note in check_recipe_spec(target, options):
         error_console.print(f"note: {target}: {note}", highlight=False, soft_wrap=True)
     return options

@@ -9,7 +9,7 @@ from typing import Any
 import typer
 from rich.table import Table
 
-from memopt.cli import app, console
+from memopt.cli import app, console, error_console
 from memopt.cli.options import (
     BudgetOption,
     CalibrateOption,
@@ -103,6 +103,8 @@ def plan_command(
             resume=resume,
             versions=versions,
         )
+    for line in cal.refused:
+        error_console.print(f"[yellow]warning:[/] {line}", highlight=False, soft_wrap=True)
     budget_bytes = resolve_budget(parsed, cal.device, cal.device_total)
     result = choose_plans(
         cal.model,
@@ -231,6 +233,7 @@ def _as_json(
             for c in result.choices
         ],
         "config": [str(e) for e in result.entries],
+        "refused": list(cal.refused),
         "config_value": config_value,
         "export": export_line(config_value) if config_value else None,
         "model": {

@@ -28,7 +28,7 @@ from memopt.cli.options import (
 )
 from memopt.cli.show import print_trial
 from memopt.errors import MemoptError
-from memopt.ort.config import ConfigEntry, PlanKey
+from memopt.ort.config import ConfigEntry, PlanKey, key_entries
 from memopt.ort.version import OrtVersion
 from memopt.predict.calibrate import load_saved_model, model_identity, save_model
 from memopt.predict.memory_model import MemoryModel, ModelError, Observation
@@ -122,7 +122,8 @@ def trial_command(
     if result.outcome in _FATAL:
         raise MemoptError(f"{_FATAL[result.outcome]}: {result.error} (log: {result.run_dir}/ort.log)")
     if model is not None and result.ran and result.peak_bytes and not result.reused:
-        plans = tuple(key for key in result.plans_on if key in {p.key for p in model.plans}) or plan_keys
+        off = {cell for entry in result.plans_off for cell in key_entries(entry)}
+        plans = tuple(key for key in plan_keys if not set(key_entries(key)) & off)  # ignored entries saved nothing
         save_model(runs_dir, identity, model.with_observation(Observation(batch, plans, result.peak_bytes)))
     if as_json:
         print(json.dumps(result.to_record(), indent=2, default=str))

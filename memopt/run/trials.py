@@ -31,6 +31,7 @@ from memopt.ort.config import (
     ConfigError,
     ValidatedConfig,
     format_config_string,
+    key_entries,
     parse_config_json,
     parse_config_string,
     takes_json_file,
@@ -58,6 +59,7 @@ __all__ = [
     "config_key",
     "parse_trial_config",
     "recipe_identity",
+    "requested_off",
     "run_trial",
     "stack_versions",
 ]
@@ -173,6 +175,9 @@ class TrialResult:
     median_step_s: float | None = None
     throughput: float | None = None  # samples per second over the measured steps
     plans_on: tuple[str, ...] = ()  # Plan-table "Configs" ORT reported ON
+    # Requested entries ("<subgraph>:<type>:<count>") that ORT's Plan table did not report ON:
+    # ORT ignored them (a name it does not know, or a plan it left OFF), so they saved nothing.
+    plans_off: tuple[str, ...] = ()
     plans_seen: int | None = None  # rows in ORT's Plan table
     recomputed_nodes: int | None = None  # "Total number of recomputed nodes", else node lines counted
     budget_bytes: int | None = None
@@ -208,7 +213,7 @@ class TrialResult:
     def from_record(cls, record: Mapping[str, Any]) -> TrialResult:
         known = {f.name for f in fields(cls)}
         values = {name: value for name, value in record.items() if name in known}
-        for name in ("config", "step_times_s", "plans_on", "config_warnings"):
+        for name in ("config", "step_times_s", "plans_on", "plans_off", "config_warnings"):
             values[name] = tuple(values.get(name) or ())
         # A record from a damaged journal may hold any word: it says nothing reliable.
         values["outcome"] = _OUTCOME_WORDS.get(str(values.get("outcome")), Outcome.CRASHED)
@@ -505,6 +510,7 @@ def _result(
         median_step_s=median,
         throughput=spec.batch_size / median if median else None,
         plans_on=plans_on,
+        plans_off=requested_off(spec.config, plans_on) if plans_seen else (),
         plans_seen=plans_seen,
         recomputed_nodes=recomputed,
         budget_bytes=budget,
@@ -512,6 +518,16 @@ def _result(
         config_warnings=tuple(warnings),
         wall_s=run.wall_s,
         finished_at=time.time(),
+    )
+
+
+def requested_off(entries: tuple[ConfigEntry, ...], plans_on: tuple[str, ...]) -> tuple[str, ...]:
+    """The entries that enable something but whose subgraph and type no ON plan of ORT's table has."""
+    on = {cell for key in plans_on for cell in key_entries(key)}
+    return tuple(
+        str(entry)
+        for entry in entries
+        if int(entry.optimization) != 0 and f"{entry.subgraph}:{int(entry.optimization)}" not in on
     )
 
 
