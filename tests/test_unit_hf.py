@@ -20,7 +20,7 @@ from memopt.ort.config import ConfigEntry, ConfigError, OptimizationType, refuse
 from memopt.predict.calibrate import keep_ort_plans
 from memopt.recipes import RecipeError, check_recipe_spec, load_recipe, recipe_label
 from memopt.recipes.hf import PRESETS, resolve_hf_target
-from memopt.run.trials import requested_off
+from memopt.run.trials import recipe_identity, requested_off
 from memopt.scan import scan_graph
 
 TINY = {"size": "tiny", "seq_len": 16}
@@ -85,6 +85,10 @@ def test_config_file_and_folder_with_overrides(tmp_path: Path) -> None:
     assert recipe_label(f"hf:{tmp_path}") == f"hf-{tmp_path.name}"
     assert recipe_label(f"hf:{tmp_path}/config.json") == f"hf-{tmp_path.name}"
     assert recipe_label("hf:gpt2") == "hf-gpt2" and recipe_label("gpt") == "gpt"
+    before = recipe_identity(f"hf:{tmp_path}")
+    assert before == recipe_identity(f"hf:{tmp_path / 'config.json'}")
+    (tmp_path / "config.json").write_text(json.dumps({**config, "num_hidden_layers": 4}))
+    assert recipe_identity(f"hf:{tmp_path}") != before  # the journal does not reuse trials of another model
 
 
 def test_missing_decoder_start_token_is_defaulted_and_said(tmp_path: Path) -> None:

@@ -281,7 +281,13 @@ def config_key(entries: tuple[ConfigEntry, ...]) -> tuple[str, ...]:
 
 
 def recipe_identity(recipe: str) -> str:
-    """The recipe as the journal keys it: a file recipe also by its content."""
+    """The recipe as the journal keys it: a file recipe (or an ``hf:`` config) also by its content."""
+    if recipe.startswith("hf:"):
+        config = Path(recipe[3:])
+        config = config / "config.json" if config.is_dir() else config
+        if config.is_file():
+            return f"hf:{config.resolve()}#{hashlib.sha256(config.read_bytes()).hexdigest()[:16]}"
+        return recipe
     path = Path(recipe.partition(":")[0])
     if path.suffix == ".py" and path.is_file():
         return f"{path.resolve()}#{hashlib.sha256(path.read_bytes()).hexdigest()[:16]}"
