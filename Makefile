@@ -50,9 +50,9 @@ $(BIN)/python:
 $(INSTALLED): pyproject.toml constraints.txt | $(BIN)/python
 ifeq ($(EXTRA),gpu)
 	$(BIN)/pip install $(GPU_TORCH) --index-url $(TORCH_CU118_INDEX)
-	$(BIN)/pip install -e '.[gpu,test]'
+	$(BIN)/pip install -e '.[gpu,hf,test]'
 else
-	$(BIN)/pip install -c constraints.txt -e '.[cpu,test]'
+	$(BIN)/pip install -c constraints.txt -e '.[cpu,hf,test]'
 endif
 	touch $@
 

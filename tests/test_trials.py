@@ -121,6 +121,7 @@ def test_timeout_kills_the_child(tmp_path: Path) -> None:
     [
         ("oom_in_step.py", "out_of_memory", "Failed to allocate memory"),
         ("crashes_in_step.py", "crashed", "labels are missing"),
+        ("loss_raises.py", "recipe_error", "loss() failed on the model's output: ValueError: labels are missing"),
     ],
 )
 def test_failing_steps_are_classified(recipe: str, outcome: str, fragment: str, tmp_path: Path) -> None:

@@ -198,3 +198,16 @@ def test_tuner_adds_plans_after_an_out_of_memory_trial(tmp_path: Path) -> None:
     assert search[0].outcome is Outcome.OUT_OF_MEMORY and search[0].peak_bytes is None
     assert len(search[1].plans) > len(search[0].plans)
     assert result.status is SearchStatus.VERIFIED, result.message
+
+
+def test_final_config_leaves_out_what_ort_left_off(tmp_path: Path) -> None:
+    runner = FakeRunner(prepared_gpt())
+    every = tuple(p.key for p in runner.prepared.report.patterns)
+    smallest = max(every, key=lambda key: runner.peak(16, tuple(k for k in every if k != key)))
+    runner = FakeRunner(runner.prepared, ignored=frozenset({smallest}))
+    tuner = fake_tuner(tmp_path, runner, budget_between(runner))
+    record = tuner.run_trial(every)  # fits although ORT leaves one entry OFF
+    assert record.fits and record.left_off == (smallest,)
+    best = tuner.best()
+    assert best is not None and best.plans == tuple(k for k in every if k != smallest)
+    assert all(smallest.split(":")[0] not in line for line in tuner.export_lines())

@@ -38,6 +38,10 @@ def main(request_path: str, result_path: str) -> int:
         from memopt.child.steps import StepFailure, pick_device, run_steps
 
         recipe = load_recipe(request["recipe"], request["options"])
+        for name, text in recipe.files.items():
+            (Path(result_path).parent / name).write_text(text)
+        for note in recipe.notes:
+            print(f"[memopt] {request['recipe']}: {note}", file=sys.stderr, flush=True)
         device = pick_device(request["device"], ort_has_cuda=stack.ort_cuda_version is not None)
         write(device=device)
         print(f"[memopt] {request['recipe']} batch {request['batch_size']} on {device}", file=sys.stderr, flush=True)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 import resource
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -105,8 +105,7 @@ def run_steps(
         started = time.perf_counter()
         try:
             output = ort_model(**inputs) if isinstance(inputs, dict) else ort_model(*inputs)
-            loss = loss_fn(output, target)
-            _check_loss(loss)
+            loss = _compute_loss(loss_fn, output, target, "loss()" if recipe.loss else "the default loss")
             loss.backward()
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
@@ -124,14 +123,52 @@ def run_steps(
 
 
 def default_loss(output: Any, target: torch.Tensor | None) -> torch.Tensor:
-    """Cross-entropy for integer targets, MSE for float targets, the output's mean without one."""
+    """The model's own loss when it returns one, else a loss of its output against ``target``.
+
+    A model returns its loss as a mapping with ``loss`` (a Hugging Face ``ModelOutput``, a
+    dict) or as a tuple or list whose first item is a scalar tensor. Otherwise the output
+    (a tensor, or a tuple's first item) gets cross-entropy for integer targets, MSE for float
+    targets, and its mean without a target. Raises RecipeError when no loss follows.
+    """
+    if isinstance(output, Mapping):
+        loss = output.get("loss")
+        if not isinstance(loss, torch.Tensor):
+            keys = ", ".join(str(key) for key in output) or "none"
+            raise RecipeError(
+                f"the model returned a {type(output).__name__} without a loss (keys: {keys}); "
+                "pass labels in make_batch() or define loss(output, target)"
+            )
+        return loss
     if isinstance(output, (tuple, list)):
-        output = output[0]
+        if not output:
+            raise RecipeError("the model returned an empty tuple; define loss(output, target)")
+        first = output[0]
+        if isinstance(first, torch.Tensor) and first.dim() == 0:
+            return first
+        output = first
+    if not isinstance(output, torch.Tensor):
+        raise RecipeError(
+            f"the model returned {type(output).__name__}, not a tensor or a loss; define loss(output, target)"
+        )
     if target is None:
         return output.float().mean()
     if target.dtype.is_floating_point:
         return F.mse_loss(output, target)
     return F.cross_entropy(output.reshape(-1, output.shape[-1]), target.reshape(-1))
+
+
+def _compute_loss(loss_fn: Callable[[Any, Any], Any], output: Any, target: Any, name: str) -> Any:
+    """The step's loss; a loss that cannot be computed is the recipe's problem, not a crash."""
+    try:
+        loss = loss_fn(output, target)
+    except RecipeError:
+        raise
+    except Exception as err:
+        if is_out_of_memory(err):
+            raise
+        raise RecipeError(f"{name} failed on the model's output: {one_line(err)}") from err
+    _check_loss(loss)
+    return loss
 
 
 def _make_optimizer(recipe: Recipe, parameters: Any) -> Optimizer:

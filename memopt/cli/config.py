@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from memopt.cli import app, console
+from memopt.cli import app, console, error_console
 from memopt.cli.dims import config_version
 from memopt.cli.show import print_config, print_validated
 from memopt.errors import MemoptError
@@ -16,6 +16,7 @@ from memopt.ort.config import (
     export_line,
     parse_config_string,
     read_config_file,
+    refuse_unknown_entries,
     takes_json_file,
 )
 
@@ -25,7 +26,9 @@ config_app = typer.Typer(help="Check or write ORTMODULE_MEMORY_OPT_CONFIG for an
 app.add_typer(config_app, name="config")
 
 _VERSION_HELP = "ORT release the config is for (default: the --log's)."
-_LOG_HELP = "A log of the model: warns about subgraphs it has no plan for."
+_LOG_HELP = (
+    "A log of the model (e.g. its probe's ort.log): entries its Plan table lacks are flagged (check) or refused (emit)."
+)
 
 
 @config_app.command("check")
@@ -70,7 +73,17 @@ def emit_command(
     version = config_version(ort_version, summary)
     text = ",".join(entry if ":" in entry else f"{entry}:1:-1" for entry in entries)
     parsed = parse_config_string(text, version)
-    print_config(list(parsed.entries), version, _known_plans(summary), out=out, force=force, console=console)
+    known = _known_plans(summary)
+    if summary is not None:
+        refuse_unknown_entries(parsed.entries, known, f"the Plan table in {log}")
+    else:
+        error_console.print(
+            "[yellow]warning:[/] not checked against the model's plans: give --log (its probe's ort.log) "
+            "to refuse entries ORT would ignore",
+            highlight=False,
+            soft_wrap=True,
+        )
+    print_config(list(parsed.entries), version, known, out=out, force=force, console=console)
 
 
 def _summary_of(log: str | None) -> Summary | None:

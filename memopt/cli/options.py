@@ -8,14 +8,16 @@ from typing import Annotated, Any
 
 import typer
 
+from memopt.cli import error_console
 from memopt.errors import MemoptError
-from memopt.recipes import parse_option_value
+from memopt.recipes import check_recipe_spec, parse_option_value
 from memopt.run import check_device
 
 __all__ = [
     "BudgetOption",
     "CalibrateOption",
     "DeviceOption",
+    "HfTaskOption",
     "MarginOption",
     "OptionPairs",
     "PythonOption",
@@ -24,6 +26,7 @@ __all__ = [
     "SeqOption",
     "SizeOption",
     "StepsOption",
+    "TargetSeqOption",
     "TargetBatchOption",
     "TimeoutOption",
     "calibration_batches",
@@ -32,7 +35,11 @@ __all__ = [
 ]
 
 RecipeArgument = Annotated[
-    str, typer.Argument(help="Built-in recipe (gpt, bert, mlp, cnn), a .py file or package.module[:attr].")
+    str,
+    typer.Argument(
+        help="Built-in recipe (gpt, bert, mlp, cnn), a .py file, package.module[:attr], or a Hugging Face "
+        "model: hf:NAME (gpt2, llama, bert, t5, qwen2) or hf:PATH (a config.json or its folder)."
+    ),
 ]
 TargetBatchOption = Annotated[int, typer.Option("--target-batch", help="The batch size to fit.")]
 BudgetOption = Annotated[
@@ -45,7 +52,24 @@ BudgetOption = Annotated[
 ]
 SeqOption = Annotated[int | None, typer.Option("--seq", min=1, help="Sequence length (recipes with a seq_len option).")]
 SizeOption = Annotated[str | None, typer.Option("--size", help="Model size of a built-in recipe, e.g. tiny, small.")]
-OptionPairs = Annotated[list[str], typer.Option("--option", "-o", help="Recipe option key=value (repeatable).")]
+OptionPairs = Annotated[
+    list[str], typer.Option("--option", "-o", help="Recipe option key=value; for hf: a config field (repeatable).")
+]
+HfTaskOption = Annotated[
+    str | None,
+    typer.Option(
+        "--hf-task",
+        help="hf: targets whose config names no architecture: causal-lm, masked-lm, seq2seq or sequence-classification.",
+    ),
+]
+TargetSeqOption = Annotated[
+    int | None,
+    typer.Option(
+        "--target-seq",
+        min=1,
+        help="Target sequence length: hf: seq2seq decoder labels; in scan, the second dim of labels/decoder_* inputs (default --seq).",
+    ),
+]
 StepsOption = Annotated[
     int,
     typer.Option(
@@ -72,8 +96,16 @@ PythonOption = Annotated[
 TimeoutOption = Annotated[float, typer.Option("--timeout", help="Seconds before a run is killed.")]
 
 
-def recipe_options(seq: int | None, size: str | None, pairs: list[str]) -> dict[str, Any]:
-    """``--seq``/``--size`` and ``-o key=value`` pairs as recipe keyword options."""
+def recipe_options(
+    target: str,
+    seq: int | None,
+    size: str | None,
+    pairs: list[str],
+    hf_task: str | None = None,
+    target_seq: int | None = None,
+) -> dict[str, Any]:
+    """``--seq``/``--size``/``--hf-task``/``--target-seq`` and ``-o key=value`` pairs as the
+    recipe's keyword options; an ``hf:`` target's config is checked here, before any run."""
     options: dict[str, Any] = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")
@@ -84,6 +116,17 @@ def recipe_options(seq: int | None, size: str | None, pairs: list[str]) -> dict[
         options["seq_len"] = seq
     if size is not None:
         options["size"] = size
+    hf_only: tuple[tuple[str, str, str | int | None], ...] = (
+        ("--hf-task", "hf_task", hf_task),
+        ("--target-seq", "target_seq", target_seq),
+    )
+    for flag, name, given in hf_only:
+        if given is not None:
+            if not target.startswith("hf:"):
+                raise MemoptError(f"{flag} applies to hf: targets, not to {target}")
+            options[name] = given
+    for note in check_recipe_spec(target, options):
+        error_console.print(f"note: {target}: {note}", highlight=False, soft_wrap=True)
     return options
 
 

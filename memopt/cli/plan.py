@@ -9,11 +9,12 @@ from typing import Any
 import typer
 from rich.table import Table
 
-from memopt.cli import app, console
+from memopt.cli import app, console, error_console
 from memopt.cli.options import (
     BudgetOption,
     CalibrateOption,
     DeviceOption,
+    HfTaskOption,
     MarginOption,
     OptionPairs,
     PythonOption,
@@ -23,6 +24,7 @@ from memopt.cli.options import (
     SizeOption,
     StepsOption,
     TargetBatchOption,
+    TargetSeqOption,
     TimeoutOption,
     calibration_batches,
     check_device,
@@ -52,6 +54,8 @@ def plan_command(
     seq: SeqOption = None,
     size: SizeOption = None,
     option: OptionPairs = [],  # noqa: B006  (typer reads the default; never mutated)
+    hf_task: HfTaskOption = None,
+    target_seq: TargetSeqOption = None,
     calibrate_at: CalibrateOption = None,
     margin: MarginOption = DEFAULT_MARGIN,
     steps: StepsOption = DEFAULT_STEPS,
@@ -82,7 +86,7 @@ def plan_command(
     check_device(device)
     batches = calibration_batches(calibrate_at)
     parsed = parse_budget(budget) if budget is not None else None
-    options = recipe_options(seq=seq, size=size, pairs=option)
+    options = recipe_options(recipe, seq, size, option, hf_task, target_seq)
     versions = stack_versions(python)
     require_budget(parsed, device, versions.cuda)
     with console.status(f"Calibrating {recipe}: graph probe and no-config trials…"):
@@ -99,6 +103,8 @@ def plan_command(
             resume=resume,
             versions=versions,
         )
+    for line in cal.refused:
+        error_console.print(f"[yellow]warning:[/] {line}", highlight=False, soft_wrap=True)
     budget_bytes = resolve_budget(parsed, cal.device, cal.device_total)
     result = choose_plans(
         cal.model,
@@ -227,6 +233,7 @@ def _as_json(
             for c in result.choices
         ],
         "config": [str(e) for e in result.entries],
+        "refused": list(cal.refused),
         "config_value": config_value,
         "export": export_line(config_value) if config_value else None,
         "model": {

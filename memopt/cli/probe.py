@@ -9,11 +9,13 @@ import typer
 from memopt.cli import app, console
 from memopt.cli.options import (
     DeviceOption,
+    HfTaskOption,
     OptionPairs,
     PythonOption,
     RecipeArgument,
     SeqOption,
     SizeOption,
+    TargetSeqOption,
     check_device,
     recipe_options,
 )
@@ -42,6 +44,8 @@ def probe_command(
     seq: SeqOption = None,
     size: SizeOption = None,
     option: OptionPairs = [],  # noqa: B006  (typer reads the default; never mutated)
+    hf_task: HfTaskOption = None,
+    target_seq: TargetSeqOption = None,
     steps: int = typer.Option(2, "--steps", min=1, help="Measured steps after the warm-up step."),
     device: DeviceOption = "auto",
     log_level: str = typer.Option(
@@ -55,7 +59,7 @@ def probe_command(
 ) -> None:
     """Run RECIPE for a few ORTModule training steps and save ORT's log, graphs, memory and timings."""
     check_device(device)
-    options = recipe_options(seq=seq, size=size, pairs=option)
+    options = recipe_options(recipe, seq, size, option, hf_task, target_seq)
     with console.status(f"Probing {recipe} at batch {batch} (export, session build, {steps + 1} steps)…"):
         result = probe(
             recipe,

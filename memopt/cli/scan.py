@@ -14,12 +14,12 @@ from rich.table import Table
 
 from memopt.cli import app, console, error_console
 from memopt.cli.dims import parse_dims_option
-from memopt.cli.options import OptionPairs, SizeOption, recipe_options
+from memopt.cli.options import HfTaskOption, OptionPairs, SizeOption, TargetSeqOption, recipe_options
 from memopt.errors import MemoptError
 from memopt.graph.sizes import resolve_dims
 from memopt.ort.stack import inspect_stack
 from memopt.recipes import DEFAULT_RECIPE
-from memopt.run.target import load_target
+from memopt.run.target import is_graph_file, load_target
 from memopt.scan import ProbeLevel, ScanReport, fold_layers, scan_graph
 from memopt.scan.patterns import Pattern, order_patterns
 from memopt.units import format_bytes
@@ -44,6 +44,8 @@ def scan_command(
     ),
     size: SizeOption = None,
     option: OptionPairs = [],  # noqa: B006  (typer reads the default; never mutated)
+    hf_task: HfTaskOption = None,
+    target_seq: TargetSeqOption = None,
     ort_version: str | None = typer.Option(
         None,
         "--ort-version",
@@ -79,7 +81,11 @@ def scan_command(
     """Find the stashed activations ORT could recompute, grouped into ORT's plans, with their savings."""
     if as_json and as_csv:
         raise MemoptError("choose one of --json and --csv")
-    options = recipe_options(seq=None, size=size, pairs=option)
+    # A recipe's batch is built at --seq; an ONNX file has no recipe to pass it to.
+    graph_file = is_graph_file(target)
+    options = recipe_options(
+        target, None if graph_file else seq, size, option, hf_task, None if graph_file else target_seq
+    )
     status = error_console if as_json or as_csv else console
     with status.status(f"Building the training graph of {target} (ORTModule export and session, once)…"):
         loaded = load_target(
@@ -95,6 +101,7 @@ def scan_command(
         report.symbols,
         batch=batch,
         seq=seq,
+        target_seq=target_seq,
         explicit=parse_dims_option(dims),
         defaults=loaded.logged_dims,
     )

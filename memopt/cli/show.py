@@ -117,4 +117,11 @@ def print_trial(result: TrialResult, console: Console = default_console) -> None
             highlight=False,
             soft_wrap=True,
         )
+    if result.plans_off:
+        console.print(
+            f"  [yellow]ignored[/]      ORT did not report {', '.join(result.plans_off)} ON: it ignored "
+            f"{'this entry' if len(result.plans_off) == 1 else 'these entries'}, which saved nothing",
+            highlight=False,
+            soft_wrap=True,
+        )
     console.print(f"  run folder   [bold]{result.run_dir}[/]", highlight=False, soft_wrap=True)

@@ -13,6 +13,7 @@ import typer
 from memopt.cli import app, console
 from memopt.cli.options import (
     DeviceOption,
+    HfTaskOption,
     OptionPairs,
     PythonOption,
     RecipeArgument,
@@ -20,13 +21,14 @@ from memopt.cli.options import (
     SeqOption,
     SizeOption,
     StepsOption,
+    TargetSeqOption,
     TimeoutOption,
     check_device,
     recipe_options,
 )
 from memopt.cli.show import print_trial
 from memopt.errors import MemoptError
-from memopt.ort.config import ConfigEntry, PlanKey
+from memopt.ort.config import ConfigEntry, PlanKey, key_entries
 from memopt.ort.version import OrtVersion
 from memopt.predict.calibrate import load_saved_model, model_identity, save_model
 from memopt.predict.memory_model import MemoryModel, ModelError, Observation
@@ -59,6 +61,8 @@ def trial_command(
     seq: SeqOption = None,
     size: SizeOption = None,
     option: OptionPairs = [],  # noqa: B006  (typer reads the default; never mutated)
+    hf_task: HfTaskOption = None,
+    target_seq: TargetSeqOption = None,
     budget: Annotated[
         str | None,
         typer.Option(
@@ -86,7 +90,7 @@ def trial_command(
         raise MemoptError(f"--timeout must be positive, not {timeout:g}")
     check_device(device)
     parsed_budget = parse_budget(budget) if budget is not None else None
-    options = recipe_options(seq=seq, size=size, pairs=option)
+    options = recipe_options(recipe, seq, size, option, hf_task, target_seq)
     versions = stack_versions(python)
     if versions.ort_version is None:
         raise MemoptError("the ORT training stack cannot run: onnxruntime-training is not installed")
@@ -118,7 +122,8 @@ def trial_command(
     if result.outcome in _FATAL:
         raise MemoptError(f"{_FATAL[result.outcome]}: {result.error} (log: {result.run_dir}/ort.log)")
     if model is not None and result.ran and result.peak_bytes and not result.reused:
-        plans = tuple(key for key in result.plans_on if key in {p.key for p in model.plans}) or plan_keys
+        off = {cell for entry in result.plans_off for cell in key_entries(entry)}
+        plans = tuple(key for key in plan_keys if not set(key_entries(key)) & off)  # ignored entries saved nothing
         save_model(runs_dir, identity, model.with_observation(Observation(batch, plans, result.peak_bytes)))
     if as_json:
         print(json.dumps(result.to_record(), indent=2, default=str))

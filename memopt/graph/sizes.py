@@ -21,13 +21,23 @@ def batch_symbols(inputs: Mapping[str, TensorInfo]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(info.dims[0] for info in inputs.values() if info.dims and isinstance(info.dims[0], str)))
 
 
-def sequence_symbols(inputs: Mapping[str, TensorInfo]) -> tuple[str, ...]:
-    """The symbolic second dim of token-like inputs (integer or bool: ids, masks)."""
+def is_target_side(name: str) -> bool:
+    """Inputs of the target sequence: ``labels`` and a decoder's own inputs (``decoder_input_ids``…)."""
+    return name in ("labels", "label") or name.startswith("decoder_")
+
+
+def sequence_symbols(inputs: Mapping[str, TensorInfo], target_side: bool = False) -> tuple[str, ...]:
+    """The symbolic second dim of token-sequence inputs: integer or bool inputs of two or more
+    dims (ids, masks, token labels); ``target_side`` picks ``labels``/``decoder_*`` ones, else the rest."""
     return tuple(
         dict.fromkeys(
             info.dims[1]
-            for info in inputs.values()
-            if info.elem_type in _INTEGER_TYPES and info.dims and len(info.dims) >= 2 and isinstance(info.dims[1], str)
+            for name, info in inputs.items()
+            if info.elem_type in _INTEGER_TYPES
+            and info.dims
+            and len(info.dims) >= 2
+            and isinstance(info.dims[1], str)
+            and is_target_side(name) == target_side
         )
     )
 
@@ -38,10 +48,15 @@ def resolve_dims(
     *,
     batch: int | None = None,
     seq: int | None = None,
+    target_seq: int | None = None,
     explicit: Mapping[str, int] | None = None,
     defaults: Mapping[str, int] | None = None,
 ) -> dict[str, int]:
-    """Values for the graph's dims: ``explicit`` over ``batch``/``seq`` over ``defaults``."""
+    """Values for the graph's dims: ``explicit`` over ``batch``/``seq`` over ``defaults``.
+
+    ``seq`` sets the second dim of token-sequence inputs, ``target_seq`` (default ``seq``)
+    that of the target side (``labels``, ``decoder_*``): a seq2seq model's labels have their own length.
+    """
     explicit = dict(explicit or {})
     unknown = sorted(set(explicit) - known)
     if unknown:
@@ -49,7 +64,13 @@ def resolve_dims(
             f"unknown dim name(s) {', '.join(unknown)}; this graph's dims are: {', '.join(sorted(known)) or 'none'}"
         )
     values = {name: value for name, value in (defaults or {}).items() if name in known}
-    for flag, value, symbols in (("--batch", batch, batch_symbols(inputs)), ("--seq", seq, sequence_symbols(inputs))):
+    source, target = sequence_symbols(inputs), sequence_symbols(inputs, target_side=True)
+    sizes = (
+        ("--batch", batch, batch_symbols(inputs)),
+        ("--seq", seq, source + target if target_seq is None else source),
+        ("--target-seq", target_seq, target),
+    )
+    for flag, value, symbols in sizes:
         if value is None:
             continue
         if value <= 0:

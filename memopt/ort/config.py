@@ -37,6 +37,7 @@ __all__ = [
     "parse_config_json",
     "parse_config_string",
     "read_config_file",
+    "refuse_unknown_entries",
     "render_json_config",
     "takes_json_file",
     "validate_entries",
@@ -156,6 +157,20 @@ def validate_entries(
     if not entries:
         warnings.append("the config enables nothing")
     return ValidatedConfig(entries, tuple(warnings))
+
+
+def refuse_unknown_entries(entries: Iterable[ConfigEntry], known_plans: Collection[str], source: str) -> None:
+    """Raise for the first entry whose "<subgraph>:<type>" is not among ``known_plans``, the
+    cells of the Plan table ORT printed for the model (``source`` names where): ORT would ignore it."""
+    for entry in entries:
+        cell = f"{entry.subgraph}:{int(entry.optimization)}"
+        if entry.optimization is not OptimizationType.DISABLED and cell not in known_plans:
+            subgraphs = {plan.rsplit(":", 1)[0] for plan in known_plans}
+            what = "with that type" if entry.subgraph in subgraphs else "by that name"
+            raise ConfigError(
+                f"{entry}: ORT printed no plan {what} for this model ({source}), so it would ignore this entry; "
+                f"its plans: {', '.join(sorted(known_plans)) or 'none'}"
+            )
 
 
 def format_config_string(entries: Iterable[ConfigEntry], version: OrtVersion) -> str:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +24,7 @@ import numpy as np
 
 from memopt.graph.sizes import batch_symbols
 from memopt.graph.training_graph import TrainingGraph
-from memopt.ort.config import PlanKey, key_entries
+from memopt.ort.config import PlanKey, key_entries, short_key
 from memopt.predict.memory_model import (
     MemoryModel,
     ModelError,
@@ -84,6 +84,7 @@ class Calibration:
     device: str
     device_total: int | None
     identity: str
+    refused: tuple[str, ...] = ()  # PreparedTarget.refused: plans left out, each with why
 
     @property
     def costs_s(self) -> dict[str, float]:
@@ -141,6 +142,7 @@ class PreparedTarget:
     versions: StackVersions
     ort_version: str
     batch_symbols: tuple[str, ...]
+    refused: tuple[str, ...] = ()  # plans the scan found that ORT's Plan table lacks, each with why
 
 
 # Runs one no-config trial at a batch size; the tuner's runner also reports progress and can be cancelled.
@@ -166,7 +168,28 @@ def prepare_target(
     )
     ort_version = target.ort_version or versions.ort_version or "1.19"
     report = scan_graph(target.graph, ort_version, dims=target.logged_dims or None)
-    return PreparedTarget(recipe, options, target, report, versions, ort_version, require_batch_dim(report, recipe))
+    report, refused = keep_ort_plans(report, target.ort_plans)
+    return PreparedTarget(
+        recipe, options, target, report, versions, ort_version, require_batch_dim(report, recipe), refused
+    )
+
+
+def keep_ort_plans(report: ScanReport, ort_plans: frozenset[str] | None) -> tuple[ScanReport, tuple[str, ...]]:
+    """The scan's plans ORT itself listed for this graph, and a line for each one left out:
+    an entry whose name ORT's Plan table lacks is one ORT ignores, so it can save nothing."""
+    if ort_plans is None:
+        return report, ()
+    kept, refused = [], []
+    for pattern in report.patterns:
+        missing = [cell for cell in key_entries(pattern.key) if cell not in ort_plans]
+        if missing:
+            refused.append(
+                f"{short_key(pattern.key)}: not in the Plan table ORT printed for this model "
+                f"(no {', '.join(missing)}), so ORT would ignore it; left out"
+            )
+        else:
+            kept.append(pattern)
+    return replace(report, patterns=tuple(kept)), tuple(refused)
 
 
 def calibrate_on(
@@ -301,6 +324,7 @@ def fit_calibration(
         device_used,
         device_total,
         identity,
+        prepared.refused,
     )
 
 
@@ -327,7 +351,8 @@ def _plans_of(trial: TrialResult, plans: tuple[PlanSavings, ...]) -> tuple[str, 
     known = {p.key for p in plans}
     if trial.plans_on:
         return tuple(key for key in trial.plans_on if key in known)
-    configured = {entry.rsplit(":", 1)[0] for entry in trial.config if not entry.split(":")[-2] == "0"}
+    off = {entry.rsplit(":", 1)[0] for entry in trial.plans_off}  # ORT ignored these: they saved nothing
+    configured = {entry.rsplit(":", 1)[0] for entry in trial.config if not entry.split(":")[-2] == "0"} - off
     return tuple(p.key for p in plans if configured and set(p.entries) <= configured)
 
 

@@ -16,6 +16,9 @@ inside one (``package.module:attr``) that provides:
 
 Options (``--seq``, ``--size``, ``-o key=value``) reach each function that declares a
 parameter of that name; an option no function declares is an error.
+
+``hf:NAME`` and ``hf:PATH`` name a Hugging Face model by its config (``memopt.recipes.hf``):
+a recipe whose model computes its own loss.
 """
 
 from __future__ import annotations
@@ -37,8 +40,10 @@ __all__ = [
     "DEFAULT_RECIPE",
     "Recipe",
     "RecipeError",
+    "check_recipe_spec",
     "load_recipe",
     "parse_option_value",
+    "recipe_label",
 ]
 
 BUILTIN_RECIPES: dict[str, str] = {
@@ -65,6 +70,8 @@ class Recipe:
     loss: Callable[[Any, Any], Any] | None = None
     optimizer: Callable[[Any], Any] | None = None
     options: Mapping[str, Any] = field(default_factory=dict)
+    files: Mapping[str, str] = field(default_factory=dict)  # kept in the run folder: name -> text
+    notes: tuple[str, ...] = ()  # what memopt chose for the user, said once
 
     def model(self) -> Any:
         return self.build_model(**_accepted(self.build_model, self.options))
@@ -89,6 +96,8 @@ def parse_option_value(text: str) -> bool | int | float | str:
 def load_recipe(spec: str, options: Mapping[str, Any] | None = None) -> Recipe:
     """Import the recipe named by ``spec`` and check it against the contract."""
     options = dict(options or {})
+    if spec.startswith("hf:"):
+        return _hf_recipe(spec, options)
     source = _import_source(spec)
     missing = [name for name in REQUIRED if not callable(getattr(source, name, None))]
     if missing:
@@ -106,6 +115,39 @@ def load_recipe(spec: str, options: Mapping[str, Any] | None = None) -> Recipe:
         takes = ", ".join(sorted(declared - {"batch_size"})) or "none"
         raise RecipeError(f"recipe {spec!r} takes no option {', '.join(unknown)} (its options: {takes})")
     return Recipe(spec=spec, options=options, **functions)  # type: ignore[arg-type]  # required ones checked above
+
+
+def check_recipe_spec(spec: str, options: Mapping[str, Any]) -> tuple[str, ...]:
+    """What can be checked before a child runs the recipe: an ``hf:`` target's config is
+    resolved (a bad field, size or attention fails here); returns the notes to say."""
+    if not spec.startswith("hf:"):
+        return ()
+    from memopt.recipes.hf import resolve_hf_target
+
+    return resolve_hf_target(spec, options).notes
+
+
+def recipe_label(spec: str) -> str:
+    """A short name for run folders and config files: ``gpt``, ``my_recipe``, ``hf-gpt2``."""
+    if spec.startswith("hf:"):
+        name = spec[3:].rstrip("/")
+        if name.endswith("config.json"):
+            name = str(Path(name).parent)
+        return f"hf-{Path(name).name or 'model'}"
+    return Path(spec.partition(":")[0]).stem.replace(".", "-") or "recipe"
+
+
+def _hf_recipe(spec: str, options: Mapping[str, Any]) -> Recipe:
+    from memopt.recipes.hf import resolve_hf_target
+
+    target = resolve_hf_target(spec, options)
+    return Recipe(
+        spec=spec,
+        build_model=target.build_model,
+        make_batch=target.make_batch,
+        files={"config.json": target.config_json()},
+        notes=target.notes,
+    )
 
 
 def _import_source(spec: str) -> ModuleType | Any:

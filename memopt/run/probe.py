@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from memopt.recipes import recipe_label
 from memopt.run.launch import (
     ONNX_DIR,
     ONNX_PREFIX,
@@ -47,8 +48,7 @@ class ProbeResult:
 
 
 def run_label(recipe: str, batch_size: int) -> str:
-    name = Path(recipe.partition(":")[0]).stem.replace(".", "-") if recipe else "recipe"
-    return f"probe-{name}-b{batch_size}"
+    return f"probe-{recipe_label(recipe)}-b{batch_size}"
 
 
 def probe(

@@ -12,10 +12,11 @@ from memopt.errors import MemoptError
 from memopt.graph.gradient import build_training_graph
 from memopt.graph.training_graph import TrainingGraph, load_graph
 from memopt.logparse import parse_file
+from memopt.ort.config import key_entries
 from memopt.run.launch import new_run_dir
 from memopt.run.probe import probe
 
-__all__ = ["CONFIG_VARIABLES", "ScanTarget", "load_target"]
+__all__ = ["CONFIG_VARIABLES", "ScanTarget", "is_graph_file", "load_target"]
 
 # A graph probe must see the graph before recompute is applied.
 CONFIG_VARIABLES = ("ORTMODULE_MEMORY_OPT_CONFIG", "ORTMODULE_MEMORY_OPT_LEVEL")
@@ -28,6 +29,14 @@ class ScanTarget:
     graph_path: Path
     logged_dims: Mapping[str, int] = field(default_factory=dict)  # the probe's first-batch dims
     ort_version: str | None = None  # the ORT that built the graph, when memopt ran it
+    # The "<subgraph>:<type>" cells of the Plan table ORT printed for this graph (a probe's
+    # log); None when ORT printed none. A config entry outside them is one ORT ignores.
+    ort_plans: frozenset[str] | None = None
+
+
+def is_graph_file(target: str) -> bool:
+    """An ONNX file rather than a recipe."""
+    return target.endswith(".onnx") or (Path(target).is_file() and not target.endswith(".py"))
 
 
 def load_target(
@@ -42,7 +51,7 @@ def load_target(
 ) -> ScanTarget:
     """An ONNX training graph as is, a forward-only ONNX model through ORT's gradient
     builder, or a recipe's graph from a short no-config probe."""
-    if target.endswith(".onnx") or (Path(target).is_file() and not target.endswith(".py")):
+    if is_graph_file(target):
         if options:
             raise MemoptError("recipe options (--size, --seq, -o) do not apply to an ONNX file")
         graph = load_graph(target)
@@ -72,10 +81,14 @@ def load_target(
         raise MemoptError(f"ORTModule saved no execution graph for {target} (log: {run.log_path})")
     summaries = parse_file(run.log_path).summaries
     dims = dict(summaries[-1].dims) if summaries else {}
+    with_plans = [summary for summary in summaries if summary.plans]
     return ScanTarget(
         load_graph(result.execution_graph),
         f"{target} (probe {run.run_dir})",
         result.execution_graph,
         dims,
         run.stack.get("ort_version"),
+        frozenset(cell for plan in with_plans[-1].plans for cell in key_entries(plan.config_key))
+        if with_plans
+        else None,
     )

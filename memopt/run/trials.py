@@ -31,6 +31,7 @@ from memopt.ort.config import (
     ConfigError,
     ValidatedConfig,
     format_config_string,
+    key_entries,
     parse_config_json,
     parse_config_string,
     takes_json_file,
@@ -38,6 +39,7 @@ from memopt.ort.config import (
     write_json_config,
 )
 from memopt.ort.version import OrtVersion
+from memopt.recipes import recipe_label
 from memopt.run.budget import Budget, total_ram
 from memopt.run.journal import Journal
 from memopt.run.launch import PACKAGE_ROOT, RunRequest, RunResult, launch, new_run_dir
@@ -57,6 +59,7 @@ __all__ = [
     "config_key",
     "parse_trial_config",
     "recipe_identity",
+    "requested_off",
     "run_trial",
     "stack_versions",
 ]
@@ -172,6 +175,9 @@ class TrialResult:
     median_step_s: float | None = None
     throughput: float | None = None  # samples per second over the measured steps
     plans_on: tuple[str, ...] = ()  # Plan-table "Configs" ORT reported ON
+    # Requested entries ("<subgraph>:<type>:<count>") that ORT's Plan table did not report ON:
+    # ORT ignored them (a name it does not know, or a plan it left OFF), so they saved nothing.
+    plans_off: tuple[str, ...] = ()
     plans_seen: int | None = None  # rows in ORT's Plan table
     recomputed_nodes: int | None = None  # "Total number of recomputed nodes", else node lines counted
     budget_bytes: int | None = None
@@ -207,7 +213,7 @@ class TrialResult:
     def from_record(cls, record: Mapping[str, Any]) -> TrialResult:
         known = {f.name for f in fields(cls)}
         values = {name: value for name, value in record.items() if name in known}
-        for name in ("config", "step_times_s", "plans_on", "config_warnings"):
+        for name in ("config", "step_times_s", "plans_on", "plans_off", "config_warnings"):
             values[name] = tuple(values.get(name) or ())
         # A record from a damaged journal may hold any word: it says nothing reliable.
         values["outcome"] = _OUTCOME_WORDS.get(str(values.get("outcome")), Outcome.CRASHED)
@@ -275,7 +281,13 @@ def config_key(entries: tuple[ConfigEntry, ...]) -> tuple[str, ...]:
 
 
 def recipe_identity(recipe: str) -> str:
-    """The recipe as the journal keys it: a file recipe also by its content."""
+    """The recipe as the journal keys it: a file recipe (or an ``hf:`` config) also by its content."""
+    if recipe.startswith("hf:"):
+        config = Path(recipe[3:])
+        config = config / "config.json" if config.is_dir() else config
+        if config.is_file():
+            return f"hf:{config.resolve()}#{hashlib.sha256(config.read_bytes()).hexdigest()[:16]}"
+        return recipe
     path = Path(recipe.partition(":")[0])
     if path.suffix == ".py" and path.is_file():
         return f"{path.resolve()}#{hashlib.sha256(path.read_bytes()).hexdigest()[:16]}"
@@ -436,7 +448,7 @@ class JournaledRunner:
 
 
 def _label(spec: TrialSpec) -> str:
-    name = Path(spec.recipe.partition(":")[0]).stem.replace(".", "-") if spec.recipe else "recipe"
+    name = recipe_label(spec.recipe)
     return f"trial-{name}-b{spec.batch_size}"
 
 
@@ -504,6 +516,7 @@ def _result(
         median_step_s=median,
         throughput=spec.batch_size / median if median else None,
         plans_on=plans_on,
+        plans_off=requested_off(spec.config, plans_on) if plans_seen else (),
         plans_seen=plans_seen,
         recomputed_nodes=recomputed,
         budget_bytes=budget,
@@ -511,6 +524,16 @@ def _result(
         config_warnings=tuple(warnings),
         wall_s=run.wall_s,
         finished_at=time.time(),
+    )
+
+
+def requested_off(entries: tuple[ConfigEntry, ...], plans_on: tuple[str, ...]) -> tuple[str, ...]:
+    """The entries that enable something but whose subgraph and type no ON plan of ORT's table has."""
+    on = {cell for key in plans_on for cell in key_entries(key)}
+    return tuple(
+        str(entry)
+        for entry in entries
+        if int(entry.optimization) != 0 and f"{entry.subgraph}:{int(entry.optimization)}" not in on
     )
 
 

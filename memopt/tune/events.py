@@ -12,7 +12,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
-from memopt.ort import PlanKey, short_key
+from memopt.ort import PlanKey, key_entries, short_key
 from memopt.run import Outcome, TrialResult
 from memopt.units import format_bytes
 
@@ -106,11 +106,17 @@ class TrialRecord:
 
     @property
     def left_off(self) -> tuple[PlanKey, ...]:
-        """Plans this trial enabled that ORT's Plan table reported OFF (ORT ignored them)."""
+        """Plans this trial enabled that ORT's Plan table did not report ON (ORT ignored them)."""
         if not self.result.plans_seen or self.result.outcome is Outcome.CANCELLED:
             return ()
-        on = set(self.result.plans_on)
-        return tuple(key for key in self.plans if key not in on)
+        on = {cell for key in self.result.plans_on for cell in key_entries(key)}
+        return tuple(key for key in self.plans if not set(key_entries(key)) <= on)
+
+    @property
+    def applied_plans(self) -> tuple[PlanKey, ...]:
+        """The plans ORT applied: the config to hand back, without the ones ORT ignored."""
+        off = self.left_off
+        return tuple(key for key in self.plans if key not in off)
 
     @property
     def prediction_error(self) -> float | None:

@@ -160,6 +160,8 @@ class Tuner:
             ),
         )
         self.prepared = prepared
+        for line in prepared.refused:
+            self._emit(Note(line))
         self._check_cancel()
         self.calibration = self._calibrate(prepared)
         self.model = self.calibration.model
@@ -413,7 +415,7 @@ class Tuner:
             line += f"; ORT left {names(record.left_off)} OFF"
         if self.model is not None and record.purpose is not Purpose.CALIBRATION:
             known = {p.key for p in self.model.plans}
-            on = tuple(k for k in result.plans_on if k in known) or record.plans
+            on = tuple(k for k in record.applied_plans if k in known)  # an entry ORT left OFF saved nothing
             try:
                 self.model = self.model.with_observation(Observation(result.batch_size, on, result.peak_bytes))
             except ModelError:
@@ -461,6 +463,9 @@ class Tuner:
         best = self.best()
         if best is not None and status is not SearchStatus.CANCELLED:
             message += f"; best verified: trial {best.number} ({names(best.plans) or 'no config'})"
+            ran = next(r for r in self.records if r.number == best.number)
+            if ran.left_off:
+                message += f"; ORT left {names(ran.left_off)} OFF in that trial: not in the final config"
         return TuneResult(status, message, best, tuple(self.records), largest)
 
     # -- results ------------------------------------------------------------------------------
@@ -470,7 +475,9 @@ class Tuner:
         if self.calibration is None:
             return None
         best = best_attempt(self.search_state().attempts)
-        return next((r for r in self.records if best is not None and r.number == best.number), None)
+        record = next((r for r in self.records if best is not None and r.number == best.number), None)
+        # The final config holds only what ORT applied: an entry it left OFF saved nothing.
+        return replace(record, plans=record.applied_plans) if record is not None else None
 
     def export(self, plans: Iterable[PlanKey], path: Path | None = None) -> ConfigExport:
         """The config that enables ``plans``, and where it goes; nothing is written."""

@@ -8,6 +8,8 @@ class Exploding(nn.Module):
         self.linear = nn.Linear(4, 2)
 
     def forward(self, x):
+        if x.shape[0] > 0:
+            raise ValueError("labels are missing from this batch")
         return self.linear(x)
 
 
@@ -17,7 +19,3 @@ def build_model():
 
 def make_batch(batch_size):
     return torch.randn(batch_size, 4), None
-
-
-def loss(output, target):
-    raise ValueError("labels are missing from this batch")
