@@ -9,16 +9,18 @@ from typing import Annotated, Any
 import typer
 
 from memopt.errors import MemoptError
-from memopt.recipes import parse_option_value
-from memopt.run import check_device
+from memopt.recipes import DEFAULT_RECIPE, parse_option_value
+from memopt.run import check_device, command_target
 
 __all__ = [
     "BudgetOption",
     "CalibrateOption",
+    "CommandOption",
     "DeviceOption",
     "MarginOption",
     "OptionPairs",
     "PythonOption",
+    "OptionalRecipeArgument",
     "RecipeArgument",
     "RunsDirOption",
     "SeqOption",
@@ -27,12 +29,28 @@ __all__ = [
     "TargetBatchOption",
     "TimeoutOption",
     "calibration_batches",
+    "choose_target",
     "check_device",
     "recipe_options",
 ]
 
 RecipeArgument = Annotated[
     str, typer.Argument(help="Built-in recipe (gpt, bert, mlp, cnn), a .py file or package.module[:attr].")
+]
+OptionalRecipeArgument = Annotated[
+    str | None,
+    typer.Argument(
+        help=f"Built-in recipe (gpt, bert, mlp, cnn), a .py file or package.module[:attr] (default {DEFAULT_RECIPE}; or --cmd).",
+        show_default=False,
+    ),
+]
+CommandOption = Annotated[
+    str | None,
+    typer.Option(
+        "--cmd",
+        help="Your own training command instead of a recipe, run as is in this folder, e.g. "
+        "'torchrun --nproc_per_node 2 train.py --batch-size {batch}' ({batch}: memopt sets the batch size).",
+    ),
 ]
 TargetBatchOption = Annotated[int, typer.Option("--target-batch", help="The batch size to fit.")]
 BudgetOption = Annotated[
@@ -70,6 +88,19 @@ PythonOption = Annotated[
     str | None, typer.Option("--python", help="Interpreter whose ORT/torch stack runs the model (default: this one).")
 ]
 TimeoutOption = Annotated[float, typer.Option("--timeout", help="Seconds before a run is killed.")]
+
+
+def choose_target(recipe: str | None, command: str | None, default: str | None = DEFAULT_RECIPE) -> str:
+    """The target of a command: a recipe, or ``--cmd`` as a command target."""
+    if command is not None:
+        if recipe is not None:
+            raise MemoptError(f"give a recipe ({recipe}) or --cmd, not both")
+        return command_target(command)
+    if recipe is not None:
+        return recipe
+    if default is None:
+        raise MemoptError("name a recipe, or give your own training command with --cmd")
+    return default
 
 
 def recipe_options(seq: int | None, size: str | None, pairs: list[str]) -> dict[str, Any]:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import shlex
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -10,18 +12,19 @@ from typing import Annotated
 
 import typer
 
-from memopt.cli import app, console
+from memopt.cli import app, console, error_console
 from memopt.cli.options import (
+    CommandOption,
     DeviceOption,
     OptionPairs,
     PythonOption,
-    RecipeArgument,
     RunsDirOption,
     SeqOption,
     SizeOption,
     StepsOption,
     TimeoutOption,
     check_device,
+    choose_target,
     recipe_options,
 )
 from memopt.cli.show import print_trial
@@ -32,9 +35,11 @@ from memopt.predict.calibrate import load_saved_model, model_identity, save_mode
 from memopt.predict.memory_model import MemoryModel, ModelError, Observation
 from memopt.run.budget import parse_budget
 from memopt.run.journal import Journal
+from memopt.run.command import has_batch_placeholder, is_command, job_python
 from memopt.run.trials import (
     DEFAULT_STEPS,
     TrialSpec,
+    inherited_config_note,
     parse_trial_config,
     run_trial,
     stack_versions,
@@ -43,12 +48,21 @@ from memopt.run.trials import (
 __all__ = ["trial_command"]
 
 _FATAL = {"recipe_error": "the recipe is broken", "stack_error": "the ORT training stack cannot run"}
+_FATAL_COMMAND = {**_FATAL, "recipe_error": "the training command failed"}
 
 
 @app.command("trial")
 def trial_command(
-    recipe: RecipeArgument,
     batch: Annotated[int, typer.Option("--batch", "-b", help="Batch size.")],
+    words: Annotated[
+        list[str] | None,
+        typer.Argument(
+            metavar="RECIPE | -- CMD ARGS…",
+            help="A recipe (built-in name, .py file, package.module[:attr]), or after -- your own training command.",
+            show_default=False,
+        ),
+    ] = None,
+    command: CommandOption = None,
     config: str = typer.Option(
         "none",
         "--config",
@@ -77,7 +91,8 @@ def trial_command(
     timeout: TimeoutOption = 1800.0,
     as_json: bool = typer.Option(False, "--json", help="Print the journal record as JSON."),
 ) -> None:
-    """Run RECIPE at --batch with --config applied as a user would; record memory, time and ORT's plans."""
+    """Run RECIPE (or your command) at --batch with --config applied as a user would; record memory, time and ORT's plans."""
+    recipe = _target(words or [], command)
     if batch < 1:
         raise MemoptError(f"--batch must be a positive integer, not {batch}")
     if steps < 1:
@@ -87,6 +102,15 @@ def trial_command(
     check_device(device)
     parsed_budget = parse_budget(budget) if budget is not None else None
     options = recipe_options(seq=seq, size=size, pairs=option)
+    if is_command(recipe):
+        if options:
+            raise MemoptError("recipe options (--size, --seq, -o) do not apply to a command: put them in the command")
+        python = python or job_python(recipe)
+        if not has_batch_placeholder(recipe):
+            _note(f"the command has no {{batch}}: it runs at its own batch size; --batch {batch} only labels the trial")
+    note = inherited_config_note()
+    if note is not None:
+        _note(note)
     versions = stack_versions(python)
     if versions.ort_version is None:
         raise MemoptError("the ORT training stack cannot run: onnxruntime-training is not installed")
@@ -115,8 +139,9 @@ def trial_command(
             predicted_peak_bytes=predicted,
             versions=versions,
         )
-    if result.outcome in _FATAL:
-        raise MemoptError(f"{_FATAL[result.outcome]}: {result.error} (log: {result.run_dir}/ort.log)")
+    fatal = _FATAL_COMMAND if is_command(recipe) else _FATAL
+    if result.outcome in fatal:
+        raise MemoptError(f"{fatal[result.outcome]}: {result.error} (log: {result.run_dir}/ort.log)")
     if model is not None and result.ran and result.peak_bytes and not result.reused:
         plans = tuple(key for key in result.plans_on if key in {p.key for p in model.plans}) or plan_keys
         save_model(runs_dir, identity, model.with_observation(Observation(batch, plans, result.peak_bytes)))
@@ -128,6 +153,23 @@ def trial_command(
         print_trial(result)
     if not result.ok:
         sys.exit(1)
+
+
+def _target(words: list[str], command: str | None) -> str:
+    """``RECIPE``, ``-- CMD ARGS…`` (several words, or one program that is not a .py recipe) or ``--cmd``."""
+    if len(words) > 1 or (words and _is_program(words[0])):
+        if command is not None:
+            raise MemoptError("give the command after -- or with --cmd, not both")
+        return choose_target(None, shlex.join(words))
+    return choose_target(words[0] if words else None, command, default=None)
+
+
+def _is_program(word: str) -> bool:
+    return not word.endswith(".py") and os.path.isfile(word) and os.access(word, os.X_OK)
+
+
+def _note(line: str) -> None:
+    error_console.print(f"[yellow]note:[/] {line}", highlight=False, soft_wrap=True)
 
 
 def _plan_keys(model: MemoryModel, entries: Sequence[ConfigEntry]) -> tuple[PlanKey, ...]:

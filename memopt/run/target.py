@@ -12,6 +12,7 @@ from memopt.errors import MemoptError
 from memopt.graph.gradient import build_training_graph
 from memopt.graph.training_graph import TrainingGraph, load_graph
 from memopt.logparse import parse_file
+from memopt.run.command import is_command
 from memopt.run.launch import new_run_dir
 from memopt.run.probe import probe
 
@@ -41,8 +42,11 @@ def load_target(
     cancel: threading.Event | None = None,
 ) -> ScanTarget:
     """An ONNX training graph as is, a forward-only ONNX model through ORT's gradient
-    builder, or a recipe's graph from a short no-config probe."""
-    if target.endswith(".onnx") or (Path(target).is_file() and not target.endswith(".py")):
+    builder, or a recipe's (or the user's command's) graph from a short no-config probe."""
+    if is_command(target):
+        if options:
+            raise MemoptError("recipe options (--size, --seq, -o) do not apply to a command: put them in the command")
+    elif target.endswith(".onnx") or (Path(target).is_file() and not target.endswith(".py")):
         if options:
             raise MemoptError("recipe options (--size, --seq, -o) do not apply to an ONNX file")
         graph = load_graph(target)
