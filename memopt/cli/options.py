@@ -8,9 +8,10 @@ from typing import Annotated, Any
 
 import typer
 
+from memopt.cli import error_console
 from memopt.errors import MemoptError
 from memopt.recipes import DEFAULT_RECIPE, parse_option_value
-from memopt.run import check_device, command_target
+from memopt.run import check_device, command_target, fixed_batch, inherited_config_note, is_command, job_python
 
 __all__ = [
     "BudgetOption",
@@ -30,6 +31,7 @@ __all__ = [
     "TimeoutOption",
     "calibration_batches",
     "choose_target",
+    "command_notes",
     "check_device",
     "recipe_options",
 ]
@@ -101,6 +103,17 @@ def choose_target(recipe: str | None, command: str | None, default: str | None =
     if default is None:
         raise MemoptError("name a recipe, or give your own training command with --cmd")
     return default
+
+
+def command_notes(target: str, python: str | None, batch: int) -> str | None:
+    """Say what a run of ``target`` will not do as asked; the interpreter whose ORT/torch stack to ask."""
+    notes = [inherited_config_note()]
+    if fixed_batch(target):
+        notes.append(f"the command has no {{batch}}: every run uses its own batch size, taken to be {batch}")
+    for note in notes:
+        if note is not None:
+            error_console.print(f"[yellow]note:[/] {note}", highlight=False, soft_wrap=True)
+    return python or (job_python(target) if is_command(target) else None)
 
 
 def recipe_options(seq: int | None, size: str | None, pairs: list[str]) -> dict[str, Any]:

@@ -13,11 +13,12 @@ from memopt.cli import app, console
 from memopt.cli.options import (
     BudgetOption,
     CalibrateOption,
+    CommandOption,
     DeviceOption,
     MarginOption,
+    OptionalRecipeArgument,
     OptionPairs,
     PythonOption,
-    RecipeArgument,
     RunsDirOption,
     SeqOption,
     SizeOption,
@@ -26,6 +27,8 @@ from memopt.cli.options import (
     TimeoutOption,
     calibration_batches,
     check_device,
+    choose_target,
+    command_notes,
     recipe_options,
 )
 from memopt.cli.show import print_trial
@@ -46,8 +49,9 @@ __all__ = ["plan_command"]
 
 @app.command("plan")
 def plan_command(
-    recipe: RecipeArgument,
     target_batch: TargetBatchOption,
+    recipe: OptionalRecipeArgument = None,
+    command: CommandOption = None,
     budget: BudgetOption = None,
     seq: SeqOption = None,
     size: SizeOption = None,
@@ -80,6 +84,8 @@ def plan_command(
     if steps < 1:
         raise MemoptError(f"--steps must be at least 1, not {steps}")
     check_device(device)
+    recipe = choose_target(recipe, command, default=None)
+    python = command_notes(recipe, python, target_batch)
     batches = calibration_batches(calibrate_at)
     parsed = parse_budget(budget) if budget is not None else None
     options = recipe_options(seq=seq, size=size, pairs=option)

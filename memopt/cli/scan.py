@@ -14,7 +14,7 @@ from rich.table import Table
 
 from memopt.cli import app, console, error_console
 from memopt.cli.dims import parse_dims_option
-from memopt.cli.options import OptionPairs, SizeOption, recipe_options
+from memopt.cli.options import CommandOption, OptionPairs, SizeOption, choose_target, command_notes, recipe_options
 from memopt.errors import MemoptError
 from memopt.graph.sizes import resolve_dims
 from memopt.ort.stack import inspect_stack
@@ -29,10 +29,12 @@ __all__ = ["scan_command"]
 
 @app.command("scan")
 def scan_command(
-    target: str = typer.Argument(
-        DEFAULT_RECIPE,
-        help="A recipe (built-in name, .py file, package.module[:attr]), an ONNX training graph with a YieldOp, or a forward-only ONNX model.",
+    target: str | None = typer.Argument(
+        None,
+        help=f"A recipe (built-in name, .py file, package.module[:attr]; default {DEFAULT_RECIPE}), an ONNX training graph with a YieldOp, or a forward-only ONNX model.",
+        show_default=False,
     ),
+    command: CommandOption = None,
     batch: int | None = typer.Option(
         None, "--batch", "-b", help="Evaluate savings at this batch size (every input's first dim)."
     ),
@@ -79,6 +81,8 @@ def scan_command(
     """Find the stashed activations ORT could recompute, grouped into ORT's plans, with their savings."""
     if as_json and as_csv:
         raise MemoptError("choose one of --json and --csv")
+    target = choose_target(target, command)
+    python = command_notes(target, python, probe_batch)
     options = recipe_options(seq=None, size=size, pairs=option)
     status = error_console if as_json or as_csv else console
     with status.status(f"Building the training graph of {target} (ORTModule export and session, once)…"):

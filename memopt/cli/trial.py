@@ -12,7 +12,7 @@ from typing import Annotated
 
 import typer
 
-from memopt.cli import app, console, error_console
+from memopt.cli import app, console
 from memopt.cli.options import (
     CommandOption,
     DeviceOption,
@@ -25,6 +25,7 @@ from memopt.cli.options import (
     TimeoutOption,
     check_device,
     choose_target,
+    command_notes,
     recipe_options,
 )
 from memopt.cli.show import print_trial
@@ -34,12 +35,11 @@ from memopt.ort.version import OrtVersion
 from memopt.predict.calibrate import load_saved_model, model_identity, save_model
 from memopt.predict.memory_model import MemoryModel, ModelError, Observation
 from memopt.run.budget import parse_budget
+from memopt.run.command import is_command
 from memopt.run.journal import Journal
-from memopt.run.command import has_batch_placeholder, is_command, job_python
 from memopt.run.trials import (
     DEFAULT_STEPS,
     TrialSpec,
-    inherited_config_note,
     parse_trial_config,
     run_trial,
     stack_versions,
@@ -102,15 +102,9 @@ def trial_command(
     check_device(device)
     parsed_budget = parse_budget(budget) if budget is not None else None
     options = recipe_options(seq=seq, size=size, pairs=option)
-    if is_command(recipe):
-        if options:
-            raise MemoptError("recipe options (--size, --seq, -o) do not apply to a command: put them in the command")
-        python = python or job_python(recipe)
-        if not has_batch_placeholder(recipe):
-            _note(f"the command has no {{batch}}: it runs at its own batch size; --batch {batch} only labels the trial")
-    note = inherited_config_note()
-    if note is not None:
-        _note(note)
+    if is_command(recipe) and options:
+        raise MemoptError("recipe options (--size, --seq, -o) do not apply to a command: put them in the command")
+    python = command_notes(recipe, python, batch)
     versions = stack_versions(python)
     if versions.ort_version is None:
         raise MemoptError("the ORT training stack cannot run: onnxruntime-training is not installed")
@@ -166,10 +160,6 @@ def _target(words: list[str], command: str | None) -> str:
 
 def _is_program(word: str) -> bool:
     return not word.endswith(".py") and os.path.isfile(word) and os.access(word, os.X_OK)
-
-
-def _note(line: str) -> None:
-    error_console.print(f"[yellow]note:[/] {line}", highlight=False, soft_wrap=True)
 
 
 def _plan_keys(model: MemoryModel, entries: Sequence[ConfigEntry]) -> tuple[PlanKey, ...]:

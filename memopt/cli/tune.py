@@ -17,22 +17,24 @@ from memopt.cli import app, error_console
 from memopt.cli.options import (
     BudgetOption,
     CalibrateOption,
+    CommandOption,
     DeviceOption,
     MarginOption,
+    OptionalRecipeArgument,
     OptionPairs,
     PythonOption,
-    RecipeArgument,
     RunsDirOption,
     SeqOption,
     SizeOption,
     StepsOption,
     TimeoutOption,
     calibration_batches,
+    choose_target,
+    command_notes,
     recipe_options,
 )
 from memopt.errors import MemoptError
 from memopt.predict import DEFAULT_MARGIN
-from memopt.recipes import DEFAULT_RECIPE
 from memopt.run import DEFAULT_STEPS, StackVersions, parse_budget, require_budget, stack_versions
 from memopt.tune import DEFAULT_MAX_TRIALS, TuneEvent, Tuner, TuneSettings, event_line
 
@@ -41,7 +43,8 @@ __all__ = ["tune_command", "print_event"]
 
 @app.command("tune")
 def tune_command(
-    recipe: RecipeArgument = DEFAULT_RECIPE,
+    recipe: OptionalRecipeArgument = None,
+    command: CommandOption = None,
     target_batch: int = typer.Option(..., "--target-batch", help="The batch size to fit."),
     budget: BudgetOption = None,
     max_trials: int = typer.Option(
@@ -71,9 +74,11 @@ def tune_command(
     """Find, verify and print the cheapest recompute config that fits --target-batch in --budget."""
     if as_json and not no_tui:
         raise MemoptError("--json needs --no-tui")
-    settings = TuneSettings(
-        recipe=recipe,
-        target_batch=target_batch,
+    target = choose_target(recipe, command)
+    python = command_notes(target, python, target_batch)
+    settings = TuneSettings.for_target(
+        target,
+        target_batch,
         budget=parse_budget(budget) if budget is not None else None,
         options=recipe_options(seq=seq, size=size, pairs=option),
         max_trials=max_trials,

@@ -24,9 +24,11 @@ from memopt.run.command import (
     COMMAND_PREFIX,
     command_of,
     command_target,
+    fixed_batch,
     has_batch_placeholder,
     is_command,
     job_python,
+    target_label,
 )
 from memopt.run.journal import JOURNAL_NAME, Journal, JournalEntry
 from memopt.run.launch import (
@@ -71,10 +73,12 @@ __all__ = [
     "CommandTrialRunner",
     "command_of",
     "command_target",
+    "fixed_batch",
     "has_batch_placeholder",
     "is_command",
     "job_python",
     "runner_for",
+    "target_label",
     "CONFIG_VARIABLES",
     "CUDA_DEFAULT_FRACTION",
     "DEVICES",

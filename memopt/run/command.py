@@ -46,6 +46,7 @@ __all__ = [
     "command_identity",
     "command_of",
     "command_target",
+    "fixed_batch",
     "has_batch_placeholder",
     "is_command",
     "job_python",
@@ -90,6 +91,11 @@ def command_of(target: str) -> str:
 
 def has_batch_placeholder(target: str) -> bool:
     return BATCH_PLACEHOLDER in command_of(target)
+
+
+def fixed_batch(target: str) -> bool:
+    """A command without ``{batch}``: it runs at its own batch size, which memopt cannot vary."""
+    return is_command(target) and not has_batch_placeholder(target)
 
 
 def render_command(target: str, batch_size: int) -> str:

@@ -20,6 +20,7 @@ from memopt.ort import (
     takes_json_file,
     write_json_config,
 )
+from memopt.run import is_command, target_label
 
 __all__ = ["ConfigExport", "plan_export", "write_config"]
 
@@ -59,7 +60,8 @@ def plan_export(
     kind: str = "tune",
 ) -> ConfigExport:
     """The export of ``entries`` for ``recipe`` at ``batch`` (file ``<kind>-<recipe>-b<batch>``); nothing is written."""
-    name = Path(recipe.partition(":")[0]).stem.replace(".", "-") or "recipe"
+    name = target_label(recipe) if is_command(recipe) else Path(recipe.partition(":")[0]).stem.replace(".", "-")
+    name = name or "recipe"
     suffix = ".json" if takes_json_file(version) else ".txt"
     return ConfigExport(tuple(entries), version, path or Path(runs_dir) / f"{kind}-{name}-b{batch}{suffix}")
 

@@ -34,7 +34,6 @@ from memopt.predict import (
     prepare_target,
 )
 from memopt.run import (
-    ChildTrialRunner,
     Journal,
     JournaledRunner,
     Outcome,
@@ -44,6 +43,7 @@ from memopt.run import (
     TrialSpec,
     require_budget,
     resolve_budget,
+    runner_for,
     stack_versions,
 )
 from memopt.scan import ScanReport, fold_layers
@@ -362,7 +362,7 @@ class Tuner:
     def _trial_runner(self) -> TrialRunner:
         s = self.settings
         assert self.versions is not None
-        inner = self._runner or ChildTrialRunner(s.runs_dir, self.versions)
+        inner = self._runner or runner_for(s.recipe, s.runs_dir, self.versions)
         return JournaledRunner(inner, self.journal, self.versions, s.resume)
 
     def _trial(
