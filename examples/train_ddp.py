@@ -3,7 +3,8 @@
     python examples/train_ddp.py --batch-size 4                          # one process
     torchrun --nproc_per_node 2 examples/train_ddp.py --batch-size 4     # two ranks (gloo on CPU, nccl on CUDA)
 
-A tiny GPT-like language model on random tokens; it trains until stopped (or --max-steps).
+A small GPT-like language model on random tokens (long sequences, many heads: its activations,
+not its weights, fill the memory, as in real training); it trains until stopped (or --max-steps).
 memopt tunes it as is: memopt trial --cmd "torchrun --nproc_per_node 2 examples/train_ddp.py --batch-size {batch}" --batch 4
 """
 
@@ -60,10 +61,10 @@ class TinyLM(nn.Module):
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batch-size", type=int, default=4)
-    parser.add_argument("--seq", type=int, default=256)
-    parser.add_argument("--width", type=int, default=256)
-    parser.add_argument("--layers", type=int, default=4)
-    parser.add_argument("--heads", type=int, default=4)
+    parser.add_argument("--seq", type=int, default=512)
+    parser.add_argument("--width", type=int, default=128)
+    parser.add_argument("--layers", type=int, default=2)
+    parser.add_argument("--heads", type=int, default=8)
     parser.add_argument("--vocab", type=int, default=512)
     parser.add_argument("--max-steps", type=int, default=0, help="Stop after this many steps (0: train until stopped).")
     args = parser.parse_args()

@@ -191,6 +191,8 @@ def _write(record: dict[str, Any]) -> None:
         "rank": _rank(),
         "world_size": int(os.environ.get("WORLD_SIZE", "1")),
         "local_rank": int(os.environ.get("LOCAL_RANK", "0")),
+        # The ranks on this host: the ones whose steps file memopt reads.
+        "local_world_size": int(os.environ.get("LOCAL_WORLD_SIZE", os.environ.get("WORLD_SIZE", "1"))),
         "pid": os.getpid(),
         **record,
     }

@@ -231,7 +231,8 @@ def _all_ranks_done(records: list[dict[str, Any]], wanted: int) -> bool:
     steps = [r for r in records if r.get("event") == "step"]
     if not steps:
         return False
-    world = max(int(r.get("world_size") or 1) for r in steps)
+    # Ranks on other hosts write their own host's file; they stop at the same step as these.
+    world = max(int(r.get("local_world_size") or r.get("world_size") or 1) for r in steps)
     finished = {r.get("rank") for r in steps if int(r.get("step") or 0) >= wanted}
     return len(finished) >= world
 

@@ -405,6 +405,8 @@ class Tuner:
         if not result.ran or not result.peak_bytes:
             return f"trial {record.number}: {record.outcome.label}{reused}: {result.error or 'no measurement'}"
         line = f"trial {record.number}: {record.outcome.label}{reused}, peak {format_mib(result.peak_bytes)}"
+        if len(result.ranks) > 1:
+            line += f" (highest of {len(result.ranks)} ranks)"
         if result.median_step_s:
             line += f", {result.median_step_s:.2f} s/step"
         if record.predicted_bytes is not None:
@@ -534,6 +536,7 @@ class Tuner:
                     "plans": list(r.plans),
                     "outcome": str(r.outcome),
                     "peak_bytes": r.peak_bytes,
+                    "ranks": [{"rank": k.get("rank"), "peak_bytes": k.get("peak_bytes")} for k in r.result.ranks],
                     "predicted_bytes": r.predicted_bytes,
                     "median_step_s": r.step_s,
                     "reason": r.reason,
