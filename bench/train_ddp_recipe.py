@@ -15,7 +15,7 @@ assert _SPEC is not None and _SPEC.loader is not None
 _EXAMPLE = importlib.util.module_from_spec(_SPEC)
 _SPEC.loader.exec_module(_EXAMPLE)
 
-VOCAB, SEQ, WIDTH, LAYERS, HEADS = 512, 512, 128, 2, 8  # the script's defaults
+VOCAB, SEQ, WIDTH, LAYERS, HEADS = 512, 512, 128, 4, 8  # the script's defaults
 
 
 def build_model() -> torch.nn.Module:

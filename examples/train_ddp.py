@@ -63,7 +63,7 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=4)
     parser.add_argument("--seq", type=int, default=512)
     parser.add_argument("--width", type=int, default=128)
-    parser.add_argument("--layers", type=int, default=2)
+    parser.add_argument("--layers", type=int, default=4)
     parser.add_argument("--heads", type=int, default=8)
     parser.add_argument("--vocab", type=int, default=512)
     parser.add_argument("--max-steps", type=int, default=0, help="Stop after this many steps (0: train until stopped).")

@@ -8,6 +8,7 @@ it writes the hook's step lines itself, then waits at its last step as the hook 
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 import textwrap
 import threading
@@ -183,3 +184,21 @@ def _assert_gone(pid: int) -> None:
             return
         time.sleep(0.05)
     raise AssertionError(f"process {pid} is still running")
+
+
+def test_job_ends_itself_when_memopt_is_gone(tmp_path: Path) -> None:
+    """memopt killed outright cannot end the job's group: the hook in each process does."""
+    from memopt.run.command import HOOK_PATH
+    from memopt.run.launch import PACKAGE_ROOT
+
+    stand_in = subprocess.Popen(["sleep", "1"])  # plays memopt: gone after a second
+    env = {
+        **os.environ,
+        "PYTHONPATH": HOOK_PATH,
+        "MEMOPT_PACKAGE_ROOT": PACKAGE_ROOT,
+        "MEMOPT_JOB_STEPS_FILE": str(tmp_path / "steps.jsonl"),
+        "MEMOPT_JOB_PARENT_PID": str(stand_in.pid),
+    }
+    job = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], env=env)
+    stand_in.wait()
+    assert job.wait(timeout=15) == 1

@@ -27,6 +27,7 @@ import importlib.machinery
 import json
 import os
 import sys
+import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -47,10 +48,12 @@ __all__ = ["install"]
 _ORTMODULE_MODULE = "onnxruntime.training.ortmodule.ortmodule"
 # How long a rank that has reported its last step waits for memopt to end the job.
 _WAIT_FOR_END_S = 600.0
+_PARENT_POLL_S = 1.0
 
 
 def install() -> None:
-    """Patch ORTModule when (and if) the job imports it."""
+    """Patch ORTModule when (and if) the job imports it; leave if memopt itself is gone."""
+    threading.Thread(target=_leave_with_parent, name="memopt-parent-watch", daemon=True).start()
     if _ORTMODULE_MODULE in sys.modules:
         _patch_ortmodule(sys.modules[_ORTMODULE_MODULE])
     else:
@@ -167,6 +170,15 @@ def _wait_for_end() -> None:
     while time.monotonic() < deadline and parent and _alive(parent):
         time.sleep(0.2)
     os._exit(0)
+
+
+def _leave_with_parent() -> None:
+    """A job whose memopt was killed outright (no chance to end the group) ends itself."""
+    parent = int(os.environ.get(JOB_PARENT_VAR, "0"))
+    while parent and _alive(parent):
+        time.sleep(_PARENT_POLL_S)
+    if parent:
+        os._exit(1)
 
 
 def _alive(pid: int) -> bool:

@@ -142,7 +142,7 @@ def trial_command(
     if as_json:
         print(json.dumps(result.to_record(), indent=2, default=str))
     else:
-        for warning in validated.warnings:
+        for warning in dict.fromkeys((*validated.warnings, *result.config_warnings)):
             console.print(f"[yellow]warning:[/] {warning}", highlight=False, soft_wrap=True)
         print_trial(result)
     if not result.ok:

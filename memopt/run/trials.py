@@ -457,7 +457,25 @@ class CommandTrialRunner:
             budget_bytes,
             predicted_peak_bytes,
         )
-        return replace(result, ranks=run.ranks)
+        disagreement = _processes_disagree(run.log_path) if run.status == "ok" else None
+        warnings = (*result.config_warnings, disagreement) if disagreement else result.config_warnings
+        return replace(result, ranks=run.ranks, config_warnings=warnings)
+
+
+def _processes_disagree(log_path: Path) -> str | None:
+    """ORT prints its Plan table on rank 0 only, but every rank's session reports what it
+    recomputed: a rank that recomputes otherwise than rank 0 runs another config."""
+    try:
+        summaries = parse_file(log_path).summaries
+    except (LogReadError, OSError):
+        return None
+    totals = [s.total_recomputed_nodes for s in summaries if s.total_recomputed_nodes is not None]
+    tables = {tuple(sorted(p.config_key for p in s.plans if p.enabled)) for s in summaries if s.plans}
+    if len(set(totals)) > 1:
+        return f"the job's processes recomputed different numbers of nodes ({', '.join(map(str, totals))}): the Plan table is rank 0's"
+    if len(tables) > 1:
+        return "the job's processes printed Plan tables with different plans ON: the trial reports the last one"
+    return None
 
 
 def runner_for(target: str, runs_dir: Path, versions: StackVersions) -> TrialRunner:
