@@ -23,7 +23,7 @@ from memopt.run import TrialResult, TrialSpec, command_target, run_trial, stack_
 
 ROOT = Path(__file__).resolve().parent.parent
 RECIPE = str(ROOT / "bench" / "train_ddp_recipe.py")
-SCRIPT = "examples/train_ddp.py --batch-size {batch}"
+SCRIPT = f"{ROOT / 'examples' / 'train_ddp.py'} --batch-size {{batch}}"
 
 
 def main() -> None:
@@ -39,7 +39,7 @@ def main() -> None:
         "recipe (child process)": RECIPE,
         "command: python": command_target(f"{sys.executable} {SCRIPT}"),
         "command: torchrun, 2 ranks": command_target(
-            f"{sys.executable} -m torch.distributed.run --nproc_per_node 2 {SCRIPT}"
+            f"{sys.executable} -m torch.distributed.run --standalone --nproc_per_node 2 {SCRIPT}"
         ),
     }
     results: dict[str, list[TrialResult]] = {name: [] for name in targets}

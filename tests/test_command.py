@@ -16,7 +16,7 @@ pytestmark = pytest.mark.ort  # real ORTModule training jobs
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = "examples/train_ddp.py --batch-size {batch}"
-TORCHRUN = f"{sys.executable} -m torch.distributed.run --nproc_per_node 2 {EXAMPLE}"
+TORCHRUN = f"{sys.executable} -m torch.distributed.run --standalone --nproc_per_node 2 {EXAMPLE}"
 SINGLE = f"{sys.executable} {EXAMPLE}"
 
 

@@ -253,7 +253,9 @@ def _status(
         return "recipe_error", f"the command could not start: {tail}"
     if ending == "timed_out":
         return "timed_out", f"killed after {timeout_s:g} s: {progress}; last output: {tail}"
-    if any(marker in tail.lower() for marker in OOM_MARKERS) or returncode in (-signal.SIGKILL, 128 + signal.SIGKILL):
+    # A rank killed outright (torchrun reports "Signal 9 (SIGKILL)") is most likely the kernel's OOM killer.
+    killed = returncode in (-signal.SIGKILL, 128 + signal.SIGKILL) or "signal 9 (sigkill)" in tail.lower()
+    if killed or any(marker in tail.lower() for marker in OOM_MARKERS):
         return "out_of_memory", f"the job ran out of memory ({progress}): {tail}"
     if not seen:
         return (
