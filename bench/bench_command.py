@@ -45,7 +45,7 @@ def main() -> None:
     results: dict[str, list[TrialResult]] = {name: [] for name in targets}
     for repeat in range(args.repeats):
         for name, target in targets.items():
-            folder = runs / f"{repeat}-{len(results[name])}-{name.split()[0]}"
+            folder = runs / f"{repeat}-{''.join(c if c.isalnum() else '-' for c in name)}"
             result = run_trial(TrialSpec(target, args.batch, steps=args.steps, device="cpu"), folder, versions=versions)
             if not result.ran:
                 raise SystemExit(f"{name}: {result.outcome}: {result.error}")
