@@ -38,6 +38,7 @@ from memopt.ort.version import OrtVersion
 from memopt.predict.calibrate import Calibration, calibrate, save_model
 from memopt.predict.memory_model import Observation
 from memopt.predict.planner import DEFAULT_MARGIN, PlanResult, choose_plans
+from memopt.run import fixed_batch
 from memopt.run.budget import parse_budget, require_budget, resolve_budget
 from memopt.run.journal import Journal
 from memopt.run.trials import DEFAULT_STEPS, TrialResult, TrialSpec, run_trial, stack_versions
@@ -192,7 +193,12 @@ def _print(result: PlanResult, cal: Calibration, config_value: str | None, recip
     )
     if not result.needs_recompute:
         console.print("  no recompute is needed: the no-config run is predicted to fit", highlight=False)
-    if not result.feasible:
+    if not result.feasible and fixed_batch(recipe):
+        console.print(
+            f"  batch {result.target_batch} cannot fit even with every plan (the command sets its own batch size)",
+            highlight=False,
+        )
+    elif not result.feasible:
         console.print(
             f"  batch {result.target_batch} cannot fit even with every plan; predicted to fit: batch "
             f"{result.max_batch_all_plans} with every plan, {result.max_batch_no_plans} without",
