@@ -8,6 +8,7 @@ it writes the hook's step lines itself, then waits at its last step as the hook 
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -202,3 +203,21 @@ def test_job_ends_itself_when_memopt_is_gone(tmp_path: Path) -> None:
     job = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], env=env)
     stand_in.wait()
     assert job.wait(timeout=15) == 1
+
+
+def test_ctrl_c_in_trial_ends_the_job(tmp_path: Path) -> None:
+    pid_file = tmp_path / "pid"
+    memopt_run = subprocess.Popen(
+        [sys.executable, "-m", "memopt", "trial", "--batch", "2", "--runs-dir", str(tmp_path / "runs")]
+        + ["--cmd", f"sleep 60 & echo $! > {pid_file}; wait"],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 60
+    while not pid_file.is_file() or not pid_file.read_text().strip():
+        assert time.monotonic() < deadline, "the job never started"
+        time.sleep(0.1)
+    memopt_run.send_signal(signal.SIGINT)
+    _, stderr = memopt_run.communicate(timeout=30)
+    assert memopt_run.returncode == 130 and "Traceback" not in stderr
+    _assert_gone(int(pid_file.read_text()))
