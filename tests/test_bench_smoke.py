@@ -53,3 +53,10 @@ def test_fuzz_parse_benchmark() -> None:
 
 def test_parity_benchmark() -> None:
     assert "All: " in _run(str(BENCH / "bench_parity.py"))
+
+
+def test_command_benchmark(tmp_path: Path) -> None:
+    out = _run(
+        str(BENCH / "bench_command.py"), "--batch", "1", "--steps", "1", "--repeats", "1", "--runs-dir", str(tmp_path)
+    )
+    assert "| recipe (child process) |" in out and "| command: torchrun, 2 ranks |" in out

@@ -9,6 +9,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from memopt.ort import short_key
+from memopt.run import TrialResult
 from memopt.tune import PlanRow, TrialRecord, Tuner
 from memopt.units import format_bytes
 
@@ -93,10 +94,18 @@ def trial_cells(record: TrialRecord) -> tuple[str, ...]:
         str(record.batch_size),
         short_plans(record.plans),
         outcome,
-        format_bytes(result.peak_bytes) if result.peak_bytes else "-",
+        _peak_cell(result),
         predicted,
         f"{result.median_step_s:.2f} s" if result.median_step_s else "-",
     )
+
+
+def _peak_cell(result: TrialResult) -> str:
+    """The trial's peak; for a job of several ranks, the highest rank's and how many there were."""
+    if not result.peak_bytes:
+        return "-"
+    ranks = f" (max of {len(result.ranks)} ranks)" if len(result.ranks) > 1 else ""
+    return format_bytes(result.peak_bytes) + ranks
 
 
 def exit_lines(tuner: Tuner, selection: Sequence[str]) -> list[str]:

@@ -5,12 +5,9 @@ This module imports torch and ORT; the parent process never imports it.
 
 from __future__ import annotations
 
-import re
-import resource
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -19,13 +16,12 @@ from torch.nn import functional as F
 from torch.optim.adamw import AdamW
 from torch.optim.optimizer import Optimizer
 
-from memopt.child import ONNX_PREFIX
+from memopt.child import ONNX_PREFIX, OOM_MARKERS
+from memopt.child.memory import proc_status_bytes, reset_rss_peak
 from memopt.errors import one_line
 from memopt.recipes import Recipe, RecipeError
 
 __all__ = ["StepReport", "StepFailure", "is_out_of_memory", "pick_device", "run_steps"]
-
-_OOM_MARKERS = ("out of memory", "failed to allocate memory", "bad_alloc", "cannot allocate memory")
 
 
 class StepFailure(Exception):
@@ -63,7 +59,7 @@ def pick_device(requested: str, ort_has_cuda: bool) -> str:
 def is_out_of_memory(err: BaseException) -> bool:
     if isinstance(err, (torch.cuda.OutOfMemoryError, MemoryError)):
         return True
-    return any(marker in str(err).lower() for marker in _OOM_MARKERS)
+    return any(marker in str(err).lower() for marker in OOM_MARKERS)
 
 
 def run_steps(
@@ -226,7 +222,7 @@ def _check_loss(loss: Any) -> None:
 def _memory_now(device: str) -> int:
     if device == "cuda":
         return torch.cuda.memory_allocated()
-    return _proc_status_bytes("VmRSS")
+    return proc_status_bytes("VmRSS")
 
 
 def _reset_peak(device: str) -> None:
@@ -234,10 +230,7 @@ def _reset_peak(device: str) -> None:
     if device == "cuda":
         torch.cuda.reset_peak_memory_stats()
         return
-    try:
-        Path("/proc/self/clear_refs").write_text("5")  # resets VmHWM
-    except OSError:
-        pass  # no reset here: the steady peak then includes the warm-up step
+    reset_rss_peak()  # where impossible, the steady peak includes the warm-up step
 
 
 def _read_peaks(report: StepReport, device: str, steady: bool) -> None:
@@ -245,18 +238,7 @@ def _read_peaks(report: StepReport, device: str, steady: bool) -> None:
         peak = torch.cuda.max_memory_allocated()
         report.cuda_peak_reserved = max(report.cuda_peak_reserved or 0, torch.cuda.max_memory_reserved())
     else:
-        peak = _proc_status_bytes("VmHWM")
+        peak = proc_status_bytes("VmHWM")
     report.peak_memory = max(report.peak_memory or 0, peak)
     if steady:
         report.steady_peak_memory = max(report.steady_peak_memory or 0, peak)
-
-
-def _proc_status_bytes(field_name: str) -> int:
-    """A VmRSS/VmHWM figure; without /proc, the lifetime peak RSS stands in for both."""
-    try:
-        match = re.search(rf"^{field_name}:\s+(\d+) kB", Path("/proc/self/status").read_text(), re.MULTILINE)
-    except OSError:
-        match = None
-    if match:
-        return int(match.group(1)) * 1024
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024

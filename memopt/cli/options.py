@@ -10,17 +10,19 @@ import typer
 
 from memopt.cli import error_console
 from memopt.errors import MemoptError
-from memopt.recipes import check_recipe_spec, parse_option_value
-from memopt.run import check_device
+from memopt.recipes import DEFAULT_RECIPE, check_recipe_spec, parse_option_value
+from memopt.run import check_device, command_target, fixed_batch, inherited_config_note, is_command, job_python
 
 __all__ = [
     "BudgetOption",
     "CalibrateOption",
+    "CommandOption",
     "DeviceOption",
     "HfTaskOption",
     "MarginOption",
     "OptionPairs",
     "PythonOption",
+    "OptionalRecipeArgument",
     "RecipeArgument",
     "RunsDirOption",
     "SeqOption",
@@ -30,6 +32,8 @@ __all__ = [
     "TargetBatchOption",
     "TimeoutOption",
     "calibration_batches",
+    "choose_target",
+    "command_notes",
     "check_device",
     "recipe_options",
 ]
@@ -39,6 +43,22 @@ RecipeArgument = Annotated[
     typer.Argument(
         help="Built-in recipe (gpt, bert, mlp, cnn), a .py file, package.module[:attr], or a Hugging Face "
         "model: hf:NAME (gpt2, llama, bert, t5, qwen2) or hf:PATH (a config.json or its folder)."
+    ),
+]
+OptionalRecipeArgument = Annotated[
+    str | None,
+    typer.Argument(
+        help="Built-in recipe (gpt, bert, mlp, cnn), a .py file, package.module[:attr], or a Hugging Face "
+        f"model: hf:NAME (gpt2, llama, bert, t5, qwen2) or hf:PATH (default {DEFAULT_RECIPE}; or --cmd).",
+        show_default=False,
+    ),
+]
+CommandOption = Annotated[
+    str | None,
+    typer.Option(
+        "--cmd",
+        help="Your own training command instead of a recipe, run as is in this folder, e.g. "
+        "'torchrun --nproc_per_node 2 train.py --batch-size {batch}' ({batch}: memopt sets the batch size).",
     ),
 ]
 TargetBatchOption = Annotated[int, typer.Option("--target-batch", help="The batch size to fit.")]
@@ -94,6 +114,30 @@ PythonOption = Annotated[
     str | None, typer.Option("--python", help="Interpreter whose ORT/torch stack runs the model (default: this one).")
 ]
 TimeoutOption = Annotated[float, typer.Option("--timeout", help="Seconds before a run is killed.")]
+
+
+def choose_target(recipe: str | None, command: str | None, default: str | None = DEFAULT_RECIPE) -> str:
+    """The target of a command: a recipe, or ``--cmd`` as a command target."""
+    if command is not None:
+        if recipe is not None:
+            raise MemoptError(f"give a recipe ({recipe}) or --cmd, not both")
+        return command_target(command)
+    if recipe is not None:
+        return recipe
+    if default is None:
+        raise MemoptError("name a recipe, or give your own training command with --cmd")
+    return default
+
+
+def command_notes(target: str, python: str | None, batch: int) -> str | None:
+    """Say what a run of ``target`` will not do as asked; the interpreter whose ORT/torch stack to ask."""
+    notes = [inherited_config_note()]
+    if fixed_batch(target):
+        notes.append(f"the command has no {{batch}}: every run uses its own batch size, taken to be {batch}")
+    for note in notes:
+        if note is not None:
+            error_console.print(f"[yellow]note:[/] {note}", highlight=False, soft_wrap=True)
+    return python or (job_python(target) if is_command(target) else None)
 
 
 def recipe_options(

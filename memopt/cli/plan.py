@@ -13,12 +13,13 @@ from memopt.cli import app, console, error_console
 from memopt.cli.options import (
     BudgetOption,
     CalibrateOption,
+    CommandOption,
     DeviceOption,
     HfTaskOption,
     MarginOption,
+    OptionalRecipeArgument,
     OptionPairs,
     PythonOption,
-    RecipeArgument,
     RunsDirOption,
     SeqOption,
     SizeOption,
@@ -28,6 +29,8 @@ from memopt.cli.options import (
     TimeoutOption,
     calibration_batches,
     check_device,
+    choose_target,
+    command_notes,
     recipe_options,
 )
 from memopt.cli.show import print_trial
@@ -37,6 +40,7 @@ from memopt.ort.version import OrtVersion
 from memopt.predict.calibrate import Calibration, calibrate, save_model
 from memopt.predict.memory_model import Observation
 from memopt.predict.planner import DEFAULT_MARGIN, PlanResult, choose_plans
+from memopt.run import fixed_batch
 from memopt.run.budget import parse_budget, require_budget, resolve_budget
 from memopt.run.journal import Journal
 from memopt.run.trials import DEFAULT_STEPS, TrialResult, TrialSpec, run_trial, stack_versions
@@ -48,8 +52,9 @@ __all__ = ["plan_command"]
 
 @app.command("plan")
 def plan_command(
-    recipe: RecipeArgument,
     target_batch: TargetBatchOption,
+    recipe: OptionalRecipeArgument = None,
+    command: CommandOption = None,
     budget: BudgetOption = None,
     seq: SeqOption = None,
     size: SizeOption = None,
@@ -84,6 +89,8 @@ def plan_command(
     if steps < 1:
         raise MemoptError(f"--steps must be at least 1, not {steps}")
     check_device(device)
+    recipe = choose_target(recipe, command, default=None)
+    python = command_notes(recipe, python, target_batch)
     batches = calibration_batches(calibrate_at)
     parsed = parse_budget(budget) if budget is not None else None
     options = recipe_options(recipe, seq, size, option, hf_task, target_seq)
@@ -192,7 +199,12 @@ def _print(result: PlanResult, cal: Calibration, config_value: str | None, recip
     )
     if not result.needs_recompute:
         console.print("  no recompute is needed: the no-config run is predicted to fit", highlight=False)
-    if not result.feasible:
+    if not result.feasible and fixed_batch(recipe):
+        console.print(
+            f"  batch {result.target_batch} cannot fit even with every plan (the command sets its own batch size)",
+            highlight=False,
+        )
+    elif not result.feasible:
         console.print(
             f"  batch {result.target_batch} cannot fit even with every plan; predicted to fit: batch "
             f"{result.max_batch_all_plans} with every plan, {result.max_batch_no_plans} without",

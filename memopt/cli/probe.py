@@ -8,20 +8,22 @@ import typer
 
 from memopt.cli import app, console
 from memopt.cli.options import (
+    CommandOption,
     DeviceOption,
     HfTaskOption,
+    OptionalRecipeArgument,
     OptionPairs,
     PythonOption,
-    RecipeArgument,
     SeqOption,
     SizeOption,
     TargetSeqOption,
     check_device,
+    choose_target,
+    command_notes,
     recipe_options,
 )
 from memopt.errors import MemoptError
 from memopt.logparse import parse_file
-from memopt.recipes import DEFAULT_RECIPE
 from memopt.run.probe import ProbeResult, probe
 from memopt.units import format_bytes
 
@@ -39,7 +41,8 @@ _FAILURES = {
 
 @app.command("probe")
 def probe_command(
-    recipe: RecipeArgument = DEFAULT_RECIPE,
+    recipe: OptionalRecipeArgument = None,
+    command: CommandOption = None,
     batch: int = typer.Option(8, "--batch", "-b", min=1, help="Batch size."),
     seq: SeqOption = None,
     size: SizeOption = None,
@@ -59,6 +62,8 @@ def probe_command(
 ) -> None:
     """Run RECIPE for a few ORTModule training steps and save ORT's log, graphs, memory and timings."""
     check_device(device)
+    recipe = choose_target(recipe, command)
+    python = command_notes(recipe, python, batch)
     options = recipe_options(recipe, seq, size, option, hf_task, target_seq)
     with console.status(f"Probing {recipe} at batch {batch} (export, session build, {steps + 1} steps)…"):
         result = probe(

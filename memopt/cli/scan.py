@@ -14,11 +14,21 @@ from rich.table import Table
 
 from memopt.cli import app, console, error_console
 from memopt.cli.dims import parse_dims_option
-from memopt.cli.options import HfTaskOption, OptionPairs, SizeOption, TargetSeqOption, recipe_options
+from memopt.cli.options import (
+    CommandOption,
+    HfTaskOption,
+    OptionPairs,
+    SizeOption,
+    TargetSeqOption,
+    choose_target,
+    command_notes,
+    recipe_options,
+)
 from memopt.errors import MemoptError
 from memopt.graph.sizes import resolve_dims
 from memopt.ort.stack import inspect_stack
 from memopt.recipes import DEFAULT_RECIPE
+from memopt.run import is_command
 from memopt.run.target import is_graph_file, load_target
 from memopt.scan import ProbeLevel, ScanReport, fold_layers, scan_graph
 from memopt.scan.patterns import Pattern, order_patterns
@@ -29,10 +39,12 @@ __all__ = ["scan_command"]
 
 @app.command("scan")
 def scan_command(
-    target: str = typer.Argument(
-        DEFAULT_RECIPE,
-        help="A recipe (built-in name, .py file, package.module[:attr]), an ONNX training graph with a YieldOp, or a forward-only ONNX model.",
+    target: str | None = typer.Argument(
+        None,
+        help=f"A recipe (built-in name, .py file, package.module[:attr]; default {DEFAULT_RECIPE}), an ONNX training graph with a YieldOp, or a forward-only ONNX model.",
+        show_default=False,
     ),
+    command: CommandOption = None,
     batch: int | None = typer.Option(
         None, "--batch", "-b", help="Evaluate savings at this batch size (every input's first dim)."
     ),
@@ -81,10 +93,12 @@ def scan_command(
     """Find the stashed activations ORT could recompute, grouped into ORT's plans, with their savings."""
     if as_json and as_csv:
         raise MemoptError("choose one of --json and --csv")
-    # A recipe's batch is built at --seq; an ONNX file has no recipe to pass it to.
-    graph_file = is_graph_file(target)
+    target = choose_target(target, command)
+    python = command_notes(target, python, probe_batch)
+    # A recipe's batch is built at --seq; an ONNX file or a command has no recipe to pass it to.
+    no_recipe = is_graph_file(target) or is_command(target)
     options = recipe_options(
-        target, None if graph_file else seq, size, option, hf_task, None if graph_file else target_seq
+        target, None if no_recipe else seq, size, option, hf_task, None if no_recipe else target_seq
     )
     status = error_console if as_json or as_csv else console
     with status.status(f"Building the training graph of {target} (ORTModule export and session, once)…"):

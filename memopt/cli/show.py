@@ -93,6 +93,9 @@ def print_trial(result: TrialResult, console: Console = default_console) -> None
         if result.cuda_reserved_bytes:
             line += f"; reserved {format_bytes(result.cuda_reserved_bytes)}"
         console.print(line, highlight=False)
+        if len(result.ranks) > 1:
+            per_rank = ", ".join(f"{r.get('rank')}: {format_bytes(r.get('peak_bytes'))}" for r in result.ranks)
+            console.print(f"  ranks        {per_rank} (the trial's peak is the highest)", highlight=False)
         if result.budget_bytes is not None:
             console.print(
                 f"  budget       {format_bytes(result.budget_bytes)}: "

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import shlex
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -12,11 +14,11 @@ import typer
 
 from memopt.cli import app, console
 from memopt.cli.options import (
+    CommandOption,
     DeviceOption,
     HfTaskOption,
     OptionPairs,
     PythonOption,
-    RecipeArgument,
     RunsDirOption,
     SeqOption,
     SizeOption,
@@ -24,6 +26,8 @@ from memopt.cli.options import (
     TargetSeqOption,
     TimeoutOption,
     check_device,
+    choose_target,
+    command_notes,
     recipe_options,
 )
 from memopt.cli.show import print_trial
@@ -33,6 +37,7 @@ from memopt.ort.version import OrtVersion
 from memopt.predict.calibrate import load_saved_model, model_identity, save_model
 from memopt.predict.memory_model import MemoryModel, ModelError, Observation
 from memopt.run.budget import parse_budget
+from memopt.run.command import is_command
 from memopt.run.journal import Journal
 from memopt.run.trials import (
     DEFAULT_STEPS,
@@ -45,12 +50,21 @@ from memopt.run.trials import (
 __all__ = ["trial_command"]
 
 _FATAL = {"recipe_error": "the recipe is broken", "stack_error": "the ORT training stack cannot run"}
+_FATAL_COMMAND = {**_FATAL, "recipe_error": "the training command failed"}
 
 
 @app.command("trial")
 def trial_command(
-    recipe: RecipeArgument,
     batch: Annotated[int, typer.Option("--batch", "-b", help="Batch size.")],
+    words: Annotated[
+        list[str] | None,
+        typer.Argument(
+            metavar="RECIPE | -- CMD ARGS…",
+            help="A recipe (built-in name, .py file, package.module[:attr], hf:NAME or hf:PATH), or after -- your own training command.",
+            show_default=False,
+        ),
+    ] = None,
+    command: CommandOption = None,
     config: str = typer.Option(
         "none",
         "--config",
@@ -81,7 +95,8 @@ def trial_command(
     timeout: TimeoutOption = 1800.0,
     as_json: bool = typer.Option(False, "--json", help="Print the journal record as JSON."),
 ) -> None:
-    """Run RECIPE at --batch with --config applied as a user would; record memory, time and ORT's plans."""
+    """Run RECIPE (or your command) at --batch with --config applied as a user would; record memory, time and ORT's plans."""
+    recipe = _target(words or [], command)
     if batch < 1:
         raise MemoptError(f"--batch must be a positive integer, not {batch}")
     if steps < 1:
@@ -91,6 +106,9 @@ def trial_command(
     check_device(device)
     parsed_budget = parse_budget(budget) if budget is not None else None
     options = recipe_options(recipe, seq, size, option, hf_task, target_seq)
+    if is_command(recipe) and options:
+        raise MemoptError("recipe options (--size, --seq, -o) do not apply to a command: put them in the command")
+    python = command_notes(recipe, python, batch)
     versions = stack_versions(python)
     if versions.ort_version is None:
         raise MemoptError("the ORT training stack cannot run: onnxruntime-training is not installed")
@@ -119,8 +137,9 @@ def trial_command(
             predicted_peak_bytes=predicted,
             versions=versions,
         )
-    if result.outcome in _FATAL:
-        raise MemoptError(f"{_FATAL[result.outcome]}: {result.error} (log: {result.run_dir}/ort.log)")
+    fatal = _FATAL_COMMAND if is_command(recipe) else _FATAL
+    if result.outcome in fatal:
+        raise MemoptError(f"{fatal[result.outcome]}: {result.error} (log: {result.run_dir}/ort.log)")
     if model is not None and result.ran and result.peak_bytes and not result.reused:
         off = {cell for entry in result.plans_off for cell in key_entries(entry)}
         plans = tuple(key for key in plan_keys if not set(key_entries(key)) & off)  # ignored entries saved nothing
@@ -128,11 +147,24 @@ def trial_command(
     if as_json:
         print(json.dumps(result.to_record(), indent=2, default=str))
     else:
-        for warning in validated.warnings:
+        for warning in dict.fromkeys((*validated.warnings, *result.config_warnings)):
             console.print(f"[yellow]warning:[/] {warning}", highlight=False, soft_wrap=True)
         print_trial(result)
     if not result.ok:
         sys.exit(1)
+
+
+def _target(words: list[str], command: str | None) -> str:
+    """``RECIPE``, ``-- CMD ARGS…`` (several words, or one program that is not a .py recipe) or ``--cmd``."""
+    if len(words) > 1 or (words and _is_program(words[0])):
+        if command is not None:
+            raise MemoptError("give the command after -- or with --cmd, not both")
+        return choose_target(None, shlex.join(words))
+    return choose_target(words[0] if words else None, command, default=None)
+
+
+def _is_program(word: str) -> bool:
+    return not word.endswith(".py") and os.path.isfile(word) and os.access(word, os.X_OK)
 
 
 def _plan_keys(model: MemoryModel, entries: Sequence[ConfigEntry]) -> tuple[PlanKey, ...]:

@@ -17,12 +17,13 @@ from memopt.cli import app, error_console
 from memopt.cli.options import (
     BudgetOption,
     CalibrateOption,
+    CommandOption,
     DeviceOption,
     HfTaskOption,
     MarginOption,
+    OptionalRecipeArgument,
     OptionPairs,
     PythonOption,
-    RecipeArgument,
     RunsDirOption,
     SeqOption,
     SizeOption,
@@ -30,11 +31,12 @@ from memopt.cli.options import (
     TargetSeqOption,
     TimeoutOption,
     calibration_batches,
+    choose_target,
+    command_notes,
     recipe_options,
 )
 from memopt.errors import MemoptError
 from memopt.predict import DEFAULT_MARGIN
-from memopt.recipes import DEFAULT_RECIPE
 from memopt.run import DEFAULT_STEPS, StackVersions, parse_budget, require_budget, stack_versions
 from memopt.tune import DEFAULT_MAX_TRIALS, TuneEvent, Tuner, TuneSettings, event_line
 
@@ -43,7 +45,8 @@ __all__ = ["tune_command", "print_event"]
 
 @app.command("tune")
 def tune_command(
-    recipe: RecipeArgument = DEFAULT_RECIPE,
+    recipe: OptionalRecipeArgument = None,
+    command: CommandOption = None,
     target_batch: int = typer.Option(..., "--target-batch", help="The batch size to fit."),
     budget: BudgetOption = None,
     max_trials: int = typer.Option(
@@ -75,11 +78,13 @@ def tune_command(
     """Find, verify and print the cheapest recompute config that fits --target-batch in --budget."""
     if as_json and not no_tui:
         raise MemoptError("--json needs --no-tui")
-    settings = TuneSettings(
-        recipe=recipe,
-        target_batch=target_batch,
+    target = choose_target(recipe, command)
+    python = command_notes(target, python, target_batch)
+    settings = TuneSettings.for_target(
+        target,
+        target_batch,
         budget=parse_budget(budget) if budget is not None else None,
-        options=recipe_options(recipe, seq, size, option, hf_task, target_seq),
+        options=recipe_options(target, seq, size, option, hf_task, target_seq),
         max_trials=max_trials,
         steps=steps,
         runs_dir=runs_dir,

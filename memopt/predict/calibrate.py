@@ -34,6 +34,7 @@ from memopt.predict.memory_model import (
 )
 from memopt.predict.recompute_cost import BALANCE, nodes_work, seconds_per_unit
 from memopt.run.budget import total_ram
+from memopt.run.command import fixed_batch
 from memopt.run.journal import Journal
 from memopt.run.target import ScanTarget, load_target
 from memopt.run.trials import (
@@ -169,9 +170,14 @@ def prepare_target(
     ort_version = target.ort_version or versions.ort_version or "1.19"
     report = scan_graph(target.graph, ort_version, dims=target.logged_dims or None)
     report, refused = keep_ort_plans(report, target.ort_plans)
-    return PreparedTarget(
-        recipe, options, target, report, versions, ort_version, require_batch_dim(report, recipe), refused
-    )
+    symbols = require_batch_dim(report, recipe)
+    own = sorted({target.logged_dims[s] for s in symbols if s in target.logged_dims})
+    if fixed_batch(recipe) and own and probe_batch not in own:
+        raise ModelError(
+            f"the command runs at batch {own[0]} (ORT's graph says so) and has no {{batch}} to change it: "
+            f"give --target-batch {own[0]}, or put {{batch}} in the command"
+        )
+    return PreparedTarget(recipe, options, target, report, versions, ort_version, symbols, refused)
 
 
 def keep_ort_plans(report: ScanReport, ort_plans: frozenset[str] | None) -> tuple[ScanReport, tuple[str, ...]]:
@@ -227,7 +233,12 @@ def calibrate(
     """Probe, scan and calibrate ``recipe`` with child-process trials (``memopt plan``)."""
     runs_dir = Path(runs_dir)
     journal = Journal.in_folder(runs_dir)
-    prepared = prepare_target(recipe, options=options, runs_dir=runs_dir, python=python, versions=versions)
+    probe_batch = 2
+    if fixed_batch(recipe):
+        calibration_batches, probe_batch = (target_batch,), target_batch
+    prepared = prepare_target(
+        recipe, options=options, runs_dir=runs_dir, python=python, versions=versions, probe_batch=probe_batch
+    )
 
     def run(batch: int) -> TrialResult:
         spec = TrialSpec(recipe, batch, prepared.options, (), steps, device, timeout_s, python)
@@ -293,7 +304,7 @@ def fit_calibration(
     known = (*_history(journal, recipe, options, versions, device_used), *trials)
     history = list({t.key or id(t): t for t in known}.values())  # a trial no journal keyed counts once
     observations = [Observation(t.batch_size, _plans_of(t, plans), int(t.peak_bytes)) for t in history if t.peak_bytes]
-    model = fit_memory_model(observations, plans, symbols, fixed)
+    model = fit_memory_model(observations, plans, symbols, fixed, single_batch=fixed_batch(recipe))
     identity = model_identity(recipe, options, versions, device_used)
     save_model(runs_dir, identity, model)
 

@@ -133,7 +133,14 @@ class MemoryModel:
 
     def with_observation(self, observation: Observation) -> MemoryModel:
         """This model refitted with one more measurement."""
-        return fit_memory_model([*self.observations, observation], self.plans, self.batch_symbols, self.fixed_dims)
+        baseline_batches = {o.batch_size for o in self.observations if not o.plans}
+        return fit_memory_model(
+            [*self.observations, observation],
+            self.plans,
+            self.batch_symbols,
+            self.fixed_dims,
+            single_batch=len(baseline_batches) == 1,  # fitted at one batch: a command's own
+        )
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -198,18 +205,22 @@ def fit_memory_model(
     batch_symbols: Iterable[str],
     fixed_dims: Mapping[str, int],
     prior_effectiveness: float = 1.0,
+    single_batch: bool = False,
 ) -> MemoryModel:
-    """Fit static/per-sample bytes on the no-config observations, then plan effectiveness on the rest."""
+    """Fit static/per-sample bytes on the no-config observations, then plan effectiveness on the rest.
+
+    ``single_batch``: every trial runs at one batch size (a command that sets its own), so the
+    no-config peak there is all the model needs; it predicts that batch only."""
     observations = tuple(observations)
     baseline = [o for o in observations if not o.plans]
     batches = {o.batch_size for o in baseline}
-    if len(batches) < 2:
+    if len(batches) < (1 if single_batch else 2):
         raise ModelError(
             f"the memory model needs no-config measurements at two or more batch sizes (has {sorted(batches) or 'none'})"
         )
     x = np.array([o.batch_size for o in baseline], dtype=float)
     y = np.array([o.peak_bytes for o in baseline], dtype=float)
-    slope, intercept = np.polyfit(x, y, 1)
+    slope, intercept = np.polyfit(x, y, 1) if len(batches) > 1 else (0.0, float(y.mean()))
     if slope < 0:  # noise larger than the activations: memory does not grow with the batch here
         slope, intercept = 0.0, float(y.mean())
     model = MemoryModel(

@@ -2,6 +2,7 @@
 
 - ``target``: a target's training graph, from a short probe run or an ONNX file.
 - ``launch``: run folders and child processes (``launch``, cancellable with an event).
+- ``command``: the user's own training command as a target, every rank measured.
 - ``probe``: one no-config run that saves the graphs ORTModule builds.
 - ``trials``: one config at one batch size, measured; ``journal``: every finished trial.
 - ``budget``: memory budgets as people write them, resolved against the device.
@@ -17,6 +18,17 @@ from memopt.run.budget import (
     require_budget,
     resolve_budget,
     total_ram,
+)
+from memopt.run.command import (
+    BATCH_PLACEHOLDER,
+    COMMAND_PREFIX,
+    command_of,
+    command_target,
+    fixed_batch,
+    has_batch_placeholder,
+    is_command,
+    job_python,
+    target_label,
 )
 from memopt.run.journal import JOURNAL_NAME, Journal, JournalEntry
 from memopt.run.launch import (
@@ -38,6 +50,7 @@ from memopt.run.trials import (
     LEVEL_VAR,
     REUSABLE_STATUSES,
     ChildTrialRunner,
+    CommandTrialRunner,
     JournaledRunner,
     Outcome,
     StackVersions,
@@ -46,13 +59,26 @@ from memopt.run.trials import (
     TrialRunner,
     TrialSpec,
     config_key,
+    inherited_config_note,
     parse_trial_config,
     recipe_identity,
     run_trial,
+    runner_for,
     stack_versions,
 )
 
 __all__ = [
+    "BATCH_PLACEHOLDER",
+    "COMMAND_PREFIX",
+    "CommandTrialRunner",
+    "command_of",
+    "command_target",
+    "fixed_batch",
+    "has_batch_placeholder",
+    "is_command",
+    "job_python",
+    "runner_for",
+    "target_label",
     "CONFIG_VARIABLES",
     "CUDA_DEFAULT_FRACTION",
     "DEVICES",
@@ -83,6 +109,7 @@ __all__ = [
     "TrialSpec",
     "check_device",
     "config_key",
+    "inherited_config_note",
     "launch",
     "load_target",
     "new_run_dir",

@@ -16,7 +16,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -28,11 +28,15 @@ from memopt.errors import MemoptError
 
 # How often a waiting launch looks at its cancel event: the delay between a cancel and the kill.
 _CANCEL_POLL_S = 0.1
+# How long a job that has done its steps gets to leave after SIGTERM before SIGKILL.
+_END_GRACE_S = 5.0
 
 __all__ = [
     "DEVICES",
     "check_device",
     "PACKAGE_ROOT",
+    "ProcessEnd",
+    "run_process",
     "RunRequest",
     "RunResult",
     "launch",
@@ -99,6 +103,7 @@ class RunResult:
     cuda_total_memory: int | None = None
     wall_s: float = 0.0
     returncode: int | None = None
+    ranks: tuple[Mapping[str, Any], ...] = ()  # a command's processes, each with its own peak
 
     @property
     def ok(self) -> bool:
@@ -177,12 +182,72 @@ def launch(request: RunRequest, run_dir: Path, cancel: threading.Event | None = 
     return result
 
 
-def _wait(child: subprocess.Popen[bytes], timeout_s: float, cancel: threading.Event | None) -> tuple[int, str]:
-    """Wait for ``child``; kill its group on timeout or cancel. Returns (returncode, how it ended)."""
+@dataclass(frozen=True)
+class ProcessEnd:
+    """How a ``run_process`` job ended: finished (on its own), done, timed_out or cancelled."""
+
+    returncode: int | None
+    ending: str
+    wall_s: float
+
+
+def run_process(
+    argv: Sequence[str],
+    run_dir: Path,
+    env: Mapping[str, str],
+    *,
+    timeout_s: float,
+    cancel: threading.Event | None = None,
+    done: Callable[[], bool] | None = None,
+    cwd: Path | None = None,
+) -> ProcessEnd:
+    """Run ``argv`` as is, in a process group of its own, its output into the folder's log.
+
+    ``done`` (asked every poll) says the job did what was wanted: its whole group is then
+    ended, politely first (SIGTERM, then SIGKILL after a grace period). Timeout, cancel and
+    the caller's own interruption end the group as ``launch`` does.
+    """
+    started = time.monotonic()
+    with open(run_dir / LOG_NAME, "ab") as log:
+        if cancel is not None and cancel.is_set():
+            return ProcessEnd(None, "cancelled", 0.0)
+        try:
+            child = subprocess.Popen(
+                list(argv),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=dict(env),
+                cwd=cwd,
+                start_new_session=True,
+            )
+        except OSError as err:
+            log.write(f"{err}\n".encode())
+            return ProcessEnd(None, "not_started", time.monotonic() - started)
+        try:
+            returncode, ending = _wait(child, timeout_s, cancel, done)
+        except BaseException:
+            _kill_group(child)
+            child.wait()
+            raise
+    return ProcessEnd(returncode, ending, time.monotonic() - started)
+
+
+def _wait(
+    child: subprocess.Popen[bytes],
+    timeout_s: float,
+    cancel: threading.Event | None,
+    done: Callable[[], bool] | None = None,
+) -> tuple[int, str]:
+    """Wait for ``child``; kill its group on timeout or cancel, end it once ``done()``.
+    Returns (returncode, how it ended)."""
     deadline = time.monotonic() + timeout_s
+    polling = cancel is not None or done is not None
     while True:
         if child.poll() is not None:  # finished just as the deadline or a cancel came: it finished
             return child.returncode, "finished"
+        if done is not None and done():
+            return _end_group(child), "done"
         left = deadline - time.monotonic()
         if left <= 0:
             _kill_group(child)
@@ -191,7 +256,7 @@ def _wait(child: subprocess.Popen[bytes], timeout_s: float, cancel: threading.Ev
             _kill_group(child)
             return child.wait(), "cancelled"
         try:
-            return child.wait(timeout=min(left, _CANCEL_POLL_S) if cancel is not None else left), "finished"
+            return child.wait(timeout=min(left, _CANCEL_POLL_S) if polling else left), "finished"
         except subprocess.TimeoutExpired:
             continue
 
@@ -209,6 +274,21 @@ def _child_env(request: RunRequest, run_dir: Path) -> dict[str, str]:
     if request.save_onnx:
         (run_dir / ONNX_DIR).mkdir(exist_ok=True)
     return env
+
+
+def _end_group(child: subprocess.Popen[bytes]) -> int:
+    """SIGTERM to the whole group (launchers such as torchrun pass it on), SIGKILL what is left."""
+    try:
+        os.killpg(child.pid, signal.SIGTERM)
+    except ProcessLookupError:
+        pass
+    try:
+        returncode = child.wait(timeout=_END_GRACE_S)
+    except subprocess.TimeoutExpired:
+        _kill_group(child)
+        returncode = child.wait()
+    _kill_group(child)  # workers that outlived their launcher
+    return returncode
 
 
 def _kill_group(child: subprocess.Popen[bytes]) -> None:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from memopt.recipes import recipe_label
+from memopt.run.command import CommandRequest, is_command, run_command, target_label
 from memopt.run.launch import (
     ONNX_DIR,
     ONNX_PREFIX,
@@ -48,7 +48,7 @@ class ProbeResult:
 
 
 def run_label(recipe: str, batch_size: int) -> str:
-    return f"probe-{recipe_label(recipe)}-b{batch_size}"
+    return f"probe-{target_label(recipe)}-b{batch_size}"
 
 
 def probe(
@@ -66,7 +66,22 @@ def probe(
     timeout_s: float = 1800.0,
     cancel: threading.Event | None = None,
 ) -> ProbeResult:
-    """Run the recipe for a warm-up step and ``steps`` more with ORT's plans logged and graphs saved."""
+    """Run the recipe (or command) for a warm-up step and ``steps`` more with ORT's plans logged and
+    graphs saved. A command runs on the device it picks itself; ``device`` and ``python`` are for recipes."""
+    run_dir = new_run_dir(runs_dir, run_label(recipe, batch_size))
+    if is_command(recipe):
+        command = CommandRequest(
+            target=recipe,
+            batch_size=batch_size,
+            steps=steps,
+            log_level=log_level,
+            save_onnx=True,
+            env=dict(env or {}),
+            unset_env=unset_env,
+            timeout_s=timeout_s,
+        )
+        run = run_command(command, run_dir, cancel)
+        return ProbeResult(run=run, graphs=_saved_graphs(run.run_dir / ONNX_DIR))
     request = RunRequest(
         recipe=recipe,
         batch_size=batch_size,
@@ -80,7 +95,7 @@ def probe(
         timeout_s=timeout_s,
         **({"python": python} if python else {}),
     )
-    run = launch(request, new_run_dir(runs_dir, run_label(recipe, batch_size)), cancel)
+    run = launch(request, run_dir, cancel)
     return ProbeResult(run=run, graphs=_saved_graphs(run.run_dir / ONNX_DIR))
 
 

@@ -13,6 +13,7 @@ from memopt.graph.gradient import build_training_graph
 from memopt.graph.training_graph import TrainingGraph, load_graph
 from memopt.logparse import parse_file
 from memopt.ort.config import key_entries
+from memopt.run.command import is_command
 from memopt.run.launch import new_run_dir
 from memopt.run.probe import probe
 
@@ -50,8 +51,11 @@ def load_target(
     cancel: threading.Event | None = None,
 ) -> ScanTarget:
     """An ONNX training graph as is, a forward-only ONNX model through ORT's gradient
-    builder, or a recipe's graph from a short no-config probe."""
-    if is_graph_file(target):
+    builder, or a recipe's (or the user's command's) graph from a short no-config probe."""
+    if is_command(target):
+        if options:
+            raise MemoptError("recipe options (--size, --seq, -o) do not apply to a command: put them in the command")
+    elif is_graph_file(target):
         if options:
             raise MemoptError("recipe options (--size, --seq, -o) do not apply to an ONNX file")
         graph = load_graph(target)

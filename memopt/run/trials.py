@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import subprocess
 import sys
 import threading
@@ -39,8 +40,8 @@ from memopt.ort.config import (
     write_json_config,
 )
 from memopt.ort.version import OrtVersion
-from memopt.recipes import recipe_label
 from memopt.run.budget import Budget, total_ram
+from memopt.run.command import CommandRequest, command_identity, is_command, run_command, target_label
 from memopt.run.journal import Journal
 from memopt.run.launch import PACKAGE_ROOT, RunRequest, RunResult, launch, new_run_dir
 
@@ -52,15 +53,18 @@ __all__ = [
     "StackVersions",
     "TrialError",
     "ChildTrialRunner",
+    "CommandTrialRunner",
     "JournaledRunner",
     "TrialResult",
     "TrialRunner",
     "TrialSpec",
     "config_key",
+    "inherited_config_note",
     "parse_trial_config",
     "recipe_identity",
     "requested_off",
     "run_trial",
+    "runner_for",
     "stack_versions",
 ]
 
@@ -186,6 +190,7 @@ class TrialResult:
     wall_s: float = 0.0
     finished_at: float = 0.0
     reused: bool = False
+    ranks: tuple[Mapping[str, Any], ...] = ()  # a command's processes: rank, peak_bytes, … each
 
     @property
     def ok(self) -> bool:
@@ -206,6 +211,7 @@ class TrialResult:
     def to_record(self) -> dict[str, Any]:
         record = asdict(self)
         record["options"] = dict(self.options)
+        record["ranks"] = [dict(rank) for rank in self.ranks]
         record["prediction_error"] = self.prediction_error
         return record
 
@@ -215,6 +221,7 @@ class TrialResult:
         values = {name: value for name, value in record.items() if name in known}
         for name in ("config", "step_times_s", "plans_on", "plans_off", "config_warnings"):
             values[name] = tuple(values.get(name) or ())
+        values["ranks"] = tuple(dict(rank) for rank in values.get("ranks") or () if isinstance(rank, Mapping))
         # A record from a damaged journal may hold any word: it says nothing reliable.
         values["outcome"] = _OUTCOME_WORDS.get(str(values.get("outcome")), Outcome.CRASHED)
         return cls(**values)
@@ -274,6 +281,14 @@ def parse_trial_config(text: str, version: OrtVersion) -> ValidatedConfig:
     return parse_config_string(",".join(items), version)
 
 
+def inherited_config_note() -> str | None:
+    """A line for users whose shell sets a memory-optimizer variable: trials replace it."""
+    inherited = [f"{name}={os.environ[name]}" for name in (ENV_VAR, LEVEL_VAR) if os.environ.get(name)]
+    if not inherited:
+        return None
+    return f"{' and '.join(inherited)} from your environment is not used: each trial sets its own config"
+
+
 def config_key(entries: tuple[ConfigEntry, ...]) -> tuple[str, ...]:
     """Entries as ORT reads them (the last one per subgraph wins), in a canonical order."""
     effective = {entry.subgraph: entry for entry in entries}
@@ -281,7 +296,10 @@ def config_key(entries: tuple[ConfigEntry, ...]) -> tuple[str, ...]:
 
 
 def recipe_identity(recipe: str) -> str:
-    """The recipe as the journal keys it: a file recipe (or an ``hf:`` config) also by its content."""
+    """The recipe as the journal keys it: a file recipe (or an ``hf:`` config) also by its
+    content; a command also by its working directory and scripts."""
+    if is_command(recipe):
+        return command_identity(recipe)
     if recipe.startswith("hf:"):
         config = Path(recipe[3:])
         config = config / "config.json" if config.is_dir() else config
@@ -331,7 +349,11 @@ def run_trial(
     """
     versions = versions or stack_versions(spec.python)
     runner = JournaledRunner(
-        ChildTrialRunner(Path(runs_dir), versions), journal or Journal.in_folder(runs_dir), versions, resume, budget
+        runner_for(spec.recipe, Path(runs_dir), versions),
+        journal or Journal.in_folder(runs_dir),
+        versions,
+        resume,
+        budget,
     )
     return runner(
         spec, budget_bytes=budget_bytes, predicted_peak_bytes=predicted_peak_bytes, cancel=cancel or threading.Event()
@@ -404,6 +426,95 @@ class ChildTrialRunner:
 
 
 @dataclass(frozen=True)
+class CommandTrialRunner:
+    """Real trials of the user's own command: the config in the job's environment, every rank measured."""
+
+    runs_dir: Path
+    versions: StackVersions
+
+    def __call__(
+        self,
+        spec: TrialSpec,
+        *,
+        budget_bytes: int | None,
+        predicted_peak_bytes: int | None,
+        cancel: threading.Event,
+    ) -> TrialResult:
+        versions = self.versions
+        if versions.ort_version is None:
+            raise TrialError("onnxruntime-training is not installed for the interpreter that runs the command")
+        version = OrtVersion.parse(versions.ort_version)
+        validated = validate_entries(spec.config, version) if spec.config else ValidatedConfig((), ())
+        run_dir = new_run_dir(Path(self.runs_dir), _label(spec))
+        env, unset, value = _config_env(spec.config, version, run_dir)
+        request = CommandRequest(
+            target=spec.recipe,
+            batch_size=spec.batch_size,
+            steps=spec.steps,
+            log_level=job_log_level(spec.log_level, version),
+            env=env,
+            unset_env=unset,
+            timeout_s=spec.timeout_s,
+            cuda=versions.cuda,
+        )
+        run = _same_stack(run_command(request, run_dir, cancel), versions)
+        result = _result(
+            spec,
+            run,
+            trial_key(spec, versions),
+            value,
+            versions,
+            validated.warnings,
+            budget_bytes,
+            predicted_peak_bytes,
+        )
+        disagreement = _processes_disagree(run.log_path) if run.status == "ok" else None
+        warnings = (*result.config_warnings, disagreement) if disagreement else result.config_warnings
+        return replace(result, ranks=run.ranks, config_warnings=warnings)
+
+
+def _processes_disagree(log_path: Path) -> str | None:
+    """ORT prints its Plan table on rank 0 only, but every rank's session reports what it
+    recomputed: a rank that recomputes otherwise than rank 0 runs another config."""
+    try:
+        summaries = parse_file(log_path).summaries
+    except (LogReadError, OSError):
+        return None
+    totals = [s.total_recomputed_nodes for s in summaries if s.total_recomputed_nodes is not None]
+    tables = {tuple(sorted(p.config_key for p in s.plans if p.enabled)) for s in summaries if s.plans}
+    if len(set(totals)) > 1:
+        return f"the job's processes recomputed different numbers of nodes ({', '.join(map(str, totals))}): the Plan table is rank 0's"
+    if len(tables) > 1:
+        return "the job's processes printed Plan tables with different plans ON: the trial reports the last one"
+    return None
+
+
+def runner_for(target: str, runs_dir: Path, versions: StackVersions) -> TrialRunner:
+    """The real runner of a target: the user's command, or a recipe in memopt's child process."""
+    if is_command(target):
+        return CommandTrialRunner(runs_dir, versions)
+    return ChildTrialRunner(runs_dir, versions)
+
+
+def job_log_level(level: str, version: OrtVersion) -> str:
+    """``level`` as the job's ORT release names it: DEVINFO exists from 1.17 on."""
+    return "INFO" if level == "DEVINFO" and version.minor < 17 else level
+
+
+def _same_stack(run: RunResult, versions: StackVersions) -> RunResult:
+    """A job that runs another ORT than memopt wrote the config for measured something else."""
+    ran = (run.stack or {}).get("ort_version")
+    if ran is None or versions.ort_version is None or ran == versions.ort_version:
+        return run
+    return replace(
+        run,
+        status="stack_error",
+        error=f"the job runs ORT {ran} but memopt wrote its config for ORT {versions.ort_version}: "
+        "pass --python with the interpreter the job uses",
+    )
+
+
+@dataclass(frozen=True)
 class JournaledRunner:
     """Any runner, with every finished trial journaled under its key; with ``resume``, a trial
     the journal already holds (with a reusable status) is reused instead of run again."""
@@ -448,8 +559,7 @@ class JournaledRunner:
 
 
 def _label(spec: TrialSpec) -> str:
-    name = recipe_label(spec.recipe)
-    return f"trial-{name}-b{spec.batch_size}"
+    return f"trial-{target_label(spec.recipe)}-b{spec.batch_size}"
 
 
 def _config_env(

@@ -20,7 +20,7 @@ from memopt.ort import (
     takes_json_file,
     write_json_config,
 )
-from memopt.recipes import recipe_label
+from memopt.run import target_label
 
 __all__ = ["ConfigExport", "plan_export", "write_config"]
 
@@ -60,7 +60,7 @@ def plan_export(
     kind: str = "tune",
 ) -> ConfigExport:
     """The export of ``entries`` for ``recipe`` at ``batch`` (file ``<kind>-<recipe>-b<batch>``); nothing is written."""
-    name = recipe_label(recipe)
+    name = target_label(recipe)
     suffix = ".json" if takes_json_file(version) else ".txt"
     return ConfigExport(tuple(entries), version, path or Path(runs_dir) / f"{kind}-{name}-b{batch}{suffix}")
 

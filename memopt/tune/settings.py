@@ -9,7 +9,7 @@ from typing import Any
 
 from memopt.errors import MemoptError
 from memopt.predict import DEFAULT_MARGIN
-from memopt.run import DEFAULT_STEPS, Budget, check_device
+from memopt.run import DEFAULT_STEPS, Budget, check_device, fixed_batch
 
 __all__ = ["DEFAULT_MAX_TRIALS", "TuneCancelled", "TuneError", "TuneSettings"]
 
@@ -42,6 +42,18 @@ class TuneSettings:
     python: str | None = None
     probe_batch: int = 2
 
+    @classmethod
+    def for_target(cls, recipe: str, target_batch: int, **values: Any) -> TuneSettings:
+        """Settings for ``recipe``; a command without ``{batch}`` runs, probes and calibrates at its own batch."""
+        if fixed_batch(recipe):
+            values.update(calibration_batches=(target_batch,), probe_batch=target_batch)
+        return cls(recipe=recipe, target_batch=target_batch, **values)
+
+    @property
+    def fixed_batch(self) -> bool:
+        """A command without ``{batch}``: every trial runs at the command's own batch size."""
+        return fixed_batch(self.recipe)
+
     def __post_init__(self) -> None:
         if self.target_batch < 1:
             raise TuneError(f"--target-batch must be a positive integer, not {self.target_batch}")
@@ -54,7 +66,9 @@ class TuneSettings:
         check_device(self.device)
         if not self.timeout_s > 0:  # also refuses NaN
             raise TuneError(f"--timeout must be positive, not {self.timeout_s:g}")
-        if self.calibration_batches is not None and (
-            len(set(self.calibration_batches)) < 2 or min(self.calibration_batches) < 1
+        if (
+            self.calibration_batches is not None
+            and not self.fixed_batch
+            and (len(set(self.calibration_batches)) < 2 or min(self.calibration_batches) < 1)
         ):
             raise TuneError("calibration needs two or more different positive batch sizes")

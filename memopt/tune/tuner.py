@@ -34,7 +34,6 @@ from memopt.predict import (
     prepare_target,
 )
 from memopt.run import (
-    ChildTrialRunner,
     Journal,
     JournaledRunner,
     Outcome,
@@ -44,6 +43,7 @@ from memopt.run import (
     TrialSpec,
     require_budget,
     resolve_budget,
+    runner_for,
     stack_versions,
 )
 from memopt.scan import ScanReport, fold_layers
@@ -364,7 +364,7 @@ class Tuner:
     def _trial_runner(self) -> TrialRunner:
         s = self.settings
         assert self.versions is not None
-        inner = self._runner or ChildTrialRunner(s.runs_dir, self.versions)
+        inner = self._runner or runner_for(s.recipe, s.runs_dir, self.versions)
         return JournaledRunner(inner, self.journal, self.versions, s.resume)
 
     def _trial(
@@ -407,6 +407,8 @@ class Tuner:
         if not result.ran or not result.peak_bytes:
             return f"trial {record.number}: {record.outcome.label}{reused}: {result.error or 'no measurement'}"
         line = f"trial {record.number}: {record.outcome.label}{reused}, peak {format_mib(result.peak_bytes)}"
+        if len(result.ranks) > 1:
+            line += f" (highest of {len(result.ranks)} ranks)"
         if result.median_step_s:
             line += f", {result.median_step_s:.2f} s/step"
         if record.predicted_bytes is not None:
@@ -541,6 +543,7 @@ class Tuner:
                     "plans": list(r.plans),
                     "outcome": str(r.outcome),
                     "peak_bytes": r.peak_bytes,
+                    "ranks": [{"rank": k.get("rank"), "peak_bytes": k.get("peak_bytes")} for k in r.result.ranks],
                     "predicted_bytes": r.predicted_bytes,
                     "median_step_s": r.step_s,
                     "reason": r.reason,

@@ -1,0 +1,269 @@
+"""Inside a user's training job: count ORTModule training steps, measure each rank, report.
+
+``memopt.child.hook``'s ``sitecustomize`` calls ``install()`` at start-up in every Python
+process of the job. Nothing happens until the job imports ORTModule; then each
+``ORTModule`` the job builds
+
+- saves its graphs (rank 0 only, when the parent asks: ``DebugOptions(save_onnx=True)``,
+  the one ORTModule setting no environment variable turns on), and
+- marks the first training forward, from which every ``torch.optim`` optimizer step
+  (torch's global step post-hook) counts as a training step: step 1 is the warm-up
+  (export, session build), steps 2…N+1 are measured.
+
+After every step the rank appends one JSON line to the steps file: its rank, the step,
+the step time and its memory (CPU: peak RSS, reset after the warm-up step; CUDA:
+``torch.cuda.max_memory_allocated``/reserved, reset likewise). After its last step a rank
+waits, at the step boundary, for memopt to end the whole job; it leaves on its own if
+memopt is gone. Limits: a step is an optimizer step (two optimizers count twice; a
+hand-written update without ``torch.optim`` is never seen); ``python -S``/``-I`` skip
+``sitecustomize``; processes on other hosts write to their own host's steps file.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.abc
+import importlib.machinery
+import json
+import os
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from memopt.child import (
+    JOB_PARENT_VAR,
+    JOB_SAVE_ONNX_VAR,
+    JOB_STEPS_FILE_VAR,
+    JOB_STEPS_VAR,
+    ONNX_PREFIX,
+)
+from memopt.child.memory import proc_status_bytes, reset_rss_peak
+
+__all__ = ["install"]
+
+_ORTMODULE_MODULE = "onnxruntime.training.ortmodule.ortmodule"
+# How long a rank that has reported its last step waits for memopt to end the job.
+_WAIT_FOR_END_S = 600.0
+_PARENT_POLL_S = 1.0
+
+
+def install() -> None:
+    """Patch ORTModule when (and if) the job imports it; leave if memopt itself is gone."""
+    threading.Thread(target=_leave_with_parent, name="memopt-parent-watch", daemon=True).start()
+    if _ORTMODULE_MODULE in sys.modules:
+        _patch_ortmodule(sys.modules[_ORTMODULE_MODULE])
+    else:
+        sys.meta_path.insert(0, _PatchOnImport())
+
+
+class _PatchOnImport(importlib.abc.MetaPathFinder):
+    """Lets ORT's ``ortmodule`` module load as usual, then patches its ``ORTModule``."""
+
+    def find_spec(self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None) -> Any:
+        if fullname != _ORTMODULE_MODULE:
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(fullname, path)
+        if spec is None or spec.loader is None:
+            return None
+        loader = spec.loader
+        execute = loader.exec_module
+
+        def exec_module(module: ModuleType) -> None:
+            execute(module)
+            _patch_ortmodule(module)
+
+        loader.exec_module = exec_module  # type: ignore[method-assign]
+        return spec
+
+
+def _patch_ortmodule(module: ModuleType) -> None:
+    ortmodule_class = module.ORTModule
+    original_init = ortmodule_class.__init__
+
+    def __init__(self: Any, wrapped: Any, debug_options: Any = None) -> None:
+        original_init(self, wrapped, _debug_options(debug_options))
+        self.register_forward_pre_hook(_on_forward)
+
+    ortmodule_class.__init__ = __init__
+
+
+def _debug_options(given: Any) -> Any:
+    """The user's options, with graphs saved on rank 0 where memopt asked for them."""
+    if os.environ.get(JOB_SAVE_ONNX_VAR) != "1" or _rank() != 0:
+        return given
+    api = importlib.import_module("onnxruntime.training.ortmodule")  # complete by the time a model is wrapped
+    log_level = given.log_level if given is not None else api.LogLevel.WARNING  # the environment's wins anyway
+    return api.DebugOptions(log_level=log_level, save_onnx=True, onnx_prefix=ONNX_PREFIX)
+
+
+class _Steps:
+    """This process's training steps: counted from its first ORTModule training forward."""
+
+    def __init__(self) -> None:
+        self.started = False
+        self.count = 0
+        self.last_end = 0.0
+        self.static_bytes: int | None = None
+        self.run_peak: int | None = None
+        self.total = int(os.environ.get(JOB_STEPS_VAR, "2")) + 1
+        self.path = Path(os.environ[JOB_STEPS_FILE_VAR])
+
+
+_STEPS: _Steps | None = None
+
+
+def _on_forward(module: Any, inputs: Any) -> None:
+    global _STEPS
+    if _STEPS is not None or not module.training:
+        return
+    from torch.optim.optimizer import register_optimizer_step_post_hook
+
+    _STEPS = _Steps()
+    _STEPS.static_bytes = _memory_now(_cuda_in_use())
+    _STEPS.last_end = time.perf_counter()
+    register_optimizer_step_post_hook(_on_optimizer_step)
+    _write({"event": "ortmodule"})
+
+
+def _on_optimizer_step(optimizer: Any, args: Any, kwargs: Any) -> None:
+    steps = _STEPS
+    if steps is None or steps.count >= steps.total:
+        return
+    cuda = _cuda_in_use()
+    if cuda:
+        import torch
+
+        torch.cuda.synchronize()
+    now = time.perf_counter()
+    steps.count += 1
+    record: dict[str, Any] = {
+        "event": "step",
+        "step": steps.count,
+        "steps": steps.total,
+        "time_s": now - steps.last_end,
+        "static_bytes": steps.static_bytes,
+        **_peaks(cuda),
+    }
+    if steps.count == 1:
+        steps.run_peak = record["peak_bytes"]
+        record["stack"] = _stack()
+        _reset_peak(cuda)
+    else:
+        steps.run_peak = max(steps.run_peak or 0, record["peak_bytes"])
+    record["run_peak_bytes"] = steps.run_peak
+    _write(record)
+    steps.last_end = time.perf_counter()
+    if steps.count == steps.total:
+        _wait_for_end()
+
+
+def _wait_for_end() -> None:
+    """Stay at this step boundary until memopt ends the job (every rank stops at the same step)."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    parent = int(os.environ.get(JOB_PARENT_VAR, "0"))
+    deadline = time.monotonic() + _WAIT_FOR_END_S
+    while time.monotonic() < deadline and parent and _alive(parent):
+        time.sleep(0.2)
+    os._exit(0)
+
+
+def _leave_with_parent() -> None:
+    """A job whose memopt was killed outright (no chance to end the group) ends itself."""
+    parent = int(os.environ.get(JOB_PARENT_VAR, "0"))
+    while parent and _alive(parent):
+        time.sleep(_PARENT_POLL_S)
+    if parent:
+        os._exit(1)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _rank() -> int:
+    return int(os.environ.get("RANK", "0"))
+
+
+def _write(record: dict[str, Any]) -> None:
+    steps = _STEPS
+    if steps is None:
+        return
+    record = {
+        "rank": _rank(),
+        "world_size": int(os.environ.get("WORLD_SIZE", "1")),
+        "local_rank": int(os.environ.get("LOCAL_RANK", "0")),
+        # The ranks on this host: the ones whose steps file memopt reads.
+        "local_world_size": int(os.environ.get("LOCAL_WORLD_SIZE", os.environ.get("WORLD_SIZE", "1"))),
+        "pid": os.getpid(),
+        **record,
+    }
+    line = (json.dumps(record) + "\n").encode()
+    # One write on an O_APPEND descriptor: lines of several ranks never interleave.
+    descriptor = os.open(steps.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(descriptor, line)
+    finally:
+        os.close(descriptor)
+    if record["event"] == "step":
+        print(
+            f"[memopt] rank {record['rank']} step {record['step']}/{record['steps']}: "
+            f"{record['time_s']:.3f} s, peak {record['peak_bytes'] / 2**20:.1f} MiB",
+            file=sys.stderr,
+            flush=True,
+        )
+
+
+def _cuda_in_use() -> bool:
+    torch = sys.modules.get("torch")
+    return bool(torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized())
+
+
+def _stack() -> dict[str, Any]:
+    import onnxruntime
+    import torch
+
+    return {"ort_version": onnxruntime.__version__, "torch_version": torch.__version__}
+
+
+def _peaks(cuda: bool) -> dict[str, Any]:
+    if cuda:
+        import torch
+
+        device = torch.cuda.current_device()
+        return {
+            "device": "cuda",
+            "memory_kind": "cuda_allocated",
+            "peak_bytes": torch.cuda.max_memory_allocated(),
+            "cuda_reserved_bytes": torch.cuda.max_memory_reserved(),
+            "cuda_total_memory": torch.cuda.get_device_properties(device).total_memory,
+            "cuda_device_name": torch.cuda.get_device_name(device),
+        }
+    return {"device": "cpu", "memory_kind": "rss", "peak_bytes": proc_status_bytes("VmHWM")}
+
+
+def _memory_now(cuda: bool) -> int:
+    if cuda:
+        import torch
+
+        return int(torch.cuda.memory_allocated())
+    return proc_status_bytes("VmRSS")
+
+
+def _reset_peak(cuda: bool) -> None:
+    if cuda:
+        import torch
+
+        torch.cuda.reset_peak_memory_stats()
+        return
+    reset_rss_peak()

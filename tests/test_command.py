@@ -1,0 +1,128 @@
+"""The user's own training command (examples/train_ddp.py), run as is: torchrun with two gloo
+ranks on CPU and the single-process form, trial, scan and a headless tune."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from conftest import memopt
+
+pytestmark = pytest.mark.ort  # real ORTModule training jobs
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLE = "examples/train_ddp.py --batch-size {batch}"
+TORCHRUN = f"{sys.executable} -m torch.distributed.run --standalone --nproc_per_node 2 {EXAMPLE}"
+SINGLE = f"{sys.executable} {EXAMPLE}"
+
+
+@pytest.fixture(scope="module")
+def command_runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("command-runs")
+
+
+@pytest.fixture(scope="module")
+def plan_table(command_runs: Path) -> list[dict]:
+    """The plans of the job's own graph (a probe of the single-process form)."""
+    run = memopt("scan", "--cmd", SINGLE, "--json", "--runs-dir", str(command_runs), cwd=ROOT)
+    assert run.returncode == 0, run.stderr
+    return json.loads(run.stdout)["plans"]
+
+
+def test_scan_of_a_command_lists_the_jobs_plans(plan_table: list[dict]) -> None:
+    keys = {plan["config"] for plan in plan_table}
+    assert "FusedMatMul+Add+:1:-1" in keys and "Gelu+:1:-1" in keys
+
+
+def test_torchrun_trial_measures_every_rank_and_leaves_nothing_running(command_runs: Path, tmp_path: Path) -> None:
+    config = tmp_path / "cfg.json"
+    config.write_text(json.dumps(["FusedMatMul+Add+:1:-1"]))
+    run = memopt(
+        "trial",
+        "--cmd",
+        TORCHRUN,
+        "--batch",
+        "4",
+        "--config",
+        str(config),
+        "--json",
+        "--runs-dir",
+        str(command_runs),
+        cwd=ROOT,
+    )
+    assert run.returncode == 0, run.stderr
+    record = json.loads(run.stdout)
+    assert record["outcome"] == "ok" and record["peak_bytes"] > 0
+    assert [rank["rank"] for rank in record["ranks"]] == [0, 1]
+    assert all(rank["peak_bytes"] > 0 for rank in record["ranks"])
+    assert record["peak_bytes"] == max(rank["peak_bytes"] for rank in record["ranks"])
+    assert record["plans_seen"] and "FusedMatMul+Add+:1:-1" in record["plans_on"]
+    assert record["recomputed_nodes"] and record["recomputed_nodes"] > 0
+    for rank in record["ranks"]:
+        _assert_gone(rank["pid"])
+    log = (Path(record["run_dir"]) / "ort.log").read_text()
+    assert "--batch-size 4" in log
+
+
+def test_single_process_trial_replaces_an_inherited_config(command_runs: Path) -> None:
+    run = memopt(
+        "trial",
+        "--batch",
+        "2",
+        "--json",
+        "--runs-dir",
+        str(command_runs),
+        "--",
+        sys.executable,
+        "examples/train_ddp.py",
+        "--batch-size",
+        "2",
+        cwd=ROOT,
+        env={"ORTMODULE_MEMORY_OPT_LEVEL": "1"},
+    )
+    assert run.returncode == 0, run.stderr
+    assert "ORTMODULE_MEMORY_OPT_LEVEL=1 from your environment is not used" in run.stderr
+    record = json.loads(run.stdout)
+    assert record["outcome"] == "ok" and len(record["ranks"]) == 1
+    assert record["plans_on"] == [] and record["recomputed_nodes"] == 0
+
+
+@pytest.mark.parametrize("command", [TORCHRUN, SINGLE], ids=["torchrun", "single"])
+def test_headless_tune_of_a_command_ends_verified(command: str, tmp_path: Path) -> None:
+    baseline = memopt("trial", "--cmd", command, "--batch", "8", "--json", "--runs-dir", str(tmp_path), cwd=ROOT)
+    assert baseline.returncode == 0, baseline.stderr
+    budget = int(json.loads(baseline.stdout)["peak_bytes"] * 0.9)
+    run = memopt(
+        "tune",
+        "--cmd",
+        command,
+        "--target-batch",
+        "8",
+        "--budget",
+        f"{budget}B",
+        "--no-tui",
+        "--json",
+        "--runs-dir",
+        str(tmp_path),
+        cwd=ROOT,
+        timeout=1200,
+    )
+    assert run.returncode == 0, run.stderr
+    summary = json.loads(run.stdout)
+    assert summary["status"] == "verified", summary
+    assert any(line.startswith("export ORTMODULE_MEMORY_OPT_CONFIG=") for line in summary["export"])
+
+
+def _assert_gone(pid: int) -> None:
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"process {pid} is still running")
