@@ -112,7 +112,11 @@ def _pattern(key: str, members: list[tuple[tuple[PlanSaving, ...], frozenset[tup
         exact = exact + occurrence.exact
         ort = ort + occurrence.ort_choices[-1] if occurrence.ort_choices else ort
     first = members[0][0]
-    subgraph = ",".join(dict.fromkeys(k.rsplit(":", 2)[0] for k in key.split(","))) if len(first) > 1 else first[0].plan.subgraph
+    subgraph = (
+        ",".join(dict.fromkeys(k.rsplit(":", 2)[0] for k in key.split(",")))
+        if len(first) > 1
+        else first[0].plan.subgraph
+    )
     return Pattern(key, subgraph, first[0].plan.kind, len(members), exact, ort, tuple(occurrences))
 
 
