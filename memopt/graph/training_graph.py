@@ -1,8 +1,10 @@
 """A training graph as ORT sees it: nodes in ORT's topological order, tensors with shapes.
 
-Loaded from the ONNX file ORTModule saves (``memopt_execution_model_training.onnx``):
-ORT writes nodes in the topological order its memory optimizer walks, so file order
-is analysis order. Weights are dropped after loading; only names, types and shapes stay.
+Loaded from the ONNX file ORTModule saves (``memopt_execution_model_training.onnx``).
+File order is taken as analysis order: ORT writes the nodes in a topological order that
+matches the one its memory optimizer walks but for local swaps among independent nodes,
+which follow ORT's internal node indices and are not recorded in the file. Weights are
+dropped after loading; only names, types and shapes stay.
 """
 
 from __future__ import annotations

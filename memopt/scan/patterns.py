@@ -2,9 +2,9 @@
 
 A row's key is ``<subgraph>:<type>:-1``; its frequency counts the entry nodes with that
 plan. A node with both a recompute and a compromise plan counts in both rows (they are
-alternatives: ORT applies one per node), as ORT's IterateNode does. ORT joins keys with
-commas only for plans tied by buffer reuse in its execution plan, which the graph alone
-does not show.
+alternatives: ORT applies one per node), as ORT's IterateNode does. Plans tied by a shared
+buffer form one row occurrence together, their keys joined by commas in sorted order
+(:mod:`memopt.scan.buffers`).
 """
 
 from __future__ import annotations
@@ -18,6 +18,10 @@ from memopt.scan.detect import PlanKind
 from memopt.scan.savings import PlanSaving
 
 __all__ = ["Occurrence", "Pattern", "group_patterns", "order_patterns"]
+
+# One row occurrence: its plans' savings, and the (entry order, output index) pairs that
+# share another member's buffer and so save nothing.
+_Members = tuple[tuple[PlanSaving, ...], frozenset[tuple[int, int]]]
 
 
 @dataclass(frozen=True)
@@ -83,7 +87,7 @@ def group_patterns(
     by_plan = {id(saving.plan): saving for saving in savings}
     if combinations is None:
         combinations = [Combination((saving.plan,)) for saving in by_plan.values()]
-    rows: dict[tuple[str, PlanKind], list[tuple[tuple[PlanSaving, ...], frozenset[tuple[int, int]]]]] = {}
+    rows: dict[tuple[str, PlanKind], list[_Members]] = {}
     for combination in combinations:
         members = tuple(by_plan[id(plan)] for plan in combination.plans)
         keys = sorted(_config_key(saving, compromise_type) for saving in members)
@@ -104,7 +108,7 @@ def order_patterns(patterns: Iterable[Pattern], dims: Mapping[str, int] | None) 
     return tuple(ordered)
 
 
-def _pattern(key: str, members: list[tuple[tuple[PlanSaving, ...], frozenset[tuple[int, int]]]]) -> Pattern:
+def _pattern(key: str, members: list[_Members]) -> Pattern:
     occurrences, exact, ort = [], Polynomial(), Polynomial()
     for savings, shared in members:
         occurrence = _occurrence(savings, shared)
