@@ -53,12 +53,11 @@ def combinations(graph: TrainingGraph, plans: Sequence[NodePlan]) -> list[Combin
     for plan in plans:
         by_node.setdefault(plan.entry.order, []).append(plan)
     owners = {id(plan): buffer_owners(graph, plan) for plan in plans}
-    found: list[Combination] = []
+    found: dict[tuple[int, ...], Combination] = {}  # by its plans' identities, first found first
     for plan in plans:
         for combination in _expand(plan, by_node, owners, ()):
-            if combination not in found:
-                found.append(combination)
-    return found
+            found.setdefault(tuple(id(member) for member in combination.plans), combination)
+    return list(found.values())
 
 
 def _expand(
