@@ -5,7 +5,8 @@
 Reads sample_logs/ (real graphs and logs of ORT 1.15.1–1.19.2, see its README) and prints
 one markdown row per release, model and scenario: plans memopt reproduces exactly (same
 key and type, same frequency, savings ORT could print for memopt's plan) out of all plans
-either side has. tests/test_scan_releases.py asserts the same, with its known gaps.
+either side has (``hf-*``: tiny Hugging Face models, sample_logs/hf_tiny.py).
+tests/test_scan_releases.py asserts the same, with its known gaps.
 """
 
 from __future__ import annotations

@@ -14,6 +14,7 @@ it is that version, else it is fetched like the others. Every step is idempotent
 already downloaded, unpacked or built is reused.
 
 Each scenario runs ``python -m memopt probe <recipe> --size tiny --batch 4 --device cpu``
+(the ``hf-*`` models: ``sample_logs/hf_tiny.py -o arch=<arch>``)
 in a child process; its ``ort.log`` is copied to ``sample_logs/<version>/<recipe>-<scenario>-<level>.log``
 with this machine's paths replaced (``<repo>``, ``<ort-cache>``, ``<run>``, ``~``), the
 no-config run's execution training graph to ``sample_logs/graphs/<version>/<recipe>.onnx``,
@@ -25,10 +26,12 @@ no-config run of the same release and recipe.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import re
 import shutil
+import site
 import subprocess
 import sys
 import tempfile
@@ -39,6 +42,8 @@ from datetime import date
 from pathlib import Path
 from typing import Any
 
+import onnx
+
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 NUMPY1_SPEC = "numpy==1.26.4"
@@ -47,8 +52,17 @@ SIZE = "tiny"
 EXECUTION_GRAPH = "memopt_execution_model_training.onnx"
 # Recipe name -> what `memopt probe` is given. castmask (in this folder) has an up-cast kept
 # for backward, so ORT prints a compromise plan; the built-in tiny recipes print none on CPU.
-RECIPES: dict[str, str] = {"gpt": "gpt", "bert": "bert", "mlp": "mlp", "castmask": "sample_logs/castmask.py"}
-CHEAP = {"mlp"}  # no-config run only
+# hf-* are tiny Hugging Face models (hf_tiny.py, here) trained on their own loss.
+HF_ARCHITECTURES = ("gpt2", "llama", "t5", "bert", "qwen2")
+RECIPES: dict[str, list[str]] = {
+    "gpt": ["gpt", "--size", SIZE],
+    "bert": ["bert", "--size", SIZE],
+    "mlp": ["mlp", "--size", SIZE],
+    "castmask": ["sample_logs/castmask.py", "--size", SIZE],
+    **{f"hf-{arch}": ["sample_logs/hf_tiny.py", "-o", f"arch={arch}"] for arch in HF_ARCHITECTURES},
+}
+# no-config run only (the HF models are evidence for scan parity, not for the parser)
+CHEAP = {"mlp", *(f"hf-{arch}" for arch in HF_ARCHITECTURES)}
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
@@ -116,6 +130,12 @@ def download_and_unpack(spec: str, wheels: Path, target: Path) -> None:
     with zipfile.ZipFile(wheel) as archive:
         archive.extractall(target)
     marker.write_text(wheel.name + "\n")
+
+
+def _imported_from(package: str) -> list[str]:
+    """The site-packages folder ``package`` is imported from (without importing it)."""
+    spec = importlib.util.find_spec(package)
+    return [str(Path(spec.origin).parent.parent)] if spec and spec.origin else []
 
 
 def installed_ort_version() -> str | None:
@@ -354,8 +374,10 @@ class Capture:
         self.out = out
         self.work = work
         self.entries: list[dict[str, Any]] = []
+        # torch and transformers print their own paths (the shared environment's site-packages)
+        packages = {str(Path(p).resolve()): "<site-packages>" for p in site.getsitepackages() + _imported_from("torch")}
         self.replacements = sorted(
-            {str(cache.resolve()): "<ort-cache>", str(REPO): "<repo>", str(Path.home()): "~"}.items(),
+            {**packages, str(cache.resolve()): "<ort-cache>", str(REPO): "<repo>", str(Path.home()): "~"}.items(),
             key=lambda item: -len(item[0]),
         )
 
@@ -372,7 +394,7 @@ class Capture:
         runs.mkdir(parents=True)
         child_env = {k: v for k, v in os.environ.items() if not k.startswith("ORTMODULE_") and k != "PYTHONPATH"}
         child_env.update(env)
-        cmd = [sys.executable, "-m", "memopt", "probe", RECIPES[recipe], "--size", SIZE, "--batch", str(BATCH), "--steps", "1",
+        cmd = [sys.executable, "-m", "memopt", "probe", *RECIPES[recipe], "--batch", str(BATCH), "--steps", "1",
                "--device", "cpu", "--log-level", level, "--runs-dir", str(runs), "--timeout", "900",
                "--python", interpreter(release, paths, self.cache)]
         log(f"{release.version} {label}: {' '.join(f'{k}={v}' for k, v in env.items())}")
@@ -399,6 +421,7 @@ class Capture:
             "package": release.spec.partition("==")[0],
             "recipe": recipe,
             "size": SIZE,
+            "probe_args": RECIPES[recipe],
             "batch": BATCH,
             "scenario": scenario.name,
             "env": {k: self.sanitize(v, run_dir) for k, v in scenario.env.items()},
@@ -423,10 +446,10 @@ class Capture:
             if graph.is_file():
                 target = self.out / "graphs" / release.version / f"{recipe}.onnx"
                 target.parent.mkdir(parents=True, exist_ok=True)
-                shutil.copyfile(graph, target)
+                copy_graph(graph, target)
                 self.entries.append({
                     "file": str(target.relative_to(self.out)), "kind": "graph", "version": release.version,
-                    "package": release.spec.partition("==")[0], "recipe": recipe, "size": SIZE, "batch": BATCH,
+                    "package": release.spec.partition("==")[0], "recipe": recipe, "size": SIZE, "probe_args": RECIPES[recipe], "batch": BATCH,
                     "scenario": "no-config", "env": {}, "log_level": "INFO", "status": "ok", "returncode": 0,
                     "note": f"{EXECUTION_GRAPH} of the run logged in {release.version}/{recipe}-no-config-info.log",
                 })
@@ -437,6 +460,15 @@ class Capture:
             for scenario in scenarios(release, recipe, text, config_dir):
                 for level in scenario.levels:
                     self.record(release, paths, recipe, scenario, level)
+
+
+def copy_graph(source: Path, target: Path) -> None:
+    """Copy an execution graph without its nodes' doc strings (the exporter's Python stack
+    traces: most of the file, and nothing ORT's analysis reads)."""
+    model = onnx.load(str(source))
+    for node in model.graph.node:
+        node.doc_string = ""
+    onnx.save(model, str(target))
 
 
 def write_manifest(out: Path, entries: list[dict[str, Any]], redone: set[tuple[str, str]]) -> None:

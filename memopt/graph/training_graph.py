@@ -1,8 +1,10 @@
 """A training graph as ORT sees it: nodes in ORT's topological order, tensors with shapes.
 
-Loaded from the ONNX file ORTModule saves (``memopt_execution_model_training.onnx``):
-ORT writes nodes in the topological order its memory optimizer walks, so file order
-is analysis order. Weights are dropped after loading; only names, types and shapes stay.
+Loaded from the ONNX file ORTModule saves (``memopt_execution_model_training.onnx``).
+File order is taken as analysis order: ORT writes the nodes in a topological order that
+matches the one its memory optimizer walks but for local swaps among independent nodes,
+which follow ORT's internal node indices and are not recorded in the file. Weights are
+dropped after loading; only names, types and shapes stay.
 """
 
 from __future__ import annotations
@@ -35,6 +37,10 @@ _ONNX_DOMAINS = ("", "ai.onnx")
 # ORT's own contrib ops are registered at opset 1 in their domains; ORT also registers
 # LayerNormalization/SimplifiedLayerNormalization at opset 1 in the ONNX domain.
 _ORT_CONTRIB_SINCE_VERSION = 1
+
+
+# Normalizations whose outputs after the first are per-row statistics (mean, 1/std).
+_NORMS_WITH_STATISTICS = frozenset({"LayerNormalization", "SimplifiedLayerNormalization"})
 
 
 class GraphError(MemoptError):
@@ -117,6 +123,8 @@ def graph_from_model(model: onnx.ModelProto) -> TrainingGraph:
         tensors[value.name] = _tensor_info(value.type)
     for initializer in graph.initializer:
         tensors.setdefault(initializer.name, TensorInfo(initializer.data_type, tuple(initializer.dims)))
+    for node in graph.node:
+        _infer_untyped_outputs(node, tensors)
     nodes = [
         Node(
             order=order,
@@ -131,6 +139,32 @@ def graph_from_model(model: onnx.ModelProto) -> TrainingGraph:
         for order, node in enumerate(graph.node)
     ]
     return TrainingGraph(nodes=nodes, tensors=tensors, graph_inputs=tuple(value.name for value in graph.input))
+
+
+def _infer_untyped_outputs(node: onnx.NodeProto, tensors: dict[str, TensorInfo]) -> None:
+    """Type and shape of contrib-op outputs the saved graph leaves untyped but ORT knows.
+
+    ORT's own shape inference types them in the session (and its memory optimizer lists
+    them as stashed activations); the saved execution graph carries no value_info for them.
+    """
+    missing = [i for i, name in enumerate(node.output) if name and name not in tensors]
+    if not missing:
+        return
+    attributes = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+    if node.op_type in _NORMS_WITH_STATISTICS and node.input:
+        source = tensors.get(node.input[0], TensorInfo(None, None))
+        statistics_type = int(attributes.get("stash_type", onnx.TensorProto.FLOAT))
+        dims = None
+        if source.dims is not None:
+            rank = len(source.dims)
+            axis = int(attributes.get("axis", -1))
+            axis = axis + rank if axis < 0 else axis
+            dims = (*source.dims[:axis], *(1,) * (rank - axis)) if 0 <= axis <= rank else None
+        for index in missing:
+            if index >= 1:  # mean / inverse standard deviation
+                tensors[node.output[index]] = TensorInfo(statistics_type, dims)
+    elif node.op_type == "ConcatTraining" and 1 in missing:  # per_input_length
+        tensors[node.output[1]] = TensorInfo(onnx.TensorProto.INT64, (sum(1 for name in node.input if name),))
 
 
 def _tensor_info(type_proto: onnx.TypeProto) -> TensorInfo:

@@ -194,6 +194,9 @@ class ReleaseRules:
     # not only the output it came through. Seen in 1.19.2's VERBOSE search log: a
     # Dropout whose mask is stashed ends the search although its data output is not.
     backward_use_by_node: bool = False
+    # 1.17+: the Plan table is built from the session's execution plan, so a plan whose
+    # stashed output aliases another node's buffer is listed combined with that node's plans.
+    combines_shared_buffers: bool = False
 
     def is_recomputable(self, node: Node, level: ProbeLevel) -> bool:
         return self.followed_inputs(node, level) is not None
@@ -230,9 +233,9 @@ def _all_but(node: Node, ignorable: frozenset[int]) -> frozenset[int]:
 
 _RULES = {
     "1.16": ReleaseRules("1.16", 15, True, StaticEdgeFilter.NONE, False, False, False),
-    "1.17": ReleaseRules("1.17", 15, True, StaticEdgeFilter.NONE, False, True, True),
-    "1.18": ReleaseRules("1.18", 50, True, StaticEdgeFilter.ALL_STATIC, True, True, True),
-    "1.19": ReleaseRules("1.19", 50, False, StaticEdgeFilter.SMALL_STATIC, True, True, True, True),
+    "1.17": ReleaseRules("1.17", 15, True, StaticEdgeFilter.NONE, False, True, True, False, True),
+    "1.18": ReleaseRules("1.18", 50, True, StaticEdgeFilter.ALL_STATIC, True, True, True, False, True),
+    "1.19": ReleaseRules("1.19", 50, False, StaticEdgeFilter.SMALL_STATIC, True, True, True, True, True),
 }
 
 

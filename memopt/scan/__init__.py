@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from memopt.graph.polynomial import Polynomial
 from memopt.graph.training_graph import TensorInfo, TrainingGraph
 from memopt.ort.rules import ProbeLevel, rules_for
+from memopt.scan.buffers import combinations
 from memopt.scan.detect import Analysis, ScanError, analyse
 from memopt.scan.modules import fold_layers
 from memopt.scan.patterns import Pattern, group_patterns
@@ -53,5 +54,6 @@ def scan_graph(
         if any(isinstance(d, str) for d in graph.tensor(name).dims or ())
     }
     stashed = stashed_bytes(graph, analysis.candidates, unknown_dims)
-    patterns = group_patterns(savings, dims, compromise_type=2 if rules.has_compromise_type else 1)
+    shared = combinations(graph, analysis.plans) if rules.combines_shared_buffers else None
+    patterns = group_patterns(savings, dims, compromise_type=2 if rules.has_compromise_type else 1, combinations=shared)
     return ScanReport(rules.family, layer_boundary, patterns, inputs, stashed, analysis, tuple(warnings))

@@ -2,9 +2,9 @@
 
 A row's key is ``<subgraph>:<type>:-1``; its frequency counts the entry nodes with that
 plan. A node with both a recompute and a compromise plan counts in both rows (they are
-alternatives: ORT applies one per node), as ORT's IterateNode does. ORT joins keys with
-commas only for plans tied by buffer reuse in its execution plan, which the graph alone
-does not show.
+alternatives: ORT applies one per node), as ORT's IterateNode does. Plans tied by a shared
+buffer form one row occurrence together, their keys joined by commas in sorted order
+(:mod:`memopt.scan.buffers`).
 """
 
 from __future__ import annotations
@@ -13,10 +13,15 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from memopt.graph.polynomial import Polynomial
+from memopt.scan.buffers import Combination
 from memopt.scan.detect import PlanKind
 from memopt.scan.savings import PlanSaving
 
 __all__ = ["Occurrence", "Pattern", "group_patterns", "order_patterns"]
+
+# One row occurrence: its plans' savings, and the (entry order, output index) pairs that
+# share another member's buffer and so save nothing.
+_Members = tuple[tuple[PlanSaving, ...], frozenset[tuple[int, int]]]
 
 
 @dataclass(frozen=True)
@@ -67,18 +72,32 @@ class Pattern:
 
 
 def group_patterns(
-    savings: Iterable[PlanSaving], dims: Mapping[str, int] | None = None, compromise_type: int = PlanKind.COMPROMISE
+    savings: Iterable[PlanSaving],
+    dims: Mapping[str, int] | None = None,
+    compromise_type: int = PlanKind.COMPROMISE,
+    combinations: Iterable[Combination] | None = None,
 ) -> tuple[Pattern, ...]:
     """Patterns in Plan-table order: by saving at ``dims`` (ORT's figure) descending, then key.
 
     ``compromise_type``: the config type that enables a compromise plan (1 on <= 1.16,
     where compromise plans live in their own store but are enabled as type 1).
+    ``combinations``: the rows' occurrences where plans share buffers (see
+    :mod:`memopt.scan.buffers`); by default each plan is its own occurrence.
     """
-    rows: dict[tuple[str, PlanKind], list[PlanSaving]] = {}
-    for saving in savings:
-        config_type = compromise_type if saving.plan.kind is PlanKind.COMPROMISE else int(saving.plan.kind)
-        rows.setdefault((f"{saving.plan.subgraph}:{config_type}:-1", saving.plan.kind), []).append(saving)
-    return order_patterns([_pattern(key, members) for (key, _), members in rows.items()], dims)
+    by_plan = {id(saving.plan): saving for saving in savings}
+    if combinations is None:
+        combinations = [Combination((saving.plan,)) for saving in by_plan.values()]
+    rows: dict[tuple[str, PlanKind], list[_Members]] = {}
+    for combination in combinations:
+        members = tuple(by_plan[id(plan)] for plan in combination.plans)
+        keys = sorted(_config_key(saving, compromise_type) for saving in members)
+        rows.setdefault((",".join(keys), members[0].plan.kind), []).append((members, combination.shared))
+    return order_patterns([_pattern(key, occurrences) for (key, _), occurrences in rows.items()], dims)
+
+
+def _config_key(saving: PlanSaving, compromise_type: int) -> str:
+    config_type = compromise_type if saving.plan.kind is PlanKind.COMPROMISE else int(saving.plan.kind)
+    return f"{saving.plan.subgraph}:{config_type}:-1"
 
 
 def order_patterns(patterns: Iterable[Pattern], dims: Mapping[str, int] | None) -> tuple[Pattern, ...]:
@@ -89,16 +108,38 @@ def order_patterns(patterns: Iterable[Pattern], dims: Mapping[str, int] | None) 
     return tuple(ordered)
 
 
-def _pattern(key: str, members: list[PlanSaving]) -> Pattern:
+def _pattern(key: str, members: list[_Members]) -> Pattern:
     occurrences, exact, ort = [], Polynomial(), Polynomial()
-    for saving in members:
-        entry = saving.plan.entry
-        nodes = tuple(node.name for node in saving.plan.nodes)
-        elements = sum((output.elements for output in saving.outputs), Polynomial())
-        occurrences.append(Occurrence(entry.name, saving.module, nodes, saving.exact, saving.ort_choices, elements))
-        exact, ort = exact + saving.exact, ort + saving.ort
-    first = members[0].plan
-    return Pattern(key, first.subgraph, first.kind, len(members), exact, ort, tuple(occurrences))
+    for savings, shared in members:
+        occurrence = _occurrence(savings, shared)
+        occurrences.append(occurrence)
+        exact = exact + occurrence.exact
+        ort = ort + occurrence.ort_choices[-1] if occurrence.ort_choices else ort
+    first = members[0][0]
+    subgraph = (
+        ",".join(dict.fromkeys(k.rsplit(":", 2)[0] for k in key.split(",")))
+        if len(first) > 1
+        else first[0].plan.subgraph
+    )
+    return Pattern(key, subgraph, first[0].plan.kind, len(members), exact, ort, tuple(occurrences))
+
+
+def _occurrence(savings: tuple[PlanSaving, ...], shared: frozenset[tuple[int, int]]) -> Occurrence:
+    """One row occurrence: a plan, or a plan with the plans of the nodes whose buffers it shares."""
+    exact, elements = Polynomial(), Polynomial()
+    choices: set[Polynomial] = {Polynomial()}
+    for saving in savings:
+        entry = saving.plan.entry.order
+        kept = [output for output in saving.outputs if (entry, output.index) not in shared]
+        exact = sum((output.bytes for output in kept), exact)
+        elements = sum((output.elements for output in saving.outputs), elements)
+        # ORT prints one output's figure per plan (hash order); a shared output prints 0.
+        own = {output.bytes if (entry, output.index) not in shared else Polynomial() for output in saving.outputs}
+        choices = {total + choice for total in choices for choice in own or {Polynomial()}}
+    first = savings[0]
+    nodes = tuple(dict.fromkeys(node.name for saving in savings for node in saving.plan.nodes))
+    ort_choices = tuple(sorted(choices, key=str)) if len(savings) > 1 or shared else first.ort_choices
+    return Occurrence(first.plan.entry.name, first.module, nodes, exact, ort_choices, elements)
 
 
 def _evaluate_or_zero(polynomial: Polynomial, dims: Mapping[str, int]) -> float:
