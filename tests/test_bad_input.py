@@ -27,7 +27,6 @@ def probe(runs_dir: Path, recipe: str, *extra: str, env: dict[str, str] | None =
 @pytest.mark.parametrize(
     ("recipe", "fragments"),
     [
-        ("no_such_recipe", ["the recipe is broken", "not found: not a built-in"]),
         (str(RECIPES / "fails_import.py"), ["failed to import: RuntimeError: this recipe cannot be imported"]),
         (str(RECIPES / "no_make_batch.py"), ["has no make_batch()"]),
         (str(RECIPES / "batch_of_three.py"), ["make_batch() returned a list of 3; expected (inputs, target)"]),

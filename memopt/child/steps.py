@@ -25,7 +25,14 @@ from memopt.recipes import Recipe, RecipeError
 
 __all__ = ["StepReport", "StepFailure", "is_out_of_memory", "pick_device", "run_steps"]
 
-_OOM_MARKERS = ("out of memory", "failed to allocate memory", "bad_alloc", "cannot allocate memory")
+_OOM_MARKERS = (
+    "out of memory",
+    "failed to allocate memory",
+    "bad_alloc",
+    "cannot allocate memory",
+    "can't allocate memory",
+    "not enough memory",
+)
 
 
 class StepFailure(Exception):
@@ -149,6 +156,8 @@ def _call_recipe(name: str, call: Callable[[], Any]) -> Any:
     except RecipeError:
         raise
     except Exception as err:
+        if is_out_of_memory(err):  # a batch too large for the device is not a broken recipe
+            raise StepFailure(f"{name}() ran out of memory: {one_line(err)}", out_of_memory=True) from err
         raise RecipeError(f"{name}() failed: {one_line(err)}") from err
 
 

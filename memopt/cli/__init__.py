@@ -1,13 +1,17 @@
 """The ``memopt`` command line: a thin view over the library.
 
 Each command lives in its own module here and registers itself on ``app``. Every
-``MemoptError`` becomes one line on stderr and exit status 2; nothing else the library
-raises should reach the user as a traceback.
+``MemoptError`` (and any file-system error) becomes one line on stderr and exit status 2;
+nothing else the library raises should reach the user as a traceback. SIGINT, SIGTERM and
+SIGHUP end every run memopt started, print one line and exit 128 + the signal's number;
+on every other way out, runs still going are ended too.
 """
 
 from __future__ import annotations
 
+import signal
 import sys
+from types import FrameType
 
 import typer
 from rich.console import Console
@@ -15,6 +19,7 @@ from rich.text import Text
 
 from memopt import __version__
 from memopt.errors import MemoptError
+from memopt.run.launch import end_all_runs
 
 __all__ = ["app", "console", "error_console", "main"]
 
@@ -42,7 +47,26 @@ def _root(
     """memopt: ORT memory-optimizer configs without the guesswork."""
 
 
+_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+_stopped_by: list[int] = []  # the stop signal that arrived, if one did
+
+
+class Stopped(KeyboardInterrupt):
+    """A stop signal arrived; the runs memopt started are already ended."""
+
+
+def _on_stop_signal(signum: int, frame: FrameType | None) -> None:
+    end_all_runs()
+    if not _stopped_by:
+        _stopped_by.append(signum)
+    for stop in _STOP_SIGNALS:  # a second signal while unwinding must not cut the clean-up short
+        signal.signal(stop, signal.SIG_IGN)
+    raise Stopped(signal.Signals(signum).name)
+
+
 def main() -> None:
+    for stop in _STOP_SIGNALS:
+        signal.signal(stop, _on_stop_signal)
     from memopt.cli import (  # noqa: F401  (each registers its command)
         config,
         parse,
@@ -56,9 +80,36 @@ def main() -> None:
 
     try:
         app()
-    except MemoptError as err:
-        error_console.print(Text.assemble(("error: ", "bold red"), str(err)), highlight=False, soft_wrap=True)
+    except (MemoptError, OSError) as err:
+        if _stopped_by:
+            _stopped()
+        _say(Text.assemble(("error: ", "bold red"), _error_text(err)))
         sys.exit(2)
-    except KeyboardInterrupt:
-        error_console.print("interrupted")
-        sys.exit(130)
+    except (KeyboardInterrupt, SystemExit):  # typer turns an interrupt into exit status 130
+        if _stopped_by:
+            _stopped()
+        raise
+    finally:
+        end_all_runs()
+
+
+def _error_text(err: Exception) -> str:
+    if isinstance(err, MemoptError):
+        return str(err)
+    # A file-system problem no command foresaw: still one line.
+    where = f": {err.filename}" if isinstance(err, OSError) and err.filename else ""
+    return f"{getattr(err, 'strerror', None) or err}{where}"
+
+
+def _stopped() -> None:
+    end_all_runs()
+    name = signal.Signals(_stopped_by[0]).name
+    _say(Text(f"interrupted by {name}: every process memopt started for this command was ended"))
+    sys.exit(128 + _stopped_by[0])
+
+
+def _say(line: Text) -> None:
+    try:
+        error_console.print(line, highlight=False, soft_wrap=True)
+    except OSError:  # the terminal is gone (SIGHUP): nothing to tell
+        pass

@@ -9,7 +9,7 @@ from typing import Annotated, Any
 import typer
 
 from memopt.errors import MemoptError
-from memopt.recipes import parse_option_value
+from memopt.recipes import check_recipe, parse_option_value
 from memopt.run import check_device
 
 __all__ = [
@@ -31,8 +31,19 @@ __all__ = [
     "recipe_options",
 ]
 
+
+def _checked_recipe(spec: str) -> str:
+    """A recipe that names nothing is refused before anything is created."""
+    check_recipe(spec)
+    return spec
+
+
 RecipeArgument = Annotated[
-    str, typer.Argument(help="Built-in recipe (gpt, bert, mlp, cnn), a .py file or package.module[:attr].")
+    str,
+    typer.Argument(
+        callback=_checked_recipe,
+        help="Built-in recipe (gpt, bert, mlp, cnn), a .py file or package.module[:attr].",
+    ),
 ]
 TargetBatchOption = Annotated[int, typer.Option("--target-batch", help="The batch size to fit.")]
 BudgetOption = Annotated[
@@ -63,13 +74,29 @@ CalibrateOption = Annotated[
         help="Batch sizes of the no-config calibration trials, e.g. 2,4 (default: target/8 and target/4).",
     ),
 ]
+
+
+def _checked_runs_dir(path: Path) -> Path:
+    """``--runs-dir`` naming a file is refused before anything runs."""
+    if path.exists() and not path.is_dir():
+        raise MemoptError(f"--runs-dir {path} is a file, not a folder")
+    return path
+
+
 RunsDirOption = Annotated[
-    Path, typer.Option("--runs-dir", help="Where run folders, the journal (journal.jsonl) and config files go.")
+    Path,
+    typer.Option(
+        "--runs-dir",
+        callback=_checked_runs_dir,
+        help="Where run folders, the journal (journal.jsonl) and config files go.",
+    ),
 ]
 PythonOption = Annotated[
     str | None, typer.Option("--python", help="Interpreter whose ORT/torch stack runs the model (default: this one).")
 ]
-TimeoutOption = Annotated[float, typer.Option("--timeout", help="Seconds before a run is killed.")]
+TimeoutOption = Annotated[
+    float, typer.Option("--timeout", help="Seconds before a run is killed (a finite number above zero).")
+]
 
 
 def recipe_options(seq: int | None, size: str | None, pairs: list[str]) -> dict[str, Any]:

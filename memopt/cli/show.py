@@ -6,6 +6,7 @@ from collections.abc import Collection, Sequence
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 
 from memopt.cli import console as default_console
 from memopt.errors import MemoptError
@@ -41,23 +42,25 @@ def print_config(
     if not takes_json_file(version):
         if out is not None:
             raise MemoptError(f"ORT {version} takes the config string itself; --out is for 1.19 JSON files")
-        console.print(export_line(format_config_string(entries, version)), highlight=False, soft_wrap=True)
+        console.print(
+            export_line(format_config_string(entries, version)), markup=False, highlight=False, soft_wrap=True
+        )
         return
     if out is None:
         console.print(f"# ORT {version} reads a JSON file; save this as config.json (or pass --out):", highlight=False)
-        console.print(render_json_config(entries).rstrip(), highlight=False, soft_wrap=True)
+        console.print(render_json_config(entries).rstrip(), markup=False, highlight=False, soft_wrap=True)
         console.print(export_line("config.json"), highlight=False)
         return
     path = write_json_config(entries, out, version, overwrite=force)
-    console.print(f"# wrote {path}", highlight=False, soft_wrap=True)
-    console.print(export_line(str(path)), highlight=False, soft_wrap=True)
+    console.print(f"# wrote {path}", markup=False, highlight=False, soft_wrap=True)
+    console.print(export_line(str(path)), markup=False, highlight=False, soft_wrap=True)
 
 
 def print_validated(config: ValidatedConfig, version: OrtVersion, console: Console) -> None:
     for warning in config.warnings:
-        console.print(f"[yellow]warning:[/] {warning}", highlight=False, soft_wrap=True)
+        console.print(f"[yellow]warning:[/] {escape(warning)}", highlight=False, soft_wrap=True)
     shown = ", ".join(str(entry) for entry in config.entries) or "no entries"
-    console.print(f"# ORT {version} accepts this config: {shown}", highlight=False, soft_wrap=True)
+    console.print(f"# ORT {version} accepts this config: {shown}", markup=False, highlight=False, soft_wrap=True)
 
 
 def print_trial(result: TrialResult, console: Console = default_console) -> None:
@@ -66,20 +69,25 @@ def print_trial(result: TrialResult, console: Console = default_console) -> None
     config = ", ".join(result.config) or "no config"
     where = (result.device or "?").upper()
     console.print(
-        f"[bold]Trial of {result.recipe}[/] ({shown}) at batch {result.batch_size} on {where}: "
+        f"[bold]Trial of {escape(result.recipe)}[/] ({escape(shown)}) at batch {result.batch_size} on {where}: "
         f"[bold]{result.outcome.label}[/]{' (reused from the journal)' if result.reused else ''}",
         highlight=False,
     )
-    console.print(f"  config       {config}", highlight=False, soft_wrap=True)
+    console.print(f"  config       {config}", markup=False, highlight=False, soft_wrap=True)
     if result.config_value:
         console.print(
-            f"  applied as   ORTMODULE_MEMORY_OPT_CONFIG={result.config_value}", highlight=False, soft_wrap=True
+            f"  applied as   ORTMODULE_MEMORY_OPT_CONFIG={result.config_value}",
+            markup=False,
+            highlight=False,
+            soft_wrap=True,
         )
     console.print(
-        f"  stack        ORT {result.ort_version} ({result.ort_package}), torch {result.torch_version}", highlight=False
+        f"  stack        ORT {result.ort_version} ({result.ort_package}), torch {result.torch_version}",
+        markup=False,
+        highlight=False,
     )
     if result.error:
-        console.print(f"  error        {result.error}", highlight=False, soft_wrap=True)
+        console.print(f"  error        {result.error}", markup=False, highlight=False, soft_wrap=True)
     if result.ran:
         label = "peak RSS" if result.memory_kind == "rss" else "peak allocated"
         line = f"  memory       {label} {format_bytes(result.peak_bytes)} in the measured steps; static {format_bytes(result.static_bytes)} before step 1"
@@ -105,9 +113,9 @@ def print_trial(result: TrialResult, console: Console = default_console) -> None
         )
         on = ", ".join(result.plans_on) or "none"
         console.print(
-            f"  ORT plans    ON: {on}; {result.recomputed_nodes if result.recomputed_nodes is not None else '?'} "
+            f"  ORT plans    ON: {escape(on)}; {result.recomputed_nodes if result.recomputed_nodes is not None else '?'} "
             f"nodes recomputed; {result.plans_seen or 0} plans listed",
             highlight=False,
             soft_wrap=True,
         )
-    console.print(f"  run folder   [bold]{result.run_dir}[/]", highlight=False, soft_wrap=True)
+    console.print(f"  run folder   [bold]{escape(result.run_dir)}[/]", highlight=False, soft_wrap=True)

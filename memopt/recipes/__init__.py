@@ -21,8 +21,10 @@ parameter of that name; an option no function declares is an error.
 from __future__ import annotations
 
 import importlib
+import importlib.machinery
 import importlib.util
 import inspect
+import os
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -37,6 +39,7 @@ __all__ = [
     "DEFAULT_RECIPE",
     "Recipe",
     "RecipeError",
+    "check_recipe",
     "load_recipe",
     "parse_option_value",
 ]
@@ -108,6 +111,28 @@ def load_recipe(spec: str, options: Mapping[str, Any] | None = None) -> Recipe:
     return Recipe(spec=spec, options=options, **functions)  # type: ignore[arg-type]  # required ones checked above
 
 
+def check_recipe(spec: str) -> None:
+    """Refuse a recipe that names no built-in, no file and no module, without importing it
+    (recipe code runs only in the child). The child looks in the working directory last."""
+    if spec in BUILTIN_RECIPES:
+        return
+    module_name = spec.partition(":")[0]
+    if Path(module_name).is_file():
+        return
+    if module_name.endswith(".py") or "/" in module_name:
+        if not Path(module_name).is_file():
+            raise RecipeError(f"recipe {module_name!r} not found: no such file")
+        return
+    top = module_name.split(".")[0]
+    if not top.isidentifier():
+        raise RecipeError(
+            f"recipe {spec!r} is not a built-in ({', '.join(BUILTIN_RECIPES)}), a .py file or a module name"
+        )
+    if importlib.machinery.PathFinder.find_spec(top, [*sys.path, os.getcwd()]) is None and top not in sys.modules:
+        builtins = ", ".join(BUILTIN_RECIPES)
+        raise RecipeError(f"recipe {spec!r} not found: not a built-in ({builtins}), a .py file or an importable module")
+
+
 def _import_source(spec: str) -> ModuleType | Any:
     if spec in BUILTIN_RECIPES:
         return importlib.import_module(BUILTIN_RECIPES[spec])
@@ -141,6 +166,10 @@ def _import_file(path: Path) -> ModuleType:
         builtins = ", ".join(BUILTIN_RECIPES)
         raise RecipeError(f"recipe {str(path)!r} not found (built-in recipes: {builtins})")
     name = f"memopt_user_recipe_{path.stem}"
+    # Its own folder comes first, as for ``python recipe.py``: the modules beside it import.
+    folder = str(path.resolve().parent)
+    if folder not in sys.path:
+        sys.path.insert(0, folder)
     spec = importlib.util.spec_from_file_location(name, path)
     if spec is None or spec.loader is None:
         raise RecipeError(f"recipe {str(path)!r} is not a Python file")

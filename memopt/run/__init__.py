@@ -28,6 +28,8 @@ from memopt.run.launch import (
     RunRequest,
     RunResult,
     check_device,
+    check_timeout,
+    end_all_runs,
     launch,
     new_run_dir,
 )
@@ -82,7 +84,9 @@ __all__ = [
     "TrialRunner",
     "TrialSpec",
     "check_device",
+    "check_timeout",
     "config_key",
+    "end_all_runs",
     "launch",
     "load_target",
     "new_run_dir",

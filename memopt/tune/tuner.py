@@ -244,6 +244,7 @@ class Tuner:
             runs_dir=s.runs_dir,
             journal=self.journal,
             calibration_batches=batches,
+            resume=s.resume,
         )
         model = calibration.model
         self._emit(
