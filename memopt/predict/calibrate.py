@@ -74,6 +74,7 @@ __all__ = [
 ]
 
 MODEL_FILE = "memopt_models.json"
+CALIBRATION_KIND = "calibration"  # the journal record of how much of the journal a calibration read
 
 
 @dataclass(frozen=True)
@@ -289,13 +290,13 @@ def fit_calibration(
     device_used = trials[0].device or "cpu"
     identity = model_identity(recipe, options, versions, device_used)
     record_key = _calibration_key(identity, trials, target_batch)
-    earlier = journal.latest(record_key) if resume else None
+    earlier = journal.latest(record_key, kind=CALIBRATION_KIND) if resume else None
     read_upto = earlier.record.get("journal_lines") if earlier is not None else None
     journaled, lines_read = _history(
         journal, recipe, options, versions, device_used, read_upto if isinstance(read_upto, int) else None
     )
     if earlier is None:
-        journal.append({"key": record_key, "kind": "calibration", "journal_lines": lines_read, "identity": identity})
+        journal.append({"key": record_key, "kind": CALIBRATION_KIND, "journal_lines": lines_read, "identity": identity})
     # The journal's history of this target, and these trials even where no journal holds them.
     known = (*journaled, *trials)
     history = list({t.key or id(t): t for t in known}.values())  # a trial no journal keyed counts once

@@ -92,8 +92,11 @@ class Journal:
             return MemoptError(f"the journal {self.path} is a symlink; memopt does not write through one")
         return MemoptError(f"cannot write the journal {self.path}: {err.strerror or err}")
 
-    def entries(self) -> Iterator[JournalEntry]:
-        """Every complete line, oldest first; unreadable lines are skipped."""
+    def entries(self, kind: str | None = None) -> Iterator[JournalEntry]:
+        """Every complete line of ``kind``, oldest first; unreadable lines are skipped.
+
+        Trials are records without a ``kind``; other records name theirs (``calibration``).
+        """
         try:
             handle = open(self.path, encoding="utf-8", errors="replace")
         except FileNotFoundError:
@@ -106,13 +109,13 @@ class Journal:
                     record = json.loads(line)
                 except ValueError:
                     continue
-                if isinstance(record, dict) and isinstance(record.get("key"), str):
+                if isinstance(record, dict) and isinstance(record.get("key"), str) and record.get("kind") == kind:
                     yield JournalEntry(number, record["key"], record)
 
-    def latest(self, key: str, usable: tuple[str, ...] | None = None) -> JournalEntry | None:
-        """The newest entry with ``key`` (whose ``status`` is in ``usable``, when given)."""
+    def latest(self, key: str, usable: tuple[str, ...] | None = None, kind: str | None = None) -> JournalEntry | None:
+        """The newest entry of ``kind`` with ``key`` (whose ``status`` is in ``usable``, when given)."""
         found = None
-        for entry in self.entries():
+        for entry in self.entries(kind):
             if entry.key == key and (usable is None or entry.record.get("status") in usable):
                 found = entry
         return found
