@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -353,3 +355,26 @@ def test_median_step_needs_a_measured_step() -> None:
     assert one.median_step_s is None
     two = RunResult(status="ok", run_dir=Path("r"), step_times_s=(3.0, 0.5))
     assert two.median_step_s == 0.5
+
+
+def test_end_all_runs_ends_every_running_child_and_starts_no_new_one(tmp_path: Path) -> None:
+    # In a process of its own: after end_all_runs that process starts no run again.
+    request, pid_file = sleeper_request(tmp_path)
+    script = f"""
+import json, threading, time
+from pathlib import Path
+from memopt.run import RunRequest, end_all_runs, launch, new_run_dir
+request = RunRequest(recipe="x", batch_size=1, python={request.python!r}, env={dict(request.env)!r})
+results = []
+worker = threading.Thread(target=lambda: results.append(launch(request, new_run_dir(Path({str(tmp_path)!r}), "a"))))
+worker.start()
+while not Path({str(pid_file)!r}).exists() or len(Path({str(pid_file)!r}).read_text().split()) < 2:
+    time.sleep(0.02)
+end_all_runs()
+worker.join()
+later = launch(request, new_run_dir(Path({str(tmp_path)!r}), "b"))
+print(json.dumps([results[0].status, later.status, later.returncode]))
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == ["cancelled", "cancelled", None], done.stderr
+    assert_gone(read_pids(pid_file))

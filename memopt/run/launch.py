@@ -265,7 +265,7 @@ def _wait(child: subprocess.Popen[bytes], timeout_s: float, cancel: threading.Ev
     deadline = time.monotonic() + timeout_s
     while True:
         if child.poll() is not None:  # finished just as the deadline or a cancel came: it finished
-            return child.returncode, "finished"
+            return child.returncode, _how_it_ended(child.returncode)
         left = deadline - time.monotonic()
         if left <= 0:
             _kill_group(child)
@@ -274,9 +274,15 @@ def _wait(child: subprocess.Popen[bytes], timeout_s: float, cancel: threading.Ev
             _kill_group(child)
             return child.wait(), "cancelled"
         try:
-            return child.wait(timeout=min(left, _CANCEL_POLL_S)), "finished"
+            returncode = child.wait(timeout=min(left, _CANCEL_POLL_S))
         except subprocess.TimeoutExpired:
             continue
+        return returncode, _how_it_ended(returncode)
+
+
+def _how_it_ended(returncode: int) -> str:
+    # Killed by end_all_runs while its launch waited: the caller's shutdown, not a crash.
+    return "cancelled" if returncode < 0 and _ending.is_set() else "finished"
 
 
 def _child_env(request: RunRequest, run_dir: Path) -> dict[str, str]:
