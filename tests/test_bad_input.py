@@ -1,4 +1,5 @@
-"""Every bad input of `memopt probe` gets one line saying what to do, exit 2, no traceback.
+"""Every bad input gets one line saying what to do, exit 2, no traceback (and, where it is
+refused up front, nothing created).
 
 All of these are real runs: real broken recipes, a real interpreter without ORT, a real
 torch release ORTModule cannot use, and a real ORT install whose extensions are unbuilt.
