@@ -1,4 +1,5 @@
-"""Every bad input of `memopt probe` gets one line saying what to do, exit 2, no traceback.
+"""Every bad input gets one line saying what to do, exit 2, no traceback (and, where it is
+refused up front, nothing created).
 
 All of these are real runs: real broken recipes, a real interpreter without ORT, a real
 torch release ORTModule cannot use, and a real ORT install whose extensions are unbuilt.
@@ -27,7 +28,6 @@ def probe(runs_dir: Path, recipe: str, *extra: str, env: dict[str, str] | None =
 @pytest.mark.parametrize(
     ("recipe", "fragments"),
     [
-        ("no_such_recipe", ["the recipe is broken", "not found: not a built-in"]),
         (str(RECIPES / "fails_import.py"), ["failed to import: RuntimeError: this recipe cannot be imported"]),
         (str(RECIPES / "no_make_batch.py"), ["has no make_batch()"]),
         (str(RECIPES / "batch_of_three.py"), ["make_batch() returned a list of 3; expected (inputs, target)"]),
@@ -116,3 +116,39 @@ def test_timeout_kills_the_run(runs_dir: Path) -> None:
     run = probe(runs_dir, "gpt", "--size", "small", "--timeout", "3")
     assert_one_line_error(run, "the run timed out", "killed after 3 s")
     assert run.record()["result"]["status"] == "timed_out"
+
+
+@pytest.mark.parametrize(
+    ("args", "fragment"),
+    [
+        (("trial", "gpt", "-b", "2", "--timeout", "nan"), "--timeout must be a finite number of seconds above zero"),
+        (("trial", "gpt", "-b", "2", "--timeout", "inf"), "--timeout must be a finite number of seconds above zero"),
+        (("probe", "gpt", "--timeout", "0"), "--timeout must be a finite number of seconds above zero"),
+        (("tune", "gpt", "--target-batch", "8", "--budget", "1GiB", "--no-tui", "--timeout", "-5"), "--timeout"),
+        (("trial", "gpt", "-b", "2", "--budget", "9" * 400), "more memory than any device has"),
+        (("scan", "gpt", "--dims", "x=-5"), "--dims takes name=positive integer pairs"),
+        (("scan", "gpt", "--plot", "/missing/dir/p.png"), "the folder /missing/dir does not exist"),
+        (("trial", "gpt", "-b", "2", "--python", "/bin/false"), "--python /bin/false is not a Python"),
+        (("trial", "gtp", "-b", "2"), "recipe 'gtp' not found"),
+        (("tune", "gtp", "--target-batch", "8", "--budget", "1GiB", "--no-tui"), "recipe 'gtp' not found"),
+    ],
+)
+def test_bad_input_is_refused_before_anything_is_created(tmp_path: Path, args: tuple[str, ...], fragment: str) -> None:
+    run = memopt(*args, "--runs-dir", str(tmp_path / "runs"), cwd=tmp_path)
+    assert_one_line_error(run, fragment)
+    assert not (tmp_path / "runs").exists()
+
+
+def test_runs_dir_naming_a_file_is_refused(tmp_path: Path) -> None:
+    plain = tmp_path / "notes.txt"
+    plain.write_text("mine\n")
+    run = memopt("trial", "gpt", "-b", "2", "--runs-dir", str(plain), cwd=tmp_path)
+    assert_one_line_error(run, f"--runs-dir {plain} is a file, not a folder")
+    assert plain.read_text() == "mine\n"
+
+
+def test_a_batch_too_large_to_allocate_is_out_of_memory(runs_dir: Path) -> None:
+    run = memopt("trial", "mlp", "--size", "tiny", "-b", "1000000000", "--budget", "16GiB", "--runs-dir", str(runs_dir))
+    assert run.returncode == 1, run.stderr
+    assert "at batch 1000000000 on CPU: out of memory" in run.stdout
+    assert "[enforce fail at alloc_cpu.cpp:117]" in run.stdout  # printed as is, not read as markup

@@ -189,6 +189,28 @@ def test_resume_reuses_finished_trials_and_reaches_the_same_config(tmp_path: Pat
     assert first.best is not None and second.best is not None and second.best.plans == first.best.plans
 
 
+def test_resume_after_a_cancel_makes_the_decisions_of_an_uninterrupted_search(tmp_path: Path) -> None:
+    def search_steps(result: object) -> list[tuple[str, ...]]:
+        return [r.plans for r in result.trials if r.purpose is Purpose.SEARCH and r.outcome is not Outcome.CANCELLED]  # type: ignore[attr-defined]
+
+    reference = FakeRunner(prepared_gpt(), effectiveness=0.6)
+    budget = budget_between(reference, 0.7)
+    whole = fake_tuner(tmp_path / "whole", reference, budget).auto_search()
+    assert len(search_steps(whole)) >= 2  # the model had to learn: there is something to repeat
+
+    interrupted = FakeRunner(reference.prepared, effectiveness=0.6, pause_on=4)  # the second search trial
+    tuner = fake_tuner(tmp_path / "resumed", interrupted, budget)
+    interrupted.on_call = lambda number: number == 4 and threading.Timer(0.1, tuner.cancel).start()
+    assert tuner.auto_search().status is SearchStatus.CANCELLED
+    for _ in range(2):  # a second resume continues exactly as the first did
+        resumed = fake_tuner(
+            tmp_path / "resumed", FakeRunner(reference.prepared, effectiveness=0.6), budget, resume=True
+        )
+        result = resumed.auto_search()
+        assert search_steps(result) == search_steps(whole)
+        assert result.best is not None and whole.best is not None and result.best.plans == whole.best.plans
+
+
 def test_tuner_adds_plans_after_an_out_of_memory_trial(tmp_path: Path) -> None:
     runner = FakeRunner(prepared_gpt(), effectiveness=0.6)
     budget = budget_between(runner, 0.7)

@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -192,16 +194,18 @@ def test_run_record_holds_request_and_result(tmp_path: Path) -> None:
 # launch: what the child reports, and what it leaves in the log
 
 
-def test_child_is_called_as_python_m_child_with_request_and_result_paths(tmp_path: Path) -> None:
+def test_child_runs_the_child_module_with_request_and_result_paths(tmp_path: Path) -> None:
     args_file = tmp_path / "args"
     request_copy = tmp_path / "request.json"
-    body = f'#!/bin/sh\nprintf "%s\\n" "$@" > {args_file}\ncp "$3" {request_copy}\n'
+    body = f'#!/bin/sh\nprintf "%s\\0" "$@" > {args_file}\ncp "$3" {request_copy}\n'
     python = fake_python(tmp_path, body)
     run_dir = new_run_dir(tmp_path / "runs", "a")
     request = RunRequest(recipe="gpt", batch_size=8, options={"size": "tiny"}, steps=3, python=str(python))
     launch(request, run_dir)
-    args = args_file.read_text().splitlines()
-    assert args == ["-m", CHILD_MODULE, str(run_dir / ".request.json"), str(run_dir / ".result.json")]
+    flag, boot, *paths, _ = args_file.read_text().split("\0")
+    # -c, not -m: the working directory must not come first on the child's import path
+    assert flag == "-c" and f"run_module({CHILD_MODULE!r}" in boot
+    assert paths == [str(run_dir / ".request.json"), str(run_dir / ".result.json")]
     sent = json.loads(request_copy.read_text())
     assert sent == {
         "recipe": "gpt",
@@ -240,6 +244,8 @@ def test_child_environment_adds_memopt_variables_and_drops_unset_ones(
     assert env["ORTMODULE_FALLBACK_POLICY"] == "FALLBACK_DISABLE"
     assert env["ORTMODULE_SAVE_ONNX_PATH"] == str(run_dir / "onnx")
     assert env["PYTHONUNBUFFERED"] == "1"
+    assert env["MEMOPT_PARENT_PID"] == str(os.getpid())  # whom the child's watchdog watches
+    assert env["MEMOPT_RUN_DIR"] == str(run_dir.resolve())
     assert (run_dir / "onnx").is_dir()
 
 
@@ -349,3 +355,26 @@ def test_median_step_needs_a_measured_step() -> None:
     assert one.median_step_s is None
     two = RunResult(status="ok", run_dir=Path("r"), step_times_s=(3.0, 0.5))
     assert two.median_step_s == 0.5
+
+
+def test_end_all_runs_ends_every_running_child_and_starts_no_new_one(tmp_path: Path) -> None:
+    # In a process of its own: after end_all_runs that process starts no run again.
+    request, pid_file = sleeper_request(tmp_path)
+    script = f"""
+import json, threading, time
+from pathlib import Path
+from memopt.run import RunRequest, end_all_runs, launch, new_run_dir
+request = RunRequest(recipe="x", batch_size=1, python={request.python!r}, env={dict(request.env)!r})
+results = []
+worker = threading.Thread(target=lambda: results.append(launch(request, new_run_dir(Path({str(tmp_path)!r}), "a"))))
+worker.start()
+while not Path({str(pid_file)!r}).exists() or len(Path({str(pid_file)!r}).read_text().split()) < 2:
+    time.sleep(0.02)
+end_all_runs()
+worker.join()
+later = launch(request, new_run_dir(Path({str(tmp_path)!r}), "b"))
+print(json.dumps([results[0].status, later.status, later.returncode]))
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == ["cancelled", "cancelled", None], done.stderr
+    assert_gone(read_pids(pid_file))

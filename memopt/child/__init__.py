@@ -16,9 +16,17 @@ __all__ = [
     "JOB_STEPS_VAR",
     "ONNX_PREFIX",
     "OOM_MARKERS",
+    "PARENT_PID_VAR",
+    "RUN_DIR_VAR",
+    "TIMEOUT_VAR",
 ]
 
 CHILD_MODULE = "memopt.child"
+# What the parent tells the child through its environment: whom to watch and how long it may
+# run; and a marker naming the run folder, which every process of the run inherits.
+PARENT_PID_VAR = "MEMOPT_PARENT_PID"
+TIMEOUT_VAR = "MEMOPT_TIMEOUT_S"
+RUN_DIR_VAR = "MEMOPT_RUN_DIR"
 # ORTModule's save_onnx prefix: the parent finds the saved graphs by it.
 ONNX_PREFIX = "memopt"
 
@@ -32,4 +40,11 @@ JOB_PACKAGE_ROOT_VAR = "MEMOPT_PACKAGE_ROOT"  # where the hook imports memopt fr
 HOOK_DIR = "hook"  # memopt/child/hook: put first on the job's PYTHONPATH
 
 # Words in an error or a log that mean an allocation failed.
-OOM_MARKERS = ("out of memory", "failed to allocate memory", "bad_alloc", "cannot allocate memory")
+OOM_MARKERS = (
+    "out of memory",
+    "failed to allocate memory",
+    "bad_alloc",
+    "cannot allocate memory",
+    "can't allocate memory",
+    "not enough memory",
+)

@@ -16,12 +16,16 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from memopt.child import PARENT_PID_VAR, TIMEOUT_VAR
+from memopt.child.watchdog import guard
 from memopt.errors import MemoptError, one_line
 from memopt.ort.stack import StackError, check_stack, inspect_stack
 from memopt.recipes import RecipeError, load_recipe
 
 
 def main(request_path: str, result_path: str) -> int:
+    if os.environ.get(PARENT_PID_VAR, "").isdigit():
+        guard(int(os.environ[PARENT_PID_VAR]), float(os.environ.get(TIMEOUT_VAR) or 0) or None)
     request = json.loads(Path(request_path).read_text())
     stack = inspect_stack()
     result: dict[str, Any] = {"status": "running", "stack": asdict(stack), "python": platform.python_version()}
@@ -35,8 +39,13 @@ def main(request_path: str, result_path: str) -> int:
     write()
     try:
         check_stack(stack)
-        from memopt.child.steps import StepFailure, pick_device, run_steps
-
+    except StackError as err:
+        return _fail(write, "stack_error", err)
+    try:
+        from memopt.child.steps import StepFailure, is_out_of_memory, pick_device, run_steps
+    except ImportError as err:  # torch or ORTModule cannot be imported in this environment
+        return _fail(write, "stack_error", MemoptError(f"importing ORTModule failed: {one_line(err)}"))
+    try:
         recipe = load_recipe(request["recipe"], request["options"])
         for name, text in recipe.files.items():
             (Path(result_path).parent / name).write_text(text)
@@ -60,10 +69,10 @@ def main(request_path: str, result_path: str) -> int:
         return _fail(write, "recipe_error", err)
     except StepFailure as err:
         return _fail(write, "out_of_memory" if err.out_of_memory else "step_error", err)
-    except ImportError as err:
+    except ImportError as err:  # ORTModule itself, imported when the steps start
         return _fail(write, "stack_error", MemoptError(f"importing ORTModule failed: {one_line(err)}"))
     except Exception as err:  # anything else the model, torch or ORT raised
-        return _fail(write, "crashed", MemoptError(one_line(err)))
+        return _fail(write, "out_of_memory" if is_out_of_memory(err) else "crashed", MemoptError(one_line(err)))
     write(status="ok")
     return 0
 

@@ -182,6 +182,8 @@ def _call_recipe(name: str, call: Callable[[], Any]) -> Any:
     except RecipeError:
         raise
     except Exception as err:
+        if is_out_of_memory(err):  # a batch too large for the device is not a broken recipe
+            raise StepFailure(f"{name}() ran out of memory: {one_line(err)}", out_of_memory=True) from err
         raise RecipeError(f"{name}() failed: {one_line(err)}") from err
 
 

@@ -1,14 +1,18 @@
 """The ``memopt`` command line: a thin view over the library.
 
 Each command lives in its own module here and registers itself on ``app``. Every
-``MemoptError`` becomes one line on stderr and exit status 2; nothing else the library
-raises should reach the user as a traceback.
+``MemoptError`` (and any file-system error) becomes one line on stderr and exit status 2;
+nothing else the library raises should reach the user as a traceback. SIGINT, SIGTERM and
+SIGHUP end every run memopt started, print one line and exit 128 + the signal's number;
+on every other way out, runs still going are ended too.
 """
 
 from __future__ import annotations
 
 import importlib
+import signal
 import sys
+from types import FrameType
 
 import typer
 from rich.console import Console
@@ -44,9 +48,34 @@ def _root(
 
 
 _COMMANDS = ("config", "parse", "plan", "probe", "scan", "stack", "trial", "tune")
+_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+_stopped_by: list[int] = []  # the stop signal that arrived, if one did
+
+
+class Stopped(KeyboardInterrupt):
+    """A stop signal arrived; the runs memopt started are already ended."""
+
+
+def _on_stop_signal(signum: int, frame: FrameType | None) -> None:
+    end_all_runs()
+    if not _stopped_by:
+        _stopped_by.append(signum)
+    for stop in _STOP_SIGNALS:  # a second signal while unwinding must not cut the clean-up short
+        signal.signal(stop, signal.SIG_IGN)
+    raise Stopped(signal.Signals(signum).name)
+
+
+def end_all_runs() -> None:
+    """End every run memopt started; without the launcher loaded, none was started (and
+    ``memopt parse`` keeps its start-up free of onnx)."""
+    launch = sys.modules.get("memopt.run.launch")
+    if launch is not None:
+        launch.end_all_runs()
 
 
 def main() -> None:
+    for stop in _STOP_SIGNALS:
+        signal.signal(stop, _on_stop_signal)
     # Each module registers its command. A command named on the command line needs only its
     # own (``memopt parse`` starts without the planner's scipy or the scanner's onnx); help
     # and errors in the command name need them all.
@@ -55,9 +84,36 @@ def main() -> None:
         importlib.import_module(f"memopt.cli.{command}")
     try:
         app()
-    except MemoptError as err:
-        error_console.print(Text.assemble(("error: ", "bold red"), str(err)), highlight=False, soft_wrap=True)
+    except (MemoptError, OSError) as err:
+        if _stopped_by:
+            _stopped()
+        _say(Text.assemble(("error: ", "bold red"), _error_text(err)))
         sys.exit(2)
-    except KeyboardInterrupt:
-        error_console.print("interrupted")
-        sys.exit(130)
+    except (KeyboardInterrupt, SystemExit):  # typer turns an interrupt into exit status 130
+        if _stopped_by:
+            _stopped()
+        raise
+    finally:
+        end_all_runs()
+
+
+def _error_text(err: Exception) -> str:
+    if isinstance(err, MemoptError):
+        return str(err)
+    # A file-system problem no command foresaw: still one line.
+    where = f": {err.filename}" if isinstance(err, OSError) and err.filename else ""
+    return f"{getattr(err, 'strerror', None) or err}{where}"
+
+
+def _stopped() -> None:
+    end_all_runs()
+    name = signal.Signals(_stopped_by[0]).name
+    _say(Text(f"interrupted by {name}: every process memopt started for this command was ended"))
+    sys.exit(128 + _stopped_by[0])
+
+
+def _say(line: Text) -> None:
+    try:
+        error_console.print(line, highlight=False, soft_wrap=True)
+    except OSError:  # the terminal is gone (SIGHUP): nothing to tell
+        pass

@@ -54,7 +54,10 @@ def check_command(
         config = parse_config_string(value, version, known)
     print_validated(config, version, console)
     console.print(
-        export_line(str(Path(value).resolve()) if takes_json_file(version) else value), highlight=False, soft_wrap=True
+        export_line(str(Path(value).resolve()) if takes_json_file(version) else value),
+        markup=False,
+        highlight=False,
+        soft_wrap=True,
     )
 
 

@@ -12,6 +12,7 @@ from memopt.cli import error_console
 from memopt.errors import MemoptError
 from memopt.recipes import DEFAULT_RECIPE, check_recipe_spec, parse_option_value
 from memopt.run import check_device, command_target, fixed_batch, inherited_config_note, is_command, job_python
+from memopt.run.target import is_graph_file
 
 __all__ = [
     "BudgetOption",
@@ -37,6 +38,7 @@ __all__ = [
     "check_device",
     "recipe_options",
 ]
+
 
 RecipeArgument = Annotated[
     str,
@@ -107,13 +109,29 @@ CalibrateOption = Annotated[
         help="Batch sizes of the no-config calibration trials, e.g. 2,4 (default: target/8 and target/4).",
     ),
 ]
+
+
+def _checked_runs_dir(path: Path) -> Path:
+    """``--runs-dir`` naming a file is refused before anything runs."""
+    if path.exists() and not path.is_dir():
+        raise MemoptError(f"--runs-dir {path} is a file, not a folder")
+    return path
+
+
 RunsDirOption = Annotated[
-    Path, typer.Option("--runs-dir", help="Where run folders, the journal (journal.jsonl) and config files go.")
+    Path,
+    typer.Option(
+        "--runs-dir",
+        callback=_checked_runs_dir,
+        help="Where run folders, the journal (journal.jsonl) and config files go.",
+    ),
 ]
 PythonOption = Annotated[
     str | None, typer.Option("--python", help="Interpreter whose ORT/torch stack runs the model (default: this one).")
 ]
-TimeoutOption = Annotated[float, typer.Option("--timeout", help="Seconds before a run is killed.")]
+TimeoutOption = Annotated[
+    float, typer.Option("--timeout", help="Seconds before a run is killed (a finite number above zero).")
+]
 
 
 def choose_target(recipe: str | None, command: str | None, default: str | None = DEFAULT_RECIPE) -> str:
@@ -169,8 +187,10 @@ def recipe_options(
             if not target.startswith("hf:"):
                 raise MemoptError(f"{flag} applies to hf: targets, not to {target}")
             options[name] = given
+    if is_command(target) or is_graph_file(target):
+        return options
     for note in check_recipe_spec(target, options):
-        error_console.print(f"note: {target}: {note}", highlight=False, soft_wrap=True)
+        error_console.print(f"note: {target}: {note}", markup=False, highlight=False, soft_wrap=True)
     return options
 
 

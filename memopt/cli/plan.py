@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
 import typer
+from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from memopt.cli import app, console, error_console
 from memopt.cli.options import (
@@ -96,7 +99,7 @@ def plan_command(
     options = recipe_options(recipe, seq, size, option, hf_task, target_seq)
     versions = stack_versions(python)
     require_budget(parsed, device, versions.cuda)
-    with console.status(f"Calibrating {recipe}: graph probe and no-config trials…"):
+    with console.status(f"Calibrating {escape(recipe)}: graph probe and no-config trials…"):
         cal = calibrate(
             recipe,
             target_batch,
@@ -122,9 +125,10 @@ def plan_command(
         margin=margin,
         baseline_step_s=cal.baseline_step_s,
     )
-    config_value = _write_config(result, cal, runs_dir, recipe, out)
+    # A config that is not predicted to fit is no answer: nothing is written or exported.
+    config_value = _write_config(result, cal, runs_dir, recipe, out) if result.feasible else None
     trial = None
-    if verify and result.choices is not None:
+    if verify and result.feasible:
         predicted = int(result.predicted_bytes)
         with console.status(f"Verifying at batch {target_batch}…"):
             trial = run_trial(
@@ -143,10 +147,12 @@ def plan_command(
             )
     if as_json:
         print(json.dumps(_as_json(result, cal, config_value, trial), indent=2, default=str))
-        return
-    _print(result, cal, config_value, recipe)
-    if trial is not None:
-        print_trial(trial)
+    else:
+        _print(result, cal, config_value, recipe)
+        if trial is not None:
+            print_trial(trial)
+    if not result.feasible:
+        sys.exit(1)
 
 
 def _write_config(result: PlanResult, cal: Calibration, runs_dir: Path, recipe: str, out: Path | None) -> str | None:
@@ -162,7 +168,7 @@ def _write_config(result: PlanResult, cal: Calibration, runs_dir: Path, recipe: 
 def _print(result: PlanResult, cal: Calibration, config_value: str | None, recipe: str) -> None:
     model = cal.model
     console.print(
-        f"[bold]Plan for {recipe}[/] at batch {result.target_batch} on {cal.device.upper()} "
+        f"[bold]Plan for {escape(recipe)}[/] at batch {result.target_batch} on {cal.device.upper()} "
         f"(ORT {cal.ort_version}), budget {format_bytes(result.budget_bytes)}",
         highlight=False,
     )
@@ -179,7 +185,7 @@ def _print(result: PlanResult, cal: Calibration, config_value: str | None, recip
             table.add_column(column, justify="left" if column == "plan" else "right")
         for choice in result.choices:
             table.add_row(
-                choice.key,
+                Text(choice.key),
                 "all" if choice.count < 0 else str(choice.count),
                 format_bytes(choice.saving_bytes),
                 f"{choice.cost_s * 1000:.1f} ms",
@@ -206,12 +212,19 @@ def _print(result: PlanResult, cal: Calibration, config_value: str | None, recip
         )
     elif not result.feasible:
         console.print(
-            f"  batch {result.target_batch} cannot fit even with every plan; predicted to fit: batch "
-            f"{result.max_batch_all_plans} with every plan, {result.max_batch_no_plans} without",
-            highlight=False,
+            f"  batch {result.target_batch} cannot fit even with every plan; {_what_fits(result)}", highlight=False
         )
     if config_value:
-        console.print(export_line(config_value), highlight=False, soft_wrap=True)
+        console.print(export_line(config_value), markup=False, highlight=False, soft_wrap=True)
+
+
+def _what_fits(result: PlanResult) -> str:
+    if not result.max_batch_all_plans:
+        return "not even batch 1 is predicted to fit in this budget"
+    return (
+        f"predicted to fit: batch {result.max_batch_all_plans} with every plan, "
+        f"{result.max_batch_no_plans or 'none'} without"
+    )
 
 
 def _as_json(

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
+from rich.markup import escape
 
 from memopt.cli import app, console
 from memopt.cli.options import (
@@ -14,9 +15,11 @@ from memopt.cli.options import (
     OptionalRecipeArgument,
     OptionPairs,
     PythonOption,
+    RunsDirOption,
     SeqOption,
     SizeOption,
     TargetSeqOption,
+    TimeoutOption,
     check_device,
     choose_target,
     command_notes,
@@ -56,16 +59,16 @@ def probe_command(
         "--log-level",
         help="ORTModule log level: INFO prints the Plan table; DEVINFO adds ORT's C++ summary; VERBOSE everything.",
     ),
-    runs_dir: Path = typer.Option(Path("runs"), "--runs-dir", help="Where run folders are created."),
+    runs_dir: RunsDirOption = Path("runs"),
     python: PythonOption = None,
-    timeout: float = typer.Option(1800.0, "--timeout", min=1, help="Seconds before the run is killed."),
+    timeout: TimeoutOption = 1800.0,
 ) -> None:
     """Run RECIPE for a few ORTModule training steps and save ORT's log, graphs, memory and timings."""
     check_device(device)
     recipe = choose_target(recipe, command)
     python = command_notes(recipe, python, batch)
     options = recipe_options(recipe, seq, size, option, hf_task, target_seq)
-    with console.status(f"Probing {recipe} at batch {batch} (export, session build, {steps + 1} steps)…"):
+    with console.status(f"Probing {escape(recipe)} at batch {batch} (export, session build, {steps + 1} steps)…"):
         result = probe(
             recipe,
             batch,
@@ -101,7 +104,9 @@ def _summarise(recipe: str, batch: int, options: dict[str, object], result: Prob
     stack = run.stack
     where = run.cuda_device_name or run.device.upper() if run.device else "?"
     shown = ", ".join(f"{k}={v}" for k, v in options.items())
-    console.print(f"[bold]Probe of {recipe}[/] ({shown or 'default options'}) at batch {batch} on {where}")
+    console.print(
+        f"[bold]Probe of {escape(recipe)}[/] ({escape(shown or 'default options')}) at batch {batch} on {escape(where)}"
+    )
     console.print(
         f"  stack        ORT {stack.get('ort_version')} ({stack.get('ort_package')}), torch {stack.get('torch_version')}"
     )
@@ -115,8 +120,11 @@ def _summarise(recipe: str, batch: int, options: dict[str, object], result: Prob
         f"  memory       {label} {format_bytes(run.peak_memory)} over the run, "
         f"{format_bytes(run.steady_peak_memory)} in the measured steps"
     )
-    console.print(f"  plans        {_plans_line(run.log_path)}")
+    console.print(f"  plans        {_plans_line(run.log_path)}", markup=False)
     graph = result.execution_graph
-    console.print(f"  graphs       {len(result.graphs)} ONNX files; execution training graph: {graph or 'not saved'}")
-    console.print(f"  log          {run.log_path}")
-    console.print(f"  run folder   [bold]{run.run_dir}[/]")
+    console.print(
+        f"  graphs       {len(result.graphs)} ONNX files; execution training graph: {graph or 'not saved'}",
+        markup=False,
+    )
+    console.print(f"  log          {run.log_path}", markup=False)
+    console.print(f"  run folder   [bold]{escape(str(run.run_dir))}[/]")

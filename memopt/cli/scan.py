@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -10,7 +11,9 @@ from typing import Any
 
 import pandas as pd
 import typer
+from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from memopt.cli import app, console, error_console
 from memopt.cli.dims import parse_dims_option
@@ -18,6 +21,7 @@ from memopt.cli.options import (
     CommandOption,
     HfTaskOption,
     OptionPairs,
+    RunsDirOption,
     SizeOption,
     TargetSeqOption,
     choose_target,
@@ -85,7 +89,7 @@ def scan_command(
     probe_batch: int = typer.Option(
         2, "--probe-batch", min=1, help="Batch of the short probe that builds a recipe's graph."
     ),
-    runs_dir: Path = typer.Option(Path("runs"), "--runs-dir", help="Where the probe's run folder goes."),
+    runs_dir: RunsDirOption = Path("runs"),
     python: str | None = typer.Option(
         None, "--python", help="Interpreter whose ORT/torch stack builds a recipe's graph."
     ),
@@ -100,8 +104,11 @@ def scan_command(
     options = recipe_options(
         target, None if no_recipe else seq, size, option, hf_task, None if no_recipe else target_seq
     )
+    explicit_dims = parse_dims_option(dims)
+    if plot is not None:
+        _check_plot_path(plot)  # before the scan, not after it
     status = error_console if as_json or as_csv else console
-    with status.status(f"Building the training graph of {target} (ORTModule export and session, once)…"):
+    with status.status(f"Building the training graph of {escape(target)} (ORTModule export and session, once)…"):
         loaded = load_target(
             target, options=options, runs_dir=runs_dir, probe_batch=probe_batch, python=python, loss=loss
         )
@@ -116,13 +123,13 @@ def scan_command(
         batch=batch,
         seq=seq,
         target_seq=target_seq,
-        explicit=parse_dims_option(dims),
+        explicit=explicit_dims,
         defaults=loaded.logged_dims,
     )
     report = replace(report, patterns=order_patterns(report.patterns, values))
     missing = sorted(report.symbols - set(values))
     for warning in report.warnings:
-        error_console.print(f"[yellow]warning:[/] {warning}", highlight=False, soft_wrap=True)
+        error_console.print(f"[yellow]warning:[/] {escape(warning)}", highlight=False, soft_wrap=True)
     if not report.patterns and report.analysis.yield_order is None:
         raise MemoptError(f"{target}: {report.warnings[0] if report.warnings else 'nothing to scan'}")
     if missing:
@@ -145,7 +152,17 @@ def scan_command(
         from memopt.scan.plot import plot_scan
 
         plot_scan(report, values, plot)
-        status.print(f"plot written to {plot}")
+        status.print(f"plot written to {plot}", markup=False, highlight=False)
+
+
+def _check_plot_path(plot: Path) -> None:
+    folder = plot.parent
+    if plot.is_dir():
+        raise MemoptError(f"--plot {plot} is a folder; name the image file, e.g. {plot / 'plans.png'}")
+    if not folder.is_dir():
+        raise MemoptError(f"--plot {plot}: the folder {folder} does not exist")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise MemoptError(f"--plot {plot}: cannot write in {folder}")
 
 
 def plans_frame(report: ScanReport, dims: dict[str, int] | None) -> pd.DataFrame:
@@ -190,7 +207,7 @@ def _print_table(
     known = all(v is not None for v in frame["saving_bytes"])
     shown = ", ".join(f"{k}={v}" for k, v in sorted(dims.items())) or "symbolic"
     console.print(
-        f"[bold]memopt scan[/] {source}: ORT {version} rules (family {report.family})"
+        f"[bold]memopt scan[/] {escape(source)}: ORT {version} rules (family {report.family})"
         f"{', layer-wise' if report.layer_boundary else ''}; sizes {shown}",
         highlight=False,
     )
@@ -203,9 +220,8 @@ def _print_table(
     for index, row in frame.iterrows():
         saving = format_bytes(row.saving_bytes) if known else row.saving_symbolic
         ort = format_bytes(row.ort_saving_bytes) if known else row.ort_saving_symbolic
-        table.add_row(
-            str(index + 1), row.config, str(row.frequency), saving, ort, row.modules.replace(";", ", ") or "-"
-        )
+        cells = (str(index + 1), row.config, str(row.frequency), saving, ort, row.modules.replace(";", ", ") or "-")
+        table.add_row(*(Text(str(cell)) for cell in cells))
     console.print(table)
     if known and report.patterns:
         stashed = report.stashed.evaluate(dims)
@@ -218,10 +234,11 @@ def _print_table(
         console.print("No recomputable plans in this graph.")
     if details:
         for pattern in report.patterns:
-            console.print(f"[bold]{pattern.key}[/]", highlight=False)
+            console.print(Text(pattern.key, style="bold"), highlight=False)
             for occurrence in pattern.occurrences:
                 console.print(
                     f"  {occurrence.module or '-'}: {occurrence.entry} <- {' + '.join(occurrence.nodes)}",
+                    markup=False,
                     highlight=False,
                     soft_wrap=True,
                 )

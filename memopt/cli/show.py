@@ -6,6 +6,7 @@ from collections.abc import Collection, Sequence
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 from rich.text import Text
 
 from memopt.cli import console as default_console
@@ -73,20 +74,25 @@ def print_trial(result: TrialResult, console: Console = default_console) -> None
     config = ", ".join(result.config) or "no config"
     where = (result.device or "?").upper()
     console.print(
-        f"[bold]Trial of {result.recipe}[/] ({shown}) at batch {result.batch_size} on {where}: "
+        f"[bold]Trial of {escape(result.recipe)}[/] ({escape(shown)}) at batch {result.batch_size} on {where}: "
         f"[bold]{result.outcome.label}[/]{' (reused from the journal)' if result.reused else ''}",
         highlight=False,
     )
-    console.print(f"  config       {config}", highlight=False, soft_wrap=True)
+    console.print(f"  config       {config}", markup=False, highlight=False, soft_wrap=True)
     if result.config_value:
         console.print(
-            f"  applied as   ORTMODULE_MEMORY_OPT_CONFIG={result.config_value}", highlight=False, soft_wrap=True
+            f"  applied as   ORTMODULE_MEMORY_OPT_CONFIG={result.config_value}",
+            markup=False,
+            highlight=False,
+            soft_wrap=True,
         )
     console.print(
-        f"  stack        ORT {result.ort_version} ({result.ort_package}), torch {result.torch_version}", highlight=False
+        f"  stack        ORT {result.ort_version} ({result.ort_package}), torch {result.torch_version}",
+        markup=False,
+        highlight=False,
     )
     if result.error:
-        console.print(f"  error        {result.error}", highlight=False, soft_wrap=True)
+        console.print(f"  error        {result.error}", markup=False, highlight=False, soft_wrap=True)
     if result.ran:
         label = "peak RSS" if result.memory_kind == "rss" else "peak allocated"
         line = f"  memory       {label} {format_bytes(result.peak_bytes)} in the measured steps; static {format_bytes(result.static_bytes)} before step 1"
@@ -115,16 +121,16 @@ def print_trial(result: TrialResult, console: Console = default_console) -> None
         )
         on = ", ".join(result.plans_on) or "none"
         console.print(
-            f"  ORT plans    ON: {on}; {result.recomputed_nodes if result.recomputed_nodes is not None else '?'} "
+            f"  ORT plans    ON: {escape(on)}; {result.recomputed_nodes if result.recomputed_nodes is not None else '?'} "
             f"nodes recomputed; {result.plans_seen or 0} plans listed",
             highlight=False,
             soft_wrap=True,
         )
     if result.plans_off:
         console.print(
-            f"  [yellow]ignored[/]      ORT did not report {', '.join(result.plans_off)} ON: it ignored "
+            f"  [yellow]ignored[/]      ORT did not report {escape(', '.join(result.plans_off))} ON: it ignored "
             f"{'this entry' if len(result.plans_off) == 1 else 'these entries'}, which saved nothing",
             highlight=False,
             soft_wrap=True,
         )
-    console.print(f"  run folder   [bold]{result.run_dir}[/]", highlight=False, soft_wrap=True)
+    console.print(f"  run folder   [bold]{escape(result.run_dir)}[/]", highlight=False, soft_wrap=True)

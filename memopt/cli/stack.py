@@ -36,9 +36,12 @@ def stack_command(
         info = inspect_stack()
     build = info.ort_package or "not installed"
     console.print(
-        f"onnxruntime  {info.ort_version or '-'} ({build}{', CUDA ' + info.ort_cuda_version if info.ort_cuda_version else ''})"
+        f"onnxruntime  {info.ort_version or '-'} ({build}{', CUDA ' + info.ort_cuda_version if info.ort_cuda_version else ''})",
+        markup=False,
     )
-    console.print(f"torch        {info.torch_version or 'not installed'}")
-    console.print(f"extensions   {'built' if info.extensions_built else 'not built'} ({info.extensions_dir or '-'})")
+    console.print(f"torch        {info.torch_version or 'not installed'}", markup=False)
+    console.print(
+        f"extensions   {'built' if info.extensions_built else 'not built'} ({info.extensions_dir or '-'})", markup=False
+    )
     check_stack(info)
     console.print("ORTModule can run here.")

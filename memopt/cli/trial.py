@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 
 from memopt.cli import app, console
 from memopt.cli.options import (
@@ -101,8 +102,6 @@ def trial_command(
         raise MemoptError(f"--batch must be a positive integer, not {batch}")
     if steps < 1:
         raise MemoptError(f"--steps must be at least 1, not {steps}")
-    if not timeout > 0:  # also refuses NaN
-        raise MemoptError(f"--timeout must be positive, not {timeout:g}")
     check_device(device)
     parsed_budget = parse_budget(budget) if budget is not None else None
     options = recipe_options(recipe, seq, size, option, hf_task, target_seq)
@@ -126,7 +125,7 @@ def trial_command(
         except ModelError:
             predicted = None
     with console.status(
-        f"Trial of {recipe} at batch {batch} ({len(validated.entries)} config entries, {steps + 1} steps)…"
+        f"Trial of {escape(recipe)} at batch {batch} ({len(validated.entries)} config entries, {steps + 1} steps)…"
     ):
         result = run_trial(
             spec,
@@ -148,7 +147,7 @@ def trial_command(
         print(json.dumps(result.to_record(), indent=2, default=str))
     else:
         for warning in dict.fromkeys((*validated.warnings, *result.config_warnings)):
-            console.print(f"[yellow]warning:[/] {warning}", highlight=False, soft_wrap=True)
+            console.print(f"[yellow]warning:[/] {escape(warning)}", highlight=False, soft_wrap=True)
         print_trial(result)
     if not result.ok:
         sys.exit(1)

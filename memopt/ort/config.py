@@ -196,6 +196,8 @@ def write_json_config(
         raise ConfigError(f"ORT {version} takes the config string itself; JSON files start with 1.19")
     validate_entries(entries, version)
     path = Path(path)
+    if path.is_dir():
+        raise ConfigError(f"{path} is a folder; name the JSON file to write, e.g. {path / 'config.json'}")
     content = render_json_config(entries)
     try:
         handle = tempfile.NamedTemporaryFile(

@@ -9,10 +9,15 @@
 3. recompute costs come from the graph (FLOPs/bytes of each plan's subgraph), in seconds
    via the measured no-config step time.
 The model is saved next to the journal so ``memopt trial`` can show predicted vs measured.
+
+Each calibration journals how much of the journal it read (a ``calibration`` record); a
+resumed session reads exactly that much again, so it fits the very model the interrupted
+session fitted, and trials that session ran afterwards are learnt in the order they ran.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import threading
 from collections.abc import Callable, Mapping, Sequence
@@ -35,6 +40,7 @@ from memopt.predict.memory_model import (
 from memopt.predict.recompute_cost import BALANCE, nodes_work, seconds_per_unit
 from memopt.run.budget import total_ram
 from memopt.run.command import fixed_batch
+from memopt.run.files import exclusive_lock, replace_atomically
 from memopt.run.journal import Journal
 from memopt.run.target import ScanTarget, load_target
 from memopt.run.trials import (
@@ -69,6 +75,7 @@ __all__ = [
 ]
 
 MODEL_FILE = "memopt_models.json"
+CALIBRATION_KIND = "calibration"  # the journal record of how much of the journal a calibration read
 
 
 @dataclass(frozen=True)
@@ -121,15 +128,18 @@ def load_saved_model(runs_dir: Path, identity: str) -> MemoryModel | None:
 
 
 def save_model(runs_dir: Path, identity: str, model: MemoryModel) -> None:
+    """Add or replace one model in the runs folder's library, under a lock: memopt processes
+    sharing the folder each keep their models."""
     path = Path(runs_dir) / MODEL_FILE
-    try:
-        saved = json.loads(path.read_text())
-    except (OSError, ValueError):
-        saved = {}
-    saved[identity] = model.to_json()
-    temporary = path.with_suffix(".tmp")
-    temporary.write_text(json.dumps(saved, indent=1))
-    temporary.replace(path)
+    with exclusive_lock(path):
+        try:
+            saved = json.loads(path.read_text())
+        except (OSError, ValueError):
+            saved = {}
+        if not isinstance(saved, dict):
+            saved = {}
+        saved[identity] = model.to_json()
+        replace_atomically(path, json.dumps(saved, indent=1))
 
 
 @dataclass(frozen=True)
@@ -206,14 +216,18 @@ def calibrate_on(
     runs_dir: Path,
     journal: Journal,
     calibration_batches: tuple[int, ...] | None = None,
+    resume: bool = False,
 ) -> Calibration:
-    """Calibrate on no-config trials that ``run`` runs, one per calibration batch size."""
+    """Calibrate on no-config trials that ``run`` runs, one per calibration batch size; with
+    ``resume``, on the journal as the same calibration of an earlier session read it."""
     trials = []
     for batch in tuple(dict.fromkeys(calibration_batches or default_calibration_batches(target_batch))):
         trial = run(batch)
         require_ran(trial)
         trials.append(trial)
-    return fit_calibration(prepared, trials, journal=journal, runs_dir=runs_dir, target_batch=target_batch)
+    return fit_calibration(
+        prepared, trials, journal=journal, runs_dir=runs_dir, target_batch=target_batch, resume=resume
+    )
 
 
 def calibrate(
@@ -245,7 +259,13 @@ def calibrate(
         return run_trial(spec, runs_dir, journal=journal, resume=resume, versions=prepared.versions)
 
     return calibrate_on(
-        prepared, run, target_batch, runs_dir=runs_dir, journal=journal, calibration_batches=calibration_batches
+        prepared,
+        run,
+        target_batch,
+        runs_dir=runs_dir,
+        journal=journal,
+        calibration_batches=calibration_batches,
+        resume=resume,
     )
 
 
@@ -287,8 +307,10 @@ def fit_calibration(
     journal: Journal,
     runs_dir: Path,
     target_batch: int,
+    resume: bool = False,
 ) -> Calibration:
-    """Memory model and recompute costs from the no-config ``trials`` and the journal's history."""
+    """Memory model and recompute costs from the no-config ``trials`` and the journal's history
+    (with ``resume``, the part of it the same calibration read before, where one did)."""
     target, report, recipe, options, versions = (
         prepared.target,
         prepared.report,
@@ -300,12 +322,20 @@ def fit_calibration(
     fixed = {name: value for name, value in target.logged_dims.items() if name not in symbols}
     plans = plan_savings(report, target.graph)
     device_used = trials[0].device or "cpu"
+    identity = model_identity(recipe, options, versions, device_used)
+    record_key = _calibration_key(identity, trials, target_batch)
+    earlier = journal.latest(record_key, kind=CALIBRATION_KIND) if resume else None
+    read_upto = earlier.record.get("journal_lines") if earlier is not None else None
+    journaled, lines_read = _history(
+        journal, recipe, options, versions, device_used, read_upto if isinstance(read_upto, int) else None
+    )
+    if earlier is None:
+        journal.append({"key": record_key, "kind": CALIBRATION_KIND, "journal_lines": lines_read, "identity": identity})
     # The journal's history of this target, and these trials even where no journal holds them.
-    known = (*_history(journal, recipe, options, versions, device_used), *trials)
+    known = (*journaled, *trials)
     history = list({t.key or id(t): t for t in known}.values())  # a trial no journal keyed counts once
     observations = [Observation(t.batch_size, _plans_of(t, plans), int(t.peak_bytes)) for t in history if t.peak_bytes]
     model = fit_memory_model(observations, plans, symbols, fixed, single_batch=fixed_batch(recipe))
-    identity = model_identity(recipe, options, versions, device_used)
     save_model(runs_dir, identity, model)
 
     # Costs: the graph's work in seconds via the largest calibration trial's step time.
@@ -339,13 +369,29 @@ def fit_calibration(
     )
 
 
+def _calibration_key(identity: str, trials: Sequence[TrialResult], target_batch: int) -> str:
+    """The journal key of one calibration: the target, its stack and device, and its trials."""
+    what = json.dumps([identity, sorted(t.key for t in trials), target_batch])
+    return "calibration-" + hashlib.sha256(what.encode()).hexdigest()[:20]
+
+
 def _history(
-    journal: Journal, recipe: str, options: Mapping[str, Any], versions: StackVersions, device: str
-) -> list[TrialResult]:
-    """Finished trials of this recipe/options/stack/device, newest per key."""
+    journal: Journal,
+    recipe: str,
+    options: Mapping[str, Any],
+    versions: StackVersions,
+    device: str,
+    upto: int | None = None,
+) -> tuple[list[TrialResult], int]:
+    """Finished trials of this recipe/options/stack/device, newest per key, in the journal's
+    first ``upto`` lines (all of it when None); and the number of the last line read."""
     identity = recipe_identity(recipe)
     latest: dict[str, TrialResult] = {}
+    last = 0
     for entry in journal.entries():
+        if upto is not None and entry.line_number > upto:
+            break
+        last = entry.line_number
         record = entry.record
         if record.get("status") != "ok" or record.get("device") != device:
             continue
@@ -354,7 +400,7 @@ def _history(
         if record.get("ort_version") != versions.ort_version or record.get("torch_version") != versions.torch_version:
             continue
         latest[entry.key] = TrialResult.from_record(record)
-    return list(latest.values())
+    return list(latest.values()), last
 
 
 def _plans_of(trial: TrialResult, plans: tuple[PlanSavings, ...]) -> tuple[str, ...]:

@@ -24,8 +24,10 @@ a recipe whose model computes its own loss.
 from __future__ import annotations
 
 import importlib
+import importlib.machinery
 import importlib.util
 import inspect
+import os
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -41,6 +43,7 @@ __all__ = [
     "Recipe",
     "RecipeError",
     "check_recipe_spec",
+    "check_recipe",
     "load_recipe",
     "parse_option_value",
     "recipe_label",
@@ -119,8 +122,10 @@ def load_recipe(spec: str, options: Mapping[str, Any] | None = None) -> Recipe:
 
 def check_recipe_spec(spec: str, options: Mapping[str, Any]) -> tuple[str, ...]:
     """What can be checked before a child runs the recipe: an ``hf:`` target's config is
-    resolved (a bad field, size or attention fails here); returns the notes to say."""
+    resolved (a bad field, size or attention fails here), any other recipe must name
+    something (``check_recipe``); returns the notes to say."""
     if not spec.startswith("hf:"):
+        check_recipe(spec)
         return ()
     from memopt.recipes.hf import resolve_hf_target
 
@@ -148,6 +153,28 @@ def _hf_recipe(spec: str, options: Mapping[str, Any]) -> Recipe:
         files={"config.json": target.config_json()},
         notes=target.notes,
     )
+
+
+def check_recipe(spec: str) -> None:
+    """Refuse a recipe that names no built-in, no file and no module, without importing it
+    (recipe code runs only in the child). The child looks in the working directory last."""
+    if spec in BUILTIN_RECIPES:
+        return
+    module_name = spec.partition(":")[0]
+    if Path(module_name).is_file():
+        return
+    if module_name.endswith(".py") or "/" in module_name:
+        if not Path(module_name).is_file():
+            raise RecipeError(f"recipe {module_name!r} not found: no such file")
+        return
+    top = module_name.split(".")[0]
+    if not top.isidentifier():
+        raise RecipeError(
+            f"recipe {spec!r} is not a built-in ({', '.join(BUILTIN_RECIPES)}), a .py file or a module name"
+        )
+    if importlib.machinery.PathFinder.find_spec(top, [*sys.path, os.getcwd()]) is None and top not in sys.modules:
+        builtins = ", ".join(BUILTIN_RECIPES)
+        raise RecipeError(f"recipe {spec!r} not found: not a built-in ({builtins}), a .py file or an importable module")
 
 
 def _import_source(spec: str) -> ModuleType | Any:
@@ -183,6 +210,10 @@ def _import_file(path: Path) -> ModuleType:
         builtins = ", ".join(BUILTIN_RECIPES)
         raise RecipeError(f"recipe {str(path)!r} not found (built-in recipes: {builtins})")
     name = f"memopt_user_recipe_{path.stem}"
+    # Its own folder comes first, as for ``python recipe.py``: the modules beside it import.
+    folder = str(path.resolve().parent)
+    if folder not in sys.path:
+        sys.path.insert(0, folder)
     spec = importlib.util.spec_from_file_location(name, path)
     if spec is None or spec.loader is None:
         raise RecipeError(f"recipe {str(path)!r} is not a Python file")

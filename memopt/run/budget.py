@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass
+from decimal import Decimal
 
 from memopt.errors import MemoptError
 
@@ -36,8 +37,10 @@ _UNITS = {
     "gib": 1024**3,
     "tib": 1024**4,
 }
-_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?|\.\d+)\s*([a-zA-Z]*)\s*$")
-_PERCENT = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*%\s*$")
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?|\.\d+)\s*([a-zA-Z]*)\s*$", re.ASCII)
+_PERCENT = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*%\s*$", re.ASCII)
+# More memory than any device has (an exbibyte): a budget past it is a typo.
+_MOST_BYTES = 2**60
 
 _CPU_NEEDS_BUDGET = "--budget is required on CPU (e.g. --budget 2.5GiB or --budget 50%)"
 
@@ -76,9 +79,12 @@ def parse_budget(text: str) -> Budget:
         raise BudgetError(
             f"--budget {text!r} is not a size like 2.5GiB, 2500MB or 80% (units: B, KB, MB, GB, TB, KiB, MiB, GiB, TiB)"
         )
-    value = int(float(size.group(1)) * _UNITS.get(unit, 1))
+    value = int(Decimal(size.group(1)) * _UNITS.get(unit, 1))  # exact, whatever the length
     if value <= 0:
         raise BudgetError(f"--budget {text!r} must be more than zero")
+    if value > _MOST_BYTES:
+        shown = text if len(text) <= 40 else f"{text.strip()[:20]}…({len(text.strip())} characters)"
+        raise BudgetError(f"--budget {shown}: more memory than any device has (at most 1 EiB)")
     return Budget(text.strip(), bytes=value)
 
 

@@ -2,18 +2,25 @@
 
 Each line is appended, flushed and fsynced before the next trial starts, so a memopt
 that is killed loses at most the trial in flight. A torn line (the process died
-mid-write) is skipped on reading and ended before the next record is appended. ``--resume`` looks trials up by their key: a digest
-of what decides the outcome (recipe, options, batch, config, steps, device, versions).
+mid-write) is skipped on reading and ended before the next record is appended; appends
+hold an exclusive lock on the file, so memopt processes sharing a runs folder never
+interleave or tear each other's lines. The journal is never opened through a symlink.
+``--resume`` looks trials up by their key: a digest of what decides the outcome (recipe,
+options, batch, config, steps, device, versions).
 """
 
 from __future__ import annotations
 
+import errno
+import fcntl
 import json
 import os
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from memopt.errors import MemoptError
 
 __all__ = ["JOURNAL_NAME", "Journal", "JournalEntry"]
 
@@ -44,21 +51,52 @@ class Journal:
         if "key" not in record:
             raise ValueError("a journal record needs a 'key'")
         line = json.dumps(record, sort_keys=True, default=str, separators=(",", ":")) + "\n"
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        # One write of a whole line in append mode: concurrent writers never interleave lines.
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
         try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            fd = self._open()
+        except OSError as err:
+            raise self._error(err) from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)  # the torn-line check and the write, one writer at a time
             # A writer that died mid-line left a torn fragment: end it, or this record joins it.
             size = os.fstat(fd).st_size
             if size and os.pread(fd, 1, size - 1) != b"\n":
                 line = "\n" + line
-            os.write(fd, line.encode())
+            data = line.encode()
+            while data:  # O_APPEND: every write lands at the end
+                data = data[os.write(fd, data) :]
             os.fsync(fd)
+        except OSError as err:
+            raise self._error(err) from None
         finally:
-            os.close(fd)
+            os.close(fd)  # also releases the lock
 
-    def entries(self) -> Iterator[JournalEntry]:
-        """Every complete line, oldest first; unreadable lines are skipped."""
+    def check_writable(self) -> None:
+        """Raise ``MemoptError`` now, before a trial runs, if a record could not be appended later."""
+        try:
+            if self.path.is_symlink() or self.path.exists():
+                os.close(self._open())
+            elif not os.access(self._existing_parent(), os.W_OK | os.X_OK):
+                raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(self._existing_parent()))
+        except OSError as err:
+            raise self._error(err) from None
+
+    def _open(self) -> int:
+        return os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+
+    def _existing_parent(self) -> Path:
+        return next((p for p in self.path.parents if p.exists()), Path("."))
+
+    def _error(self, err: OSError) -> MemoptError:
+        if err.errno == errno.ELOOP:
+            return MemoptError(f"the journal {self.path} is a symlink; memopt does not write through one")
+        return MemoptError(f"cannot write the journal {self.path}: {err.strerror or err}")
+
+    def entries(self, kind: str | None = None) -> Iterator[JournalEntry]:
+        """Every complete line of ``kind``, oldest first; unreadable lines are skipped.
+
+        Trials are records without a ``kind``; other records name theirs (``calibration``).
+        """
         try:
             handle = open(self.path, encoding="utf-8", errors="replace")
         except FileNotFoundError:
@@ -71,13 +109,13 @@ class Journal:
                     record = json.loads(line)
                 except ValueError:
                     continue
-                if isinstance(record, dict) and isinstance(record.get("key"), str):
+                if isinstance(record, dict) and isinstance(record.get("key"), str) and record.get("kind") == kind:
                     yield JournalEntry(number, record["key"], record)
 
-    def latest(self, key: str, usable: tuple[str, ...] | None = None) -> JournalEntry | None:
-        """The newest entry with ``key`` (whose ``status`` is in ``usable``, when given)."""
+    def latest(self, key: str, usable: tuple[str, ...] | None = None, kind: str | None = None) -> JournalEntry | None:
+        """The newest entry of ``kind`` with ``key`` (whose ``status`` is in ``usable``, when given)."""
         found = None
-        for entry in self.entries():
+        for entry in self.entries(kind):
             if entry.key == key and (usable is None or entry.record.get("status") in usable):
                 found = entry
         return found

@@ -3,12 +3,16 @@
 A child that crashes, hangs or runs out of memory never takes the caller down: the
 outcome comes back as a ``RunResult`` and the full story stays in the folder's log.
 Each child leads a process group of its own, which ``launch`` ends whole on a timeout,
-on ``cancel`` (an event any thread may set) and when the caller itself is interrupted.
+on ``cancel`` (an event any thread may set) and when the caller itself is interrupted;
+``end_all_runs`` ends every group still running (the CLI calls it on SIGTERM/SIGHUP/SIGINT
+and at exit). A child whose parent dies without ending it (``kill -9``) ends its own group:
+the child watches its parent (``memopt.child.watchdog``).
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import signal
 import statistics
@@ -23,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import memopt
-from memopt.child import CHILD_MODULE, ONNX_PREFIX
+from memopt.child import CHILD_MODULE, ONNX_PREFIX, PARENT_PID_VAR, RUN_DIR_VAR, TIMEOUT_VAR
 from memopt.errors import MemoptError
 
 # How often a waiting launch looks at its cancel event: the delay between a cancel and the kill.
@@ -33,7 +37,12 @@ _END_GRACE_S = 5.0
 
 __all__ = [
     "DEVICES",
+    "PARENT_PID_VAR",
+    "RUN_DIR_VAR",
+    "TIMEOUT_VAR",
     "check_device",
+    "check_timeout",
+    "end_all_runs",
     "PACKAGE_ROOT",
     "ProcessEnd",
     "run_process",
@@ -54,10 +63,27 @@ PACKAGE_ROOT = str(Path(memopt.__file__).resolve().parent.parent)
 
 DEVICES = ("auto", "cpu", "cuda")  # auto: CUDA where ORT and torch have it, else CPU
 
+# The child is started with ``-c`` so that the working directory is not first on its import
+# path (a stray torch.py or onnx.py there must not run); it goes last instead, so a recipe
+# module kept there still imports. A ``.py`` recipe's own folder is added by the loader.
+_CHILD_BOOT = f"""\
+import os, runpy, sys
+if sys.path[:1] == [""]:
+    del sys.path[0]
+sys.path.append(os.getcwd())
+runpy.run_module({CHILD_MODULE!r}, run_name="__main__", alter_sys=True)
+"""
+
 
 def check_device(device: str) -> None:
     if device not in DEVICES:
         raise MemoptError(f"--device must be auto, cpu or cuda, not {device!r}")
+
+
+def check_timeout(timeout_s: float) -> None:
+    """A run's time limit: a finite number of seconds above zero (NaN and infinity disable nothing)."""
+    if not (isinstance(timeout_s, (int, float)) and math.isfinite(timeout_s) and timeout_s > 0):
+        raise MemoptError(f"--timeout must be a finite number of seconds above zero, not {timeout_s}")
 
 
 @dataclass(frozen=True)
@@ -75,6 +101,14 @@ class RunRequest:
     unset_env: tuple[str, ...] = ()  # caller's variables the child must not see
     python: str = sys.executable
     timeout_s: float = 1800.0
+
+    def __post_init__(self) -> None:
+        check_timeout(self.timeout_s)
+        check_device(self.device)
+        if self.batch_size < 1:
+            raise MemoptError(f"--batch must be a positive integer, not {self.batch_size}")
+        if self.steps < 1:
+            raise MemoptError(f"--steps must be at least 1, not {self.steps}")
 
 
 @dataclass(frozen=True)
@@ -122,15 +156,41 @@ class RunResult:
 def new_run_dir(base: Path, label: str) -> Path:
     """A fresh folder ``base/label-YYYYmmdd-HHMMSS[-n]``; an existing folder is never reused."""
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
-    base.mkdir(parents=True, exist_ok=True)
-    for attempt in range(1, 1000):
-        candidate = base / (f"{label}-{stamp}" if attempt == 1 else f"{label}-{stamp}-{attempt}")
-        try:
-            candidate.mkdir()
-        except FileExistsError:
-            continue
-        return candidate
-    raise FileExistsError(f"no free run folder name under {base}")
+    base = Path(base)
+    try:
+        base.mkdir(parents=True, exist_ok=True)
+        for attempt in range(1, 1000):
+            candidate = base / (f"{label}-{stamp}" if attempt == 1 else f"{label}-{stamp}-{attempt}")
+            try:
+                candidate.mkdir()
+            except FileExistsError:
+                continue
+            return candidate
+    except FileExistsError:
+        raise MemoptError(f"the runs folder {base} is a file, not a folder; pass another --runs-dir") from None
+    except OSError as err:
+        raise MemoptError(f"cannot create a run folder in {base}: {err.strerror or err}") from None
+    raise MemoptError(f"no free run folder name under {base}")
+
+
+# Every child still running, by pid; ``end_all_runs`` ends their groups and refuses new ones.
+_live: dict[int, subprocess.Popen[bytes]] = {}
+_live_lock = threading.Lock()  # between launching threads; end_all_runs never takes it
+_ending = threading.Event()
+
+
+def end_all_runs() -> int:
+    """Kill the process group of every run still going and start no new one; returns how many.
+
+    For the caller's shutdown (a signal, an exit): launches waiting on those children come back
+    ``cancelled``, and a launch that starts a child after this call ends it at its first look.
+    Safe from a signal handler (it takes no lock) and from any thread.
+    """
+    _ending.set()
+    children = list(_live.values())
+    for child in children:
+        _kill_group(child)
+    return len(children)
 
 
 def launch(request: RunRequest, run_dir: Path, cancel: threading.Event | None = None) -> RunResult:
@@ -158,23 +218,19 @@ def launch(request: RunRequest, run_dir: Path, cancel: threading.Event | None = 
     ending = "finished"
     returncode: int | None = None  # stays None when a cancel came before the start
     with open(run_dir / LOG_NAME, "wb") as log:
-        if cancel is not None and cancel.is_set():
+        child = _start(request, run_dir, request_path, result_path, log, cancel)
+        if child is None:
             ending = "cancelled"
         else:
-            child = subprocess.Popen(
-                [request.python, "-m", CHILD_MODULE, str(request_path), str(result_path)],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                env=_child_env(request, run_dir),
-                start_new_session=True,
-            )
             try:
                 returncode, ending = _wait(child, request.timeout_s, cancel)
             except BaseException:  # Ctrl-C or the caller's own shutdown: leave no child behind
                 _kill_group(child)
                 child.wait()
                 raise
+            finally:
+                with _live_lock:
+                    _live.pop(child.pid, None)
     result = _collect(result_path, run_dir, returncode, ending, time.monotonic() - started, request)
     request_path.unlink(missing_ok=True)
     result_path.unlink(missing_ok=True)
@@ -184,7 +240,7 @@ def launch(request: RunRequest, run_dir: Path, cancel: threading.Event | None = 
 
 @dataclass(frozen=True)
 class ProcessEnd:
-    """How a ``run_process`` job ended: finished (on its own), done, timed_out or cancelled."""
+    """How a ``run_process`` job ended: finished (on its own), done, timed_out, cancelled or not_started."""
 
     returncode: int | None
     ending: str
@@ -204,33 +260,64 @@ def run_process(
     """Run ``argv`` as is, in a process group of its own, its output into the folder's log.
 
     ``done`` (asked every poll) says the job did what was wanted: its whole group is then
-    ended, politely first (SIGTERM, then SIGKILL after a grace period). Timeout, cancel and
-    the caller's own interruption end the group as ``launch`` does.
+    ended, politely first (SIGTERM, then SIGKILL after a grace period). Timeout, cancel,
+    ``end_all_runs`` and the caller's own interruption end the group as ``launch`` does.
     """
     started = time.monotonic()
     with open(run_dir / LOG_NAME, "ab") as log:
-        if cancel is not None and cancel.is_set():
-            return ProcessEnd(None, "cancelled", 0.0)
         try:
-            child = subprocess.Popen(
-                list(argv),
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                env=dict(env),
-                cwd=cwd,
-                start_new_session=True,
-            )
+            child = _start_registered(list(argv), log, dict(env), cwd, cancel)
         except OSError as err:
             log.write(f"{err}\n".encode())
             return ProcessEnd(None, "not_started", time.monotonic() - started)
+        if child is None:
+            return ProcessEnd(None, "cancelled", 0.0)
         try:
             returncode, ending = _wait(child, timeout_s, cancel, done)
         except BaseException:
             _kill_group(child)
             child.wait()
             raise
+        finally:
+            with _live_lock:
+                _live.pop(child.pid, None)
     return ProcessEnd(returncode, ending, time.monotonic() - started)
+
+
+def _start_registered(
+    argv: list[str], log: Any, env: dict[str, str], cwd: Path | None, cancel: threading.Event | None
+) -> subprocess.Popen[bytes] | None:
+    """Start ``argv`` in a session of its own, registered for ``end_all_runs``; None: cancelled first."""
+    with _live_lock:  # no child starts after end_all_runs has looked at the live ones
+        if _ending.is_set() or (cancel is not None and cancel.is_set()):
+            return None
+        child = subprocess.Popen(
+            argv,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=env,
+            cwd=cwd,
+            start_new_session=True,
+        )
+        _live[child.pid] = child
+        return child
+
+
+def _start(
+    request: RunRequest,
+    run_dir: Path,
+    request_path: Path,
+    result_path: Path,
+    log: Any,
+    cancel: threading.Event | None,
+) -> subprocess.Popen[bytes] | None:
+    """Start the child; None: cancelled first."""
+    argv = [request.python, "-c", _CHILD_BOOT, str(request_path), str(result_path)]
+    try:
+        return _start_registered(argv, log, _child_env(request, run_dir), None, cancel)
+    except OSError as err:
+        raise MemoptError(f"cannot start {request.python}: {err.strerror or err}") from None
 
 
 def _wait(
@@ -242,23 +329,28 @@ def _wait(
     """Wait for ``child``; kill its group on timeout or cancel, end it once ``done()``.
     Returns (returncode, how it ended)."""
     deadline = time.monotonic() + timeout_s
-    polling = cancel is not None or done is not None
     while True:
         if child.poll() is not None:  # finished just as the deadline or a cancel came: it finished
-            return child.returncode, "finished"
+            return child.returncode, _how_it_ended(child.returncode)
         if done is not None and done():
             return _end_group(child), "done"
         left = deadline - time.monotonic()
         if left <= 0:
             _kill_group(child)
             return child.wait(), "timed_out"
-        if cancel is not None and cancel.is_set():
+        if _ending.is_set() or (cancel is not None and cancel.is_set()):
             _kill_group(child)
             return child.wait(), "cancelled"
         try:
-            return child.wait(timeout=min(left, _CANCEL_POLL_S) if polling else left), "finished"
+            returncode = child.wait(timeout=min(left, _CANCEL_POLL_S))
         except subprocess.TimeoutExpired:
             continue
+        return returncode, _how_it_ended(returncode)
+
+
+def _how_it_ended(returncode: int) -> str:
+    # Killed by end_all_runs while its launch waited: the caller's shutdown, not a crash.
+    return "cancelled" if returncode < 0 and _ending.is_set() else "finished"
 
 
 def _child_env(request: RunRequest, run_dir: Path) -> dict[str, str]:
@@ -271,6 +363,9 @@ def _child_env(request: RunRequest, run_dir: Path) -> dict[str, str]:
     env["ORTMODULE_FALLBACK_POLICY"] = "FALLBACK_DISABLE"
     env["ORTMODULE_SAVE_ONNX_PATH"] = str(run_dir / ONNX_DIR)
     env["PYTHONUNBUFFERED"] = "1"
+    env[PARENT_PID_VAR] = str(os.getpid())
+    env[TIMEOUT_VAR] = repr(float(request.timeout_s))
+    env[RUN_DIR_VAR] = str(run_dir.resolve())
     if request.save_onnx:
         (run_dir / ONNX_DIR).mkdir(exist_ok=True)
     return env

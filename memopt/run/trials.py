@@ -43,7 +43,7 @@ from memopt.ort.version import OrtVersion
 from memopt.run.budget import Budget, total_ram
 from memopt.run.command import CommandRequest, command_identity, is_command, run_command, target_label
 from memopt.run.journal import Journal
-from memopt.run.launch import PACKAGE_ROOT, RunRequest, RunResult, launch, new_run_dir
+from memopt.run.launch import PACKAGE_ROOT, RunRequest, RunResult, check_timeout, launch, new_run_dir
 
 __all__ = [
     "DEFAULT_STEPS",
@@ -146,6 +146,7 @@ class TrialSpec:
             raise TrialError(f"the batch size must be a positive integer, not {self.batch_size}")
         if self.steps < 1:
             raise TrialError(f"a trial needs at least one measured step, not {self.steps}")
+        check_timeout(self.timeout_s)  # here too, so a bad one is refused before anything is created
 
 
 @dataclass(frozen=True)
@@ -236,7 +237,7 @@ def stack_versions(python: str | None = None) -> StackVersions:
     if python is None or Path(python).resolve() == Path(sys.executable).resolve():
         from memopt.ort.stack import inspect_stack
 
-        info = asdict(inspect_stack())
+        info: dict[str, Any] = asdict(inspect_stack())
     else:
         script = "import json, dataclasses; from memopt.ort.stack import inspect_stack; print(json.dumps(dataclasses.asdict(inspect_stack())))"
         try:
@@ -246,10 +247,23 @@ def stack_versions(python: str | None = None) -> StackVersions:
                 text=True,
                 timeout=120,
                 env={"PYTHONPATH": PACKAGE_ROOT, "PATH": "/usr/bin:/bin"},
+                stdin=subprocess.DEVNULL,
             )
-            info = json.loads(done.stdout.strip().splitlines()[-1])
-        except (OSError, ValueError, IndexError, subprocess.TimeoutExpired) as err:
-            raise TrialError(f"cannot ask {python} for its ORT/torch versions: {err}") from None
+        except subprocess.TimeoutExpired:
+            raise TrialError(f"--python {python} did not say its ORT/torch versions within 120 s") from None
+        except OSError as err:
+            raise TrialError(f"--python {python} cannot be run: {err.strerror or err}") from None
+        lines = done.stdout.strip().splitlines()
+        try:
+            reported = json.loads(lines[-1]) if done.returncode == 0 and lines else None
+        except ValueError:
+            reported = None
+        if not isinstance(reported, dict):
+            said = (done.stderr.strip().splitlines() or ["no output"])[-1][:200]
+            raise TrialError(
+                f"--python {python} is not a Python that can run memopt (exit status {done.returncode}: {said})"
+            )
+        info = reported
     return StackVersions(
         info.get("ort_version"),
         info.get("ort_package"),
@@ -267,7 +281,7 @@ def parse_trial_config(text: str, version: OrtVersion) -> ValidatedConfig:
     if text.lower() in ("", "none", "off"):
         return ValidatedConfig((), ())
     path = Path(text)
-    if text.endswith(".json") or (path.is_file() and ":" not in text.split("/")[-1]):
+    if text.endswith(".json") or (_is_file(path) and ":" not in text.split("/")[-1]):
         try:
             content = path.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as err:
@@ -287,6 +301,14 @@ def inherited_config_note() -> str | None:
     if not inherited:
         return None
     return f"{' and '.join(inherited)} from your environment is not used: each trial sets its own config"
+
+
+def _is_file(path: Path) -> bool:
+    """Whether ``path`` names a file; text no file could be named (too long, NUL) is not one."""
+    try:
+        return path.is_file()
+    except (OSError, ValueError):
+        return False
 
 
 def config_key(entries: tuple[ConfigEntry, ...]) -> tuple[str, ...]:
@@ -543,6 +565,7 @@ class JournaledRunner:
                     reused=True,
                     predicted_peak_bytes=predicted_peak_bytes or result.predicted_peak_bytes,
                 )
+        self.journal.check_writable()  # refused before the trial runs, not after its result is lost
         result = self.inner(spec, budget_bytes=budget_bytes, predicted_peak_bytes=predicted_peak_bytes, cancel=cancel)
         result = replace(self._judged(result, budget_bytes), key=key)
         self.journal.append(result.to_record())

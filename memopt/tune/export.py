@@ -3,10 +3,15 @@
 Working out the line (``export_lines``) never touches the disk, so views may call it as
 often as they redraw; ``write_config`` writes the file the line names (ORT 1.19 reads a
 JSON file, older releases the string itself) and belongs on a worker thread.
+
+A config file is named by its content (``tune-<recipe>-b<batch>-<digest>.json``): memopt
+processes sharing a runs folder never replace each other's file, and an export line always
+points at the very config the session verified.
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,10 +22,12 @@ from memopt.ort import (
     OrtVersion,
     export_line,
     format_config_string,
+    render_json_config,
     takes_json_file,
     write_json_config,
 )
 from memopt.run import target_label
+from memopt.run.files import replace_atomically
 
 __all__ = ["ConfigExport", "plan_export", "write_config"]
 
@@ -59,16 +66,24 @@ def plan_export(
     path: Path | None = None,
     kind: str = "tune",
 ) -> ConfigExport:
-    """The export of ``entries`` for ``recipe`` at ``batch`` (file ``<kind>-<recipe>-b<batch>``); nothing is written."""
-    name = target_label(recipe)
-    suffix = ".json" if takes_json_file(version) else ".txt"
-    return ConfigExport(tuple(entries), version, path or Path(runs_dir) / f"{kind}-{name}-b{batch}{suffix}")
+    """The export of ``entries`` for ``recipe`` at ``batch`` (file ``<kind>-<recipe>-b<batch>-<digest>``,
+    the digest of its content, unless ``path`` is given); nothing is written."""
+    entries = tuple(entries)
+    if path is None:
+        name = target_label(recipe)
+        json_file = takes_json_file(version)
+        content = render_json_config(entries) if json_file else _string_of(entries, version)
+        digest = hashlib.sha256(content.encode()).hexdigest()[:12]
+        path = Path(runs_dir) / f"{kind}-{name}-b{batch}-{digest}{'.json' if json_file else '.txt'}"
+    return ConfigExport(entries, version, path)
 
 
 def write_config(export: ConfigExport) -> Path:
-    """Write the file ``export`` names: the JSON config (1.19) or the config string (<=1.18)."""
+    """Write the file ``export`` names (atomically): the JSON config (1.19) or the config string (<=1.18)."""
     if takes_json_file(export.version):
         return write_json_config(export.entries, export.path, export.version, overwrite=True).resolve()
-    export.path.parent.mkdir(parents=True, exist_ok=True)
-    export.path.write_text((export.value or "") + "\n")
-    return export.path.resolve()
+    return replace_atomically(export.path, (export.value or "") + "\n").resolve()
+
+
+def _string_of(entries: tuple[ConfigEntry, ...], version: OrtVersion) -> str:
+    return format_config_string(entries, version) if entries else ""

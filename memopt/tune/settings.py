@@ -9,7 +9,7 @@ from typing import Any
 
 from memopt.errors import MemoptError
 from memopt.predict import DEFAULT_MARGIN
-from memopt.run import DEFAULT_STEPS, Budget, check_device, fixed_batch
+from memopt.run import DEFAULT_STEPS, Budget, check_device, check_timeout, fixed_batch
 
 __all__ = ["DEFAULT_MAX_TRIALS", "TuneCancelled", "TuneError", "TuneSettings"]
 
@@ -64,8 +64,7 @@ class TuneSettings:
         if not 0 <= self.margin < 1:
             raise TuneError(f"--margin must be a fraction in [0, 1), not {self.margin:g}")
         check_device(self.device)
-        if not self.timeout_s > 0:  # also refuses NaN
-            raise TuneError(f"--timeout must be positive, not {self.timeout_s:g}")
+        check_timeout(self.timeout_s)
         if (
             self.calibration_batches is not None
             and not self.fixed_batch

@@ -246,6 +246,7 @@ class Tuner:
             runs_dir=s.runs_dir,
             journal=self.journal,
             calibration_batches=batches,
+            resume=s.resume,
         )
         model = calibration.model
         self._emit(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from rich.text import Text
 from textual.binding import Binding
 from textual.message import Message
 from textual.widgets import DataTable
@@ -35,7 +36,8 @@ class PlansTable(DataTable):
         current = self.current_key
         self.clear()
         for row in rows:
-            self.add_row(*plan_cells(row, row.key in selection), key=row.key)
+            # Text cells: a module or plan name is never read as markup.
+            self.add_row(*(Text(cell) for cell in plan_cells(row, row.key in selection)), key=row.key)
         if current is not None and current in {r.key for r in rows}:
             self.move_cursor(row=self.get_row_index(current))
 

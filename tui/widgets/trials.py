@@ -34,11 +34,12 @@ class TrialsPanel(Vertical):
         self.query_one("#progress", ProgressBar).display = True
 
     def idle(self, message: str = "idle") -> None:
-        self.query_one("#activity", Static).update(message)
+        self.query_one("#activity", Static).update(Text(message))
         self.query_one("#progress", ProgressBar).display = False
 
     def add_trial(self, record: TrialRecord) -> None:
-        self.query_one("#trials-table", DataTable).add_row(*trial_cells(record), key=str(record.number))
+        cells = (Text(cell) for cell in trial_cells(record))  # never read as markup
+        self.query_one("#trials-table", DataTable).add_row(*cells, key=str(record.number))
 
     def note(self, line: str, style: str = "") -> None:
         self.query_one("#notes", RichLog).write(Text(line, style=style))

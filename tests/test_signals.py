@@ -1,0 +1,115 @@
+"""Stopping memopt during a hanging trial leaves no process of that run behind.
+
+Real subprocesses: `memopt trial` and `memopt tune --no-tui` on a recipe whose second
+training step hangs (tests/recipes/hangs_after_first_step.py), stopped with SIGKILL,
+SIGTERM or SIGINT once the step hangs. Every process of the run carries an environment
+marker the test sets; after the signal none may remain (zombies waiting for their reaper
+count as gone) within 10 s.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+from conftest import RECIPES
+
+pytestmark = pytest.mark.ort  # real ORTModule steps in the children
+
+RECIPE = str(RECIPES / "hangs_after_first_step.py")
+MARK_VAR = "MEMOPT_TEST_SIGNAL_MARK"
+GONE_WITHIN_S = 10.0
+TRIAL = ("trial", RECIPE, "--batch", "2", "--budget", "16GiB", "--steps", "1")
+# The probe and the calibration trial at batch 2 finish; the one at batch 4 hangs.
+TUNE = ("tune", RECIPE, "--target-batch", "8", "--budget", "16GiB", "--no-tui", "--calibrate", "2,4", "--steps", "1")
+
+
+def start(tmp_path: Path, *args: str) -> tuple[subprocess.Popen[str], Path, str]:
+    """Start memopt with ``args``; returns it, the file the hanging step writes, and the marker."""
+    marker, mark = tmp_path / "hanging", uuid.uuid4().hex
+    env = {**os.environ, MARK_VAR: mark, "MEMOPT_TEST_HANG_MARKER": str(marker), "COLUMNS": "200"}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "memopt", *args, "--runs-dir", str(tmp_path / "runs"), "--timeout", "600"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        start_new_session=True,  # the signal reaches memopt alone, as `kill PID` would
+    )
+    return process, marker, mark
+
+
+def wait_until_hanging(process: subprocess.Popen[str], marker: Path, timeout_s: float = 300) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not marker.exists():
+        if process.poll() is not None:
+            raise AssertionError(f"memopt ended before the step hung:\n{process.communicate()}")
+        if time.monotonic() > deadline:
+            process.kill()
+            raise AssertionError("the trial never reached its hanging step")
+        time.sleep(0.2)
+
+
+def processes_of(mark: str) -> list[int]:
+    """Live processes whose environment carries ``mark`` (zombies do not count), from /proc."""
+    wanted = f"{MARK_VAR}={mark}".encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+            if state != "Z" and wanted in (entry / "environ").read_bytes().split(b"\0"):
+                found.append(int(entry.name))
+        except (OSError, IndexError):
+            continue  # gone meanwhile, or not ours to read
+    return found
+
+
+def command_line(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return "?"
+
+
+def assert_run_ends(mark: str) -> None:
+    deadline = time.monotonic() + GONE_WITHIN_S
+    left = processes_of(mark)
+    while left and time.monotonic() < deadline:
+        time.sleep(0.2)
+        left = processes_of(mark)
+    lines = [command_line(pid) for pid in left]
+    for pid in left:  # leave nothing behind for the next test, then fail
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+    assert not left, f"still running {GONE_WITHIN_S:g} s after the signal: {lines}"
+
+
+@pytest.mark.parametrize("command", [TRIAL, TUNE], ids=["trial", "tune"])
+@pytest.mark.parametrize("stop", [signal.SIGKILL, signal.SIGTERM, signal.SIGINT], ids=lambda s: s.name)
+def test_stopping_memopt_during_a_hanging_trial_leaves_no_process(
+    tmp_path: Path, command: tuple[str, ...], stop: signal.Signals
+) -> None:
+    extra = ("-o", "hang_at=4") if command is TUNE else ()
+    process, marker, mark = start(tmp_path, *command, *extra)
+    wait_until_hanging(process, marker)
+    assert len(processes_of(mark)) >= 2  # memopt and the trial's child
+    process.send_signal(stop)
+    out, err = process.communicate(timeout=60)
+    assert_run_ends(mark)
+    if stop is signal.SIGKILL:
+        assert process.returncode == -signal.SIGKILL
+        return
+    assert process.returncode == 128 + stop, (out, err)
+    last = err.strip().splitlines()[-1]
+    assert last == f"interrupted by {stop.name}: every process memopt started for this command was ended", err
+    assert "Traceback" not in err

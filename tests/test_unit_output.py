@@ -1,0 +1,42 @@
+"""Text from logs, recipes and ORT reaches the terminal as is: never read as rich markup."""
+
+from __future__ import annotations
+
+from io import StringIO
+
+from rich.console import Console
+
+from memopt.cli.show import print_trial
+from memopt.ort import OrtVersion
+from memopt.run import Outcome, TrialResult, parse_trial_config
+
+ERROR = "make_batch() ran out of memory: RuntimeError: [enforce fail at alloc_cpu.cpp:117] err == 0 [/x] [bold]"
+
+
+def test_a_trial_error_with_brackets_is_printed_as_is() -> None:
+    result = TrialResult(
+        key="k",
+        recipe="my[/x]recipe.py",
+        options={"tag": "[red]"},
+        batch_size=2,
+        config=(),
+        config_value=None,
+        outcome=Outcome.OUT_OF_MEMORY,
+        status="out_of_memory",
+        run_dir="runs/[b]trial",
+        steps=2,
+        device="cpu",
+        error=ERROR,
+    )
+    buffer = StringIO()
+    print_trial(result, Console(file=buffer, width=400, color_system=None))
+    text = buffer.getvalue()
+    assert ERROR in text and "my[/x]recipe.py" in text and "tag=[red]" in text and "runs/[b]trial" in text
+
+
+def test_a_config_string_longer_than_a_file_name_is_read_as_a_config() -> None:
+    keys = [f"Plan{n}+Add+Softmax+Where+FusedMatMul+Reshape+:1:-1" for n in range(11)]
+    text = ",".join(keys)
+    assert len(text) > 255
+    parsed = parse_trial_config(text, OrtVersion.parse("1.19.2"))
+    assert [str(entry) for entry in parsed.entries] == keys
