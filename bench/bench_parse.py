@@ -11,7 +11,8 @@ long training run's log looks like.
 In-process it times ``memopt.logparse.parse_file`` (median of --repeats runs, min-max; wall
 clock and the process's CPU time, which a busy machine inflates less) and measures peak
 Python memory with tracemalloc. Through the CLI it runs ``python -m memopt parse LOG`` (table
-output to /dev/null) and reports the wall time, start-up included, and the child's peak RSS.
+output to /dev/null) and reports the wall time and the child's CPU time (user + system),
+start-up included, and the child's peak RSS.
 Reading is streamed, so memory follows what is found (the summaries kept), not the file's
 size.
 """
@@ -60,8 +61,8 @@ def one_run_long(path: Path, megabytes: int) -> int:
 KINDS = {"all samples": all_samples, "one run, long": one_run_long}
 
 
-def cli_run(path: Path) -> tuple[float, float]:
-    """Wall seconds and peak RSS (MiB) of ``python -m memopt parse PATH``."""
+def cli_run(path: Path) -> tuple[float, float, float]:
+    """Wall seconds, CPU seconds (user + system) and peak RSS (MiB) of ``python -m memopt parse PATH``."""
     started = time.perf_counter()
     child = subprocess.Popen(
         [sys.executable, "-m", "memopt", "parse", str(path)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
@@ -70,7 +71,7 @@ def cli_run(path: Path) -> tuple[float, float]:
     seconds = time.perf_counter() - started
     if os.waitstatus_to_exitcode(status) != 0:
         raise SystemExit(f"memopt parse {path} failed")
-    return seconds, usage.ru_maxrss / 1024
+    return seconds, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024
 
 
 def spread(values: list[float]) -> str:
@@ -84,21 +85,22 @@ def main() -> None:
     args = parser.parse_args()
     print(
         "| log | size (MB) | summaries | in-process wall (s) | MB/s | CPU (s) | MB/s by CPU | peak memory (MiB) "
-        "| CLI wall (s) | CLI MB/s | CLI peak RSS (MiB) |"
+        "| CLI wall (s) | CLI MB/s | CLI CPU (s) | CLI MB/s by CPU | CLI peak RSS (MiB) |"
     )
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     with tempfile.TemporaryDirectory() as folder:
         for (kind, build), megabytes in ((k, m) for k in KINDS.items() for m in args.sizes):
             path = Path(folder) / f"big-{megabytes}.log"
             size = build(path, megabytes) / 2**20
-            walls, cpus, cli_walls, cli_rss = [], [], [], []
+            walls, cpus, cli_walls, cli_cpus, cli_rss = [], [], [], [], []
             for _ in range(args.repeats):
                 started, cpu_started = time.perf_counter(), time.process_time()
                 result = parse_file(path)
                 walls.append(time.perf_counter() - started)
                 cpus.append(time.process_time() - cpu_started)
-                seconds, rss = cli_run(path)
+                seconds, cpu, rss = cli_run(path)
                 cli_walls.append(seconds)
+                cli_cpus.append(cpu)
                 cli_rss.append(rss)
             tracemalloc.start()
             parse_file(path)
@@ -107,7 +109,8 @@ def main() -> None:
             print(
                 f"| {kind} | {size:.0f} | {len(result.summaries)} | {spread(walls)} | {size / statistics.median(walls):.0f} "
                 f"| {spread(cpus)} | {size / statistics.median(cpus):.0f} | {peak / 2**20:.1f} "
-                f"| {spread(cli_walls)} | {size / statistics.median(cli_walls):.0f} | {max(cli_rss):.0f} |",
+                f"| {spread(cli_walls)} | {size / statistics.median(cli_walls):.0f} "
+                f"| {spread(cli_cpus)} | {size / statistics.median(cli_cpus):.0f} | {max(cli_rss):.0f} |",
                 flush=True,
             )
 
