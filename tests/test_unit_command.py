@@ -198,11 +198,50 @@ def test_job_ends_itself_when_memopt_is_gone(tmp_path: Path) -> None:
         "PYTHONPATH": HOOK_PATH,
         "MEMOPT_PACKAGE_ROOT": PACKAGE_ROOT,
         "MEMOPT_JOB_STEPS_FILE": str(tmp_path / "steps.jsonl"),
-        "MEMOPT_JOB_PARENT_PID": str(stand_in.pid),
+        "MEMOPT_PARENT_PID": str(stand_in.pid),
     }
     job = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], env=env)
     stand_in.wait()
     assert job.wait(timeout=15) == 1
+
+
+def test_every_process_of_the_job_ends_when_memopt_is_killed_outright(tmp_path: Path) -> None:
+    """kill -9 of memopt: the guard that leads the job's group ends it, shell and all."""
+    pid_file = tmp_path / "pid"
+    memopt_run = subprocess.Popen(
+        [sys.executable, "-m", "memopt", "trial", "--batch", "2", "--runs-dir", str(tmp_path / "runs")]
+        + ["--timeout", "120", "--cmd", f"sleep 60 & echo $! > {pid_file}; wait"],
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 60
+    while not pid_file.is_file() or not pid_file.read_text().strip():
+        assert time.monotonic() < deadline, "the job never started"
+        time.sleep(0.1)
+    memopt_run.kill()
+    memopt_run.wait()
+    _assert_gone(int(pid_file.read_text()))
+
+
+def test_a_timed_out_job_leaves_no_worker_in_a_session_of_its_own(tmp_path: Path) -> None:
+    """torchrun starts each worker in a new session, out of reach of the job's group: the
+    worker's start-up hook ends it once its launcher is gone."""
+    pid_file = tmp_path / "pid"
+    launcher = tmp_path / "launcher.py"
+    launcher.write_text(
+        "import subprocess, sys, time\n"
+        "worker = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)'], start_new_session=True)\n"
+        f"open({str(pid_file)!r}, 'w').write(str(worker.pid))\n"
+        "time.sleep(120)\n"
+    )
+    run = subprocess.run(
+        [sys.executable, "-m", "memopt", "trial", "--batch", "2", "--runs-dir", str(tmp_path / "runs")]
+        + ["--timeout", "10", "--cmd", f"{sys.executable} {launcher}"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert "killed after 10 s" in run.stdout + run.stderr, run.stdout + run.stderr
+    _assert_gone(int(pid_file.read_text()))
 
 
 def test_ctrl_c_in_trial_ends_the_job(tmp_path: Path) -> None:

@@ -10,7 +10,6 @@ __all__ = [
     "CHILD_MODULE",
     "HOOK_DIR",
     "JOB_PACKAGE_ROOT_VAR",
-    "JOB_PARENT_VAR",
     "JOB_SAVE_ONNX_VAR",
     "JOB_STEPS_FILE_VAR",
     "JOB_STEPS_VAR",
@@ -34,7 +33,6 @@ ONNX_PREFIX = "memopt"
 # the start-up hook (``memopt.child.job``) and the folder that hook lives in.
 JOB_STEPS_FILE_VAR = "MEMOPT_JOB_STEPS_FILE"  # where each rank appends one JSON line per step
 JOB_STEPS_VAR = "MEMOPT_JOB_STEPS"  # measured steps after the warm-up step
-JOB_PARENT_VAR = "MEMOPT_JOB_PARENT_PID"  # a rank that has reported its last step waits while it lives
 JOB_SAVE_ONNX_VAR = "MEMOPT_JOB_SAVE_ONNX"  # "1": rank 0's ORTModule saves its graphs
 JOB_PACKAGE_ROOT_VAR = "MEMOPT_PACKAGE_ROOT"  # where the hook imports memopt from
 HOOK_DIR = "hook"  # memopt/child/hook: put first on the job's PYTHONPATH

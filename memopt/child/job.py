@@ -35,11 +35,11 @@ from types import ModuleType
 from typing import Any
 
 from memopt.child import (
-    JOB_PARENT_VAR,
     JOB_SAVE_ONNX_VAR,
     JOB_STEPS_FILE_VAR,
     JOB_STEPS_VAR,
     ONNX_PREFIX,
+    PARENT_PID_VAR,
 )
 from memopt.child.memory import proc_status_bytes, reset_rss_peak
 
@@ -165,7 +165,7 @@ def _wait_for_end() -> None:
     """Stay at this step boundary until memopt ends the job (every rank stops at the same step)."""
     sys.stdout.flush()
     sys.stderr.flush()
-    parent = int(os.environ.get(JOB_PARENT_VAR, "0"))
+    parent = int(os.environ.get(PARENT_PID_VAR, "0"))
     deadline = time.monotonic() + _WAIT_FOR_END_S
     while time.monotonic() < deadline and parent and _alive(parent):
         time.sleep(0.2)
@@ -173,11 +173,14 @@ def _wait_for_end() -> None:
 
 
 def _leave_with_parent() -> None:
-    """A job whose memopt was killed outright (no chance to end the group) ends itself."""
-    parent = int(os.environ.get(JOB_PARENT_VAR, "0"))
-    while parent and _alive(parent):
+    """A job process ends itself when memopt was killed outright (no chance to end the group)
+    or when its own parent is gone: torchrun starts each worker in a session of its own, out
+    of reach of the group memopt ends, and a launcher killed outright cannot pass that on."""
+    memopt_pid = int(os.environ.get(PARENT_PID_VAR, "0"))
+    own_parent = os.getppid()
+    while memopt_pid and _alive(memopt_pid) and os.getppid() == own_parent:
         time.sleep(_PARENT_POLL_S)
-    if parent:
+    if memopt_pid:
         os._exit(1)
 
 

@@ -25,9 +25,12 @@ _POLL_S = 0.2
 _PR_SET_PDEATHSIG = 1
 
 
-def guard(parent_pid: int, timeout_s: float | None) -> None:
-    """Arm the guards for a child of ``parent_pid`` allowed ``timeout_s`` seconds."""
-    _set_parent_death_signal()
+def guard(parent_pid: int, timeout_s: float | None, *, parent_death_signal: bool = True) -> None:
+    """Arm the guards for a child of ``parent_pid`` allowed ``timeout_s`` seconds. Without
+    ``parent_death_signal`` only the watching thread acts, and it ends the whole group: for a
+    process whose work is its group (a user's command), not itself."""
+    if parent_death_signal:
+        _set_parent_death_signal()
     deadline = time.monotonic() + timeout_s + GRACE_S if timeout_s else None
     if os.getppid() != parent_pid:  # the parent died before the signal was armed
         _end_group(f"its parent process {parent_pid} is gone")

@@ -18,6 +18,7 @@ import os
 import shlex
 import shutil
 import signal
+import sys
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -29,11 +30,13 @@ import memopt.child
 from memopt.child import (
     HOOK_DIR,
     JOB_PACKAGE_ROOT_VAR,
-    JOB_PARENT_VAR,
     JOB_SAVE_ONNX_VAR,
     JOB_STEPS_FILE_VAR,
     JOB_STEPS_VAR,
     OOM_MARKERS,
+    PARENT_PID_VAR,
+    RUN_DIR_VAR,
+    TIMEOUT_VAR,
 )
 from memopt.errors import MemoptError
 from memopt.recipes import recipe_label
@@ -171,7 +174,7 @@ def run_command(request: CommandRequest, run_dir: Path, cancel: threading.Event 
         (run_dir / ONNX_DIR).mkdir(exist_ok=True)
     wanted = request.steps + 1
     end = run_process(
-        ["/bin/sh", "-c", command],
+        [sys.executable, "-S", "-c", _GUARD_BOOT, command],
         run_dir,
         _job_env(request, run_dir),
         timeout_s=request.timeout_s,
@@ -196,6 +199,26 @@ def run_command(request: CommandRequest, run_dir: Path, cancel: threading.Event 
     return result
 
 
+# The job runs under a small guard process that leads its process group: ``-S`` keeps the
+# start-up hook out of it. The guard ends the group when memopt dies without ending it
+# (``kill -9``) or the run outlives its timeout (``memopt.child.watchdog``), a shell runs the
+# command, and the guard exits as the shell did. Stop signals reach every process of the group
+# at once, so the guard only waits for the shell to act on them.
+_GUARD_BOOT = f"""\
+import os, signal, subprocess, sys
+sys.path.insert(0, {PACKAGE_ROOT!r})
+from memopt.child.watchdog import guard
+guard(int(os.environ[{PARENT_PID_VAR!r}]), float(os.environ[{TIMEOUT_VAR!r}]), parent_death_signal=False)
+for stop in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+    signal.signal(stop, lambda signum, frame: None)
+code = subprocess.call(["/bin/sh", "-c", sys.argv[1]])
+if code < 0:
+    signal.signal(-code, signal.SIG_DFL)
+    os.kill(os.getpid(), -code)
+sys.exit(code)
+"""
+
+
 def _job_env(request: CommandRequest, run_dir: Path) -> dict[str, str]:
     env = {key: value for key, value in os.environ.items() if key not in request.unset_env}
     env.update(request.env)
@@ -203,7 +226,9 @@ def _job_env(request: CommandRequest, run_dir: Path) -> dict[str, str]:
     env[JOB_PACKAGE_ROOT_VAR] = PACKAGE_ROOT
     env[JOB_STEPS_FILE_VAR] = str((run_dir / STEPS_FILE).resolve())
     env[JOB_STEPS_VAR] = str(request.steps)
-    env[JOB_PARENT_VAR] = str(os.getpid())
+    env[PARENT_PID_VAR] = str(os.getpid())
+    env[TIMEOUT_VAR] = repr(float(request.timeout_s))
+    env[RUN_DIR_VAR] = str(run_dir.resolve())
     env[JOB_SAVE_ONNX_VAR] = "1" if request.save_onnx else "0"
     env["ORTMODULE_LOG_LEVEL"] = request.log_level
     env["ORTMODULE_SAVE_ONNX_PATH"] = str((run_dir / ONNX_DIR).resolve())

@@ -273,7 +273,7 @@ def run_process(
         if child is None:
             return ProcessEnd(None, "cancelled", 0.0)
         try:
-            returncode, ending = _wait(child, timeout_s, cancel, done)
+            returncode, ending = _wait(child, timeout_s, cancel, done, gentle=True)
         except BaseException:
             _kill_group(child)
             child.wait()
@@ -300,7 +300,12 @@ def _start_registered(
             cwd=cwd,
             start_new_session=True,
         )
-        _live[child.pid] = child
+        try:
+            _live[child.pid] = child
+        except BaseException:  # a stop signal's handler raised before the child was registered
+            _kill_group(child)
+            child.wait()
+            raise
         return child
 
 
@@ -325,9 +330,12 @@ def _wait(
     timeout_s: float,
     cancel: threading.Event | None,
     done: Callable[[], bool] | None = None,
+    *,
+    gentle: bool = False,
 ) -> tuple[int, str]:
-    """Wait for ``child``; kill its group on timeout or cancel, end it once ``done()``.
-    Returns (returncode, how it ended)."""
+    """Wait for ``child``; end its group on timeout or cancel (``gentle``: SIGTERM first, which
+    launchers such as torchrun pass on to workers in sessions of their own; else SIGKILL), and
+    once ``done()``. Returns (returncode, how it ended)."""
     deadline = time.monotonic() + timeout_s
     while True:
         if child.poll() is not None:  # finished just as the deadline or a cancel came: it finished
@@ -336,16 +344,21 @@ def _wait(
             return _end_group(child), "done"
         left = deadline - time.monotonic()
         if left <= 0:
-            _kill_group(child)
-            return child.wait(), "timed_out"
+            return _stop(child, gentle), "timed_out"
         if _ending.is_set() or (cancel is not None and cancel.is_set()):
-            _kill_group(child)
-            return child.wait(), "cancelled"
+            return _stop(child, gentle), "cancelled"
         try:
             returncode = child.wait(timeout=min(left, _CANCEL_POLL_S))
         except subprocess.TimeoutExpired:
             continue
         return returncode, _how_it_ended(returncode)
+
+
+def _stop(child: subprocess.Popen[bytes], gentle: bool) -> int:
+    if gentle:
+        return _end_group(child)
+    _kill_group(child)
+    return child.wait()
 
 
 def _how_it_ended(returncode: int) -> str:
