@@ -260,3 +260,16 @@ def test_ctrl_c_in_trial_ends_the_job(tmp_path: Path) -> None:
     _, stderr = memopt_run.communicate(timeout=30)
     assert memopt_run.returncode == 130 and "Traceback" not in stderr
     _assert_gone(int(pid_file.read_text()))
+
+
+def test_an_inherited_config_is_named_as_text_not_markup(tmp_path: Path) -> None:
+    run = subprocess.run(
+        [sys.executable, "-m", "memopt", "trial", "--batch", "2", "--runs-dir", str(tmp_path / "runs")]
+        + ["--timeout", "60", "--cmd", "true"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "ORTMODULE_MEMORY_OPT_CONFIG": "[/x]"},
+    )
+    assert "ORTMODULE_MEMORY_OPT_CONFIG=[/x] from your environment is not used" in run.stderr
+    assert "Traceback" not in run.stderr

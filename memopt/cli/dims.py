@@ -18,7 +18,9 @@ def parse_dims_option(text: str | None) -> dict[str, int]:
         name, sep, value = pair.partition("=")
         name, value = name.strip(), value.strip()
         if not sep or not name.isidentifier() or not (value.isascii() and value.isdigit()) or len(value) > 18:
-            raise MemoptError(f"--dims takes name=integer pairs separated by commas, not {pair.strip()[:80]!r}")
+            raise MemoptError(
+                f"--dims takes name=positive integer pairs separated by commas, not {pair.strip()[:80]!r}"
+            )
         dims[name] = int(value)
         if dims[name] < 1:
             raise MemoptError(f"--dims {name}={value}: a dim is a size, at least 1")

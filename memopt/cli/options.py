@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from rich.markup import escape
 
 from memopt.cli import error_console
 from memopt.errors import MemoptError
@@ -154,7 +155,7 @@ def command_notes(target: str, python: str | None, batch: int) -> str | None:
         notes.append(f"the command has no {{batch}}: every run uses its own batch size, taken to be {batch}")
     for note in notes:
         if note is not None:
-            error_console.print(f"[yellow]note:[/] {note}", highlight=False, soft_wrap=True)
+            error_console.print(f"[yellow]note:[/] {escape(note)}", highlight=False, soft_wrap=True)
     return python or (job_python(target) if is_command(target) else None)
 
 

@@ -114,7 +114,7 @@ def plan_command(
             versions=versions,
         )
     for line in cal.refused:
-        error_console.print(f"[yellow]warning:[/] {line}", highlight=False, soft_wrap=True)
+        error_console.print(f"[yellow]warning:[/] {escape(line)}", highlight=False, soft_wrap=True)
     budget_bytes = resolve_budget(parsed, cal.device, cal.device_total)
     result = choose_plans(
         cal.model,

@@ -27,7 +27,9 @@ from memopt.cli.options import (
 )
 from memopt.errors import MemoptError
 from memopt.logparse import parse_file
+from memopt.run import is_command
 from memopt.run.probe import ProbeResult, probe
+from memopt.run.target import CONFIG_VARIABLES
 from memopt.units import format_bytes
 
 __all__ = ["probe_command"]
@@ -40,6 +42,7 @@ _FAILURES = {
     "crashed": "the run crashed",
     "timed_out": "the run timed out",
 }
+_COMMAND_FAILURES = {**_FAILURES, "recipe_error": "the training command failed"}
 
 
 @app.command("probe")
@@ -68,6 +71,8 @@ def probe_command(
     recipe = choose_target(recipe, command)
     python = command_notes(recipe, python, batch)
     options = recipe_options(recipe, seq, size, option, hf_task, target_seq)
+    if is_command(recipe) and options:
+        raise MemoptError("recipe options (--size, --seq, -o) do not apply to a command: put them in the command")
     with console.status(f"Probing {escape(recipe)} at batch {batch} (export, session build, {steps + 1} steps)…"):
         result = probe(
             recipe,
@@ -79,10 +84,12 @@ def probe_command(
             runs_dir=runs_dir,
             python=python,
             timeout_s=timeout,
+            unset_env=CONFIG_VARIABLES,  # a probe runs without a config, whatever the shell sets
         )
     run = result.run
     if not run.ok:
-        raise MemoptError(f"{_FAILURES.get(run.status, run.status)}: {run.error} (log: {run.log_path})")
+        failures = _COMMAND_FAILURES if is_command(recipe) else _FAILURES
+        raise MemoptError(f"{failures.get(run.status, run.status)}: {run.error} (log: {run.log_path})")
     _summarise(recipe, batch, options, result)
 
 

@@ -134,7 +134,7 @@ def scan_command(
         raise MemoptError(f"{target}: {report.warnings[0] if report.warnings else 'nothing to scan'}")
     if missing:
         error_console.print(
-            f"[yellow]warning:[/] no value for {', '.join(missing)}: savings stay symbolic "
+            f"[yellow]warning:[/] no value for {escape(', '.join(missing))}: savings stay symbolic "
             "(give --batch/--seq or --dims)",
             highlight=False,
             soft_wrap=True,

@@ -40,7 +40,7 @@ from memopt.child import (
 )
 from memopt.errors import MemoptError
 from memopt.recipes import recipe_label
-from memopt.run.launch import LOG_NAME, ONNX_DIR, PACKAGE_ROOT, RunResult, run_process
+from memopt.run.launch import LOG_NAME, ONNX_DIR, PACKAGE_ROOT, RECORD_NAME, RunResult, check_timeout, run_process
 
 __all__ = [
     "BATCH_PLACEHOLDER",
@@ -164,6 +164,13 @@ class CommandRequest:
     timeout_s: float = 1800.0
     cuda: bool = False  # the stack has CUDA: ORT prints its per-step memory lines
 
+    def __post_init__(self) -> None:
+        check_timeout(self.timeout_s)
+        if self.batch_size < 1:
+            raise MemoptError(f"--batch must be a positive integer, not {self.batch_size}")
+        if self.steps < 1:
+            raise MemoptError(f"--steps must be at least 1, not {self.steps}")
+
 
 def run_command(request: CommandRequest, run_dir: Path, cancel: threading.Event | None = None) -> RunResult:
     """Run the command until every rank has reported warm-up + ``steps`` steps, then end it."""
@@ -185,7 +192,7 @@ def run_command(request: CommandRequest, run_dir: Path, cancel: threading.Event 
     records = _read_steps(steps_file)
     status, error = _status(records, wanted, end.ending, end.returncode, run_dir / LOG_NAME, request.timeout_s)
     result = _result(records, status, error, run_dir, end.wall_s, end.returncode)
-    (run_dir / "run.json").write_text(
+    (run_dir / RECORD_NAME).write_text(
         json.dumps(
             {
                 "memopt_version": memopt.__version__,

@@ -68,7 +68,7 @@ def probe(
 ) -> ProbeResult:
     """Run the recipe (or command) for a warm-up step and ``steps`` more with ORT's plans logged and
     graphs saved. A command runs on the device it picks itself; ``device`` and ``python`` are for recipes."""
-    run_dir = new_run_dir(runs_dir, run_label(recipe, batch_size))
+    # Requests check their values before the run folder exists: bad input creates nothing.
     if is_command(recipe):
         command = CommandRequest(
             target=recipe,
@@ -80,7 +80,7 @@ def probe(
             unset_env=unset_env,
             timeout_s=timeout_s,
         )
-        run = run_command(command, run_dir, cancel)
+        run = run_command(command, new_run_dir(runs_dir, run_label(recipe, batch_size)), cancel)
         return ProbeResult(run=run, graphs=_saved_graphs(run.run_dir / ONNX_DIR))
     request = RunRequest(
         recipe=recipe,
@@ -95,7 +95,7 @@ def probe(
         timeout_s=timeout_s,
         **({"python": python} if python else {}),
     )
-    run = launch(request, run_dir, cancel)
+    run = launch(request, new_run_dir(runs_dir, run_label(recipe, batch_size)), cancel)
     return ProbeResult(run=run, graphs=_saved_graphs(run.run_dir / ONNX_DIR))
 
 
