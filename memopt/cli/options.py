@@ -188,6 +188,8 @@ def recipe_options(
             if not target.startswith("hf:"):
                 raise MemoptError(f"{flag} applies to hf: targets, not to {target}")
             options[name] = given
+    if is_command(target) and options:
+        raise MemoptError("recipe options (--size, --seq, -o) do not apply to a command: put them in the command")
     if is_command(target) or is_graph_file(target):
         return options
     for note in check_recipe_spec(target, options):

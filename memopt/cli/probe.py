@@ -71,8 +71,6 @@ def probe_command(
     recipe = choose_target(recipe, command)
     python = command_notes(recipe, python, batch)
     options = recipe_options(recipe, seq, size, option, hf_task, target_seq)
-    if is_command(recipe) and options:
-        raise MemoptError("recipe options (--size, --seq, -o) do not apply to a command: put them in the command")
     with console.status(f"Probing {escape(recipe)} at batch {batch} (export, session build, {steps + 1} steps)…"):
         result = probe(
             recipe,

@@ -105,8 +105,6 @@ def trial_command(
     check_device(device)
     parsed_budget = parse_budget(budget) if budget is not None else None
     options = recipe_options(recipe, seq, size, option, hf_task, target_seq)
-    if is_command(recipe) and options:
-        raise MemoptError("recipe options (--size, --seq, -o) do not apply to a command: put them in the command")
     python = command_notes(recipe, python, batch)
     versions = stack_versions(python)
     if versions.ort_version is None:
