@@ -148,9 +148,10 @@ def choose_target(recipe: str | None, command: str | None, default: str | None =
     return default
 
 
-def command_notes(target: str, python: str | None, batch: int) -> str | None:
-    """Say what a run of ``target`` will not do as asked; the interpreter whose ORT/torch stack to ask."""
-    notes = [inherited_config_note()]
+def command_notes(target: str, python: str | None, batch: int, *, shell_config_applies: bool = False) -> str | None:
+    """Say what a run of ``target`` will not do as asked; the interpreter whose ORT/torch stack to ask.
+    ``shell_config_applies``: the run uses a memory-optimizer config the shell sets (a probe)."""
+    notes = [None if shell_config_applies else inherited_config_note()]
     if fixed_batch(target):
         notes.append(f"the command has no {{batch}}: every run uses its own batch size, taken to be {batch}")
     for note in notes:

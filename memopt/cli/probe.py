@@ -29,7 +29,6 @@ from memopt.errors import MemoptError
 from memopt.logparse import parse_file
 from memopt.run import is_command
 from memopt.run.probe import ProbeResult, probe
-from memopt.run.target import CONFIG_VARIABLES
 from memopt.units import format_bytes
 
 __all__ = ["probe_command"]
@@ -69,7 +68,7 @@ def probe_command(
     """Run RECIPE for a few ORTModule training steps and save ORT's log, graphs, memory and timings."""
     check_device(device)
     recipe = choose_target(recipe, command)
-    python = command_notes(recipe, python, batch)
+    python = command_notes(recipe, python, batch, shell_config_applies=True)
     options = recipe_options(recipe, seq, size, option, hf_task, target_seq)
     with console.status(f"Probing {escape(recipe)} at batch {batch} (export, session build, {steps + 1} steps)…"):
         result = probe(
@@ -82,7 +81,6 @@ def probe_command(
             runs_dir=runs_dir,
             python=python,
             timeout_s=timeout,
-            unset_env=CONFIG_VARIABLES,  # a probe runs without a config, whatever the shell sets
         )
     run = result.run
     if not run.ok:
