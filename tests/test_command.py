@@ -4,13 +4,12 @@ ranks on CPU and the single-process form, trial, scan and a headless tune."""
 from __future__ import annotations
 
 import json
-import os
 import sys
-import time
 from pathlib import Path
 
 import pytest
 from conftest import memopt
+from processes import assert_gone
 
 pytestmark = pytest.mark.ort  # real ORTModule training jobs
 
@@ -63,7 +62,7 @@ def test_torchrun_trial_measures_every_rank_and_leaves_nothing_running(command_r
     assert record["plans_seen"] and "FusedMatMul+Add+:1:-1" in record["plans_on"]
     assert record["recomputed_nodes"] and record["recomputed_nodes"] > 0
     for rank in record["ranks"]:
-        _assert_gone(rank["pid"])
+        assert_gone(rank["pid"])
     log = (Path(record["run_dir"]) / "ort.log").read_text()
     assert "--batch-size 4" in log
 
@@ -115,14 +114,3 @@ def test_headless_tune_of_a_command_ends_verified(command: str, tmp_path: Path) 
     summary = json.loads(run.stdout)
     assert summary["status"] == "verified", summary
     assert any(line.startswith("export ORTMODULE_MEMORY_OPT_CONFIG=") for line in summary["export"])
-
-
-def _assert_gone(pid: int) -> None:
-    deadline = time.monotonic() + 5
-    while time.monotonic() < deadline:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"process {pid} is still running")

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 from conftest import assert_one_line_error, memopt
+from processes import assert_gone
 
 from memopt.errors import MemoptError
 from memopt.predict.memory_model import Observation, fit_memory_model
@@ -123,7 +124,7 @@ def test_timeout_ends_the_whole_group_with_the_last_output(tmp_path: Path) -> No
     run = _run(tmp_path, command, timeout_s=1.5)
     assert run.status == "timed_out"
     assert "no ORTModule training step seen" in (run.error or "") and "loading data" in (run.error or "")
-    _assert_gone(int(pid_file.read_text()))
+    assert_gone(int(pid_file.read_text()))
 
 
 def test_cancel_ends_the_whole_group(tmp_path: Path) -> None:
@@ -132,7 +133,7 @@ def test_cancel_ends_the_whole_group(tmp_path: Path) -> None:
     threading.Timer(1.0, cancel.set).start()
     run = _run(tmp_path, f"sleep 60 & echo $! > {pid_file}; wait", cancel=cancel)
     assert run.status == "cancelled"
-    _assert_gone(int(pid_file.read_text()))
+    assert_gone(int(pid_file.read_text()))
 
 
 FAKE_RANK = textwrap.dedent(
@@ -159,7 +160,7 @@ def test_fake_rank_job_ends_once_every_rank_reported(tmp_path: Path) -> None:
     assert run.steady_peak_memory == 2003  # the highest rank's peak over the measured steps
     assert run.step_times_s == (0.1, 0.1, 0.1)
     for rank in run.ranks:
-        _assert_gone(int(rank["pid"]))
+        assert_gone(int(rank["pid"]))
 
 
 def test_cli_rejects_a_recipe_and_a_command_together(tmp_path: Path) -> None:
@@ -174,17 +175,6 @@ def test_cli_trial_after_double_dash_runs_the_command(tmp_path: Path) -> None:
     assert_one_line_error(
         replace(run, stderr=error), "the training command failed", "no ORTModule training step seen", "plain job"
     )
-
-
-def _assert_gone(pid: int) -> None:
-    deadline = time.monotonic() + 5
-    while time.monotonic() < deadline:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"process {pid} is still running")
 
 
 def test_job_ends_itself_when_memopt_is_gone(tmp_path: Path) -> None:
@@ -219,7 +209,7 @@ def test_every_process_of_the_job_ends_when_memopt_is_killed_outright(tmp_path: 
         time.sleep(0.1)
     memopt_run.kill()
     memopt_run.wait()
-    _assert_gone(int(pid_file.read_text()))
+    assert_gone(int(pid_file.read_text()))
 
 
 def test_a_timed_out_job_leaves_no_worker_in_a_session_of_its_own(tmp_path: Path) -> None:
@@ -241,7 +231,7 @@ def test_a_timed_out_job_leaves_no_worker_in_a_session_of_its_own(tmp_path: Path
         timeout=120,
     )
     assert "killed after 10 s" in run.stdout + run.stderr, run.stdout + run.stderr
-    _assert_gone(int(pid_file.read_text()))
+    assert_gone(int(pid_file.read_text()))
 
 
 def test_ctrl_c_in_trial_ends_the_job(tmp_path: Path) -> None:
@@ -259,7 +249,7 @@ def test_ctrl_c_in_trial_ends_the_job(tmp_path: Path) -> None:
     memopt_run.send_signal(signal.SIGINT)
     _, stderr = memopt_run.communicate(timeout=30)
     assert memopt_run.returncode == 130 and "Traceback" not in stderr
-    _assert_gone(int(pid_file.read_text()))
+    assert_gone(int(pid_file.read_text()))
 
 
 def test_an_inherited_config_is_named_as_text_not_markup(tmp_path: Path) -> None:

@@ -23,7 +23,9 @@ from memopt.errors import MemoptError
 from memopt.ort.version import OrtVersion
 
 __all__ = [
+    "CONFIG_VARIABLES",
     "ENV_VAR",
+    "LEVEL_VAR",
     "PlanKey",
     "key_entries",
     "plan_config_entries",
@@ -45,6 +47,9 @@ __all__ = [
 ]
 
 ENV_VAR = "ORTMODULE_MEMORY_OPT_CONFIG"
+LEVEL_VAR = "ORTMODULE_MEMORY_OPT_LEVEL"  # overrides any config
+# What decides ORT's recompute in a run: a run that must choose its own unsets both.
+CONFIG_VARIABLES = (ENV_VAR, LEVEL_VAR)
 MAX_STRING_LENGTH = 2048  # 1.17 and 1.18 refuse longer session config values
 _INT_PREFIX = re.compile(r"^\s*([+-]?\d+)")
 _INT32 = range(-(2**31), 2**31)

@@ -386,10 +386,7 @@ def _child_env(request: RunRequest, run_dir: Path) -> dict[str, str]:
 
 def _end_group(child: subprocess.Popen[bytes]) -> int:
     """SIGTERM to the whole group (launchers such as torchrun pass it on), SIGKILL what is left."""
-    try:
-        os.killpg(child.pid, signal.SIGTERM)
-    except ProcessLookupError:
-        pass
+    _signal_group(child, signal.SIGTERM)
     try:
         returncode = child.wait(timeout=_END_GRACE_S)
     except subprocess.TimeoutExpired:
@@ -400,8 +397,12 @@ def _end_group(child: subprocess.Popen[bytes]) -> int:
 
 
 def _kill_group(child: subprocess.Popen[bytes]) -> None:
+    _signal_group(child, signal.SIGKILL)
+
+
+def _signal_group(child: subprocess.Popen[bytes], signum: signal.Signals) -> None:
     try:
-        os.killpg(child.pid, signal.SIGKILL)
+        os.killpg(child.pid, signum)
     except ProcessLookupError:
         pass
 

@@ -81,21 +81,21 @@ def probe(
             timeout_s=timeout_s,
         )
         run = run_command(command, new_run_dir(runs_dir, run_label(recipe, batch_size)), cancel)
-        return ProbeResult(run=run, graphs=_saved_graphs(run.run_dir / ONNX_DIR))
-    request = RunRequest(
-        recipe=recipe,
-        batch_size=batch_size,
-        options=dict(options or {}),
-        steps=steps,
-        device=device,
-        log_level=log_level,
-        save_onnx=True,
-        env=dict(env or {}),
-        unset_env=unset_env,
-        timeout_s=timeout_s,
-        **({"python": python} if python else {}),
-    )
-    run = launch(request, new_run_dir(runs_dir, run_label(recipe, batch_size)), cancel)
+    else:
+        request = RunRequest(
+            recipe=recipe,
+            batch_size=batch_size,
+            options=dict(options or {}),
+            steps=steps,
+            device=device,
+            log_level=log_level,
+            save_onnx=True,
+            env=dict(env or {}),
+            unset_env=unset_env,
+            timeout_s=timeout_s,
+            **({"python": python} if python else {}),
+        )
+        run = launch(request, new_run_dir(runs_dir, run_label(recipe, batch_size)), cancel)
     return ProbeResult(run=run, graphs=_saved_graphs(run.run_dir / ONNX_DIR))
 
 

@@ -12,15 +12,12 @@ from memopt.errors import MemoptError
 from memopt.graph.gradient import build_training_graph
 from memopt.graph.training_graph import TrainingGraph, load_graph
 from memopt.logparse import parse_file
-from memopt.ort.config import key_entries
+from memopt.ort.config import CONFIG_VARIABLES, key_entries
 from memopt.run.command import is_command
 from memopt.run.launch import new_run_dir
 from memopt.run.probe import probe
 
 __all__ = ["CONFIG_VARIABLES", "ScanTarget", "is_graph_file", "load_target"]
-
-# A graph probe must see the graph before recompute is applied.
-CONFIG_VARIABLES = ("ORTMODULE_MEMORY_OPT_CONFIG", "ORTMODULE_MEMORY_OPT_LEVEL")
 
 
 @dataclass(frozen=True)
@@ -75,7 +72,7 @@ def load_target(
         steps=1,
         runs_dir=runs_dir,
         python=python,
-        unset_env=CONFIG_VARIABLES,
+        unset_env=CONFIG_VARIABLES,  # a graph probe must see the graph before recompute is applied
         cancel=cancel,
     )
     run = result.run

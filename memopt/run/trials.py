@@ -18,7 +18,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field, fields, replace
 from enum import Enum
 from pathlib import Path
@@ -27,7 +27,9 @@ from typing import Any, Protocol
 from memopt.errors import MemoptError
 from memopt.logparse import LogReadError, parse_file
 from memopt.ort.config import (
+    CONFIG_VARIABLES,
     ENV_VAR,
+    LEVEL_VAR,
     ConfigEntry,
     ConfigError,
     ValidatedConfig,
@@ -68,7 +70,6 @@ __all__ = [
     "stack_versions",
 ]
 
-LEVEL_VAR = "ORTMODULE_MEMORY_OPT_LEVEL"  # would override any config: never inherited by a trial
 CONFIG_FILE = "memopt_config.json"
 # Measured steps per trial after the warm-up step. Two or more: some plans lower only the
 # first measured step's peak, so a single step can hide what a config does.
@@ -297,7 +298,7 @@ def parse_trial_config(text: str, version: OrtVersion) -> ValidatedConfig:
 
 def inherited_config_note() -> str | None:
     """A line for users whose shell sets a memory-optimizer variable: trials replace it."""
-    inherited = [f"{name}={os.environ[name]}" for name in (ENV_VAR, LEVEL_VAR) if os.environ.get(name)]
+    inherited = [f"{name}={os.environ[name]}" for name in CONFIG_VARIABLES if os.environ.get(name)]
     if not inherited:
         return None
     return f"{' and '.join(inherited)} from your environment is not used: each trial sets its own config"
@@ -414,37 +415,26 @@ class ChildTrialRunner:
         predicted_peak_bytes: int | None,
         cancel: threading.Event,
     ) -> TrialResult:
-        versions = self.versions
-        if versions.ort_version is None:
-            raise TrialError("onnxruntime-training is not installed for the interpreter that would run the trial")
-        version = OrtVersion.parse(versions.ort_version)
-        validated = validate_entries(spec.config, version) if spec.config else ValidatedConfig((), ())
-        run_dir = new_run_dir(Path(self.runs_dir), _label(spec))
-        env, unset, value = _config_env(spec.config, version, run_dir)
-        request = RunRequest(
-            recipe=spec.recipe,
-            batch_size=spec.batch_size,
-            options=dict(spec.options),
-            steps=spec.steps,
-            device=spec.device,
-            log_level=spec.log_level,
-            save_onnx=False,
-            env=env,
-            unset_env=unset,
-            timeout_s=spec.timeout_s,
-            **({"python": spec.python} if spec.python else {}),
+        def start(version: OrtVersion, env: dict[str, str], unset: tuple[str, ...], run_dir: Path) -> RunResult:
+            request = RunRequest(
+                recipe=spec.recipe,
+                batch_size=spec.batch_size,
+                options=dict(spec.options),
+                steps=spec.steps,
+                device=spec.device,
+                log_level=spec.log_level,
+                save_onnx=False,
+                env=env,
+                unset_env=unset,
+                timeout_s=spec.timeout_s,
+                **({"python": spec.python} if spec.python else {}),
+            )
+            return launch(request, run_dir, cancel)
+
+        result, _ = _measured_trial(
+            spec, self.runs_dir, self.versions, budget_bytes, predicted_peak_bytes, "would run the trial", start
         )
-        run = launch(request, run_dir, cancel)
-        return _result(
-            spec,
-            run,
-            trial_key(spec, versions),
-            value,
-            versions,
-            validated.warnings,
-            budget_bytes,
-            predicted_peak_bytes,
-        )
+        return result
 
 
 @dataclass(frozen=True)
@@ -463,36 +453,50 @@ class CommandTrialRunner:
         cancel: threading.Event,
     ) -> TrialResult:
         versions = self.versions
-        if versions.ort_version is None:
-            raise TrialError("onnxruntime-training is not installed for the interpreter that runs the command")
-        version = OrtVersion.parse(versions.ort_version)
-        validated = validate_entries(spec.config, version) if spec.config else ValidatedConfig((), ())
-        run_dir = new_run_dir(Path(self.runs_dir), _label(spec))
-        env, unset, value = _config_env(spec.config, version, run_dir)
-        request = CommandRequest(
-            target=spec.recipe,
-            batch_size=spec.batch_size,
-            steps=spec.steps,
-            log_level=job_log_level(spec.log_level, version),
-            env=env,
-            unset_env=unset,
-            timeout_s=spec.timeout_s,
-            cuda=versions.cuda,
-        )
-        run = _same_stack(run_command(request, run_dir, cancel), versions)
-        result = _result(
-            spec,
-            run,
-            trial_key(spec, versions),
-            value,
-            versions,
-            validated.warnings,
-            budget_bytes,
-            predicted_peak_bytes,
+
+        def start(version: OrtVersion, env: dict[str, str], unset: tuple[str, ...], run_dir: Path) -> RunResult:
+            request = CommandRequest(
+                target=spec.recipe,
+                batch_size=spec.batch_size,
+                steps=spec.steps,
+                log_level=job_log_level(spec.log_level, version),
+                env=env,
+                unset_env=unset,
+                timeout_s=spec.timeout_s,
+                cuda=versions.cuda,
+            )
+            return _same_stack(run_command(request, run_dir, cancel), versions)
+
+        result, run = _measured_trial(
+            spec, self.runs_dir, versions, budget_bytes, predicted_peak_bytes, "runs the command", start
         )
         disagreement = _processes_disagree(run.log_path) if run.status == "ok" else None
         warnings = (*result.config_warnings, disagreement) if disagreement else result.config_warnings
         return replace(result, ranks=run.ranks, config_warnings=warnings)
+
+
+def _measured_trial(
+    spec: TrialSpec,
+    runs_dir: Path,
+    versions: StackVersions,
+    budget_bytes: int | None,
+    predicted_peak_bytes: int | None,
+    interpreter_does: str,
+    start: Callable[[OrtVersion, dict[str, str], tuple[str, ...], Path], RunResult],
+) -> tuple[TrialResult, RunResult]:
+    """What every real trial does around its run: the config checked and put in the run's
+    environment, a fresh run folder, and the run judged as a trial."""
+    if versions.ort_version is None:
+        raise TrialError(f"onnxruntime-training is not installed for the interpreter that {interpreter_does}")
+    version = OrtVersion.parse(versions.ort_version)
+    validated = validate_entries(spec.config, version) if spec.config else ValidatedConfig((), ())
+    run_dir = new_run_dir(Path(runs_dir), _label(spec))
+    env, unset, value = _config_env(spec.config, version, run_dir)
+    run = start(version, env, unset, run_dir)
+    result = _result(
+        spec, run, trial_key(spec, versions), value, versions, validated.warnings, budget_bytes, predicted_peak_bytes
+    )
+    return result, run
 
 
 def _processes_disagree(log_path: Path) -> str | None:
@@ -590,7 +594,7 @@ def _config_env(
 ) -> tuple[dict[str, str], tuple[str, ...], str | None]:
     """The variables that apply ``entries`` as a user would, and the inherited ones to drop."""
     if not entries:
-        return {}, (ENV_VAR, LEVEL_VAR), None
+        return {}, CONFIG_VARIABLES, None
     if takes_json_file(version):
         value = str(write_json_config(entries, run_dir / CONFIG_FILE, version, overwrite=True))
     else:
