@@ -32,6 +32,7 @@ from memopt.predict.memory_model import (
     PlanSavings,
     fit_memory_model,
 )
+from memopt.predict.liveness import ActivationSimulator, Recompute
 from memopt.predict.recompute_cost import BALANCE, nodes_work, seconds_per_unit
 from memopt.run.budget import total_ram
 from memopt.run.journal import Journal
@@ -90,10 +91,9 @@ class Calibration:
         return {key: units * self.seconds_per_unit * self.cost_scale for key, units in self.unit_costs.items()}
 
 
-def default_calibration_batches(target_batch: int) -> tuple[int, int]:
-    low = max(1, target_batch // 8)
-    high = max(low + 1, target_batch // 4)
-    return low, high
+def default_calibration_batches(target_batch: int) -> tuple[int]:
+    """One no-config run at half the target batch: the graph's simulation scales it to the target."""
+    return (max(1, target_batch // 2),)
 
 
 def model_identity(recipe: str, options: Mapping[str, Any], versions: StackVersions, device: str) -> str:
@@ -234,16 +234,24 @@ def require_ran(trial: TrialResult) -> None:
 def plan_savings(report: ScanReport, graph: TrainingGraph) -> tuple[PlanSavings, ...]:
     """The scan's plans as the memory model sees them, occurrences in topological order."""
     order = {node.name: node.order for node in graph.nodes}
-    return tuple(
-        PlanSavings(
-            p.key,
-            key_entries(p.key),
-            p.frequency,
-            p.exact,
-            tuple(o.exact for o in sorted(p.occurrences, key=lambda o: order.get(o.entry, 0))),
+    plans = []
+    for p in report.patterns:
+        occurrences = sorted(p.occurrences, key=lambda o: order.get(o.entry, 0))
+        plans.append(
+            PlanSavings(
+                p.key,
+                key_entries(p.key),
+                p.frequency,
+                p.exact,
+                tuple(o.exact for o in occurrences),
+                tuple(Recompute(o.entry, o.nodes) for o in occurrences),
+            )
         )
-        for p in report.patterns
-    )
+    return tuple(plans)
+
+
+def simulator_for(plans: Sequence[PlanSavings], graph: TrainingGraph, source: Path | None) -> ActivationSimulator:
+    return ActivationSimulator(graph, {p.key: p.recomputes for p in plans}, str(source) if source else None)
 
 
 def fit_calibration(
@@ -270,7 +278,9 @@ def fit_calibration(
     known = (*_history(journal, recipe, options, versions, device_used), *trials)
     history = list({t.key or id(t): t for t in known}.values())  # a trial no journal keyed counts once
     observations = [Observation(t.batch_size, _plans_of(t, plans), int(t.peak_bytes)) for t in history if t.peak_bytes]
-    model = fit_memory_model(observations, plans, symbols, fixed)
+    model = fit_memory_model(
+        observations, plans, symbols, fixed, simulator=simulator_for(plans, target.graph, target.graph_path)
+    )
     identity = model_identity(recipe, options, versions, device_used)
     save_model(runs_dir, identity, model)
 
