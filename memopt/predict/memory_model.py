@@ -121,6 +121,17 @@ class MemoryModel:
             return self.predict(batch_size, plans, counts).peak_bytes - self.static_bytes
         return self.activation_scale * self.timeline(batch_size, plans, counts).peak_bytes
 
+    def describe(self) -> str:
+        """One line: what the model adds up."""
+        mib = 2**20
+        if self.simulator is not None:
+            scale = f" × {self.activation_scale:.2f} (allocator overhead learnt)" if self.activation_scale != 1.0 else ""
+            return f"fixed {self.static_bytes / mib:,.1f} MiB + simulated activation peak{scale}"
+        return (
+            f"static {self.static_bytes / mib:,.1f} MiB + {self.per_sample_bytes / mib:,.1f} MiB/sample"
+            f" − plan savings × {self.global_effectiveness:.2f}"
+        )
+
     def plan(self, key: str) -> PlanSavings:
         for plan in self.plans:
             if plan.key == key:

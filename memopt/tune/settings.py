@@ -55,6 +55,6 @@ class TuneSettings:
         if not self.timeout_s > 0:  # also refuses NaN
             raise TuneError(f"--timeout must be positive, not {self.timeout_s:g}")
         if self.calibration_batches is not None and (
-            len(set(self.calibration_batches)) < 2 or min(self.calibration_batches) < 1
+            not self.calibration_batches or min(self.calibration_batches) < 1
         ):
-            raise TuneError("calibration needs two or more different positive batch sizes")
+            raise TuneError("calibration needs one or more positive batch sizes")

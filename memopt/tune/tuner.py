@@ -249,7 +249,7 @@ class Tuner:
         self._emit(
             StageFinished(
                 "calibrate",
-                f"model: static {format_mib(model.static_bytes)} + {format_mib(model.per_sample_bytes)}/sample",
+                f"model: {model.describe()}",
                 time.monotonic() - started,
             )
         )
@@ -418,10 +418,7 @@ class Tuner:
                 self.model = self.model.with_observation(Observation(result.batch_size, on, result.peak_bytes))
             except ModelError:
                 return line
-            if record.plans:
-                line += f"; model recalibrated (plan effectiveness {self.model.global_effectiveness:.2f})"
-            else:
-                line += "; model recalibrated"
+            line += f"; model recalibrated: {self.model.describe()}"
         return line
 
     # -- auto-search ------------------------------------------------------------------------
