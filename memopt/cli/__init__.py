@@ -2,7 +2,9 @@
 
 Each command lives in its own module here and registers itself on ``app``. Every
 ``MemoptError`` becomes one line on stderr and exit status 2; nothing else the library
-raises should reach the user as a traceback.
+raises should reach the user as a traceback. Exit status 3 (``EXIT_DOES_NOT_FIT``) is a
+result, not an error: ``plan --verify`` measured its config over the budget, or ``tune``
+ended without a config measured to fit.
 """
 
 from __future__ import annotations
@@ -16,7 +18,10 @@ from rich.text import Text
 from memopt import __version__
 from memopt.errors import MemoptError
 
-__all__ = ["app", "console", "error_console", "main"]
+__all__ = ["EXIT_DOES_NOT_FIT", "EXIT_ERROR", "app", "console", "error_console", "main"]
+
+EXIT_ERROR = 2
+EXIT_DOES_NOT_FIT = 3
 
 app = typer.Typer(
     name="memopt",
@@ -58,7 +63,7 @@ def main() -> None:
         app()
     except MemoptError as err:
         error_console.print(Text.assemble(("error: ", "bold red"), str(err)), highlight=False, soft_wrap=True)
-        sys.exit(2)
+        sys.exit(EXIT_ERROR)
     except KeyboardInterrupt:
         error_console.print("interrupted")
         sys.exit(130)

@@ -10,7 +10,7 @@ The child process's own side lives in ``memopt.child`` (it imports torch; nothin
 """
 
 from memopt.run.budget import (
-    CUDA_DEFAULT_FRACTION,
+    DEFAULT_FRACTION,
     Budget,
     BudgetError,
     parse_budget,
@@ -54,7 +54,7 @@ from memopt.run.trials import (
 
 __all__ = [
     "CONFIG_VARIABLES",
-    "CUDA_DEFAULT_FRACTION",
+    "DEFAULT_FRACTION",
     "DEVICES",
     "DEFAULT_STEPS",
     "GRAPH_KINDS",
