@@ -278,6 +278,9 @@ def fit_calibration(
     known = (*_history(journal, recipe, options, versions, device_used), *trials)
     history = list({t.key or id(t): t for t in known}.values())  # a trial no journal keyed counts once
     observations = [Observation(t.batch_size, _plans_of(t, plans), int(t.peak_bytes)) for t in history if t.peak_bytes]
+    if target.probe_peak is not None and target.probe_peak[2] == device_used:
+        # The graph probe is a no-config run too: with the calibration run, two batches fit the allocator's scale.
+        observations.append(Observation(target.probe_peak[0], (), target.probe_peak[1]))
     model = fit_memory_model(
         observations, plans, symbols, fixed, simulator=simulator_for(plans, target.graph, target.graph_path)
     )

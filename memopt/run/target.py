@@ -28,6 +28,8 @@ class ScanTarget:
     graph_path: Path
     logged_dims: Mapping[str, int] = field(default_factory=dict)  # the probe's first-batch dims
     ort_version: str | None = None  # the ORT that built the graph, when memopt ran it
+    # The probe's own no-config measurement (batch, steady peak bytes, device): a free calibration point.
+    probe_peak: tuple[int, int, str] | None = None
 
 
 def load_target(
@@ -78,4 +80,5 @@ def load_target(
         result.execution_graph,
         dims,
         run.stack.get("ort_version"),
+        (probe_batch, run.steady_peak_memory, run.device or "cpu") if run.steady_peak_memory else None,
     )
