@@ -27,7 +27,6 @@ __all__ = [
     "Stop",
     "TryPlans",
     "best_attempt",
-    "format_mib",
     "names",
     "next_step",
 ]

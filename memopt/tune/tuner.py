@@ -68,11 +68,11 @@ from memopt.tune.policy import (
     SearchState,
     Stop,
     best_attempt,
-    format_mib,
     names,
     next_step,
 )
 from memopt.tune.settings import TuneCancelled, TuneError, TuneSettings
+from memopt.units import format_mib
 
 __all__ = ["Tuner"]
 
