@@ -43,7 +43,13 @@ def bench_case(recipe: str, size: str, seq: int, batch: int, runs_dir: Path, ste
     for fraction in FRACTIONS:
         budget = int(fraction * baseline.peak_bytes)
         plan = choose_plans(
-            model, cal.costs_s, batch, budget, cal.ort_version, margin=DEFAULT_MARGIN, baseline_step_s=cal.baseline_step_s
+            model,
+            cal.costs_s,
+            batch,
+            budget,
+            cal.ort_version,
+            margin=DEFAULT_MARGIN,
+            baseline_step_s=cal.baseline_step_s,
         )
         trial = run_trial(
             TrialSpec(recipe, batch, options, plan.entries, steps),
@@ -57,7 +63,19 @@ def bench_case(recipe: str, size: str, seq: int, batch: int, runs_dir: Path, ste
         extra = (trial.median_step_s or 0.0) - (baseline.median_step_s or 0.0)
         label = f"{fraction:.0%} budget: {len(plan.plans)} plans" + ("" if plan.feasible else " (predicted not to fit)")
         rows.append(
-            _row(recipe, size, seq, batch, label, budget, plan.predicted_bytes, trial, model.static_bytes, plan.cost_s, extra)
+            _row(
+                recipe,
+                size,
+                seq,
+                batch,
+                label,
+                budget,
+                plan.predicted_bytes,
+                trial,
+                model.static_bytes,
+                plan.cost_s,
+                extra,
+            )
         )
     return rows
 
@@ -105,7 +123,9 @@ def main() -> int:
         rows += bench_case(recipe, size, int(seq), int(batch), runs_dir, args.steps)
     mib = 2**20
     print(f"Command: `{' '.join(shlex.quote(a) for a in ['.venv/bin/python', *sys.argv])}`\n")
-    print("| case | batch | config | budget MiB | predicted MiB | measured MiB | fits | over % | error % | error % of activations | est. cost s | measured extra s |")
+    print(
+        "| case | batch | config | budget MiB | predicted MiB | measured MiB | fits | over % | error % | error % of activations | est. cost s | measured extra s |"
+    )
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         budget = f"{r['budget'] / mib:.1f}" if r["budget"] else "-"
@@ -121,7 +141,9 @@ def main() -> int:
     fits = sum(r["measured"] <= r["budget"] for r in planned)
     worst = max(r["over_pct"] for r in planned)
     errors = [abs(r["error_pct"]) for r in rows]
-    activation_errors = [abs(r["error_activation_pct"]) for r in rows if r["error_activation_pct"] == r["error_activation_pct"]]
+    activation_errors = [
+        abs(r["error_activation_pct"]) for r in rows if r["error_activation_pct"] == r["error_activation_pct"]
+    ]
     costed = [r for r in planned if r["cost_s"] > 0 and r["extra_s"] is not None and r["extra_s"] > 0]
     print(
         f"\nfits {fits}/{len(planned)} ({100 * fits / len(planned):.0f}%), worst {worst:+.2f}% of the budget; "
@@ -130,7 +152,9 @@ def main() -> int:
     )
     if costed:
         ratio = statistics.median(abs(r["cost_s"] - r["extra_s"]) / r["extra_s"] for r in costed)
-        print(f"recompute cost: median |estimate − measured extra step time| {100 * ratio:.0f}% of the measured ({len(costed)} trials)")
+        print(
+            f"recompute cost: median |estimate − measured extra step time| {100 * ratio:.0f}% of the measured ({len(costed)} trials)"
+        )
     print(f"median trial {statistics.median(r['wall_s'] for r in rows):.1f} s wall; runs in {runs_dir}")
     return 0
 

@@ -60,7 +60,9 @@ class FakeRunner:
         recompute = [
             Recompute(o.entry, o.nodes) for p in self.prepared.report.patterns if p.key in plans for o in p.occurrences
         ]
-        return self.static_bytes + self.allocator_scale * simulate(self.prepared.target.graph, dims, recompute).peak_bytes
+        return (
+            self.static_bytes + self.allocator_scale * simulate(self.prepared.target.graph, dims, recompute).peak_bytes
+        )
 
     def __call__(
         self, spec: TrialSpec, *, budget_bytes: int | None, predicted_peak_bytes: int | None, cancel: threading.Event

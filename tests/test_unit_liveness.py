@@ -8,7 +8,9 @@ from memopt.predict.liveness import ActivationSimulator, Recompute, simulate
 FLOAT = 1  # TensorProto.FLOAT: 4 bytes
 
 
-def graph(nodes: list[tuple[str, str, tuple[str, ...], tuple[str, ...]]], outputs: tuple[str, ...] = ()) -> TrainingGraph:
+def graph(
+    nodes: list[tuple[str, str, tuple[str, ...], tuple[str, ...]]], outputs: tuple[str, ...] = ()
+) -> TrainingGraph:
     """Nodes as (name, op, inputs, outputs); every tensor is ``b`` × 256 floats (1 KiB per sample)."""
     built = [Node(i, name, op, "", 1, inputs, outs) for i, (name, op, inputs, outs) in enumerate(nodes)]
     tensors = {t: TensorInfo(FLOAT, ("b", 256)) for n in built for t in (*n.inputs, *n.outputs)}

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
 import typer
 from rich.table import Table
-
-import sys
 
 from memopt.cli import EXIT_DOES_NOT_FIT, app, console
 from memopt.cli.options import (
@@ -157,7 +156,9 @@ def _print(result: PlanResult, cal: Calibration, config_value: str | None, recip
         f"(ORT {cal.ort_version}), budget {format_bytes(result.budget_bytes)}",
         highlight=False,
     )
-    measured = ", ".join(f"{o.batch_size}" + (f" ({len(o.plans)} plans)" if o.plans else "") for o in model.observations)
+    measured = ", ".join(
+        f"{o.batch_size}" + (f" ({len(o.plans)} plans)" if o.plans else "") for o in model.observations
+    )
     console.print(f"  model        {model.describe()} (measured at batch {measured})", highlight=False)
     where = f", {model.timeline(result.target_batch).where()}" if model.simulated else ""
     console.print(f"  no config    predicted peak {format_mib(result.baseline_bytes)}{where}", highlight=False)

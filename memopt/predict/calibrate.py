@@ -25,6 +25,7 @@ import numpy as np
 from memopt.graph.sizes import batch_symbols
 from memopt.graph.training_graph import TrainingGraph
 from memopt.ort.config import PlanKey, key_entries
+from memopt.predict.liveness import ActivationSimulator, Recompute
 from memopt.predict.memory_model import (
     MemoryModel,
     ModelError,
@@ -32,7 +33,6 @@ from memopt.predict.memory_model import (
     PlanSavings,
     fit_memory_model,
 )
-from memopt.predict.liveness import ActivationSimulator, Recompute
 from memopt.predict.recompute_cost import BALANCE, nodes_work, seconds_per_unit
 from memopt.run.budget import total_ram
 from memopt.run.journal import Journal

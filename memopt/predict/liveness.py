@@ -156,10 +156,14 @@ def simulate(graph: TrainingGraph, dims: Mapping[str, int], recompute: Iterable[
     if peak_index < 0:
         return Timeline(0.0, "", "", "forward", None, False, len(steps))
     at = steps[peak_index]
-    phase = "forward" if yield_index is None or peak_index < yield_index else "loss" if peak_index == yield_index else "backward"
-    return Timeline(
-        peak, at.node.name, at.node.op_type, phase, module_path(at.node.name), at.recomputed, len(steps)
+    phase = (
+        "forward"
+        if yield_index is None or peak_index < yield_index
+        else "loss"
+        if peak_index == yield_index
+        else "backward"
     )
+    return Timeline(peak, at.node.name, at.node.op_type, phase, module_path(at.node.name), at.recomputed, len(steps))
 
 
 def _schedule(graph: TrainingGraph, recompute: Sequence[Recompute]) -> tuple[list[_Step], int | None]:

@@ -125,7 +125,9 @@ class MemoryModel:
         """One line: what the model adds up."""
         mib = 2**20
         if self.simulator is not None:
-            scale = f" × {self.activation_scale:.2f} (allocator overhead learnt)" if self.activation_scale != 1.0 else ""
+            scale = (
+                f" × {self.activation_scale:.2f} (allocator overhead learnt)" if self.activation_scale != 1.0 else ""
+            )
             return f"fixed {self.static_bytes / mib:,.1f} MiB + simulated activation peak{scale}"
         return (
             f"static {self.static_bytes / mib:,.1f} MiB + {self.per_sample_bytes / mib:,.1f} MiB/sample"

@@ -176,7 +176,9 @@ def _choose_simulated(
         if savings.sum() < current - limit:
             chosen |= set(useful)  # not enough on this estimate: take them all, then re-simulate
             continue
-        picked, solver_note = _solve([(i, 1, marginal[k], cost[k]) for i, k in enumerate(useful)], savings, current - limit)
+        picked, solver_note = _solve(
+            [(i, 1, marginal[k], cost[k]) for i, k in enumerate(useful)], savings, current - limit
+        )
         if not solver_note.startswith("milp (HiGHS)"):
             solver = solver_note
         chosen |= {key for key, on in zip(useful, picked) if on > 0.5}
@@ -191,7 +193,11 @@ def _choose_simulated(
     full = {key: model.factor(key) * model.raw_saving(key, batch) for key in chosen}
     choices = tuple(
         sorted(
-            (PlanChoice(p.key, p.entries, -1, p.frequency, full[p.key], cost[p.key]) for p in model.plans if p.key in chosen),
+            (
+                PlanChoice(p.key, p.entries, -1, p.frequency, full[p.key], cost[p.key])
+                for p in model.plans
+                if p.key in chosen
+            ),
             key=lambda c: -c.saving_bytes,
         )
     )

@@ -54,7 +54,5 @@ class TuneSettings:
         check_device(self.device)
         if not self.timeout_s > 0:  # also refuses NaN
             raise TuneError(f"--timeout must be positive, not {self.timeout_s:g}")
-        if self.calibration_batches is not None and (
-            not self.calibration_batches or min(self.calibration_batches) < 1
-        ):
+        if self.calibration_batches is not None and (not self.calibration_batches or min(self.calibration_batches) < 1):
             raise TuneError("calibration needs one or more positive batch sizes")
