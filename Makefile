@@ -18,8 +18,11 @@ CHECK_TOOLS := $(VENV)/.memopt-check-tools
 setup: $(INSTALLED)
 	$(BIN)/memopt stack --build-extensions
 
+# The scan, then the main job: a tiny GPT at batch 512 whose no-config peak (about 1,234 MiB
+# RSS on CPU) is over a 1,180 MiB budget, tuned headless to a verified config.
 demo: setup
 	$(BIN)/memopt scan gpt --batch 8 --seq 512 --plot runs/demo-scan.png
+	$(BIN)/memopt tune gpt --size tiny --seq 64 --target-batch 512 --budget 1180MiB --no-tui --runs-dir runs/demo-tune
 
 test: setup
 	$(BIN)/python -m pytest

@@ -1,12 +1,14 @@
-"""Memory-model accuracy on built-in recipes: predicted vs measured peak, real ORTModule trials.
+"""Does the first answer fit? The planner's config, then a real trial with it, over a grid.
 
-For each recipe: a graph probe and the scan give the plans; no-config trials at two small
-batches fit the model; it then predicts (a) no-config peaks at larger batches, (b) the
-peak with the top plans on (effectiveness 1.0, before any calibration) and (c) after
-recalibrating on that trial, the peak with the same plans at a larger batch. Each
-prediction is checked against a real trial. Prints a markdown table and the median error.
+For each recipe and batch: a no-config trial measures the peak the budgets are cut from
+(80%, 90%, 95% of it); memopt calibrates as ``memopt plan`` does (one no-config run at half
+the batch, the graph's liveness simulation for the rest), picks a config per budget
+without verifying it, and a real trial with that config says whether it fits. Reports the
+fit rate, the overrun, the prediction error (of the peak and of its activation part: peak
+less the calibrated fixed part) and the recompute-cost estimate against the measured
+step-time increase (medians of the measured steps).
 
-    .venv/bin/python bench/bench_memory_model.py [--recipes gpt:tiny,mlp:tiny] [--runs-dir DIR]
+    .venv/bin/python bench/bench_memory_model.py [--cases gpt:tiny:64:256,gpt:tiny:64:512] [--runs-dir DIR]
 """
 
 from __future__ import annotations
@@ -17,84 +19,143 @@ import statistics
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
-from memopt.ort import plan_config_entries
 from memopt.predict.calibrate import calibrate
-from memopt.predict.memory_model import Observation
+from memopt.predict.planner import DEFAULT_MARGIN, choose_plans
+from memopt.run.journal import Journal
 from memopt.run.trials import TrialSpec, run_trial
 
+FRACTIONS = (0.80, 0.90, 0.95)
+DEFAULT_CASES = "gpt:tiny:64:256,gpt:tiny:64:512,bert:tiny:64:256,bert:tiny:64:512"
 
-def bench(recipe: str, size: str, runs_dir: Path, fit: tuple[int, int], checks: tuple[int, int]) -> list[dict]:
-    options = {"size": size}
-    cal = calibrate(recipe, checks[-1], options=options, runs_dir=runs_dir, calibration_batches=fit, steps=2)
+
+def bench_case(recipe: str, size: str, seq: int, batch: int, runs_dir: Path, steps: int) -> list[dict[str, Any]]:
+    options: dict[str, Any] = {"size": size, "seq_len": seq}
+    journal = Journal.in_folder(runs_dir)
+    baseline = run_trial(TrialSpec(recipe, batch, options, (), steps), runs_dir, journal=journal, resume=True)
+    assert baseline.ran and baseline.peak_bytes, baseline.error
+    cal = calibrate(recipe, batch, options=options, runs_dir=runs_dir, steps=steps)
     model = cal.model
     rows = []
-
-    def check(batch: int, plans: tuple[str, ...], label: str) -> float:
-        predicted = model.predict(batch, plans).peak_bytes
+    no_config = model.baseline(batch)
+    rows.append(_row(recipe, size, seq, batch, "no config", None, no_config, baseline, model.static_bytes, 0.0, None))
+    for fraction in FRACTIONS:
+        budget = int(fraction * baseline.peak_bytes)
+        plan = choose_plans(
+            model,
+            cal.costs_s,
+            batch,
+            budget,
+            cal.ort_version,
+            margin=DEFAULT_MARGIN,
+            baseline_step_s=cal.baseline_step_s,
+        )
         trial = run_trial(
-            TrialSpec(
-                recipe, batch, options, plan_config_entries(p.key for p in model.plans if p.key in plans), steps=2
-            ),
+            TrialSpec(recipe, batch, options, plan.entries, steps),
             runs_dir,
-            predicted_peak_bytes=int(predicted),
+            journal=journal,
+            budget_bytes=budget,
+            predicted_peak_bytes=int(plan.predicted_bytes),
+            resume=True,
         )
-        assert trial.ran, trial.error
-        measured = trial.peak_bytes
-        dynamic = measured - model.static_bytes
+        assert trial.ran and trial.peak_bytes, trial.error
+        extra = (trial.median_step_s or 0.0) - (baseline.median_step_s or 0.0)
+        label = f"{fraction:.0%} budget: {len(plan.plans)} plans" + ("" if plan.feasible else " (predicted not to fit)")
         rows.append(
-            {
-                "recipe": f"{recipe} {size}",
-                "batch": batch,
-                "case": label,
-                "plans": len(plans),
-                "predicted_MiB": predicted / 2**20,
-                "measured_MiB": measured / 2**20,
-                "error_pct": 100 * (predicted - measured) / measured,
-                "error_of_dynamic_pct": 100 * (predicted - measured) / dynamic if dynamic > 0 else float("nan"),
-                "trial_wall_s": trial.wall_s,
-            }
+            _row(
+                recipe,
+                size,
+                seq,
+                batch,
+                label,
+                budget,
+                plan.predicted_bytes,
+                trial,
+                model.static_bytes,
+                plan.cost_s,
+                extra,
+            )
         )
-        return measured
-
-    for batch in checks:
-        check(batch, (), "no config")
-    top = tuple(p.key for p in sorted(model.plans, key=lambda p: -model.raw_saving(p.key, checks[0]))[:3])
-    measured = check(checks[0], top, "top-3 plans, uncalibrated")
-    model = model.with_observation(Observation(checks[0], top, measured))
-    check(checks[1], top, "top-3 plans, recalibrated")
     return rows
+
+
+def _row(
+    recipe: str,
+    size: str,
+    seq: int,
+    batch: int,
+    label: str,
+    budget: int | None,
+    predicted: float,
+    trial: Any,
+    fixed: float,
+    cost_s: float,
+    extra_s: float | None,
+) -> dict[str, Any]:
+    measured = float(trial.peak_bytes)
+    return {
+        "case": f"{recipe} {size} seq {seq}",
+        "batch": batch,
+        "label": label,
+        "budget": budget,
+        "predicted": predicted,
+        "measured": measured,
+        "error_pct": 100 * (predicted - measured) / measured,
+        "error_activation_pct": 100 * (predicted - measured) / (measured - fixed) if measured > fixed else float("nan"),
+        "over_pct": 100 * (measured - budget) / budget if budget else None,
+        "cost_s": cost_s,
+        "extra_s": extra_s,
+        "wall_s": trial.wall_s,
+    }
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--recipes", default="gpt:tiny,mlp:tiny,bert:tiny")
-    parser.add_argument("--fit", default="2,4")
-    parser.add_argument("--checks", default="8,16")
+    parser.add_argument("--cases", default=DEFAULT_CASES, help="recipe:size:seq:batch, comma-separated")
+    parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--runs-dir", type=Path, default=None)
     args = parser.parse_args()
     runs_dir = args.runs_dir or Path(tempfile.mkdtemp(prefix="memopt-bench-"))
-    fit = tuple(int(x) for x in args.fit.split(","))
-    checks = tuple(int(x) for x in args.checks.split(","))
     rows = []
-    for item in args.recipes.split(","):
-        recipe, _, size = item.partition(":")
-        rows += bench(recipe, size or "tiny", runs_dir, fit, checks)
+    for item in args.cases.split(","):
+        recipe, size, seq, batch = item.split(":")
+        rows += bench_case(recipe, size, int(seq), int(batch), runs_dir, args.steps)
+    mib = 2**20
+    print(f"Command: `{' '.join(shlex.quote(a) for a in ['.venv/bin/python', *sys.argv])}`\n")
     print(
-        f"Command: `{' '.join(shlex.quote(a) for a in [sys.executable.replace(str(Path.cwd()) + '/', ''), *sys.argv])}`\n"
+        "| case | batch | config | budget MiB | predicted MiB | measured MiB | fits | over % | error % | error % of activations | est. cost s | measured extra s |"
     )
-    print("| recipe | batch | case | plans | predicted MiB | measured MiB | error % | error % of dynamic part |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
+        budget = f"{r['budget'] / mib:.1f}" if r["budget"] else "-"
+        fits = "-" if r["budget"] is None else "yes" if r["measured"] <= r["budget"] else "NO"
+        over = "-" if r["over_pct"] is None else f"{r['over_pct']:+.2f}"
+        extra = "-" if r["extra_s"] is None else f"{r['extra_s']:.3f}"
         print(
-            f"| {r['recipe']} | {r['batch']} | {r['case']} | {r['plans']} | {r['predicted_MiB']:.1f} | "
-            f"{r['measured_MiB']:.1f} | {r['error_pct']:+.2f} | {r['error_of_dynamic_pct']:+.1f} |"
+            f"| {r['case']} | {r['batch']} | {r['label']} | {budget} | {r['predicted'] / mib:.1f} | "
+            f"{r['measured'] / mib:.1f} | {fits} | {over} | {r['error_pct']:+.2f} | {r['error_activation_pct']:+.1f} | "
+            f"{r['cost_s']:.3f} | {extra} |"
         )
+    planned = [r for r in rows if r["budget"] is not None]
+    fits = sum(r["measured"] <= r["budget"] for r in planned)
+    worst = max(r["over_pct"] for r in planned)
     errors = [abs(r["error_pct"]) for r in rows]
+    activation_errors = [
+        abs(r["error_activation_pct"]) for r in rows if r["error_activation_pct"] == r["error_activation_pct"]
+    ]
+    costed = [r for r in planned if r["cost_s"] > 0 and r["extra_s"] is not None and r["extra_s"] > 0]
     print(
-        f"\nmedian |error| {statistics.median(errors):.2f}% (max {max(errors):.2f}%) over {len(rows)} predictions; "
-        f"median trial {statistics.median(r['trial_wall_s'] for r in rows):.1f} s wall; runs in {runs_dir}"
+        f"\nfits {fits}/{len(planned)} ({100 * fits / len(planned):.0f}%), worst {worst:+.2f}% of the budget; "
+        f"median |error| {statistics.median(errors):.2f}% of the measured peak, "
+        f"{statistics.median(activation_errors):.1f}% of its activation part over {len(rows)} trials"
     )
+    if costed:
+        ratio = statistics.median(abs(r["cost_s"] - r["extra_s"]) / r["extra_s"] for r in costed)
+        print(
+            f"recompute cost: median |estimate − measured extra step time| {100 * ratio:.0f}% of the measured ({len(costed)} trials)"
+        )
+    print(f"median trial {statistics.median(r['wall_s'] for r in rows):.1f} s wall; runs in {runs_dir}")
     return 0
 
 

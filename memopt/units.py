@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-__all__ = ["format_bytes"]
+__all__ = ["format_bytes", "format_mib"]
 
 _UNITS = ("B", "KiB", "MiB", "GiB", "TiB")
 
@@ -16,3 +16,10 @@ def format_bytes(value: float | None) -> str:
             return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
         size /= 1024
     raise AssertionError("unreachable")
+
+
+def format_mib(value: float | None) -> str:
+    """Memory compared with a budget: MiB with a decimal, so an overrun of a few MiB shows."""
+    if value is None:
+        return "n/a"
+    return f"{value / 2**20:,.1f} MiB"

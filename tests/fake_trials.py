@@ -5,8 +5,9 @@ tuner does (the scan of a real ORT 1.19.2 training graph from sample_logs, calib
 the memory model, the planner, the policy, the journal) runs for real.
 
 Its peak is the model the tuner assumes, so the tuner's predictions can be checked: a
-static part, a per-sample part, less the scan's exact saving of every plan switched on
-(times ``effectiveness``); a peak above ``oom_above`` is an out-of-memory failure.
+fixed part plus the graph's simulated activation peak with the plans switched on (times
+``allocator_scale``, what a real allocator adds beyond the simulation); a peak above
+``oom_above`` is an out-of-memory failure.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from pathlib import Path
 from memopt.graph import load_graph
 from memopt.ort import key_entries
 from memopt.predict import PreparedTarget, prepare_target
+from memopt.predict.liveness import Recompute, simulate
 from memopt.run import Outcome, ScanTarget, StackVersions, TrialResult, TrialSpec
 from memopt.tune import Tuner, TuneSettings
 
@@ -41,8 +43,7 @@ class FakeRunner:
 
     prepared: PreparedTarget
     static_bytes: float = 400 * MiB
-    per_sample_bytes: float = 20 * MiB
-    effectiveness: float = 1.0
+    allocator_scale: float = 1.0
     ignored: frozenset[str] = frozenset()  # plans ORT would leave OFF
     oom_above: float | None = None
     pause_on: int | None = None
@@ -56,12 +57,12 @@ class FakeRunner:
 
     def peak(self, batch: int, plans: tuple[str, ...]) -> float:
         dims = {**DIMS, "input_ids_dim0": batch}
-        saving = sum(
-            float(p.exact.evaluate({**{s: 1 for s in p.exact.symbols}, **dims}))
-            for p in self.prepared.report.patterns
-            if p.key in plans
+        recompute = [
+            Recompute(o.entry, o.nodes) for p in self.prepared.report.patterns if p.key in plans for o in p.occurrences
+        ]
+        return (
+            self.static_bytes + self.allocator_scale * simulate(self.prepared.target.graph, dims, recompute).peak_bytes
         )
-        return self.static_bytes + self.per_sample_bytes * batch - self.effectiveness * saving
 
     def __call__(
         self, spec: TrialSpec, *, budget_bytes: int | None, predicted_peak_bytes: int | None, cancel: threading.Event
@@ -111,7 +112,7 @@ class FakeRunner:
 
 
 def fake_tuner(runs_dir: Path, runner: FakeRunner, budget_bytes: int, **settings: object) -> Tuner:
-    """A tuner over the fake runner at target batch 16, calibrated at batches 2 and 4."""
+    """A tuner over the fake runner at target batch 16, calibrated by one run at batch 8."""
     from memopt.run import Budget
 
     defaults: dict[str, object] = {
@@ -119,7 +120,7 @@ def fake_tuner(runs_dir: Path, runner: FakeRunner, budget_bytes: int, **settings
         "target_batch": 16,
         "options": {"size": "tiny"},
         "runs_dir": runs_dir,
-        "calibration_batches": (2, 4),
+        "calibration_batches": (8,),
         "device": "cpu",
         "budget": Budget(f"{budget_bytes}B", bytes=budget_bytes),
         "margin": 0.0,

@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from memopt.errors import MemoptError
-from memopt.run import CUDA_DEFAULT_FRACTION, Budget, BudgetError, parse_budget, resolve_budget
+from memopt.run import DEFAULT_FRACTION, Budget, BudgetError, parse_budget, resolve_budget
 
 GiB = 1024**3
 
@@ -86,8 +86,8 @@ def test_resolve_fraction_needs_the_device_total() -> None:
         resolve_budget(budget, "cuda", None)
 
 
-def test_no_budget_on_cuda_is_the_default_fraction_of_the_device() -> None:
-    assert CUDA_DEFAULT_FRACTION == 0.9
+def test_no_budget_is_the_default_fraction_of_the_device() -> None:
+    assert DEFAULT_FRACTION == 0.9
     assert resolve_budget(None, "cuda", 80 * GiB) == int(80 * GiB * 0.9)
 
 
@@ -97,9 +97,11 @@ def test_no_budget_on_cuda_with_unknown_memory_is_refused() -> None:
             resolve_budget(None, "cuda", total)
 
 
-def test_no_budget_on_cpu_is_refused_even_with_known_memory() -> None:
-    with pytest.raises(BudgetError, match="required on CPU"):
-        resolve_budget(None, "cpu", 64 * GiB)
+def test_no_budget_on_cpu_is_the_default_fraction_of_physical_memory() -> None:
+    assert resolve_budget(None, "cpu", 64 * GiB) == int(64 * GiB * 0.9)
+    assert resolve_budget(parse_budget("80%"), "cpu", 64 * GiB) == int(64 * GiB * 0.8)
+    with pytest.raises(BudgetError, match="unknown"):
+        resolve_budget(None, "cpu", None)
 
 
 def test_budget_built_by_hand_resolves_like_a_parsed_one() -> None:

@@ -4,7 +4,9 @@ Each command lives in its own module here and registers itself on ``app``. Every
 ``MemoptError`` (and any file-system error) becomes one line on stderr and exit status 2;
 nothing else the library raises should reach the user as a traceback. SIGINT, SIGTERM and
 SIGHUP end every run memopt started, print one line and exit 128 + the signal's number;
-on every other way out, runs still going are ended too.
+on every other way out, runs still going are ended too. Exit status 3
+(``EXIT_DOES_NOT_FIT``) is a result, not an error: ``plan --verify`` measured its config over
+the budget, or ``tune`` ended without a config measured to fit.
 """
 
 from __future__ import annotations
@@ -21,7 +23,10 @@ from rich.text import Text
 from memopt import __version__
 from memopt.errors import MemoptError
 
-__all__ = ["app", "console", "error_console", "main"]
+__all__ = ["EXIT_DOES_NOT_FIT", "EXIT_ERROR", "app", "console", "error_console", "main"]
+
+EXIT_ERROR = 2
+EXIT_DOES_NOT_FIT = 3
 
 app = typer.Typer(
     name="memopt",
@@ -88,7 +93,7 @@ def main() -> None:
         if _stopped_by:
             _stopped()
         _say(Text.assemble(("error: ", "bold red"), _error_text(err)))
-        sys.exit(2)
+        sys.exit(EXIT_ERROR)
     except (KeyboardInterrupt, SystemExit):  # typer turns an interrupt into exit status 130
         if _stopped_by:
             _stopped()

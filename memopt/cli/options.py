@@ -199,13 +199,13 @@ def recipe_options(
 
 
 def calibration_batches(text: str | None) -> tuple[int, ...] | None:
-    """``--calibrate 2,4``: the batch sizes of the no-config calibration trials."""
+    """``--calibrate 8`` or ``2,4``: the batch sizes of the no-config calibration trials."""
     if text is None:
         return None
     try:
         values = tuple(int(part) for part in text.split(",") if part.strip())
     except ValueError:
-        raise MemoptError(f"--calibrate takes batch sizes like 2,4, not {text!r}") from None
-    if len(set(values)) < 2 or min(values) < 1:
-        raise MemoptError(f"--calibrate needs two or more different positive batch sizes, not {text!r}")
+        raise MemoptError(f"--calibrate takes batch sizes like 8 or 2,4, not {text!r}") from None
+    if not values or min(values) < 1:
+        raise MemoptError(f"--calibrate needs one or more positive batch sizes, not {text!r}")
     return values

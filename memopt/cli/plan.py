@@ -12,7 +12,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from memopt.cli import app, console, error_console
+from memopt.cli import EXIT_DOES_NOT_FIT, app, console, error_console
 from memopt.cli.options import (
     BudgetOption,
     CalibrateOption,
@@ -46,9 +46,9 @@ from memopt.predict.planner import DEFAULT_MARGIN, PlanResult, choose_plans
 from memopt.run import fixed_batch
 from memopt.run.budget import parse_budget, require_budget, resolve_budget
 from memopt.run.journal import Journal
-from memopt.run.trials import DEFAULT_STEPS, TrialResult, TrialSpec, run_trial, stack_versions
+from memopt.run.trials import DEFAULT_STEPS, Outcome, TrialResult, TrialSpec, run_trial, stack_versions
 from memopt.tune.export import plan_export, write_config
-from memopt.units import format_bytes
+from memopt.units import format_bytes, format_mib
 
 __all__ = ["plan_command"]
 
@@ -151,8 +151,8 @@ def plan_command(
         _print(result, cal, config_value, recipe)
         if trial is not None:
             print_trial(trial)
-    if not result.feasible:
-        sys.exit(1)
+    if not result.feasible or (trial is not None and trial.outcome in (Outcome.OVER_BUDGET, Outcome.OUT_OF_MEMORY)):
+        sys.exit(EXIT_DOES_NOT_FIT)
 
 
 def _write_config(result: PlanResult, cal: Calibration, runs_dir: Path, recipe: str, out: Path | None) -> str | None:
@@ -172,13 +172,12 @@ def _print(result: PlanResult, cal: Calibration, config_value: str | None, recip
         f"(ORT {cal.ort_version}), budget {format_bytes(result.budget_bytes)}",
         highlight=False,
     )
-    fitted = ", ".join(str(o.batch_size) for o in model.observations if not o.plans)
-    console.print(
-        f"  model        static {format_bytes(model.static_bytes)} + {format_bytes(model.per_sample_bytes)}/sample "
-        f"(no-config trials at batch {fitted}); plan effectiveness {model.global_effectiveness:.2f}",
-        highlight=False,
+    measured = ", ".join(
+        f"{o.batch_size}" + (f" ({len(o.plans)} plans)" if o.plans else "") for o in model.observations
     )
-    console.print(f"  no config    predicted peak {format_bytes(result.baseline_bytes)}", highlight=False)
+    console.print(f"  model        {model.describe()} (measured at batch {measured})", highlight=False)
+    where = f", {model.timeline(result.target_batch).where()}" if model.simulated else ""
+    console.print(f"  no config    predicted peak {format_mib(result.baseline_bytes)}{where}", highlight=False)
     if result.choices:
         table = Table(show_edge=False, pad_edge=False, box=None)
         for column in ("plan", "count", "saving", "cost/step"):
@@ -197,9 +196,10 @@ def _print(result: PlanResult, cal: Calibration, config_value: str | None, recip
         else ""
     )
     verdict = "fits" if result.feasible else "DOES NOT FIT"
+    where = f", {model.timeline(result.target_batch, result.plans).where()}" if model.simulated and result.plans else ""
     console.print(
-        f"  predicted    {format_bytes(result.predicted_bytes)} vs budget {format_bytes(result.budget_bytes)} "
-        f"(limit {format_bytes(result.limit_bytes)} after margin): [bold]{verdict}[/]; "
+        f"  predicted    {format_mib(result.predicted_bytes)}{where} vs budget {format_mib(result.budget_bytes)} "
+        f"(limit {format_mib(result.limit_bytes)} after margin): [bold]{verdict}[/]; "
         f"recompute cost {result.cost_s * 1000:.1f} ms/step{overhead}",
         highlight=False,
     )
@@ -236,9 +236,9 @@ def _as_json(
         "ort_version": cal.ort_version,
         "target_batch": result.target_batch,
         "budget_bytes": result.budget_bytes,
-        "limit_bytes": result.limit_bytes,
-        "baseline_bytes": result.baseline_bytes,
-        "predicted_bytes": result.predicted_bytes,
+        "limit_bytes": round(result.limit_bytes),
+        "baseline_bytes": round(result.baseline_bytes),
+        "predicted_bytes": round(result.predicted_bytes),
         "feasible": result.feasible,
         "needs_recompute": result.needs_recompute,
         "cost_s": result.cost_s,
@@ -262,9 +262,10 @@ def _as_json(
         "config_value": config_value,
         "export": export_line(config_value) if config_value else None,
         "model": {
-            "static_bytes": cal.model.static_bytes,
-            "per_sample_bytes": cal.model.per_sample_bytes,
-            "global_effectiveness": cal.model.global_effectiveness,
+            "description": cal.model.describe(),
+            "fixed_bytes": round(cal.model.static_bytes),
+            "activation_scale": cal.model.activation_scale,
+            "peak_at": cal.model.timeline(result.target_batch, result.plans).where() if cal.model.simulated else None,
         },
         "verification": trial.to_record() if trial is not None else None,
     }

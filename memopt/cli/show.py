@@ -23,7 +23,7 @@ from memopt.ort import (
     write_json_config,
 )
 from memopt.run import TrialResult
-from memopt.units import format_bytes
+from memopt.units import format_bytes, format_mib
 
 __all__ = ["print_config", "print_trial", "print_validated"]
 
@@ -95,7 +95,7 @@ def print_trial(result: TrialResult, console: Console = default_console) -> None
         console.print(f"  error        {result.error}", markup=False, highlight=False, soft_wrap=True)
     if result.ran:
         label = "peak RSS" if result.memory_kind == "rss" else "peak allocated"
-        line = f"  memory       {label} {format_bytes(result.peak_bytes)} in the measured steps; static {format_bytes(result.static_bytes)} before step 1"
+        line = f"  memory       {label} {format_mib(result.peak_bytes)} in the measured steps; static {format_bytes(result.static_bytes)} before step 1"
         if result.cuda_reserved_bytes:
             line += f"; reserved {format_bytes(result.cuda_reserved_bytes)}"
         console.print(line, highlight=False)
@@ -104,13 +104,13 @@ def print_trial(result: TrialResult, console: Console = default_console) -> None
             console.print(f"  ranks        {per_rank} (the trial's peak is the highest)", highlight=False)
         if result.budget_bytes is not None:
             console.print(
-                f"  budget       {format_bytes(result.budget_bytes)}: "
+                f"  budget       {format_mib(result.budget_bytes)}: "
                 f"{'within' if result.peak_bytes and result.peak_bytes <= result.budget_bytes else 'OVER'}",
                 highlight=False,
             )
         if result.predicted_peak_bytes is not None:
             console.print(
-                f"  predicted    {format_bytes(result.predicted_peak_bytes)} "
+                f"  predicted    {format_mib(result.predicted_peak_bytes)} "
                 f"({(result.prediction_error or 0) * 100:+.1f}% vs measured)",
                 highlight=False,
             )

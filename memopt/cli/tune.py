@@ -13,7 +13,7 @@ from pathlib import Path
 
 import typer
 
-from memopt.cli import app, error_console
+from memopt.cli import EXIT_DOES_NOT_FIT, app, error_console
 from memopt.cli.options import (
     BudgetOption,
     CalibrateOption,
@@ -131,7 +131,7 @@ def _headless(settings: TuneSettings, versions: StackVersions, as_json: bool) ->
             print(line)
         print(f"# journal: {tuner.journal.path}")
     if not result.verified:
-        sys.exit(1)
+        sys.exit(EXIT_DOES_NOT_FIT)
 
 
 def print_event(event: TuneEvent) -> None:

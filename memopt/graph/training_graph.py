@@ -78,6 +78,7 @@ class TrainingGraph:
     producer: dict[str, tuple[int, int]] = field(default_factory=dict)
     consumers: dict[str, list[int]] = field(default_factory=dict)
     graph_inputs: tuple[str, ...] = ()
+    graph_outputs: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         for node in self.nodes:
@@ -138,7 +139,12 @@ def graph_from_model(model: onnx.ModelProto) -> TrainingGraph:
         )
         for order, node in enumerate(graph.node)
     ]
-    return TrainingGraph(nodes=nodes, tensors=tensors, graph_inputs=tuple(value.name for value in graph.input))
+    return TrainingGraph(
+        nodes=nodes,
+        tensors=tensors,
+        graph_inputs=tuple(value.name for value in graph.input),
+        graph_outputs=tuple(value.name for value in graph.output),
+    )
 
 
 def _infer_untyped_outputs(node: onnx.NodeProto, tensors: dict[str, TensorInfo]) -> None:

@@ -30,6 +30,7 @@ import numpy as np
 from memopt.graph.sizes import batch_symbols
 from memopt.graph.training_graph import TrainingGraph
 from memopt.ort.config import PlanKey, key_entries, short_key
+from memopt.predict.liveness import ActivationSimulator, Recompute
 from memopt.predict.memory_model import (
     MemoryModel,
     ModelError,
@@ -99,10 +100,9 @@ class Calibration:
         return {key: units * self.seconds_per_unit * self.cost_scale for key, units in self.unit_costs.items()}
 
 
-def default_calibration_batches(target_batch: int) -> tuple[int, int]:
-    low = max(1, target_batch // 8)
-    high = max(low + 1, target_batch // 4)
-    return low, high
+def default_calibration_batches(target_batch: int) -> tuple[int]:
+    """One no-config run at half the target batch: the graph's simulation scales it to the target."""
+    return (max(1, target_batch // 2),)
 
 
 def model_identity(recipe: str, options: Mapping[str, Any], versions: StackVersions, device: str) -> str:
@@ -288,16 +288,24 @@ def require_ran(trial: TrialResult) -> None:
 def plan_savings(report: ScanReport, graph: TrainingGraph) -> tuple[PlanSavings, ...]:
     """The scan's plans as the memory model sees them, occurrences in topological order."""
     order = {node.name: node.order for node in graph.nodes}
-    return tuple(
-        PlanSavings(
-            p.key,
-            key_entries(p.key),
-            p.frequency,
-            p.exact,
-            tuple(o.exact for o in sorted(p.occurrences, key=lambda o: order.get(o.entry, 0))),
+    plans = []
+    for p in report.patterns:
+        occurrences = sorted(p.occurrences, key=lambda o: order.get(o.entry, 0))
+        plans.append(
+            PlanSavings(
+                p.key,
+                key_entries(p.key),
+                p.frequency,
+                p.exact,
+                tuple(o.exact for o in occurrences),
+                tuple(Recompute(o.entry, o.nodes) for o in occurrences),
+            )
         )
-        for p in report.patterns
-    )
+    return tuple(plans)
+
+
+def simulator_for(plans: Sequence[PlanSavings], graph: TrainingGraph, source: Path | None) -> ActivationSimulator:
+    return ActivationSimulator(graph, {p.key: p.recomputes for p in plans}, str(source) if source else None)
 
 
 def fit_calibration(
@@ -335,7 +343,17 @@ def fit_calibration(
     known = (*journaled, *trials)
     history = list({t.key or id(t): t for t in known}.values())  # a trial no journal keyed counts once
     observations = [Observation(t.batch_size, _plans_of(t, plans), int(t.peak_bytes)) for t in history if t.peak_bytes]
-    model = fit_memory_model(observations, plans, symbols, fixed, single_batch=fixed_batch(recipe))
+    if target.probe_peak is not None and target.probe_peak[2] == device_used:
+        # The graph probe is a no-config run too: with the calibration run, two batches fit the allocator's scale.
+        observations.append(Observation(target.probe_peak[0], (), target.probe_peak[1]))
+    model = fit_memory_model(
+        observations,
+        plans,
+        symbols,
+        fixed,
+        single_batch=fixed_batch(recipe),
+        simulator=simulator_for(plans, target.graph, target.graph_path),
+    )
     save_model(runs_dir, identity, model)
 
     # Costs: the graph's work in seconds via the largest calibration trial's step time.

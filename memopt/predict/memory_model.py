@@ -1,4 +1,18 @@
-"""Peak memory for (batch size, enabled plans), from a few real measurements.
+"""Peak memory for (batch size, enabled plans), from the training graph and real measurements.
+
+With the training graph (the normal case):
+
+    peak(b, S) = fixed + scale · activations(b, S)
+
+``activations`` is the simulated activation peak of one step (``memopt.predict.liveness``:
+ORT's execution order, each tensor live from its producer to its last consumer, the
+config's recompute applied as ORT rewrites the graph). ``fixed`` (runtime, weights,
+gradients' holders, optimizer state) is what one no-config trial measures beyond the
+simulation; ``scale`` is what the allocator adds on top of the simulated bytes (arena
+chunks, fragmentation), 1.0 until trials with different simulated peaks fit it by least
+squares. A plan's saving is what it takes off the simulated peak, not the bytes it stashes.
+
+Without a graph (a saved model whose graph file is gone), the linear form:
 
     peak(b, S) = static + per_sample · b − Σ_{p∈S} effectiveness_p · saving_p(b)
 
@@ -22,6 +36,8 @@ import numpy as np
 
 from memopt.errors import MemoptError
 from memopt.graph.polynomial import Polynomial
+from memopt.graph.training_graph import load_graph
+from memopt.predict.liveness import ActivationSimulator, Recompute, Timeline
 
 __all__ = [
     "MemoryModel",
@@ -35,6 +51,10 @@ __all__ = [
 ]
 
 _EFFECTIVENESS_RANGE = (0.0, 2.0)
+# The allocator's overhead on simulated activations, as fitted: never below the simulation, at most 2x.
+_SCALE_RANGE = (1.0, 2.0)
+# Simulated peaks must differ this much (relative) before a scale is fitted rather than assumed 1.0.
+_SCALE_SPREAD = 0.3
 
 
 class ModelError(MemoptError):
@@ -50,6 +70,7 @@ class PlanSavings:
     frequency: int
     saving: Polynomial  # all occurrences, exact
     occurrences: tuple[Polynomial, ...] = ()
+    recomputes: tuple[Recompute, ...] = ()  # each occurrence's subgraph, same order
 
 
 @dataclass(frozen=True)
@@ -81,6 +102,37 @@ class MemoryModel:
     effectiveness: Mapping[str, float] = field(default_factory=dict)
     global_effectiveness: float = 1.0
     observations: tuple[Observation, ...] = ()
+    simulator: ActivationSimulator | None = field(default=None, compare=False, repr=False)
+    activation_scale: float = 1.0  # with a simulator: measured activation bytes per simulated byte
+
+    @property
+    def simulated(self) -> bool:
+        return self.simulator is not None
+
+    def timeline(self, batch_size: int, plans: Iterable[str] = (), counts: Mapping[str, int] | None = None) -> Timeline:
+        """The simulated step (activation peak and where it is); needs the graph."""
+        if self.simulator is None:
+            raise ModelError("this memory model has no training graph to simulate")
+        return self.simulator.timeline(self.dims(batch_size), plans, counts)
+
+    def activations(self, batch_size: int, plans: Iterable[str] = (), counts: Mapping[str, int] | None = None) -> float:
+        """Predicted activation bytes at the peak (the prediction less the fixed part)."""
+        if self.simulator is None:
+            return self.predict(batch_size, plans, counts).peak_bytes - self.static_bytes
+        return self.activation_scale * self.timeline(batch_size, plans, counts).peak_bytes
+
+    def describe(self) -> str:
+        """One line: what the model adds up."""
+        mib = 2**20
+        if self.simulator is not None:
+            scale = (
+                f" × {self.activation_scale:.2f} (allocator overhead learnt)" if self.activation_scale != 1.0 else ""
+            )
+            return f"fixed {self.static_bytes / mib:,.1f} MiB + simulated activation peak{scale}"
+        return (
+            f"static {self.static_bytes / mib:,.1f} MiB + {self.per_sample_bytes / mib:,.1f} MiB/sample"
+            f" − plan savings × {self.global_effectiveness:.2f}"
+        )
 
     def plan(self, key: str) -> PlanSavings:
         for plan in self.plans:
@@ -92,17 +144,25 @@ class MemoryModel:
         return {**self.fixed_dims, **{symbol: batch_size for symbol in self.batch_symbols}}
 
     def raw_saving(self, key: str, batch_size: int, count: int | None = None) -> float:
-        """The scan's bytes for ``key`` at ``batch_size`` (first ``count`` occurrences when given)."""
+        """What ``key`` alone takes off the peak at ``batch_size`` (first ``count`` occurrences
+        when given): simulated with the graph, else the scan's stashed bytes."""
         plan = self.plan(key)
+        if self.simulator is not None:
+            counts = {} if count is None else {key: count}
+            return self.timeline(batch_size).peak_bytes - self.timeline(batch_size, (key,), counts).peak_bytes
         dims = self.dims(batch_size)
         if count is None or count < 0 or count >= plan.frequency or not plan.occurrences:
             return _evaluate(plan.saving, dims)
         return sum(_evaluate(p, dims) for p in plan.occurrences[:count])
 
     def factor(self, key: str) -> float:
+        if self.simulator is not None:
+            return self.activation_scale
         return self.effectiveness.get(key, self.global_effectiveness)
 
     def baseline(self, batch_size: int) -> float:
+        if self.simulator is not None:
+            return self.static_bytes + self.activations(batch_size)
         return self.static_bytes + self.per_sample_bytes * batch_size
 
     def predict(
@@ -112,6 +172,9 @@ class MemoryModel:
         counts = counts or {}
         savings = {key: self.factor(key) * self.raw_saving(key, batch_size, counts.get(key)) for key in plans}
         baseline = self.baseline(batch_size)
+        if self.simulator is not None:
+            peak = self.static_bytes + self.activations(batch_size, plans, counts)
+            return Prediction(batch_size, plans, peak, baseline, savings)
         return Prediction(batch_size, plans, baseline - sum(savings.values()), baseline, savings)
 
     def max_batch(self, limit_bytes: float, plans: Iterable[str] = (), ceiling: int = 1 << 20) -> int:
@@ -140,6 +203,7 @@ class MemoryModel:
             self.batch_symbols,
             self.fixed_dims,
             single_batch=len(baseline_batches) == 1,  # fitted at one batch: a command's own
+            simulator=self.simulator,
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -150,6 +214,8 @@ class MemoryModel:
             "per_sample_bytes": self.per_sample_bytes,
             "effectiveness": dict(self.effectiveness),
             "global_effectiveness": self.global_effectiveness,
+            "activation_scale": self.activation_scale,
+            "graph": self.simulator.source if self.simulator is not None else None,
             "plans": [
                 {
                     "key": p.key,
@@ -157,6 +223,7 @@ class MemoryModel:
                     "frequency": p.frequency,
                     "saving": polynomial_to_json(p.saving),
                     "occurrences": [polynomial_to_json(o) for o in p.occurrences],
+                    "recomputes": [[r.entry, list(r.nodes)] for r in p.recomputes],
                 }
                 for p in self.plans
             ],
@@ -180,6 +247,7 @@ class MemoryModel:
                 int(p["frequency"]),
                 polynomial_from_json(p["saving"]),
                 tuple(polynomial_from_json(o) for o in p.get("occurrences", ())),
+                tuple(Recompute(str(entry), tuple(nodes)) for entry, nodes in p.get("recomputes", ())),
             )
             for p in data["plans"]
         )
@@ -196,7 +264,20 @@ class MemoryModel:
             dict(data.get("effectiveness", {})),
             float(data.get("global_effectiveness", 1.0)),
             observations,
+            _reload_simulator(data.get("graph"), plans),
+            float(data.get("activation_scale", 1.0)),
         )
+
+
+def _reload_simulator(source: Any, plans: tuple[PlanSavings, ...]) -> ActivationSimulator | None:
+    """The simulator of a saved model, if its graph file is still there."""
+    if not isinstance(source, str) or not any(p.recomputes for p in plans):
+        return None
+    try:
+        graph = load_graph(source)
+    except MemoptError:
+        return None
+    return ActivationSimulator(graph, {p.key: p.recomputes for p in plans}, source)
 
 
 def fit_memory_model(
@@ -206,12 +287,18 @@ def fit_memory_model(
     fixed_dims: Mapping[str, int],
     prior_effectiveness: float = 1.0,
     single_batch: bool = False,
+    *,
+    simulator: ActivationSimulator | None = None,
 ) -> MemoryModel:
-    """Fit static/per-sample bytes on the no-config observations, then plan effectiveness on the rest.
+    """Fit the fixed part (and the allocator's scale) against the simulation when there is a
+    ``simulator``; else static/per-sample bytes on the no-config observations, then plan
+    effectiveness on the rest.
 
     ``single_batch``: every trial runs at one batch size (a command that sets its own), so the
-    no-config peak there is all the model needs; it predicts that batch only."""
+    no-config peak there is all the linear model needs; it predicts that batch only."""
     observations = tuple(observations)
+    if simulator is not None:
+        return _fit_simulated(observations, tuple(plans), tuple(batch_symbols), dict(fixed_dims), simulator)
     baseline = [o for o in observations if not o.plans]
     batches = {o.batch_size for o in baseline}
     if len(batches) < (1 if single_batch else 2):
@@ -237,6 +324,26 @@ def fit_memory_model(
     if not with_plans:
         return model
     return _fit_effectiveness(model, with_plans, prior_effectiveness)
+
+
+def _fit_simulated(
+    observations: tuple[Observation, ...],
+    plans: tuple[PlanSavings, ...],
+    batch_symbols: tuple[str, ...],
+    fixed_dims: dict[str, int],
+    simulator: ActivationSimulator,
+) -> MemoryModel:
+    if not observations:
+        raise ModelError("the memory model needs one measured trial to calibrate its fixed part")
+    model = MemoryModel(batch_symbols, fixed_dims, plans, 0.0, 0.0, observations=observations, simulator=simulator)
+    x = np.array([model.timeline(o.batch_size, o.plans, o.counts).peak_bytes for o in observations])
+    y = np.array([o.peak_bytes for o in observations], dtype=float)
+    scale = 1.0
+    if len(x) >= 2 and x.max() - x.min() >= _SCALE_SPREAD * x.max():
+        slope, _ = np.polyfit(x, y, 1)
+        scale = float(np.clip(slope, *_SCALE_RANGE))
+    fixed = float(np.median(y - scale * x))
+    return replace(model, static_bytes=fixed, activation_scale=scale)
 
 
 def _fit_effectiveness(model: MemoryModel, observed: list[Observation], prior: float) -> MemoryModel:

@@ -7,6 +7,12 @@ solved with ``scipy.optimize.milp`` (HiGHS branch and bound: optimal, not greedy
 one variable per plan; ORT ≤1.16 recomputes the first ``count`` occurrences in
 topological order, so there is one variable per occurrence with ``y_p,j ≥ y_p,j+1`` and
 the count is their sum.
+
+With the graph's simulation, savings at the peak do not add up (the peak moves when a
+plan lowers it), so the choice is refined: solve with each plan's saving measured on the
+current choice (what it takes off the simulated peak on top of it), simulate the result,
+and repeat while it does not fit; then drop, costliest first, any plan the rest fits without.
+Counts are whole plans there (every occurrence).
 """
 
 from __future__ import annotations
@@ -91,7 +97,9 @@ def choose_plans(
     version = ort_version if isinstance(ort_version, OrtVersion) else OrtVersion.parse(ort_version)
     limit = budget_bytes * (1.0 - margin)
     baseline = model.baseline(target_batch)
-    usable = [p for p in model.plans if model.factor(p.key) * model.raw_saving(p.key, target_batch) > 0]
+    usable = [
+        p for p in model.plans if model.simulated or model.factor(p.key) * model.raw_saving(p.key, target_batch) > 0
+    ]
     all_keys = tuple(p.key for p in usable)
     max_all = model.max_batch(limit, all_keys)
     max_none = model.max_batch(limit)
@@ -110,6 +118,8 @@ def choose_plans(
         return PlanResult(
             predicted_bytes=baseline, feasible=True, choices=(), cost_s=0.0, solver="none needed", **common
         )
+    if model.simulated:
+        return _choose_simulated(model, costs_s, target_batch, limit, common)
     per_occurrence = version.minor <= 16
     # Variables: (plan, occurrences covered by this variable, saving, cost).
     variables: list[tuple[int, int, float, float]] = []
@@ -135,6 +145,65 @@ def choose_plans(
     return PlanResult(
         predicted_bytes=predicted.peak_bytes,
         feasible=feasible and predicted.peak_bytes <= limit,
+        choices=choices,
+        cost_s=sum(c.cost_s for c in choices),
+        solver=solver,
+        **common,
+    )
+
+
+def _choose_simulated(
+    model: MemoryModel, costs_s: Mapping[str, float], batch: int, limit: float, common: dict[str, Any]
+) -> PlanResult:
+    keys = [p.key for p in model.plans]
+    cost = {key: max(costs_s.get(key, 0.0), 0.0) for key in keys}
+
+    def peak(plans: set[str]) -> float:
+        return model.predict(batch, tuple(plans)).peak_bytes
+
+    chosen: set[str] = set()
+    solver = "milp (HiGHS) on simulated savings"
+    for _ in range(len(keys)):
+        current = peak(chosen)
+        if current <= limit:
+            break
+        rest = [key for key in keys if key not in chosen]
+        marginal = {key: current - peak(chosen | {key}) for key in rest}
+        useful = [key for key in rest if marginal[key] > 0]
+        if not useful:
+            break
+        savings = np.array([marginal[key] for key in useful])
+        if savings.sum() < current - limit:
+            chosen |= set(useful)  # not enough on this estimate: take them all, then re-simulate
+            continue
+        picked, solver_note = _solve(
+            [(i, 1, marginal[k], cost[k]) for i, k in enumerate(useful)], savings, current - limit
+        )
+        if not solver_note.startswith("milp (HiGHS)"):
+            solver = solver_note
+        chosen |= {key for key, on in zip(useful, picked) if on > 0.5}
+    if peak(chosen) <= limit:
+        for key in sorted(chosen, key=lambda k: -cost[k]):
+            if peak(chosen - {key}) <= limit:
+                chosen.discard(key)
+    feasible = peak(chosen) <= limit
+    if not feasible:
+        chosen, solver = set(keys), "infeasible: every plan is not enough"
+    predicted = peak(chosen)
+    full = {key: model.factor(key) * model.raw_saving(key, batch) for key in chosen}
+    choices = tuple(
+        sorted(
+            (
+                PlanChoice(p.key, p.entries, -1, p.frequency, full[p.key], cost[p.key])
+                for p in model.plans
+                if p.key in chosen
+            ),
+            key=lambda c: -c.saving_bytes,
+        )
+    )
+    return PlanResult(
+        predicted_bytes=predicted,
+        feasible=feasible,
         choices=choices,
         cost_s=sum(c.cost_s for c in choices),
         solver=solver,

@@ -11,7 +11,7 @@ The child process's own side lives in ``memopt.child`` (it imports torch; nothin
 """
 
 from memopt.run.budget import (
-    CUDA_DEFAULT_FRACTION,
+    DEFAULT_FRACTION,
     Budget,
     BudgetError,
     parse_budget,
@@ -82,7 +82,7 @@ __all__ = [
     "runner_for",
     "target_label",
     "CONFIG_VARIABLES",
-    "CUDA_DEFAULT_FRACTION",
+    "DEFAULT_FRACTION",
     "DEVICES",
     "DEFAULT_STEPS",
     "GRAPH_KINDS",

@@ -10,7 +10,7 @@ from decimal import Decimal
 from memopt.errors import MemoptError
 
 __all__ = [
-    "CUDA_DEFAULT_FRACTION",
+    "DEFAULT_FRACTION",
     "Budget",
     "BudgetError",
     "parse_budget",
@@ -19,8 +19,9 @@ __all__ = [
     "total_ram",
 ]
 
-# Without --budget on CUDA: the device less 10%, left to the allocator cache and the CUDA context.
-CUDA_DEFAULT_FRACTION = 0.9
+# Without --budget: the device less 10% (on CUDA left to the allocator cache and the CUDA
+# context, on CPU to the rest of the machine); physical RAM is the CPU device's memory.
+DEFAULT_FRACTION = 0.9
 
 _UNITS = {
     "b": 1,
@@ -41,8 +42,6 @@ _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?|\.\d+)\s*([a-zA-Z]*)\s*$", re.ASCII)
 _PERCENT = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*%\s*$", re.ASCII)
 # More memory than any device has (an exbibyte): a budget past it is a typo.
 _MOST_BYTES = 2**60
-
-_CPU_NEEDS_BUDGET = "--budget is required on CPU (e.g. --budget 2.5GiB or --budget 50%)"
 
 
 class BudgetError(MemoptError):
@@ -97,21 +96,16 @@ def total_ram() -> int | None:
 
 
 def resolve_budget(budget: Budget | None, device: str, device_total: int | None) -> int:
-    """The budget in bytes on ``device`` ("cpu" or "cuda") whose memory is ``device_total``.
-
-    Without a budget, CUDA gets ``CUDA_DEFAULT_FRACTION`` of the device; CPU has no default,
-    because the machine's RAM is shared with everything else running on it.
-    """
+    """The budget in bytes on ``device`` ("cpu" or "cuda") whose memory is ``device_total``
+    (physical RAM on CPU): without a budget, ``DEFAULT_FRACTION`` of it."""
     if budget is not None:
         return budget.bytes_of(device_total)
-    if device != "cuda":
-        raise BudgetError(_CPU_NEEDS_BUDGET)
     if not device_total:
-        raise BudgetError("the device's memory is unknown; give --budget")
-    return int(device_total * CUDA_DEFAULT_FRACTION)
+        raise BudgetError(f"the {device.upper()} device's memory is unknown; give --budget, e.g. 2.5GiB")
+    return int(device_total * DEFAULT_FRACTION)
 
 
 def require_budget(budget: Budget | None, device: str, cuda_available: bool) -> None:
-    """Refuse a run without a budget that will be on CPU ("auto" is CPU where ORT has no CUDA)."""
-    if budget is None and (device == "cpu" or not cuda_available):
-        raise BudgetError(_CPU_NEEDS_BUDGET)
+    """Refuse, before any run, a missing budget where the device's memory cannot be known."""
+    if budget is None and (device == "cpu" or not cuda_available) and total_ram() is None:
+        raise BudgetError("this machine's physical memory is unknown; give --budget, e.g. 2.5GiB")

@@ -30,6 +30,8 @@ class ScanTarget:
     # The "<subgraph>:<type>" cells of the Plan table ORT printed for this graph (a probe's
     # log); None when ORT printed none. A config entry outside them is one ORT ignores.
     ort_plans: frozenset[str] | None = None
+    # The probe's own no-config measurement (batch, steady peak bytes, device): a free calibration point.
+    probe_peak: tuple[int, int, str] | None = None
 
 
 def is_graph_file(target: str) -> bool:
@@ -92,4 +94,5 @@ def load_target(
         frozenset(cell for plan in with_plans[-1].plans for cell in key_entries(plan.config_key))
         if with_plans
         else None,
+        (probe_batch, run.steady_peak_memory, run.device or "cpu") if run.steady_peak_memory else None,
     )

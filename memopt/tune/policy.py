@@ -19,6 +19,7 @@ from memopt.ort import PlanKey, short_key
 from memopt.predict import MemoryModel, PlanResult, choose_plans
 from memopt.run import Outcome
 from memopt.tune.events import SearchStatus
+from memopt.units import format_mib
 
 __all__ = [
     "Attempt",
@@ -26,7 +27,6 @@ __all__ = [
     "Stop",
     "TryPlans",
     "best_attempt",
-    "format_mib",
     "names",
     "next_step",
 ]
@@ -242,12 +242,6 @@ def _stop(state: SearchState, status: SearchStatus, message: str) -> Stop:
 
 def _without(model: MemoryModel, keys: frozenset[PlanKey]) -> MemoryModel:
     return replace(model, plans=tuple(p for p in model.plans if p.key not in keys))
-
-
-def format_mib(value: float | None) -> str:
-    if value is None:
-        return "n/a"
-    return f"{value / 2**20:,.1f} MiB"
 
 
 def names(plans: Iterable[PlanKey]) -> str:

@@ -65,9 +65,5 @@ class TuneSettings:
             raise TuneError(f"--margin must be a fraction in [0, 1), not {self.margin:g}")
         check_device(self.device)
         check_timeout(self.timeout_s)
-        if (
-            self.calibration_batches is not None
-            and not self.fixed_batch
-            and (len(set(self.calibration_batches)) < 2 or min(self.calibration_batches) < 1)
-        ):
-            raise TuneError("calibration needs two or more different positive batch sizes")
+        if self.calibration_batches is not None and (not self.calibration_batches or min(self.calibration_batches) < 1):
+            raise TuneError("calibration needs one or more positive batch sizes")

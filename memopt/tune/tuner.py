@@ -68,11 +68,11 @@ from memopt.tune.policy import (
     SearchState,
     Stop,
     best_attempt,
-    format_mib,
     names,
     next_step,
 )
 from memopt.tune.settings import TuneCancelled, TuneError, TuneSettings
+from memopt.units import format_mib
 
 __all__ = ["Tuner"]
 
@@ -252,7 +252,7 @@ class Tuner:
         self._emit(
             StageFinished(
                 "calibrate",
-                f"model: static {format_mib(model.static_bytes)} + {format_mib(model.per_sample_bytes)}/sample",
+                f"model: {model.describe()}",
                 time.monotonic() - started,
             )
         )
@@ -423,10 +423,7 @@ class Tuner:
                 self.model = self.model.with_observation(Observation(result.batch_size, on, result.peak_bytes))
             except ModelError:
                 return line
-            if record.plans:
-                line += f"; model recalibrated (plan effectiveness {self.model.global_effectiveness:.2f})"
-            else:
-                line += "; model recalibrated"
+            line += f"; model recalibrated: {self.model.describe()}"
         return line
 
     # -- auto-search ------------------------------------------------------------------------

@@ -1,0 +1,282 @@
+"""Activation memory of one training step, simulated on the training graph at given dims.
+
+The execution training graph is walked in the order ORT runs it (forward, YieldOp,
+backward): every node's outputs are allocated when it runs and freed after their last
+consumer; graph outputs (the gradients) stay until the step ends. The peak of that
+timeline is the step's activation peak. A recompute config is applied the way ORT's
+memory optimizer rewrites the graph: each recomputed subgraph is cloned and inserted just
+before the first backward consumer of the stashed tensor, its backward consumers read the
+clone, and the original is freed after its last forward use.
+
+What ORT's allocator adds is modelled where it is structural:
+- view ops (Reshape, Squeeze, Unsqueeze, Flatten, Identity, ExpandDims) share their
+  input's buffer, so they allocate nothing and keep that buffer alive;
+- element-wise ops write into an input that dies at them when sizes match (ORT's
+  planner reuses the buffer), so that step holds one copy, not two;
+- at the YieldOp, PyTorch computes the loss on the yielded outputs: one copy of them
+  (the loss's saved intermediate, e.g. log-softmax) is live there, besides the gradients
+  PyTorch hands back, which are the YieldOp's outputs.
+Arena effects (fragmentation, chunk rounding) are not modelled here; the memory model
+learns them as a scale on the simulated peak from measured trials.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from memopt.graph.training_graph import Node, TrainingGraph
+from memopt.scan.detect import element_size
+from memopt.scan.modules import module_path
+
+__all__ = ["ActivationSimulator", "Recompute", "Timeline", "simulate"]
+
+_VIEWS = frozenset({"Reshape", "Squeeze", "Unsqueeze", "Flatten", "Identity", "ExpandDims"})
+# Ops whose CPU/CUDA kernels ORT lets write into their first input (MayInplace(0, 0)).
+_IN_PLACE = frozenset(
+    {
+        "Add",
+        "Sub",
+        "Mul",
+        "Div",
+        "Relu",
+        "Gelu",
+        "FastGelu",
+        "BiasGelu",
+        "GeluGrad",
+        "BiasGeluGrad_dX",
+        "Dropout",
+        "BitmaskDropout",
+        "DropoutGrad",
+        "BitmaskDropoutGrad",
+        "Where",
+        "Cast",
+        "Softmax",
+        "SoftmaxGrad_13",
+        "Sigmoid",
+        "Tanh",
+        "Neg",
+        "Sqrt",
+        "Pow",
+    }
+)
+_CONCATS = frozenset({"Concat", "ConcatTraining"})
+
+
+@dataclass(frozen=True)
+class Recompute:
+    """One recomputed subgraph: its nodes in topological order, the entry node last."""
+
+    entry: str
+    nodes: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Timeline:
+    """The simulated step: its activation peak and where it happens."""
+
+    peak_bytes: float
+    peak_node: str  # the node running at the peak ("" for an empty graph)
+    peak_op: str
+    phase: str  # "forward", "loss" (at the YieldOp) or "backward"
+    module: str | None  # the torch module of the node at the peak, when its name tells
+    recomputed_at_peak: bool  # the node at the peak is a recompute clone
+    step_count: int
+
+    def where(self) -> str:
+        place = f" in {self.module}" if self.module else ""
+        clone = " (recomputed)" if self.recomputed_at_peak else ""
+        return f"{self.phase}{place}, at {self.peak_op}{clone}"
+
+
+@dataclass(frozen=True)
+class _Step:
+    node: Node
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    recomputed: bool
+
+
+def simulate(graph: TrainingGraph, dims: Mapping[str, int], recompute: Iterable[Recompute] = ()) -> Timeline:
+    """The activation timeline of one training step of ``graph`` at ``dims`` with ``recompute`` applied."""
+    steps, yield_index = _schedule(graph, tuple(recompute))
+    sizes = _Sizes(graph, dims)
+    for step in steps:
+        if step.recomputed:
+            for original, clone in zip(step.node.outputs, step.outputs):
+                sizes.alias(clone, original)
+
+    # Buffers: a view shares its input's buffer; an in-place op takes over an input that dies there.
+    last_use: dict[str, int] = {}
+    for index, step in enumerate(steps):
+        for name in step.inputs:
+            if name:
+                last_use[name] = index
+    outputs = set(graph.graph_outputs)
+    buffer_of: dict[str, str] = {}
+    buffer_last: dict[str, int] = {}
+    buffer_size: dict[str, float] = {}
+    live = 0.0
+    peak, peak_index = 0.0, -1
+    for index, step in enumerate(steps):
+        allocated = 0.0
+        for position, name in enumerate(step.outputs):
+            if not name:
+                continue
+            source = step.inputs[0] if step.inputs else ""
+            if position == 0 and step.node.op_type in _VIEWS and source in buffer_of:
+                buffer_of[name] = buffer_of[source]
+            elif (
+                position == 0
+                and step.node.op_type in _IN_PLACE
+                and source in buffer_of
+                and source not in outputs
+                and buffer_last.get(buffer_of[source], -1) <= index
+                and last_use.get(source, -1) == index
+                and buffer_size[buffer_of[source]] == sizes.of(name, step)
+            ):
+                buffer_of[name] = buffer_of[source]
+            else:
+                buffer_of[name] = name
+                buffer_size[name] = sizes.of(name, step)
+                allocated += buffer_size[name]
+            buffer = buffer_of[name]
+            end = len(steps) if name in outputs else last_use.get(name, index)
+            buffer_last[buffer] = max(buffer_last.get(buffer, index), end)
+        live += allocated
+        transient = sizes.yielded(step) if index == yield_index else 0.0
+        if live + transient > peak:
+            peak, peak_index = live + transient, index
+        # Free every buffer whose last use is this step (buffer_last only grows, so check at the end).
+        for name in step.inputs + step.outputs:
+            dying = buffer_of.get(name)
+            if dying is not None and buffer_last.get(dying) == index and dying in buffer_size:
+                live -= buffer_size.pop(dying)
+    if peak_index < 0:
+        return Timeline(0.0, "", "", "forward", None, False, len(steps))
+    at = steps[peak_index]
+    phase = (
+        "forward"
+        if yield_index is None or peak_index < yield_index
+        else "loss"
+        if peak_index == yield_index
+        else "backward"
+    )
+    return Timeline(peak, at.node.name, at.node.op_type, phase, module_path(at.node.name), at.recomputed, len(steps))
+
+
+def _schedule(graph: TrainingGraph, recompute: Sequence[Recompute]) -> tuple[list[_Step], int | None]:
+    """ORT's execution order with the recomputed subgraphs inserted, and the YieldOp's position."""
+    nodes = graph.nodes
+    yield_order = next((n.order for n in nodes if n.op_type == "YieldOp"), None)
+    by_name = {node.name: node for node in nodes}
+    # A node shared by several recomputed subgraphs is cloned once, before the earliest consumer.
+    insert_at: dict[str, int] = {}
+    rewired: dict[int, dict[str, str]] = {}
+    for plan in recompute:
+        members = [by_name[name] for name in plan.nodes if name in by_name]
+        entry = by_name.get(plan.entry)
+        if entry is None or not members or yield_order is None:
+            continue
+        stashed = [out for out in entry.outputs if out and any(c > yield_order for c in graph.consumers.get(out, []))]
+        first = min((c for out in stashed for c in graph.consumers.get(out, []) if c > yield_order), default=None)
+        if first is None:
+            continue
+        for node in members:
+            insert_at[node.name] = min(insert_at.get(node.name, first), first)
+        for out in stashed:
+            for consumer in graph.consumers.get(out, []):
+                if consumer > yield_order:
+                    rewired.setdefault(consumer, {})[out] = _clone_name(out)
+    cloned = {out for name in insert_at for out in by_name[name].outputs if out}
+    inserted: dict[int, list[_Step]] = {}
+    for name in sorted(insert_at, key=lambda n: by_name[n].order):
+        node = by_name[name]
+        clone = _Step(
+            node,
+            tuple(_clone_name(i) if i in cloned else i for i in node.inputs),
+            tuple(_clone_name(o) if o else "" for o in node.outputs),
+            True,
+        )
+        inserted.setdefault(insert_at[name], []).append(clone)
+    steps: list[_Step] = []
+    yield_index = None
+    for node in nodes:
+        steps.extend(inserted.get(node.order, ()))
+        mapping = rewired.get(node.order, {})
+        if node.order == yield_order:
+            yield_index = len(steps)
+        steps.append(_Step(node, tuple(mapping.get(name, name) for name in node.inputs), node.outputs, False))
+    return steps, yield_index
+
+
+def _clone_name(name: str) -> str:
+    return f"{name}_recompute"
+
+
+class _Sizes:
+    """Bytes of each tensor at the dims; unknown shapes are sized from the node's inputs."""
+
+    def __init__(self, graph: TrainingGraph, dims: Mapping[str, int]) -> None:
+        self._graph = graph
+        self._dims = dims
+        self._known: dict[str, float] = {}
+        self._aliases: dict[str, str] = {}
+        self._yield_inputs: dict[str, float] = {}
+
+    def alias(self, clone: str, original: str) -> None:
+        if clone:
+            self._aliases[clone] = original
+
+    def of(self, name: str, step: _Step) -> float:
+        name = self._aliases.get(name, name)
+        if name not in self._known:
+            exact = self._exact(name)
+            if exact is None:
+                inputs = [self._exact(self._aliases.get(i, i)) or self._known.get(i, 0.0) for i in step.inputs if i]
+                exact = sum(inputs) if step.node.op_type in _CONCATS else max(inputs, default=0.0)
+            self._known[name] = exact
+        return self._known[name]
+
+    def yielded(self, step: _Step) -> float:
+        """One copy of the outputs handed to PyTorch's loss at the YieldOp."""
+        return sum(self._exact(name) or 0.0 for name in step.inputs if name)
+
+    def _exact(self, name: str) -> float | None:
+        info = self._graph.tensor(name)
+        if info.dims is None:
+            return None
+        size = element_size(info.elem_type) or 4
+        if any(d is None for d in info.dims):
+            return None
+        return float(size) * math.prod(
+            float(d) if isinstance(d, int) else float(self._dims.get(d, 1)) for d in info.dims if d is not None
+        )
+
+
+class ActivationSimulator:
+    """``simulate`` for one graph and its plans, memoised: the planner asks for many configs."""
+
+    def __init__(self, graph: TrainingGraph, plans: Mapping[str, Sequence[Recompute]], source: str | None = None):
+        self.graph = graph
+        self.plans = {key: tuple(recomputes) for key, recomputes in plans.items()}
+        self.source = source  # the ONNX file the graph was loaded from, when known
+        self._cache: dict[tuple[object, ...], Timeline] = {}
+
+    def timeline(
+        self, dims: Mapping[str, int], plans: Iterable[str] = (), counts: Mapping[str, int] | None = None
+    ) -> Timeline:
+        """The step at ``dims`` with ``plans`` on (the first ``counts[key]`` occurrences where given)."""
+        counts = counts or {}
+        chosen = tuple(sorted(set(plans)))
+        partial = tuple(sorted((key, count) for key, count in counts.items() if key in chosen and count >= 0))
+        memo = (tuple(sorted(dims.items())), chosen, partial)
+        if memo not in self._cache:
+            recompute = [
+                r
+                for key in chosen
+                for r in self.plans.get(key, ())[: counts[key] if counts.get(key, -1) >= 0 else None]
+            ]
+            self._cache[memo] = simulate(self.graph, dims, recompute)
+        return self._cache[memo]
