@@ -8,36 +8,64 @@ fit rate, the overrun, the prediction error (of the peak and of its activation p
 less the calibrated fixed part) and the recompute-cost estimate against the measured
 step-time increase (medians of the measured steps).
 
-    .venv/bin/python bench/bench_memory_model.py [--cases gpt:tiny:64:256,gpt:tiny:64:512] [--runs-dir DIR]
+    .venv/bin/python bench/bench_memory_model.py [--cases gpt:tiny:64:256:n_layer=8,…] [--tune] [--runs-dir DIR]
+
+A case is ``recipe:size:seq:batch[:key=value…]`` (``-o`` options). The reference trials run
+in a folder of their own, so the model never sees them. ``--tune`` also runs ``memopt tune
+--no-tui`` per case and budget and reports the training runs and wall time to a verified
+config.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import shlex
 import statistics
+import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
+from memopt.cli.options import parse_option_value
 from memopt.predict.calibrate import calibrate
 from memopt.predict.planner import DEFAULT_MARGIN, choose_plans
 from memopt.run.journal import Journal
 from memopt.run.trials import TrialSpec, run_trial
 
 FRACTIONS = (0.80, 0.90, 0.95)
-DEFAULT_CASES = "gpt:tiny:64:256,gpt:tiny:64:512,bert:tiny:64:256,bert:tiny:64:512"
+DEFAULT_CASES = (
+    "gpt:tiny:64:128:n_layer=8,gpt:tiny:64:256:n_layer=8,"
+    "bert:tiny:64:128:n_layer=8,bert:tiny:64:256:n_layer=8,"
+    "hf:llama:tiny:64:32:num_hidden_layers=8,hf:llama:tiny:64:64:num_hidden_layers=8"
+)
 
 
-def bench_case(recipe: str, size: str, seq: int, batch: int, runs_dir: Path, steps: int) -> list[dict[str, Any]]:
-    options: dict[str, Any] = {"size": size, "seq_len": seq}
-    journal = Journal.in_folder(runs_dir)
-    baseline = run_trial(TrialSpec(recipe, batch, options, (), steps), runs_dir, journal=journal, resume=True)
+def parse_case(item: str) -> tuple[str, str, int, int, dict[str, Any]]:
+    """``recipe:size:seq:batch[:key=value…]``; an ``hf:`` recipe keeps its prefix."""
+    parts = item.split(":")
+    if parts[0] == "hf":
+        parts = [f"hf:{parts[1]}", *parts[2:]]
+    recipe, size, seq, batch, *pairs = parts
+    extra = {key: parse_option_value(value) for key, value in (pair.split("=", 1) for pair in pairs)}
+    return recipe, size, int(seq), int(batch), extra
+
+
+def bench_case(
+    recipe: str, size: str, seq: int, batch: int, extra: dict[str, Any], runs_dir: Path, steps: int
+) -> list[dict[str, Any]]:
+    options: dict[str, Any] = {"size": size, "seq_len": seq, **extra}
+    name = f"{recipe.replace(':', '-')}-{size}-s{seq}-b{batch}"
+    reference_dir = runs_dir / f"{name}-reference"  # the measured truth, out of the model's sight
+    model_dir = runs_dir / f"{name}-model"
+    journal = Journal.in_folder(reference_dir)
+    baseline = run_trial(TrialSpec(recipe, batch, options, (), steps), reference_dir, journal=journal, resume=True)
     assert baseline.ran and baseline.peak_bytes, baseline.error
-    cal = calibrate(recipe, batch, options=options, runs_dir=runs_dir, steps=steps)
+    cal = calibrate(recipe, batch, options=options, runs_dir=model_dir, steps=steps)
     model = cal.model
-    rows = []
+    rows: list[dict[str, Any]] = []
     no_config = model.baseline(batch)
     rows.append(_row(recipe, size, seq, batch, "no config", None, no_config, baseline, model.static_bytes, 0.0, None))
     for fraction in FRACTIONS:
@@ -53,7 +81,7 @@ def bench_case(recipe: str, size: str, seq: int, batch: int, runs_dir: Path, ste
         )
         trial = run_trial(
             TrialSpec(recipe, batch, options, plan.entries, steps),
-            runs_dir,
+            reference_dir,
             journal=journal,
             budget_bytes=budget,
             predicted_peak_bytes=int(plan.predicted_bytes),
@@ -77,7 +105,46 @@ def bench_case(recipe: str, size: str, seq: int, batch: int, runs_dir: Path, ste
                 extra,
             )
         )
-    return rows
+    label = f"{recipe} {size} seq {seq} {' '.join(f'{k}={v}' for k, v in extra.items())}".strip()
+    return [{**row, "case": label} for row in rows]
+
+
+def tune_case(
+    recipe: str, size: str, seq: int, batch: int, extra: dict[str, Any], runs_dir: Path, steps: int, budget: int
+) -> dict[str, Any]:
+    """``memopt tune --no-tui --json`` in a folder of its own: its training runs (the graph probe
+    excluded) and wall time to a verified config."""
+    folder = runs_dir / f"tune-{recipe.replace(':', '-')}-{size}-s{seq}-b{batch}-{budget}"
+    pairs = [arg for key, value in extra.items() for arg in ("-o", f"{key}={value}")]
+    command = [
+        *(sys.executable, "-m", "memopt", "tune", recipe, "--size", size, "--seq", str(seq), *pairs),
+        *("--target-batch", str(batch), "--budget", f"{budget}B", "--steps", str(steps)),
+        *("--no-tui", "--json", "--runs-dir", str(folder)),
+    ]
+    started = time.monotonic()
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    wall = time.monotonic() - started
+    if done.returncode not in (0, 3):
+        raise RuntimeError(f"tune failed ({done.returncode}): {done.stderr.strip()[-500:]}")
+    summary = json.loads(done.stdout)
+    trials = [t for t in summary["trials"] if not t["reused"] and t["outcome"] != "cancelled"]
+    best = summary["best"]
+    return {
+        "case": f"{recipe} {size} seq {seq} {' '.join(f'{k}={v}' for k, v in extra.items())}".strip(),
+        "batch": batch,
+        "budget": budget,
+        "status": summary["status"],
+        "runs": len(trials),
+        "wall_s": wall,
+        "plans": best["plans"] if best else [],
+        "peak": best["peak_bytes"] if best else None,
+        "step_s": best["median_step_s"] if best else None,
+        "errors": [
+            100 * (t["predicted_bytes"] - t["peak_bytes"]) / t["peak_bytes"]
+            for t in trials
+            if t["predicted_bytes"] and t["peak_bytes"]
+        ],
+    }
 
 
 def _row(
@@ -112,15 +179,23 @@ def _row(
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--cases", default=DEFAULT_CASES, help="recipe:size:seq:batch, comma-separated")
+    parser.add_argument("--cases", default=DEFAULT_CASES, help="recipe:size:seq:batch[:key=value…], comma-separated")
     parser.add_argument("--steps", type=int, default=3)
+    parser.add_argument("--tune", action="store_true", help="also run memopt tune per case and budget")
     parser.add_argument("--runs-dir", type=Path, default=None)
     args = parser.parse_args()
     runs_dir = args.runs_dir or Path(tempfile.mkdtemp(prefix="memopt-bench-"))
     rows = []
+    tuned = []
     for item in args.cases.split(","):
-        recipe, size, seq, batch = item.split(":")
-        rows += bench_case(recipe, size, int(seq), int(batch), runs_dir, args.steps)
+        case = parse_case(item)
+        case_rows = bench_case(*case, runs_dir, args.steps)
+        rows += case_rows
+        if args.tune:
+            for row in case_rows:
+                if row["budget"] is not None:
+                    tuned.append(tune_case(*case, runs_dir, args.steps, row["budget"]))
+                    print(json.dumps(tuned[-1]), file=sys.stderr, flush=True)
     mib = 2**20
     print(f"Command: `{' '.join(shlex.quote(a) for a in ['.venv/bin/python', *sys.argv])}`\n")
     print(
@@ -156,7 +231,29 @@ def main() -> int:
             f"recompute cost: median |estimate − measured extra step time| {100 * ratio:.0f}% of the measured ({len(costed)} trials)"
         )
     print(f"median trial {statistics.median(r['wall_s'] for r in rows):.1f} s wall; runs in {runs_dir}")
+    if tuned:
+        _print_tuned(tuned)
     return 0
+
+
+def _print_tuned(tuned: list[dict[str, Any]]) -> None:
+    mib = 2**20
+    print(
+        "\n| case | batch | budget MiB | status | training runs | wall s | final plans | peak MiB | prediction errors % |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|")
+    for t in tuned:
+        peak = f"{t['peak'] / mib:.1f}" if t["peak"] else "-"
+        errors = ", ".join(f"{e:+.1f}" for e in t["errors"]) or "-"
+        print(
+            f"| {t['case']} | {t['batch']} | {t['budget'] / mib:.1f} | {t['status']} | {t['runs']} | "
+            f"{t['wall_s']:.0f} | {len(t['plans'])} | {peak} | {errors} |"
+        )
+    verified = [t for t in tuned if t["status"] == "verified"]
+    print(
+        f"\nverified {len(verified)}/{len(tuned)}; median training runs {statistics.median(t['runs'] for t in tuned):g}"
+        f" (calibration included), median wall {statistics.median(t['wall_s'] for t in tuned):.0f} s"
+    )
 
 
 if __name__ == "__main__":

@@ -61,7 +61,8 @@ class FakeRunner:
             Recompute(o.entry, o.nodes) for p in self.prepared.report.patterns if p.key in plans for o in p.occurrences
         ]
         return (
-            self.static_bytes + self.allocator_scale * simulate(self.prepared.target.graph, dims, recompute).peak_bytes
+            self.static_bytes
+            + self.allocator_scale * simulate(self.prepared.target.graph, dims, recompute).resident_bytes
         )
 
     def __call__(

@@ -145,7 +145,7 @@ def test_over_budget_trial_exits_1(trials_dir: Path, baseline) -> None:
         str(trials_dir),
         "--resume",
     )
-    assert run.returncode == 1, run.stderr
+    assert run.returncode == 3, run.stderr
     assert ": over budget" in run.stdout and "OVER" in run.stdout
 
 

@@ -13,7 +13,7 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
-from memopt.cli import app, console
+from memopt.cli import EXIT_DOES_NOT_FIT, app, console
 from memopt.cli.options import (
     CommandOption,
     DeviceOption,
@@ -42,6 +42,7 @@ from memopt.run.command import is_command
 from memopt.run.journal import Journal
 from memopt.run.trials import (
     DEFAULT_STEPS,
+    Outcome,
     TrialSpec,
     parse_trial_config,
     run_trial,
@@ -147,6 +148,8 @@ def trial_command(
         for warning in dict.fromkeys((*validated.warnings, *result.config_warnings)):
             console.print(f"[yellow]warning:[/] {escape(warning)}", highlight=False, soft_wrap=True)
         print_trial(result)
+    if result.outcome in (Outcome.OVER_BUDGET, Outcome.OUT_OF_MEMORY):
+        sys.exit(EXIT_DOES_NOT_FIT)
     if not result.ok:
         sys.exit(1)
 

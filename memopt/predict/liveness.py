@@ -27,6 +27,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from memopt.graph.training_graph import Node, TrainingGraph
+from memopt.predict.arena import BFCArena
 from memopt.scan.detect import element_size
 from memopt.scan.modules import module_path
 
@@ -62,6 +63,9 @@ _IN_PLACE = frozenset(
     }
 )
 _CONCATS = frozenset({"Concat", "ConcatTraining"})
+# Steps simulated for the arena: the first grows it, the second starts from its free regions
+# and settles where every later step goes.
+_ARENA_STEPS = 2
 
 
 @dataclass(frozen=True)
@@ -83,6 +87,8 @@ class Timeline:
     module: str | None  # the torch module of the node at the peak, when its name tells
     recomputed_at_peak: bool  # the node at the peak is a recompute clone
     step_count: int
+    # The arena's high-water mark over repeated steps: the pages it handed out (see arena.py).
+    resident_bytes: float = 0.0
 
     def where(self) -> str:
         place = f" in {self.module}" if self.module else ""
@@ -106,8 +112,46 @@ def simulate(graph: TrainingGraph, dims: Mapping[str, int], recompute: Iterable[
         if step.recomputed:
             for original, clone in zip(step.node.outputs, step.outputs):
                 sizes.alias(clone, original)
+    events = _buffer_events(graph, steps, sizes)
 
-    # Buffers: a view shares its input's buffer; an in-place op takes over an input that dies there.
+    live = 0.0
+    peak, peak_index = 0.0, -1
+    arena = BFCArena()
+    resident = 0.0
+    for repeat in range(_ARENA_STEPS):
+        for index, (allocated, freed) in enumerate(events):
+            for buffer, size in allocated:
+                arena.allocate((repeat, buffer), size)
+                live += size
+            transient = sizes.yielded(steps[index]) if index == yield_index else 0.0
+            if repeat == 0 and live + transient > peak:
+                peak, peak_index = live + transient, index
+            resident = max(resident, arena.touched_bytes + transient)
+            for buffer, size in freed:
+                arena.free((repeat, buffer))
+                live -= size
+    if peak_index < 0:
+        return Timeline(0.0, "", "", "forward", None, False, len(steps))
+    at = steps[peak_index]
+    phase = (
+        "forward"
+        if yield_index is None or peak_index < yield_index
+        else "loss"
+        if peak_index == yield_index
+        else "backward"
+    )
+    return Timeline(
+        peak, at.node.name, at.node.op_type, phase, module_path(at.node.name), at.recomputed, len(steps), resident
+    )
+
+
+def _buffer_events(
+    graph: TrainingGraph, steps: Sequence[_Step], sizes: _Sizes
+) -> list[tuple[list[tuple[str, float]], list[tuple[str, float]]]]:
+    """Per step, the buffers allocated before it runs and those freed after it, with their bytes.
+
+    A view shares its input's buffer; an in-place op takes over an input that dies there;
+    the graph's outputs (the gradients) are freed when the step ends."""
     last_use: dict[str, int] = {}
     for index, step in enumerate(steps):
         for name in step.inputs:
@@ -117,10 +161,9 @@ def simulate(graph: TrainingGraph, dims: Mapping[str, int], recompute: Iterable[
     buffer_of: dict[str, str] = {}
     buffer_last: dict[str, int] = {}
     buffer_size: dict[str, float] = {}
-    live = 0.0
-    peak, peak_index = 0.0, -1
+    events: list[tuple[list[tuple[str, float]], list[tuple[str, float]]]] = []
     for index, step in enumerate(steps):
-        allocated = 0.0
+        allocated: list[tuple[str, float]] = []
         for position, name in enumerate(step.outputs):
             if not name:
                 continue
@@ -140,30 +183,20 @@ def simulate(graph: TrainingGraph, dims: Mapping[str, int], recompute: Iterable[
             else:
                 buffer_of[name] = name
                 buffer_size[name] = sizes.of(name, step)
-                allocated += buffer_size[name]
+                allocated.append((name, buffer_size[name]))
             buffer = buffer_of[name]
             end = len(steps) if name in outputs else last_use.get(name, index)
             buffer_last[buffer] = max(buffer_last.get(buffer, index), end)
-        live += allocated
-        transient = sizes.yielded(step) if index == yield_index else 0.0
-        if live + transient > peak:
-            peak, peak_index = live + transient, index
         # Free every buffer whose last use is this step (buffer_last only grows, so check at the end).
+        freed: list[tuple[str, float]] = []
         for name in step.inputs + step.outputs:
             dying = buffer_of.get(name)
             if dying is not None and buffer_last.get(dying) == index and dying in buffer_size:
-                live -= buffer_size.pop(dying)
-    if peak_index < 0:
-        return Timeline(0.0, "", "", "forward", None, False, len(steps))
-    at = steps[peak_index]
-    phase = (
-        "forward"
-        if yield_index is None or peak_index < yield_index
-        else "loss"
-        if peak_index == yield_index
-        else "backward"
-    )
-    return Timeline(peak, at.node.name, at.node.op_type, phase, module_path(at.node.name), at.recomputed, len(steps))
+                freed.append((dying, buffer_size.pop(dying)))
+        events.append((allocated, freed))
+    if events:
+        events[-1][1].extend(buffer_size.items())  # what is left: the gradients, released after the step
+    return events
 
 
 def _schedule(graph: TrainingGraph, recompute: Sequence[Recompute]) -> tuple[list[_Step], int | None]:

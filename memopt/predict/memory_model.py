@@ -119,7 +119,7 @@ class MemoryModel:
         """Predicted activation bytes at the peak (the prediction less the fixed part)."""
         if self.simulator is None:
             return self.predict(batch_size, plans, counts).peak_bytes - self.static_bytes
-        return self.activation_scale * self.timeline(batch_size, plans, counts).peak_bytes
+        return self.activation_scale * self.timeline(batch_size, plans, counts).resident_bytes
 
     def describe(self) -> str:
         """One line: what the model adds up."""
@@ -149,7 +149,7 @@ class MemoryModel:
         plan = self.plan(key)
         if self.simulator is not None:
             counts = {} if count is None else {key: count}
-            return self.timeline(batch_size).peak_bytes - self.timeline(batch_size, (key,), counts).peak_bytes
+            return self.timeline(batch_size).resident_bytes - self.timeline(batch_size, (key,), counts).resident_bytes
         dims = self.dims(batch_size)
         if count is None or count < 0 or count >= plan.frequency or not plan.occurrences:
             return _evaluate(plan.saving, dims)
@@ -336,7 +336,7 @@ def _fit_simulated(
     if not observations:
         raise ModelError("the memory model needs one measured trial to calibrate its fixed part")
     model = MemoryModel(batch_symbols, fixed_dims, plans, 0.0, 0.0, observations=observations, simulator=simulator)
-    x = np.array([model.timeline(o.batch_size, o.plans, o.counts).peak_bytes for o in observations])
+    x = np.array([model.timeline(o.batch_size, o.plans, o.counts).resident_bytes for o in observations])
     y = np.array([o.peak_bytes for o in observations], dtype=float)
     scale = 1.0
     if len(x) >= 2 and x.max() - x.min() >= _SCALE_SPREAD * x.max():

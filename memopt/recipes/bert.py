@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import torch
 from torch import nn
@@ -84,8 +85,10 @@ class Bert(nn.Module):
         return hidden @ self.tok_emb.weight.t() + self.mlm_bias
 
 
-def build_model(size: str = "base") -> Bert:
-    return Bert(SIZES[size])
+def build_model(size: str = "base", n_layer: int | None = None) -> Bert:
+    """``n_layer`` overrides the size's depth."""
+    cfg = SIZES[size]
+    return Bert(replace(cfg, n_layer=n_layer) if n_layer else cfg)
 
 
 def make_batch(
