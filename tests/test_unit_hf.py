@@ -113,6 +113,9 @@ def test_no_architecture_needs_a_task(tmp_path: Path) -> None:
         ("hf:gpt2", {"attn_implementation": "sdpa"}, "ORTModule cannot export Hugging Face's sdpa attention"),
         ("hf:llama", {"attn_implementation": "flash_attention_2"}, "leave attn_implementation at eager"),
         ("hf:gpt2", {"n_layers": 2}, "its gpt2 config has no field 'n_layers'"),
+        ("hf:gpt2", {"n_layer": "abc"}, "-o n_layer='abc': its gpt2 config holds an integer there"),
+        ("hf:gpt2", {"n_layer": 2.5}, "-o n_layer=2.5: its gpt2 config holds an integer there"),
+        ("hf:gpt2", {"use_cache": "yes"}, "-o use_cache='yes': its gpt2 config holds a boolean there"),
         ("hf:gpt2", {"size": "huge"}, "has sizes base, tiny, not 'huge'"),
         ("hf:gpt2", {"size": "tiny", "seq_len": 4096}, "--seq 4096 exceeds the model's 128 positions"),
         ("hf:gpt2", {"target_seq": 8}, "--target-seq applies to seq2seq models"),
@@ -258,3 +261,12 @@ def test_config_emit_with_a_log_refuses_unknown_entries(tmp_path: Path) -> None:
     assert not (tmp_path / "c.json").exists()
     unchecked = memopt("config", "emit", "Nope+", "--ort-version", "1.18")
     assert unchecked.returncode == 0 and "not checked against the model's plans" in unchecked.stderr
+
+
+def test_journal_identity_resolves_names_as_the_loader_does(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "gpt2").mkdir()
+    (tmp_path / "gpt2" / "config.json").write_text(json.dumps({"model_type": "gpt2"}))
+    assert recipe_identity("hf:gpt2") == "hf:gpt2"  # the preset, as the loader takes it, not the folder
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert recipe_identity("hf:~/gpt2") == recipe_identity(f"hf:{tmp_path / 'gpt2'}")

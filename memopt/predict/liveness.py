@@ -16,8 +16,9 @@ What ORT's allocator adds is modelled where it is structural:
 - at the YieldOp, PyTorch computes the loss on the yielded outputs: one copy of them
   (the loss's saved intermediate, e.g. log-softmax) is live there, besides the gradients
   PyTorch hands back, which are the YieldOp's outputs.
-Arena effects (fragmentation, chunk rounding) are not modelled here; the memory model
-learns them as a scale on the simulated peak from measured trials.
+The same allocations and frees, played through ORT's BFC arena over two steps
+(``memopt.predict.arena``), give ``resident_bytes``: the pages the arena handed out, which
+is what the process holds; the memory model predicts from that figure.
 """
 
 from __future__ import annotations

@@ -4,13 +4,14 @@ With the training graph (the normal case):
 
     peak(b, S) = fixed + scale · activations(b, S)
 
-``activations`` is the simulated activation peak of one step (``memopt.predict.liveness``:
-ORT's execution order, each tensor live from its producer to its last consumer, the
-config's recompute applied as ORT rewrites the graph). ``fixed`` (runtime, weights,
-gradients' holders, optimizer state) is what one no-config trial measures beyond the
-simulation; ``scale`` is what the allocator adds on top of the simulated bytes (arena
-chunks, fragmentation), 1.0 until trials with different simulated peaks fit it by least
-squares. A plan's saving is what it takes off the simulated peak, not the bytes it stashes.
+``activations`` is the simulated resident activation memory of a step
+(``memopt.predict.liveness``: ORT's execution order, each tensor live from its producer to
+its last consumer, the config's recompute applied as ORT rewrites the graph, the
+allocations played through ORT's BFC arena). ``fixed`` (runtime, weights, gradients'
+holders, optimizer state) is what a no-config trial measures beyond the simulation;
+``scale`` is what the simulation still misses (kernel workspaces, PyTorch's side of the
+loss), 1.0 until trials with different simulated figures fit it by least squares. A plan's
+saving is what it takes off the simulated figure, not the bytes it stashes.
 
 Without a graph (a saved model whose graph file is gone), the linear form:
 

@@ -229,6 +229,9 @@ def resolve_hf_target(spec: str, options: Mapping[str, Any]) -> HFTarget:
     for key, value in options.items():
         if not hasattr(config, key):
             raise HFError(f"{spec}: its {config.model_type} config has no field {key!r} (-o {key}=…)")
+        expected = _field_kind(getattr(config, key))
+        if expected is not None and _field_kind(value) not in _ACCEPTED_KINDS[expected]:
+            raise HFError(f"{spec}: -o {key}={value!r}: its {config.model_type} config holds {expected} there")
         setattr(config, key, value)
     notes = _default_training_fields(config, options)
     model_class, task = _model_class(spec, config, task, transformers)
@@ -245,6 +248,33 @@ def resolve_hf_target(spec: str, options: Mapping[str, Any]) -> HFTarget:
     config._attn_implementation = "eager"
     display = f"{name} ({size})" if name in PRESETS else name
     return HFTarget(display, config, model_class, task, seq, target, tuple(notes))
+
+
+# What a config field's current value accepts from -o: an int field takes no float, a float
+# field takes an int; a field whose value is None (unset) takes anything.
+_ACCEPTED_KINDS = {
+    "a boolean": ("a boolean",),
+    "an integer": ("an integer",),
+    "a number": ("an integer", "a number"),
+    "text": ("text",),
+    "a list": ("a list",),
+    "a mapping": ("a mapping",),
+}
+
+
+def _field_kind(value: Any) -> str | None:
+    if isinstance(value, bool):
+        return "a boolean"
+    for kind, types in (
+        ("an integer", int),
+        ("a number", float),
+        ("text", str),
+        ("a list", (list, tuple)),
+        ("a mapping", dict),
+    ):
+        if isinstance(value, types):
+            return kind
+    return None
 
 
 def _transformers() -> Any:

@@ -42,6 +42,7 @@ from memopt.ort.config import (
     write_json_config,
 )
 from memopt.ort.version import OrtVersion
+from memopt.recipes.hf import PRESETS as HF_PRESETS
 from memopt.run.budget import Budget, total_ram
 from memopt.run.command import CommandRequest, command_identity, is_command, run_command, target_label
 from memopt.run.journal import Journal
@@ -324,7 +325,9 @@ def recipe_identity(recipe: str) -> str:
     if is_command(recipe):
         return command_identity(recipe)
     if recipe.startswith("hf:"):
-        config = Path(recipe[3:])
+        if recipe[3:] in HF_PRESETS:  # the loader takes a preset's name before any folder of that name
+            return recipe
+        config = Path(recipe[3:]).expanduser()
         config = config / "config.json" if config.is_dir() else config
         if config.is_file():
             return f"hf:{config.resolve()}#{hashlib.sha256(config.read_bytes()).hexdigest()[:16]}"
