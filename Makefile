@@ -22,7 +22,7 @@ setup: $(INSTALLED)
 # RSS on CPU) is over a 1,180 MiB budget, tuned headless to a verified config.
 demo: setup
 	$(BIN)/memopt scan gpt --batch 8 --seq 512 --plot runs/demo-scan.png
-	$(BIN)/memopt tune gpt --size tiny --seq 64 --target-batch 512 --budget 1180MiB --no-tui --runs-dir runs/demo-tune
+	$(BIN)/memopt tune gpt --size tiny -o n_layer=8 --seq 64 --target-batch 128 --budget 1050MiB --no-tui --runs-dir runs/demo-tune
 
 test: setup
 	$(BIN)/python -m pytest

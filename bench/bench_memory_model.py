@@ -129,7 +129,11 @@ def tune_case(
     summary = json.loads(done.stdout)
     trials = [t for t in summary["trials"] if t["outcome"] != "cancelled"]
     first_fit = next(
-        (i + 1 for i, t in enumerate(trials) if t["peak_bytes"] and t["outcome"] == "ok" and t["peak_bytes"] <= budget),
+        (
+            i + 1
+            for i, t in enumerate(trials)
+            if t["batch_size"] == batch and t["outcome"] == "ok" and t["peak_bytes"] and t["peak_bytes"] <= budget
+        ),
         None,
     )
     best = summary["best"]
