@@ -1,17 +1,16 @@
-"""A training graph as ORT sees it: nodes in ORT's topological order, tensors with shapes.
+"""A training graph as ORT sees it: nodes in a topological order, tensors with shapes.
 
-Loaded from the ONNX file ORTModule saves (``memopt_execution_model_training.onnx``).
-File order is taken as analysis order: ORT writes the nodes in a topological order that
-matches the one its memory optimizer walks but for local swaps among independent nodes,
-which follow ORT's internal node indices and are not recorded in the file. Weights are
-dropped after loading; only names, types and shapes stay.
+Loaded from the ONNX file ORTModule saves (``memopt_execution_model_training.onnx``), nodes
+in file order: ORT's default topological order, the one releases up to 1.18 analyse (1.19
+walks another, rebuilt by ``memopt.graph.topology``; ``renumbered`` puts a graph in it).
+Weights are dropped after loading; only names, types and shapes stay.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import onnx
@@ -89,6 +88,13 @@ class TrainingGraph:
                     consumers = self.consumers.setdefault(name, [])
                     if node.order not in consumers:
                         consumers.append(node.order)
+
+    def renumbered(self, sequence: Sequence[int]) -> TrainingGraph:
+        """The same graph with its nodes in ``sequence`` (every node's order once), renumbered."""
+        if sorted(sequence) != list(range(len(self.nodes))):
+            raise ValueError("a node order must list every node once")
+        nodes = [replace(self.nodes[old], order=new) for new, old in enumerate(sequence)]
+        return TrainingGraph(nodes=nodes, tensors=self.tensors, graph_inputs=self.graph_inputs)
 
     def tensor(self, name: str) -> TensorInfo:
         return self.tensors.get(name, TensorInfo(None, None))
