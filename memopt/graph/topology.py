@@ -1,19 +1,23 @@
 """The node orders ORT's memory optimizer walks, rebuilt from a saved training graph.
 
 A saved execution graph lists its nodes in ORT's default topological order (a reverse DFS
-over the session's node indices). ORT 1.19 analyses another order: its training-specific
-"memory efficient" topological sort (``Graph::MemoryEfficientTopologicalSort``, chosen by the
-memory optimizer's ``TOPOLOGICAL_SORT_ALGORITHM``). Its forward part is a reverse DFS from
-the YieldOp's producers that visits, among a node's producers, the one farthest from the
-graph's sources first, so that a long chain (the attention scores) comes before a short
-side branch (the mask built from the inputs) that joins it; Shape and Size nodes follow
-their producer; every other node, the YieldOp first, comes after. The subgraph strings of
-ORT's Plan table list nodes in this order, and only the YieldOp's ancestors count as forward.
+from the graph's leaves over the session's node indices). From 1.18 the memory optimizer
+walks ORT's training-specific "memory efficient" topological sort instead
+(``Graph::MemoryEfficientTopologicalSort``): the forward nodes are the YieldOp's ancestors
+(and the Shape/Size nodes of those), then the YieldOp, then every other node. A backward
+node that needs only forward tensors (the weight gradient's Reshape of the last hidden
+state) can come before the YieldOp in the file but is backward to the analysis, so the
+tensor it reads counts as stashed.
 
-ORT breaks ties between producers at the same distance by node index, which the saved file
-does not record; the file position stands in for it (the earlier node first), which
-reproduced every plan's node order of ORT 1.19.2's VERBOSE search log on tiny GPT-2,
-Llama, Qwen2, T5 and BERT.
+1.18 keeps the forward nodes in the file's order (checked against 1.18.0's VERBOSE search
+log). 1.19 orders them by a reverse DFS from the YieldOp's producers that visits, among a
+node's producers, the one farthest from the graph's sources first, so that a long chain
+(the attention scores) comes before a short side branch (the mask built from the inputs)
+that joins it; Shape and Size nodes follow their producer. The subgraph strings of ORT's
+Plan table list nodes in this order. ORT breaks ties between producers at the same distance
+by node index, which the saved file does not record; the file position stands in for it
+(the earlier node first), which reproduced every plan's node order in 1.19.2's VERBOSE
+search log on tiny GPT-2, Llama, Qwen2, T5 and BERT.
 """
 
 from __future__ import annotations
@@ -28,16 +32,18 @@ __all__ = ["memory_efficient_order"]
 _SHAPE_OPS = ("Shape", "Size")
 
 
-def memory_efficient_order(graph: TrainingGraph) -> list[int]:
-    """Node orders (file positions) in ORT 1.19's memory-efficient order; the YieldOp
-    follows the forward nodes. A graph without a YieldOp keeps its file order."""
+def memory_efficient_order(graph: TrainingGraph, *, deepest_first: bool) -> list[int]:
+    """Node orders (file positions) in ORT's memory-efficient order, the YieldOp right after
+    the forward nodes; those in file order, or (``deepest_first``, 1.19) in 1.19's DFS order.
+    A graph without a YieldOp keeps its file order."""
     yield_op = next((node.order for node in graph.nodes if node.op_type == "YieldOp"), None)
     if yield_op is None:
         return [node.order for node in graph.nodes]
     producers = [_producers(graph, node.order) for node in graph.nodes]
-    distance = _longest_distance(graph, producers)
-    forward = _reverse_dfs(producers[yield_op], producers, distance)
+    forward = _reverse_dfs(producers[yield_op], producers, _longest_distance(graph, producers))
     _place_shape_nodes(graph, producers, forward)
+    if not deepest_first:
+        forward.sort()
     seen = {*forward, yield_op}
     return [*forward, yield_op, *(node.order for node in graph.nodes if node.order not in seen)]
 

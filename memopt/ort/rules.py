@@ -197,10 +197,12 @@ class ReleaseRules:
     # 1.17+: the Plan table is built from the session's execution plan, so a plan whose
     # stashed output aliases another node's buffer is listed combined with that node's plans.
     combines_shared_buffers: bool = False
-    # 1.19: the analysis walks ORT's memory-efficient topological order (forward nodes: the
-    # YieldOp's ancestors, deepest producer first), not the saved graph's file order. It
-    # orders the nodes of each subgraph string and decides which nodes are forward.
+    # 1.18+: the analysis walks ORT's memory-efficient topological order, whose forward
+    # nodes are the YieldOp's ancestors, not the saved graph's file order (see
+    # memopt.graph.topology); 1.19 also orders those deepest producer first, which is the
+    # node order of its subgraph strings.
     memory_efficient_order: bool = False
+    deepest_first: bool = False
 
     def is_recomputable(self, node: Node, level: ProbeLevel) -> bool:
         return self.followed_inputs(node, level) is not None
@@ -238,8 +240,8 @@ def _all_but(node: Node, ignorable: frozenset[int]) -> frozenset[int]:
 _RULES = {
     "1.16": ReleaseRules("1.16", 15, True, StaticEdgeFilter.NONE, False, False, False),
     "1.17": ReleaseRules("1.17", 15, True, StaticEdgeFilter.NONE, False, True, True, False, True),
-    "1.18": ReleaseRules("1.18", 50, True, StaticEdgeFilter.ALL_STATIC, True, True, True, False, True),
-    "1.19": ReleaseRules("1.19", 50, False, StaticEdgeFilter.SMALL_STATIC, True, True, True, True, True, True),
+    "1.18": ReleaseRules("1.18", 50, True, StaticEdgeFilter.ALL_STATIC, True, True, True, False, True, True),
+    "1.19": ReleaseRules("1.19", 50, False, StaticEdgeFilter.SMALL_STATIC, True, True, True, True, True, True, True),
 }
 
 

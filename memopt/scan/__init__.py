@@ -47,7 +47,7 @@ def scan_graph(
     """Analyse ``graph`` with the rules of ``ort_version``; order patterns by saving at ``dims``."""
     rules = rules_for(ort_version)
     if rules.memory_efficient_order:
-        graph = graph.renumbered(memory_efficient_order(graph))
+        graph = graph.renumbered(memory_efficient_order(graph, deepest_first=rules.deepest_first))
     analysis = analyse(graph, rules, level, layer_boundary)
     unknown_dims = UnknownDims()
     savings = [plan_saving(graph, plan, unknown_dims) for plan in analysis.plans]
