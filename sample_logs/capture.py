@@ -479,12 +479,14 @@ class Capture:
 
 def copy_graph(source: Path, target: Path, weights: bool = True) -> None:
     """Copy a graph without its nodes' doc strings (the exporter's Python stack traces: most
-    of the file, and nothing ORT's analysis reads) and, unless ``weights``, its initializers."""
+    of the file, and nothing ORT's analysis reads); unless ``weights``, also without its
+    initializers and value infos (only its nodes are read)."""
     model = onnx.load(str(source))
     for node in model.graph.node:
         node.doc_string = ""
     if not weights:
         del model.graph.initializer[:]
+        del model.graph.value_info[:]
     onnx.save(model, str(target))
 
 
