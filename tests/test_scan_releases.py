@@ -17,6 +17,7 @@ from memopt.scan.parity import captured_cases, captured_parity
 
 SAMPLES = Path(__file__).parent.parent / "sample_logs"
 
+
 @pytest.mark.parametrize(("release", "model", "scenario"), captured_cases(SAMPLES))
 def test_scan_matches_the_release(release: str, model: str, scenario: str) -> None:
     parity = captured_parity(SAMPLES, release, model, scenario)
