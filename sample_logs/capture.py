@@ -17,8 +17,9 @@ Each scenario runs ``python -m memopt probe <recipe> --size tiny --batch 4 --dev
 (the ``hf-*`` models: ``sample_logs/hf_tiny.py -o arch=<arch>``)
 in a child process; its ``ort.log`` is copied to ``sample_logs/<version>/<recipe>-<scenario>-<level>.log``
 with this machine's paths replaced (``<repo>``, ``<ort-cache>``, ``<run>``, ``~``), the
-no-config run's execution training graph to ``sample_logs/graphs/<version>/<recipe>.onnx``,
-and ``sample_logs/MANIFEST.json`` describes every file (entries of versions not re-run
+no-config run's execution training graph to ``sample_logs/graphs/<version>/<recipe>.onnx``
+(and the graph ORTModule handed its session, without weights, to
+``sample_logs/graphs/<version>/session-input/<recipe>.onnx``: ORT's node indices), and ``sample_logs/MANIFEST.json`` describes every file (entries of versions not re-run
 are kept). The valid configs are built from the plans/subgraphs ORT printed in the
 no-config run of the same release and recipe.
 """
@@ -50,6 +51,9 @@ NUMPY1_SPEC = "numpy==1.26.4"
 BATCH = 4
 SIZE = "tiny"
 EXECUTION_GRAPH = "memopt_execution_model_training.onnx"
+# The graph ORTModule handed its session: its node positions are ORT's node indices.
+SESSION_INPUT_GRAPH = "memopt_optimized_training.onnx"
+SESSION_INPUTS = "session-input"
 # Recipe name -> what `memopt probe` is given. castmask (in this folder) has an up-cast kept
 # for backward, so ORT prints a compromise plan; the built-in tiny recipes print none on CPU.
 # hf-* are tiny Hugging Face models (hf_tiny.py, here) trained on their own loss.
@@ -453,6 +457,17 @@ class Capture:
                     "scenario": "no-config", "env": {}, "log_level": "INFO", "status": "ok", "returncode": 0,
                     "note": f"{EXECUTION_GRAPH} of the run logged in {release.version}/{recipe}-no-config-info.log",
                 })
+            session_input = run_dir / "onnx" / SESSION_INPUT_GRAPH
+            if graph.is_file() and session_input.is_file():
+                target = self.out / "graphs" / release.version / SESSION_INPUTS / f"{recipe}.onnx"
+                target.parent.mkdir(parents=True, exist_ok=True)
+                copy_graph(session_input, target, weights=False)
+                self.entries.append({
+                    "file": str(target.relative_to(self.out)), "kind": "graph", "version": release.version,
+                    "package": release.spec.partition("==")[0], "recipe": recipe, "size": SIZE, "probe_args": RECIPES[recipe], "batch": BATCH,
+                    "scenario": "no-config", "env": {}, "log_level": "INFO", "status": "ok", "returncode": 0,
+                    "note": f"{SESSION_INPUT_GRAPH} (without weights) of the run logged in {release.version}/{recipe}-no-config-info.log",
+                })
             if release.minor == (1, 16) and recipe == "gpt":
                 self.record(release, paths, recipe, base, "VERBOSE")
             if recipe in CHEAP:
@@ -462,12 +477,16 @@ class Capture:
                     self.record(release, paths, recipe, scenario, level)
 
 
-def copy_graph(source: Path, target: Path) -> None:
-    """Copy an execution graph without its nodes' doc strings (the exporter's Python stack
-    traces: most of the file, and nothing ORT's analysis reads)."""
+def copy_graph(source: Path, target: Path, weights: bool = True) -> None:
+    """Copy a graph without its nodes' doc strings (the exporter's Python stack traces: most
+    of the file, and nothing ORT's analysis reads); unless ``weights``, also without its
+    initializers and value infos (only its nodes are read)."""
     model = onnx.load(str(source))
     for node in model.graph.node:
         node.doc_string = ""
+    if not weights:
+        del model.graph.initializer[:]
+        del model.graph.value_info[:]
     onnx.save(model, str(target))
 
 

@@ -36,6 +36,20 @@ def test_same_plans_as_ort_1_19(recipe: str, tiny_probe: Callable[[str], CliRun]
     assert {p.key for p in report.patterns} == {p.config_key for p in summary.plans}
 
 
+@pytest.mark.parametrize("name", ["llama", "gpt2", "t5"])
+def test_hf_scan_lists_the_cells_ort_prints_at_the_users_batch(name: str, tmp_path: Path) -> None:
+    """``memopt scan hf:NAME`` (its own probe, evaluated at batch 4 x 64 tokens) lists the
+    Configs cells and frequencies of the Plan table ORT prints training at that batch; the
+    rotary (Llama) and attention-mask (GPT-2, T5) strings follow ORT's own node order."""
+    sizes = ("--size", "tiny", "--batch", "4", "--seq", "64", "--runs-dir", str(tmp_path))
+    run = memopt("probe", f"hf:{name}", *sizes, "--steps", "1")
+    assert run.returncode == 0, run.stderr
+    printed = {p.config_key: p.frequency for p in [s for s in parse_file(run.log_path).summaries if s.plans][-1].plans}
+    scan = memopt("scan", f"hf:{name}", *sizes, "--json")
+    assert scan.returncode == 0, scan.stderr
+    assert {p["config"]: p["frequency"] for p in json.loads(scan.stdout)["plans"]} == printed
+
+
 def test_cnn_has_no_plans_in_either(tiny_probe: Callable[[str], CliRun]) -> None:
     run = tiny_probe("cnn")
     report = scan_graph(load_graph(run.execution_graph), "1.19.2")

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
         element_count_dims,
         graph_from_model,
         load_graph,
+        session_input_beside,
     )
 
 # The graph itself needs onnx (a third of a second to import); reading a log needs only the
@@ -42,6 +43,7 @@ _LAZY = {
         "element_count_dims",
         "graph_from_model",
         "load_graph",
+        "session_input_beside",
     ),
 }
 _MODULE_OF = {name: module for module, names in _LAZY.items() for name in names}
@@ -75,4 +77,5 @@ __all__ = [
     "parse_expression",
     "resolve_dims",
     "sequence_symbols",
+    "session_input_beside",
 ]

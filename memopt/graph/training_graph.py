@@ -1,17 +1,16 @@
-"""A training graph as ORT sees it: nodes in ORT's topological order, tensors with shapes.
+"""A training graph as ORT sees it: nodes in a topological order, tensors with shapes.
 
-Loaded from the ONNX file ORTModule saves (``memopt_execution_model_training.onnx``).
-File order is taken as analysis order: ORT writes the nodes in a topological order that
-matches the one its memory optimizer walks but for local swaps among independent nodes,
-which follow ORT's internal node indices and are not recorded in the file. Weights are
-dropped after loading; only names, types and shapes stay.
+Loaded from the ONNX file ORTModule saves (``memopt_execution_model_training.onnx``), nodes
+in file order: ORT's default topological order, the one releases up to 1.18 analyse (1.19
+walks another, rebuilt by ``memopt.graph.topology``; ``renumbered`` puts a graph in it).
+Weights are dropped after loading; only names, types and shapes stay.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import onnx
@@ -28,6 +27,7 @@ __all__ = [
     "element_count_dims",
     "graph_from_model",
     "load_graph",
+    "session_input_beside",
 ]
 
 # A dimension: its value, its symbolic name, or None when ORT knows neither.
@@ -38,6 +38,11 @@ _ONNX_DOMAINS = ("", "ai.onnx")
 # LayerNormalization/SimplifiedLayerNormalization at opset 1 in the ONNX domain.
 _ORT_CONTRIB_SINCE_VERSION = 1
 
+
+# ORTModule's file names: the graph its session runs, and the graph it handed that session.
+_EXECUTION_SUFFIX = "_execution_model_training.onnx"
+_SESSION_INPUT_SUFFIX = "_optimized_training.onnx"
+_BACKWARD_PASS = "__backwardpass"
 
 # Normalizations whose outputs after the first are per-row statistics (mean, 1/std).
 _NORMS_WITH_STATISTICS = frozenset({"LayerNormalization", "SimplifiedLayerNormalization"})
@@ -65,6 +70,7 @@ class Node:
     inputs: tuple[str, ...]
     outputs: tuple[str, ...]
     func_name: str | None = None
+    backward_pass: bool = False  # ORT's gradient builder marked it ``__backwardpass``
 
     @property
     def qualified_op(self) -> str:
@@ -79,6 +85,10 @@ class TrainingGraph:
     consumers: dict[str, list[int]] = field(default_factory=dict)
     graph_inputs: tuple[str, ...] = ()
     graph_outputs: tuple[str, ...] = ()
+    # Each node's index in ORT's training session (its position in the graph the session
+    # loaded; nodes the session's own transformers made follow, in file order), when that
+    # graph is known: ORT breaks ties between independent nodes by this index.
+    session_indices: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
         for node in self.nodes:
@@ -90,6 +100,24 @@ class TrainingGraph:
                     consumers = self.consumers.setdefault(name, [])
                     if node.order not in consumers:
                         consumers.append(node.order)
+
+    def renumbered(self, sequence: Sequence[int]) -> TrainingGraph:
+        """The same graph with its nodes in ``sequence`` (every node's order once), renumbered."""
+        if sorted(sequence) != list(range(len(self.nodes))):
+            raise ValueError("a node order must list every node once")
+        nodes = [replace(self.nodes[old], order=new) for new, old in enumerate(sequence)]
+        indices = None if self.session_indices is None else tuple(self.session_indices[old] for old in sequence)
+        return TrainingGraph(
+            nodes=nodes,
+            tensors=self.tensors,
+            graph_inputs=self.graph_inputs,
+            graph_outputs=self.graph_outputs,
+            session_indices=indices,
+        )
+
+    def session_index(self, order: int) -> int:
+        """The node's index in ORT's session, or its file position when that is unknown."""
+        return order if self.session_indices is None else self.session_indices[order]
 
     def tensor(self, name: str) -> TensorInfo:
         return self.tensors.get(name, TensorInfo(None, None))
@@ -104,7 +132,28 @@ class TrainingGraph:
         return sorted(edges)
 
 
-def load_graph(path: Path | str) -> TrainingGraph:
+def load_graph(path: Path | str, *, session_input: Path | str | None = None) -> TrainingGraph:
+    """The training graph saved at ``path``; ``session_input``: the graph ORTModule handed
+    its session (``*_optimized_training.onnx``, saved beside it), for ORT's node indices."""
+    graph = graph_from_model(_load_model(path))
+    if session_input is None:
+        return graph
+    loaded = {node.name: index for index, node in enumerate(_load_model(session_input).graph.node)}
+    made_in_session = (node for node in graph.nodes if node.name not in loaded)
+    indices = {**loaded, **{node.name: len(loaded) + rank for rank, node in enumerate(made_in_session)}}
+    return replace(graph, session_indices=tuple(indices[node.name] for node in graph.nodes))
+
+
+def session_input_beside(execution_graph: Path) -> Path | None:
+    """The graph ORTModule handed its session, saved beside its execution graph, if there."""
+    name = execution_graph.name
+    if not name.endswith(_EXECUTION_SUFFIX):
+        return None
+    beside = execution_graph.with_name(name[: -len(_EXECUTION_SUFFIX)] + _SESSION_INPUT_SUFFIX)
+    return beside if beside.is_file() else None
+
+
+def _load_model(path: Path | str) -> onnx.ModelProto:
     try:
         model = onnx.load(str(path), load_external_data=False)
     except FileNotFoundError as err:
@@ -113,7 +162,7 @@ def load_graph(path: Path | str) -> TrainingGraph:
         raise GraphError(f"{path} is not a readable ONNX model ({type(err).__name__})") from err
     if not model.graph.node:
         raise GraphError(f"{path} holds no graph nodes")
-    return graph_from_model(model)
+    return model
 
 
 def graph_from_model(model: onnx.ModelProto) -> TrainingGraph:
@@ -136,6 +185,7 @@ def graph_from_model(model: onnx.ModelProto) -> TrainingGraph:
             inputs=tuple(node.input),
             outputs=tuple(node.output),
             func_name=next((a.s.decode() for a in node.attribute if a.name == "func_name"), None),
+            backward_pass=any(a.name == _BACKWARD_PASS and a.i % 2 == 1 for a in node.attribute),
         )
         for order, node in enumerate(graph.node)
     ]

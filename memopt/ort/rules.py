@@ -18,6 +18,7 @@ if TYPE_CHECKING:  # only annotations: the child process imports this package wi
 
 __all__ = [
     "FAMILIES",
+    "AnalysisOrder",
     "ProbeLevel",
     "ReleaseRules",
     "SMALL_STATIC_LIMIT",
@@ -37,6 +38,15 @@ class UnknownReleaseError(MemoptError):
 class ProbeLevel(Enum):
     BASIC = 0
     ADVANCED = 1
+
+
+class AnalysisOrder(Enum):
+    """The topological order a release's memory optimizer walks."""
+
+    FILE = "file"  # <= 1.16: ORT's default order, the one the saved graph is written in
+    PRIORITY_BASED = "priority based"  # 1.17
+    MEMORY_EFFICIENT = "memory efficient"  # 1.18: forward = the YieldOp's ancestors, in file order
+    MEMORY_EFFICIENT_DEEPEST_FIRST = "memory efficient, deepest first"  # 1.19
 
 
 class StaticEdgeFilter(Enum):
@@ -197,6 +207,9 @@ class ReleaseRules:
     # 1.17+: the Plan table is built from the session's execution plan, so a plan whose
     # stashed output aliases another node's buffer is listed combined with that node's plans.
     combines_shared_buffers: bool = False
+    # The node order the analysis walks (memopt.graph.topology): the order of each subgraph
+    # string's nodes, and which nodes count as forward.
+    analysis_order: AnalysisOrder = AnalysisOrder.FILE
 
     def is_recomputable(self, node: Node, level: ProbeLevel) -> bool:
         return self.followed_inputs(node, level) is not None
@@ -233,9 +246,24 @@ def _all_but(node: Node, ignorable: frozenset[int]) -> frozenset[int]:
 
 _RULES = {
     "1.16": ReleaseRules("1.16", 15, True, StaticEdgeFilter.NONE, False, False, False),
-    "1.17": ReleaseRules("1.17", 15, True, StaticEdgeFilter.NONE, False, True, True, False, True),
-    "1.18": ReleaseRules("1.18", 50, True, StaticEdgeFilter.ALL_STATIC, True, True, True, False, True),
-    "1.19": ReleaseRules("1.19", 50, False, StaticEdgeFilter.SMALL_STATIC, True, True, True, True, True),
+    "1.17": ReleaseRules(
+        "1.17", 15, True, StaticEdgeFilter.NONE, False, True, True, False, True, AnalysisOrder.PRIORITY_BASED
+    ),
+    "1.18": ReleaseRules(
+        "1.18", 50, True, StaticEdgeFilter.ALL_STATIC, True, True, True, False, True, AnalysisOrder.MEMORY_EFFICIENT
+    ),
+    "1.19": ReleaseRules(
+        "1.19",
+        50,
+        False,
+        StaticEdgeFilter.SMALL_STATIC,
+        True,
+        True,
+        True,
+        True,
+        True,
+        AnalysisOrder.MEMORY_EFFICIENT_DEEPEST_FIRST,
+    ),
 }
 
 

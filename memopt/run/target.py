@@ -10,7 +10,7 @@ from typing import Any
 
 from memopt.errors import MemoptError
 from memopt.graph.gradient import build_training_graph
-from memopt.graph.training_graph import TrainingGraph, load_graph
+from memopt.graph.training_graph import TrainingGraph, load_graph, session_input_beside
 from memopt.logparse import parse_file
 from memopt.ort.config import CONFIG_VARIABLES, key_entries
 from memopt.run.command import is_command
@@ -57,7 +57,7 @@ def load_target(
     elif is_graph_file(target):
         if options:
             raise MemoptError("recipe options (--size, --seq, -o) do not apply to an ONNX file")
-        graph = load_graph(target)
+        graph = load_graph(target, session_input=session_input_beside(Path(target)))
         if any(node.op_type == "YieldOp" for node in graph.nodes):
             return ScanTarget(graph, target, Path(target))
         folder = new_run_dir(runs_dir, f"graph-{Path(target).stem}")
@@ -86,7 +86,7 @@ def load_target(
     dims = dict(summaries[-1].dims) if summaries else {}
     with_plans = [summary for summary in summaries if summary.plans]
     return ScanTarget(
-        load_graph(result.execution_graph),
+        load_graph(result.execution_graph, session_input=result.graphs.get("optimized")),
         f"{target} (probe {run.run_dir})",
         result.execution_graph,
         dims,

@@ -6,8 +6,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from memopt.graph.polynomial import Polynomial
+from memopt.graph.topology import memory_efficient_order, priority_order
 from memopt.graph.training_graph import TensorInfo, TrainingGraph
-from memopt.ort.rules import ProbeLevel, rules_for
+from memopt.ort.rules import AnalysisOrder, ProbeLevel, rules_for
 from memopt.scan.buffers import combinations
 from memopt.scan.detect import Analysis, ScanError, analyse
 from memopt.scan.modules import fold_layers
@@ -24,7 +25,8 @@ class ScanReport:
     patterns: tuple[Pattern, ...]
     inputs: Mapping[str, TensorInfo]  # the model's inputs (weights excluded), dims named where dynamic
     stashed: Polynomial  # bytes of every activation kept from forward for backward, no recompute
-    analysis: Analysis
+    analysis: Analysis  # node orders in ``graph``
+    graph: TrainingGraph  # the graph as analysed: nodes in the order the release walks
     warnings: tuple[str, ...]
 
     @property
@@ -44,6 +46,7 @@ def scan_graph(
 ) -> ScanReport:
     """Analyse ``graph`` with the rules of ``ort_version``; order patterns by saving at ``dims``."""
     rules = rules_for(ort_version)
+    graph = _in_analysis_order(graph, rules.analysis_order)
     analysis = analyse(graph, rules, level, layer_boundary)
     unknown_dims = UnknownDims()
     savings = [plan_saving(graph, plan, unknown_dims) for plan in analysis.plans]
@@ -56,4 +59,13 @@ def scan_graph(
     stashed = stashed_bytes(graph, analysis.candidates, unknown_dims)
     shared = combinations(graph, analysis.plans) if rules.combines_shared_buffers else None
     patterns = group_patterns(savings, dims, compromise_type=2 if rules.has_compromise_type else 1, combinations=shared)
-    return ScanReport(rules.family, layer_boundary, patterns, inputs, stashed, analysis, tuple(warnings))
+    return ScanReport(rules.family, layer_boundary, patterns, inputs, stashed, analysis, graph, tuple(warnings))
+
+
+def _in_analysis_order(graph: TrainingGraph, order: AnalysisOrder) -> TrainingGraph:
+    if order is AnalysisOrder.PRIORITY_BASED:
+        return graph.renumbered(priority_order(graph))
+    if order is AnalysisOrder.FILE:
+        return graph
+    deepest_first = order is AnalysisOrder.MEMORY_EFFICIENT_DEEPEST_FIRST
+    return graph.renumbered(memory_efficient_order(graph, deepest_first=deepest_first))

@@ -258,22 +258,48 @@ def _boundary_layer_norms(graph: TrainingGraph, yield_order: int, rules: Release
         if residual_add >= yield_order or other_norm >= yield_order:
             continue
         limit = min(yield_order, residual_add)
-        if _reaches_attention(graph, node, limit, rules, stop_at_norms=False):
+        if _reaches_attention(graph, node, limit, rules):
             found.append(node.order)
     return tuple(found)
 
 
 def _boundary_layer_norms_1_17(graph: TrainingGraph, yield_order: int, rules: ReleaseRules) -> tuple[int, ...]:
-    """1.17's rule (not yet confirmed by a 1.17 LEVEL=1 log): an LN whose forward
-    consumers reach softmax before another LN."""
-    return tuple(
-        node.order
-        for node in graph.nodes[:yield_order]
-        if node.op_type in _LAYER_NORMS_1_17 and _reaches_attention(graph, node, yield_order, rules, stop_at_norms=True)
+    """1.17's rule: a LayerNorm opens a layer when a breadth-first walk over its consumers
+    meets attention before any other LayerNorm (so in a post-LN model, whose residual Add
+    reaches the next LayerNorm first, none does). Matches 1.17.3's LEVEL=1 Plan tables."""
+    found = []
+    for node in graph.nodes[:yield_order]:
+        if node.op_type not in _LAYER_NORMS_1_17:
+            continue
+        queue = deque(_consumers_by_edge(graph, node))
+        seen: set[int] = set()
+        while queue:
+            order = queue.popleft()
+            if order in seen:
+                continue
+            seen.add(order)
+            current = graph.nodes[order]
+            if rules.is_attention(current):
+                found.append(node.order)
+                break
+            if current.op_type in _LAYER_NORMS_1_17:
+                break
+            queue.extend(_consumers_by_edge(graph, current))
+    return tuple(found)
+
+
+def _consumers_by_edge(graph: TrainingGraph, node: Node) -> list[int]:
+    """The node's consumers, one per edge (ORT's output node list), in analysis order."""
+    return sorted(
+        consumer
+        for name in node.outputs
+        if name
+        for consumer in graph.consumers.get(name, [])
+        for _ in range(graph.nodes[consumer].inputs.count(name))
     )
 
 
-def _reaches_attention(graph: TrainingGraph, start: Node, limit: int, rules: ReleaseRules, stop_at_norms: bool) -> bool:
+def _reaches_attention(graph: TrainingGraph, start: Node, limit: int, rules: ReleaseRules) -> bool:
     queue = deque(_consumer_nodes(graph, start, limit))
     seen: set[int] = set()
     while queue:
@@ -284,8 +310,6 @@ def _reaches_attention(graph: TrainingGraph, start: Node, limit: int, rules: Rel
         node = graph.nodes[order]
         if rules.is_attention(node):
             return True
-        if stop_at_norms and node.op_type in _LAYER_NORMS_1_17:
-            continue
         queue.extend(_consumer_nodes(graph, node, limit))
     return False
 

@@ -12,11 +12,14 @@ from memopt.logparse import Plan, parse_file
 from memopt.scan import scan_graph
 from memopt.scan.patterns import Pattern
 
-__all__ = ["SCENARIOS", "PlanParity", "Parity", "captured_cases", "captured_parity", "compare_plans"]
+__all__ = ["SCENARIOS", "SESSION_INPUTS", "PlanParity", "Parity", "captured_cases", "captured_parity", "compare_plans"]
 
 # The captured runs memopt is compared with (sample_logs/README.md): the scenario's name in
 # the log file, and whether ORT analysed with transformer layer boundaries (LEVEL=1/2).
 SCENARIOS = {"no-config": False, "level1": True, "level2": True}
+# Beside each release's graphs: the graph ORTModule handed its session in the same run (its
+# node positions are ORT's node indices, which break ties in some releases' node order).
+SESSION_INPUTS = "session-input"
 
 
 @dataclass(frozen=True)
@@ -113,8 +116,12 @@ def captured_parity(samples: Path, release: str, model: str, scenario: str) -> P
     if not summaries:
         return Parity(())
     logged = summaries[-1]
+    session_input = samples / "graphs" / release / SESSION_INPUTS / f"{model}.onnx"
     report = scan_graph(
-        load_graph(samples / "graphs" / release / f"{model}.onnx"),
+        load_graph(
+            samples / "graphs" / release / f"{model}.onnx",
+            session_input=session_input if session_input.is_file() else None,
+        ),
         release,
         dims=dict(logged.dims),
         layer_boundary=SCENARIOS[scenario],
