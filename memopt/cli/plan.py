@@ -46,7 +46,7 @@ from memopt.predict.planner import DEFAULT_MARGIN, PlanResult, choose_plans
 from memopt.run import fixed_batch
 from memopt.run.budget import parse_budget, require_budget, resolve_budget
 from memopt.run.journal import Journal
-from memopt.run.trials import DEFAULT_STEPS, Outcome, TrialResult, TrialSpec, run_trial, stack_versions
+from memopt.run.trials import DEFAULT_STEPS, TrialResult, TrialSpec, run_trial, stack_versions
 from memopt.tune.export import plan_export, write_config
 from memopt.units import format_bytes, format_mib
 
@@ -151,7 +151,7 @@ def plan_command(
         _print(result, cal, config_value, recipe)
         if trial is not None:
             print_trial(trial)
-    if not result.feasible or (trial is not None and trial.outcome in (Outcome.OVER_BUDGET, Outcome.OUT_OF_MEMORY)):
+    if not result.feasible or (trial is not None and trial.outcome.does_not_fit):
         sys.exit(EXIT_DOES_NOT_FIT)
 
 

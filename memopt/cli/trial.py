@@ -42,7 +42,6 @@ from memopt.run.command import is_command
 from memopt.run.journal import Journal
 from memopt.run.trials import (
     DEFAULT_STEPS,
-    Outcome,
     TrialSpec,
     parse_trial_config,
     run_trial,
@@ -148,7 +147,7 @@ def trial_command(
         for warning in dict.fromkeys((*validated.warnings, *result.config_warnings)):
             console.print(f"[yellow]warning:[/] {escape(warning)}", highlight=False, soft_wrap=True)
         print_trial(result)
-    if result.outcome in (Outcome.OVER_BUDGET, Outcome.OUT_OF_MEMORY):
+    if result.outcome.does_not_fit:
         sys.exit(EXIT_DOES_NOT_FIT)
     if not result.ok:
         sys.exit(1)

@@ -100,6 +100,11 @@ class Outcome(str, Enum):
         return self in (Outcome.RECIPE_ERROR, Outcome.STACK_ERROR)
 
     @property
+    def does_not_fit(self) -> bool:
+        """The config ran and needed more memory than the budget or the device has."""
+        return self in (Outcome.OVER_BUDGET, Outcome.OUT_OF_MEMORY)
+
+    @property
     def label(self) -> str:
         return self.value.replace("_", " ")
 

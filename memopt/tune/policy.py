@@ -197,7 +197,7 @@ def _heavier(state: SearchState, last: Attempt) -> TryPlans | Stop:
     prefix = ""
     if last.left_off:
         prefix = f"ORT left {names(last.left_off)} OFF (it ignores them): dropped; "
-    elif last.outcome not in (Outcome.OVER_BUDGET, Outcome.OUT_OF_MEMORY):
+    elif not last.outcome.does_not_fit:
         prefix = f"trial {last.number} {last.outcome.label}; trying another selection; "
     plan = state.plan()
     if plan.feasible and frozenset(plan.plans) not in tried and set(plan.plans) != set(selection):
