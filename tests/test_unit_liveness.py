@@ -3,17 +3,23 @@
 from __future__ import annotations
 
 from memopt.graph.training_graph import Node, TensorInfo, TrainingGraph
-from memopt.predict.liveness import ActivationSimulator, Recompute, simulate
+from memopt.ort.rules import AnalysisOrder
+from memopt.predict.liveness import ActivationSimulator, Recompute, _schedule, simulate
 
 FLOAT = 1  # TensorProto.FLOAT: 4 bytes
 
 
 def graph(
-    nodes: list[tuple[str, str, tuple[str, ...], tuple[str, ...]]], outputs: tuple[str, ...] = ()
+    nodes: list[tuple[str, str, tuple[str, ...], tuple[str, ...]]],
+    outputs: tuple[str, ...] = (),
+    wide: frozenset[str] = frozenset(),
 ) -> TrainingGraph:
-    """Nodes as (name, op, inputs, outputs); every tensor is ``b`` × 256 floats (1 KiB per sample)."""
+    """Nodes as (name, op, inputs, outputs); every tensor is ``b`` × 256 floats (1 KiB per
+    sample), those in ``wide`` four times that."""
     built = [Node(i, name, op, "", 1, inputs, outs) for i, (name, op, inputs, outs) in enumerate(nodes)]
-    tensors = {t: TensorInfo(FLOAT, ("b", 256)) for n in built for t in (*n.inputs, *n.outputs)}
+    tensors = {
+        t: TensorInfo(FLOAT, ("b", 1024 if t in wide else 256)) for n in built for t in (*n.inputs, *n.outputs)
+    }
     return TrainingGraph(built, tensors, graph_inputs=("x",), graph_outputs=outputs)
 
 
@@ -36,10 +42,41 @@ def test_tensors_live_from_producer_to_last_consumer() -> None:
     assert timeline.phase == "loss"
 
 
+# Two layers whose Gelu outputs (4 KiB per sample) are stashed for backward.
+TWO_LAYERS = graph(
+    [
+        ("gelu1", "Gelu", ("x",), ("a1",)),
+        ("mm1", "MatMul", ("a1", "w1"), ("h",)),
+        ("gelu2", "Gelu", ("h",), ("a2",)),
+        ("mm2", "MatMul", ("a2", "w2"), ("c",)),
+        ("yield", "YieldOp", ("c",), ("dc",)),
+        ("mm2_grad", "MatMul", ("dc", "a2"), ("dh",)),
+        ("mm1_grad", "MatMul", ("dh", "a1"), ("dx",)),
+    ],
+    outputs=("dx",),
+    wide=frozenset({"a1", "a2"}),
+)
+
+
 def test_recompute_frees_the_stashed_tensor_until_backward() -> None:
-    recomputed = simulate(STEP, {"b": 1}, [Recompute("gelu", ("gelu",))])
-    # a is freed after mm in forward and recreated before mm_grad: the YieldOp holds 3 KiB.
-    assert recomputed.peak_bytes == 3 * 1024
+    # At the YieldOp: a1 and a2 (8 KiB), c, dc and the loss's copy of c.
+    assert simulate(TWO_LAYERS, {"b": 1}).peak_bytes == 11 * 1024
+    recomputed = simulate(TWO_LAYERS, {"b": 1}, [Recompute("gelu1", ("gelu1",))])
+    # a1 is freed after mm1 and recreated for mm1_grad: a2 and a1 are never live together.
+    assert recomputed.peak_bytes == 7 * 1024
+
+
+def test_the_loop_holds_the_outputs_until_the_next_forward_returns() -> None:
+    timeline = simulate(STEP, {"b": 1}, [Recompute("gelu", ("gelu",))])
+    # The training loop keeps c (the model's output) through backward: at mm_grad the
+    # recomputed a, c, dc and dw are live, one more than ORT's own graph needs there.
+    assert (timeline.peak_bytes, timeline.peak_node) == (4 * 1024, "mm_grad")
+
+
+def test_a_config_runs_its_recomputed_nodes_just_before_their_first_reader() -> None:
+    steps, _ = _schedule(TWO_LAYERS, [Recompute("gelu1", ("gelu1",))], AnalysisOrder.MEMORY_EFFICIENT_DEEPEST_FIRST)
+    names = [step.node.name + ("'" if step.recomputed else "") for step in steps]
+    assert names == ["gelu1", "mm1", "gelu2", "mm2", "yield", "mm2_grad", "gelu1'", "mm1_grad"]
 
 
 def test_views_share_their_input_buffer() -> None:

@@ -14,7 +14,7 @@ from onnx import TensorProto, helper
 from test_unit_scan_rules import node, training_graph, yield_op
 
 from memopt.graph import TrainingGraph, load_graph, session_input_beside
-from memopt.graph.topology import memory_efficient_order, priority_order
+from memopt.graph.topology import memory_efficient_backward, memory_efficient_order, priority_order
 from memopt.scan import scan_graph
 
 
@@ -132,3 +132,19 @@ def test_the_session_graph_is_found_beside_the_execution_graph(tmp_path: Path) -
 def test_a_graph_without_yield_keeps_its_file_order() -> None:
     graph = training_graph(node("Relu", ["x"], ["a"]), node("Neg", ["a"], ["b"]), node("Abs", ["x"], ["c"], domain=""))
     assert memory_efficient_order(graph, deepest_first=True) == [0, 1, 2]
+
+
+def test_memory_efficient_backward_runs_a_branch_just_before_its_reader() -> None:
+    # 0, 1 forward; 2 the YieldOp; 3 reads the YieldOp's output; 4 reads only a forward
+    # tensor (a recomputed node) and feeds 5; 5 and 6 become ready when 3 has run, 5 first
+    # (lower index), 4 right before it; 7 reads forward tensors only and nothing on the main
+    # path needs it (it feeds a graph output): it runs last.
+    producers = [[], [0], [1], [2], [0], [3, 4], [3], [1]]
+    order = memory_efficient_backward(2, {0, 1}, producers, list(range(8)))
+    assert order == [2, 3, 4, 5, 6, 7]
+
+
+def test_memory_efficient_backward_walks_successors_by_node_index() -> None:
+    # The YieldOp (1) feeds 2 and 3; ORT's index of 3 is lower, so it runs first.
+    order = memory_efficient_backward(1, {0}, [[], [0], [1], [1]], [0, 1, 9, 5])
+    assert order == [1, 3, 2]

@@ -31,11 +31,11 @@ from __future__ import annotations
 
 import heapq
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 
 from memopt.graph.training_graph import TrainingGraph
 
-__all__ = ["memory_efficient_order", "priority_order"]
+__all__ = ["memory_efficient_backward", "memory_efficient_order", "priority_order"]
 
 _SHAPE_OPS = ("Shape", "Size")
 
@@ -59,6 +59,82 @@ def memory_efficient_order(graph: TrainingGraph, *, deepest_first: bool) -> list
         forward.sort()
     seen = {*forward, yield_op}
     return [*forward, yield_op, *(node.order for node in graph.nodes if node.order not in seen)]
+
+
+def memory_efficient_backward(
+    yield_op: int, forward: Collection[int], producers: Sequence[Sequence[int]], node_index: Sequence[int]
+) -> list[int]:
+    """The YieldOp and every node not in ``forward``, in the order ORT 1.18 and 1.19 run them
+    under the memory-efficient sort; nodes are positions in ``producers`` (one producer per
+    input edge) and ``node_index`` holds ORT's node indices.
+
+    The main path is a breadth-first Kahn walk from the YieldOp, successors by node index.
+    The branch graph (nodes fed only by forward tensors, graph inputs and initializers, and
+    what only they feed: recomputed subgraphs, gradients of stashed tensors alone) does not
+    wait in that walk: the part a main-path node reads is run just before it, in the branch
+    graph's own breadth-first order. What the main path never reads runs at the end.
+    """
+    forward = set(forward)
+    consumers: list[list[int]] = [[] for _ in producers]
+    for node, inputs in enumerate(producers):
+        for producer in inputs:
+            consumers[producer].append(node)
+    for listed in consumers:
+        listed.sort(key=lambda node: node_index[node])
+    backward = [
+        n for n in sorted(range(len(producers)), key=lambda n: node_index[n]) if n not in forward and n != yield_op
+    ]
+    waiting = {n: sum(p not in forward for p in producers[n]) for n in backward}
+    branch = _kahn([n for n in backward if waiting[n] == 0], consumers, dict(waiting))
+    in_branch = set(branch)
+    rank = {node: position for position, node in enumerate(branch)}
+    main_waiting = {n: sum(p not in forward and p not in in_branch for p in producers[n]) for n in backward}
+    found: list[int] = []
+    done: set[int] = set()
+    ready = deque([yield_op])
+    while ready:
+        current = ready.popleft()
+        needed = _branch_ancestors([p for p in producers[current] if p in in_branch], producers, in_branch, done)
+        for node in sorted(needed, key=rank.__getitem__):
+            found.append(node)
+            done.add(node)
+        found.append(current)
+        for consumer in consumers[current]:
+            if consumer in main_waiting and consumer not in in_branch:
+                main_waiting[consumer] -= 1
+                if main_waiting[consumer] == 0:
+                    ready.append(consumer)
+    return found + [node for node in branch if node not in done]
+
+
+def _kahn(start: Sequence[int], consumers: Sequence[Sequence[int]], waiting: dict[int, int]) -> list[int]:
+    """Breadth-first Kahn walk from ``start``: a node joins once ``waiting`` counts down to 0."""
+    found = []
+    ready = deque(start)
+    while ready:
+        current = ready.popleft()
+        found.append(current)
+        for consumer in consumers[current]:
+            if consumer in waiting:
+                waiting[consumer] -= 1
+                if waiting[consumer] == 0:
+                    ready.append(consumer)
+    return found
+
+
+def _branch_ancestors(
+    start: Sequence[int], producers: Sequence[Sequence[int]], inside: Collection[int], done: Collection[int]
+) -> set[int]:
+    """``start`` and their producers in ``inside``, transitively, less those in ``done``."""
+    found: set[int] = set()
+    stack = [node for node in start if node not in done]
+    while stack:
+        node = stack.pop()
+        if node in found:
+            continue
+        found.add(node)
+        stack.extend(p for p in producers[node] if p in inside and p not in done and p not in found)
+    return found
 
 
 def _producers(graph: TrainingGraph, order: int) -> list[int]:

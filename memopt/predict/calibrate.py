@@ -30,6 +30,7 @@ import numpy as np
 from memopt.graph.sizes import batch_symbols
 from memopt.graph.training_graph import TrainingGraph
 from memopt.ort.config import PlanKey, key_entries, short_key
+from memopt.ort.rules import rules_for
 from memopt.predict.liveness import ActivationSimulator, Recompute
 from memopt.predict.memory_model import (
     MemoryModel,
@@ -304,8 +305,15 @@ def plan_savings(report: ScanReport, graph: TrainingGraph) -> tuple[PlanSavings,
     return tuple(plans)
 
 
-def simulator_for(plans: Sequence[PlanSavings], graph: TrainingGraph, source: Path | None) -> ActivationSimulator:
-    return ActivationSimulator(graph, {p.key: p.recomputes for p in plans}, str(source) if source else None)
+def simulator_for(
+    plans: Sequence[PlanSavings], graph: TrainingGraph, source: Path | None, ort_version: str
+) -> ActivationSimulator:
+    return ActivationSimulator(
+        graph,
+        {p.key: p.recomputes for p in plans},
+        str(source) if source else None,
+        rules_for(ort_version).analysis_order,
+    )
 
 
 def fit_calibration(
@@ -352,7 +360,7 @@ def fit_calibration(
         symbols,
         fixed,
         single_batch=fixed_batch(recipe),
-        simulator=simulator_for(plans, target.graph, target.graph_path),
+        simulator=simulator_for(plans, target.graph, target.graph_path, prepared.ort_version),
     )
     save_model(runs_dir, identity, model)
 

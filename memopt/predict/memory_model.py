@@ -38,6 +38,7 @@ import numpy as np
 from memopt.errors import MemoptError
 from memopt.graph.polynomial import Polynomial
 from memopt.graph.training_graph import load_graph
+from memopt.ort.rules import AnalysisOrder
 from memopt.predict.liveness import ActivationSimulator, Recompute, Timeline
 
 __all__ = [
@@ -217,6 +218,7 @@ class MemoryModel:
             "global_effectiveness": self.global_effectiveness,
             "activation_scale": self.activation_scale,
             "graph": self.simulator.source if self.simulator is not None else None,
+            "config_order": self.simulator.order.value if self.simulator is not None else None,
             "plans": [
                 {
                     "key": p.key,
@@ -265,20 +267,21 @@ class MemoryModel:
             dict(data.get("effectiveness", {})),
             float(data.get("global_effectiveness", 1.0)),
             observations,
-            _reload_simulator(data.get("graph"), plans),
+            _reload_simulator(data.get("graph"), plans, data.get("config_order")),
             float(data.get("activation_scale", 1.0)),
         )
 
 
-def _reload_simulator(source: Any, plans: tuple[PlanSavings, ...]) -> ActivationSimulator | None:
-    """The simulator of a saved model, if its graph file is still there."""
+def _reload_simulator(source: Any, plans: tuple[PlanSavings, ...], order: Any) -> ActivationSimulator | None:
+    """The simulator of a saved model, if its graph file is still there (and it names a known order)."""
     if not isinstance(source, str) or not any(p.recomputes for p in plans):
         return None
     try:
+        config_order = AnalysisOrder(order)
         graph = load_graph(source)
-    except MemoptError:
+    except (MemoptError, ValueError):
         return None
-    return ActivationSimulator(graph, {p.key: p.recomputes for p in plans}, source)
+    return ActivationSimulator(graph, {p.key: p.recomputes for p in plans}, source, config_order)
 
 
 def fit_memory_model(
