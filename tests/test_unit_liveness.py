@@ -17,9 +17,7 @@ def graph(
     """Nodes as (name, op, inputs, outputs); every tensor is ``b`` × 256 floats (1 KiB per
     sample), those in ``wide`` four times that."""
     built = [Node(i, name, op, "", 1, inputs, outs) for i, (name, op, inputs, outs) in enumerate(nodes)]
-    tensors = {
-        t: TensorInfo(FLOAT, ("b", 1024 if t in wide else 256)) for n in built for t in (*n.inputs, *n.outputs)
-    }
+    tensors = {t: TensorInfo(FLOAT, ("b", 1024 if t in wide else 256)) for n in built for t in (*n.inputs, *n.outputs)}
     return TrainingGraph(built, tensors, graph_inputs=("x",), graph_outputs=outputs)
 
 

@@ -1,12 +1,13 @@
 """Activation memory of one training step, simulated on the training graph at given dims.
 
-The execution training graph is walked in the order ORT runs it (forward, YieldOp,
-backward): every node's outputs are allocated when it runs and freed after their last
-consumer; graph outputs (the gradients) stay until the step ends. The peak of that
-timeline is the step's activation peak. A recompute config is applied the way ORT's
-memory optimizer rewrites the graph: each recomputed subgraph is cloned and inserted just
-before the first backward consumer of the stashed tensor, its backward consumers read the
-clone, and the original is freed after its last forward use.
+The execution training graph is walked in the order ORT runs it: without a config the
+saved file's order (ORT's default), with one the release's own order (1.18 and later: the
+memory-efficient sort, ``memopt.graph.topology``). Every node's outputs are allocated
+when it runs and freed after their last consumer; graph outputs (the gradients) stay until
+the step ends, and the model's outputs (the YieldOp's inputs) stay with the training loop
+until the next step's forward returns. A recompute config is applied the way ORT's memory
+optimizer rewrites the graph: each recomputed subgraph is cloned, its backward consumers
+read the clone, and the original is freed after its last forward use.
 
 What ORT's allocator adds is modelled where it is structural:
 - view ops (Reshape, Squeeze, Unsqueeze, Flatten, Identity, ExpandDims) share their
@@ -16,7 +17,7 @@ What ORT's allocator adds is modelled where it is structural:
 - at the YieldOp, PyTorch computes the loss on the yielded outputs: one copy of them
   (the loss's saved intermediate, e.g. log-softmax) is live there, besides the gradients
   PyTorch hands back, which are the YieldOp's outputs.
-The same allocations and frees, played through ORT's BFC arena over two steps
+The same allocations and frees, played through ORT's BFC arena over several steps
 (``memopt.predict.arena``), give ``resident_bytes``: the pages the arena handed out, which
 is what the process holds; the memory model predicts from that figure.
 """
