@@ -60,3 +60,13 @@ def test_command_benchmark(tmp_path: Path) -> None:
         str(BENCH / "bench_command.py"), "--batch", "1", "--steps", "1", "--repeats", "1", "--runs-dir", str(tmp_path)
     )
     assert "| recipe (child process) |" in out and "| command: torchrun, 2 ranks |" in out
+
+
+def test_exhaustive_benchmark(tmp_path: Path) -> None:
+    """Also runs bench_memory_model's tune step (memopt tune --no-tui) it builds on."""
+    out = _run(
+        str(BENCH / "bench_exhaustive.py"),
+        *("--case", "gpt:tiny:32:4", "--fraction", "0.99", "--top", "1", "--steps", "2"),
+        *("--runs-dir", str(tmp_path)),
+    )
+    assert "| plans | peak MiB | fits | median step s |" in out and "tuner:" in out

@@ -1,0 +1,94 @@
+"""Is the tuner's config as fast as the best one? Every selection of the top plans, measured.
+
+For one case and budget: ``memopt tune --no-tui`` verifies a config; then every non-empty
+selection of the K plans the calibrated model ranks highest by saving (and the tuner's own,
+if it holds others) runs as a trial at the target batch. The fastest selection that fits
+(median of the measured steps) is compared with the tuner's, both measured in this sweep.
+
+    .venv/bin/python bench/bench_exhaustive.py --case gpt:tiny:64:256:n_layer=8 --fraction 0.9 [--top 4] [--steps 6]
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import shlex
+import sys
+import tempfile
+from pathlib import Path
+
+from bench_memory_model import parse_case, tune_case
+
+from memopt.ort.version import OrtVersion
+from memopt.predict.calibrate import calibrate
+from memopt.run.journal import Journal
+from memopt.run.trials import TrialResult, TrialSpec, parse_trial_config, run_trial
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--case", required=True, help="recipe:size:seq:batch[:key=value…]")
+    parser.add_argument("--fraction", type=float, default=0.9, help="budget as a fraction of the no-config peak")
+    parser.add_argument("--top", type=int, default=4, help="plans (by simulated saving) to combine")
+    parser.add_argument("--steps", type=int, default=6, help="steps per trial, the warm-up included")
+    parser.add_argument("--runs-dir", type=Path, default=None)
+    args = parser.parse_args()
+    runs_dir = args.runs_dir or Path(tempfile.mkdtemp(prefix="memopt-exhaustive-"))
+    recipe, size, seq, batch, extra = parse_case(args.case)
+    options = {"size": size, "seq_len": seq, **extra}
+    reference = runs_dir / "exhaustive"
+    journal = Journal.in_folder(reference)
+
+    calibration = calibrate(recipe, batch, options=options, runs_dir=runs_dir / "model", steps=args.steps)
+    model, version = calibration.model, OrtVersion.parse(calibration.ort_version)
+
+    def trial(plans: tuple[str, ...], budget: int | None = None) -> TrialResult:
+        entries = parse_trial_config(",".join(plans), version).entries
+        spec = TrialSpec(recipe, batch, options, entries, args.steps)
+        return run_trial(spec, reference, journal=journal, resume=True, budget_bytes=budget)
+
+    baseline = trial(())
+    assert baseline.peak_bytes, baseline.error
+    budget = int(args.fraction * baseline.peak_bytes)
+    tuned = tune_case(recipe, size, seq, batch, extra, runs_dir, args.steps, budget)
+    ranked = sorted(model.plans, key=lambda p: -model.raw_saving(p.key, batch))[: args.top]
+    selections = [
+        tuple(p.key for p in chosen)
+        for count in range(1, len(ranked) + 1)
+        for chosen in itertools.combinations(ranked, count)
+    ]
+    tuned_plans = tuple(tuned["plans"])
+    if tuned_plans and tuned_plans not in selections:
+        selections.append(tuned_plans)
+    mib = 2**20
+    print(f"Command: `{' '.join(shlex.quote(a) for a in ['.venv/bin/python', *sys.argv])}`\n")
+    print(
+        f"budget {budget / mib:.1f} MiB ({args.fraction:.0%} of {baseline.peak_bytes / mib:.1f} MiB); tuner: {tuned}\n"
+    )
+    print("| plans | peak MiB | fits | median step s |")
+    print("|---|---|---|---|")
+    measured = {}
+    for plans in selections:
+        result = trial(plans, budget)
+        measured[plans] = result
+        fits = bool(result.peak_bytes) and result.peak_bytes <= budget
+        step = f"{result.median_step_s:.3f}" if result.median_step_s else "-"
+        peak = f"{result.peak_bytes / mib:.1f}" if result.peak_bytes else "-"
+        print(f"| {' '.join(plans)} | {peak} | {'yes' if fits else 'NO'} | {step} |", flush=True)
+    fitting = {p: r for p, r in measured.items() if r.peak_bytes and r.peak_bytes <= budget and r.median_step_s}
+    if not fitting or tuned_plans not in fitting:
+        print(
+            "\nno comparison: " + ("nothing fits" if not fitting else "the tuner's config is not among those that fit")
+        )
+        return 0
+    best = min(fitting, key=lambda p: fitting[p].median_step_s or float("inf"))
+    ratio = (fitting[tuned_plans].median_step_s or 0.0) / (fitting[best].median_step_s or 1.0)
+    print(
+        f"\nfastest that fits: {' '.join(best)} ({fitting[best].median_step_s:.3f} s); "
+        f"the tuner's: {' '.join(tuned_plans)} ({fitting[tuned_plans].median_step_s:.3f} s), {100 * (ratio - 1):+.1f}%"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
