@@ -27,7 +27,7 @@ from memopt.tune import Tuner, TuneSettings
 
 SAMPLE_GRAPH = Path(__file__).parent.parent / "sample_logs" / "graphs" / "1.19.2" / "gpt.onnx"
 VERSIONS = StackVersions("1.19.2", "onnxruntime-training-cpu", "2.4.1", cuda=False)
-DIMS = {"input_ids_dim1": 64}  # the sequence length; the batch dim varies
+DIMS = {"input_ids_dim1": 512}  # the sequence length; the batch dim varies
 MiB = 2**20
 
 

@@ -194,20 +194,20 @@ def test_resume_after_a_cancel_makes_the_decisions_of_an_uninterrupted_search(tm
     def search_steps(result: object) -> list[tuple[str, ...]]:
         return [r.plans for r in result.trials if r.purpose is Purpose.SEARCH and r.outcome is not Outcome.CANCELLED]  # type: ignore[attr-defined]
 
-    reference = FakeRunner(prepared_gpt(), allocator_scale=0.6)
-    budget = budget_between(reference, 0.7)
+    reference = FakeRunner(prepared_gpt(), allocator_scale=1.6)
+    budget = budget_between(reference, 0.3)
     whole = fake_tuner(tmp_path / "whole", reference, budget).auto_search()
     assert len(search_steps(whole)) >= 2  # the model had to learn: there is something to repeat
 
     interrupted = FakeRunner(
-        reference.prepared, allocator_scale=0.6, pause_on=3
+        reference.prepared, allocator_scale=1.6, pause_on=3
     )  # the second search trial (after one calibration run)
     tuner = fake_tuner(tmp_path / "resumed", interrupted, budget)
     interrupted.on_call = lambda number: number == 3 and threading.Timer(0.1, tuner.cancel).start()
     assert tuner.auto_search().status is SearchStatus.CANCELLED
     for _ in range(2):  # a second resume continues exactly as the first did
         resumed = fake_tuner(
-            tmp_path / "resumed", FakeRunner(reference.prepared, allocator_scale=0.6), budget, resume=True
+            tmp_path / "resumed", FakeRunner(reference.prepared, allocator_scale=1.6), budget, resume=True
         )
         result = resumed.auto_search()
         assert search_steps(result) == search_steps(whole)

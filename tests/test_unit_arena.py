@@ -19,6 +19,15 @@ def test_first_region_is_one_mib_and_regions_double_after_one_that_was_big_enoug
     assert arena.reserved_bytes == (1 + 8 + 8 + 16) * MiB
 
 
+def test_regions_stop_doubling_at_one_gib() -> None:
+    arena = BFCArena()
+    arena.allocate("a", 512 * MiB)  # a region of exactly 512 MiB (grown to the request)
+    arena.allocate("b", 512 * MiB)  # another; doubling would reach 1 GiB, the cap: the next is 1 GiB
+    arena.allocate("c", 1024 * MiB)
+    arena.allocate("d", 600 * MiB)  # the cap is not doubled: 1 GiB again
+    assert arena.reserved_bytes == (512 + 512 + 1024 + 1024) * MiB
+
+
 def test_a_freed_chunk_is_reused_without_touching_more_pages() -> None:
     arena = BFCArena()
     arena.allocate("a", 4 * MiB)

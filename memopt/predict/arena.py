@@ -99,8 +99,8 @@ class BFCArena:
         region = _Region(start, size, [[0, size, 0]])
         self._regions.append(region)
         self.reserved_bytes += size
-        if not grew and self._next_region * 2 < _MAX_DOUBLING:
-            self._next_region *= 2
+        if not grew:  # ORT doubles the next region, up to the cap, and from there stays at it
+            self._next_region = self._next_region * 2 if self._next_region * 2 < _MAX_DOUBLING else _MAX_DOUBLING
         return region, 0
 
     def _touch(self, region: _Region, start: int, end: int) -> None:

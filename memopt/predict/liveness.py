@@ -14,9 +14,10 @@ What ORT's allocator adds is modelled where it is structural:
   input's buffer, so they allocate nothing and keep that buffer alive;
 - element-wise ops write into an input that dies at them when sizes match (ORT's
   planner reuses the buffer), so that step holds one copy, not two;
-- at the YieldOp, PyTorch computes the loss on the yielded outputs: one copy of them
-  (the loss's saved intermediate, e.g. log-softmax) is live there, besides the gradients
-  PyTorch hands back, which are the YieldOp's outputs.
+- at the YieldOp, PyTorch computes the loss on the yielded outputs unless the model
+  returned its own (a scalar among them): two copies of the largest (a cross-entropy's
+  log-softmax and its gradient) are live there, outside ORT's arena, as are the gradients
+  PyTorch hands back (the YieldOp's outputs) until ORT's backward is done with them.
 The same allocations and frees, played through ORT's BFC arena over several steps
 (``memopt.predict.arena``), give ``resident_bytes``: the pages the arena handed out, which
 is what the process holds; the memory model predicts from that figure.
@@ -67,6 +68,7 @@ _IN_PLACE = frozenset(
     }
 )
 _CONCATS = frozenset({"Concat", "ConcatTraining"})
+_SCALAR_BYTES = 8  # a loss: one float or double
 _MEMORY_EFFICIENT = (AnalysisOrder.MEMORY_EFFICIENT, AnalysisOrder.MEMORY_EFFICIENT_DEEPEST_FIRST)
 # Training steps played through the arena. Its placement drifts from step to step (the
 # training loop holds the last step's outputs into the next forward), and the pages it
@@ -140,28 +142,39 @@ def _play(graph: TrainingGraph, dims: Mapping[str, int], steps: list[_Step], yie
         if step.recomputed:
             for original, clone in zip(step.node.outputs, step.outputs):
                 sizes.alias(clone, original)
-    held_names = set(steps[yield_index].inputs) if yield_index is not None else set()
+    yielded = steps[yield_index] if yield_index is not None else None
+    held_names = set(yielded.inputs) if yielded is not None else set()
+    # The YieldOp's outputs are the gradients PyTorch hands back: PyTorch allocated them.
+    from_torch = set(yielded.outputs) if yielded is not None else set()
     events, held = _buffer_events(graph, steps, sizes, held_names)
+    loss_bytes = sizes.torch_loss(yielded) if yielded is not None else 0.0
 
     live = 0.0
     peak, peak_index = 0.0, -1
     arena = BFCArena()
+    outside = 0.0  # live bytes PyTorch allocated (not in ORT's arena)
     resident = 0.0
     for repeat in range(_ARENA_STEPS):
         for index, (allocated, freed) in enumerate(events):
             for buffer, size in allocated:
-                arena.allocate((repeat, buffer), size)
+                if buffer in from_torch:
+                    outside += size
+                else:
+                    arena.allocate((repeat, buffer), size)
                 live += size
             if index == yield_index and repeat > 0:
                 for buffer, size in held:  # the loop drops the last step's outputs when forward returns
                     arena.free((repeat - 1, buffer))
                     live -= size
-            transient = sizes.yielded(steps[index]) if index == yield_index else 0.0
+            transient = loss_bytes if index == yield_index else 0.0
             if repeat == 0 and live + transient > peak:
                 peak, peak_index = live + transient, index
-            resident = max(resident, arena.touched_bytes + transient)
+            resident = max(resident, arena.touched_bytes + outside + transient)
             for buffer, size in freed:
-                arena.free((repeat, buffer))
+                if buffer in from_torch:
+                    outside -= size
+                else:
+                    arena.free((repeat, buffer))
                 live -= size
     if peak_index < 0:
         return Timeline(0.0, "", "", "forward", None, False, len(steps))
@@ -338,9 +351,15 @@ class _Sizes:
             self._known[name] = exact
         return self._known[name]
 
-    def yielded(self, step: _Step) -> float:
-        """One copy of the outputs handed to PyTorch's loss at the YieldOp."""
-        return sum(self._exact(name) or 0.0 for name in step.inputs if name)
+    def torch_loss(self, step: _Step) -> float:
+        """What PyTorch's loss holds besides the tensors it is handed, at the YieldOp: nothing
+        when the model computed its own loss (a scalar among the outputs), else two copies of
+        the largest output (a cross-entropy's log-softmax and its gradient)."""
+        outputs = [self._exact(name) for name in step.inputs if name]
+        known = [size for size in outputs if size is not None]
+        if any(size <= _SCALAR_BYTES for size in known):
+            return 0.0
+        return 2 * max(known, default=0.0)
 
     def _exact(self, name: str) -> float | None:
         info = self._graph.tensor(name)
