@@ -39,7 +39,7 @@ FRACTIONS = (0.80, 0.90, 0.95)
 DEFAULT_CASES = (
     "gpt:tiny:64:128:n_layer=8,gpt:tiny:64:256:n_layer=8,"
     "bert:tiny:64:128:n_layer=8,bert:tiny:64:256:n_layer=8,"
-    "hf:llama:tiny:64:32:num_hidden_layers=8,hf:llama:tiny:64:64:num_hidden_layers=8"
+    "hf:llama:tiny:64:32:num_hidden_layers=8,hf:llama:tiny:64:128:num_hidden_layers=8"
 )
 
 

@@ -110,6 +110,12 @@ def test_nodes_work_sums_named_nodes_and_ignores_unknown_names() -> None:
     assert nodes_work(mlp(), [], dims) == Work(0.0, 0.0)
 
 
+def test_a_node_named_twice_is_recomputed_once() -> None:
+    # Q, K and V's subgraphs all hold the projection before the split: ORT clones it once.
+    dims = {"batch": 4}
+    assert nodes_work(mlp(), ["fc", "gelu", "fc"], dims) == nodes_work(mlp(), ["fc", "gelu"], dims)
+
+
 def test_graph_work_is_every_node_forward_yield_and_backward() -> None:
     graph, dims = mlp(), {"batch": 4}
     assert graph_work(graph, dims) == nodes_work(graph, [n.name for n in graph.nodes], dims)

@@ -20,7 +20,7 @@ from __future__ import annotations
 import hashlib
 import json
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -370,7 +370,7 @@ def fit_calibration(
     spu = seconds_per_unit(reference.median_step_s or 0.0, target.graph, model.dims(reference.batch_size), balance)
     occurrences = {p.key: p.occurrences for p in report.patterns}
     unit_costs = {
-        key: sum(nodes_work(target.graph, o.nodes, model.dims(target_batch)).units(balance) for o in occurrences[key])
+        key: nodes_work(target.graph, _recomputed(occurrences, (key,)), model.dims(target_batch)).units(balance)
         for key in occurrences
     }
     step_fit = _step_fit([t for t in history if not t.config and t.median_step_s])
@@ -450,6 +450,12 @@ def _step_fit(trials: list[TrialResult]) -> tuple[float, float] | None:
     return float(intercept), float(max(slope, 0.0))
 
 
+def _recomputed(occurrences: Mapping[PlanKey, Sequence[Occurrence]], keys: Iterable[PlanKey]) -> list[str]:
+    """The nodes ``keys`` recompute, each once: ORT clones a node that several stashed
+    tensors' subgraphs share (the projection before a Q/K/V split) once."""
+    return list(dict.fromkeys(name for key in keys for o in occurrences.get(key, ()) for name in o.nodes))
+
+
 def _cost_scale(
     history: Sequence[TrialResult],
     step_fit: tuple[float, float] | None,
@@ -469,9 +475,7 @@ def _cost_scale(
         if not keys or not trial.median_step_s:
             continue
         dims = model.dims(trial.batch_size)
-        predicted += (
-            sum(nodes_work(graph, o.nodes, dims).units(balance) for k in keys for o in occurrences.get(k, ())) * spu
-        )
+        predicted += nodes_work(graph, _recomputed(occurrences, keys), dims).units(balance) * spu
         extra += trial.median_step_s - (step_fit[0] + step_fit[1] * trial.batch_size)
     if predicted <= 0 or extra <= 0:
         return 1.0

@@ -39,7 +39,7 @@ class Work:
 def nodes_work(graph: TrainingGraph, names: Iterable[str], dims: Mapping[str, int]) -> Work:
     by_name = _names(graph)
     total = Work(0.0, 0.0)
-    for name in names:
+    for name in dict.fromkeys(names):  # a node several recomputed subgraphs share is cloned once
         node = by_name.get(name)
         if node is not None:
             total = total + _node_work(graph, node, dims)
