@@ -229,8 +229,16 @@ def main() -> int:
         abs(r["error_activation_pct"]) for r in rows if r["error_activation_pct"] == r["error_activation_pct"]
     ]
     costed = [r for r in planned if r["cost_s"] > 0 and r["extra_s"] is not None and r["extra_s"] > 0]
+    chosen = [r for r in planned if "predicted not to fit" not in r["label"]]
+    refused = [r for r in planned if "predicted not to fit" in r["label"]]
     print(
-        f"\nfits {fits}/{len(planned)} ({100 * fits / len(planned):.0f}%), worst {worst:+.2f}% of the budget; "
+        f"\nwhere the planner chose a config: fits {sum(r['measured'] <= r['budget'] for r in chosen)}/{len(chosen)},"
+        f" worst {max((r['over_pct'] for r in chosen), default=0.0):+.2f}% of the budget; predicted not to fit:"
+        f" {len(refused)}, every plan at once measured over the budget in"
+        f" {sum(r['measured'] > r['budget'] for r in refused)}"
+    )
+    print(
+        f"fits {fits}/{len(planned)} ({100 * fits / len(planned):.0f}%), worst {worst:+.2f}% of the budget; "
         f"median |error| {statistics.median(errors):.2f}% of the measured peak, "
         f"{statistics.median(activation_errors):.1f}% of its activation part over {len(rows)} trials"
     )
@@ -248,9 +256,10 @@ def main() -> int:
 def _print_tuned(tuned: list[dict[str, Any]]) -> None:
     mib = 2**20
     print(
-        "\n| case | batch | budget MiB | status | training runs | wall s | final plans | peak MiB | prediction errors % |"
+        "\n| case | batch | budget MiB | status | training runs | first fitting run | wall s | final plans | peak MiB |"
+        " prediction errors % |"
     )
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for t in tuned:
         peak = f"{t['peak'] / mib:.1f}" if t["peak"] else "-"
         errors = ", ".join(f"{e:+.1f}" for e in t["errors"]) or "-"
@@ -261,9 +270,12 @@ def _print_tuned(tuned: list[dict[str, Any]]) -> None:
         )
     verified = [t for t in tuned if t["status"] == "verified"]
     print(
-        f"\nverified {len(verified)}/{len(tuned)}; median training runs {statistics.median(t['runs'] for t in tuned):g},"
-        f" to the first fitting trial {statistics.median(t['runs_to_fit'] or t['runs'] for t in tuned):g}"
-        f" (calibration included, the graph probe not), median wall {statistics.median(t['wall_s'] for t in tuned):.0f} s"
+        f"\nverified {len(verified)}/{len(tuned)}; median training runs {statistics.median(t['runs'] for t in tuned):g}"
+        f" ({statistics.median(t['runs'] for t in verified):g} where a config was verified), to the first fitting"
+        f" trial {statistics.median(t['runs_to_fit'] or t['runs'] for t in tuned):g} (calibration included, the"
+        f" graph probe not), median wall {statistics.median(t['wall_s'] for t in tuned):.0f} s"
+        if verified
+        else f"\nverified 0/{len(tuned)}"
     )
 
 
