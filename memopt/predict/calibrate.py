@@ -451,9 +451,8 @@ def _step_fit(trials: list[TrialResult]) -> tuple[float, float] | None:
 
 
 def _recomputed(occurrences: Mapping[PlanKey, Sequence[Occurrence]], keys: Iterable[PlanKey]) -> list[str]:
-    """The nodes ``keys`` recompute, each once: ORT clones a node that several stashed
-    tensors' subgraphs share (the projection before a Q/K/V split) once."""
-    return list(dict.fromkeys(name for key in keys for o in occurrences.get(key, ()) for name in o.nodes))
+    """The nodes ``keys`` recompute, every occurrence's (``nodes_work`` counts a shared one once)."""
+    return [name for key in keys for o in occurrences.get(key, ()) for name in o.nodes]
 
 
 def _cost_scale(

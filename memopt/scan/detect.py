@@ -9,6 +9,7 @@ that can be rerun in the backward pass from tensors that are stashed anyway.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from enum import IntEnum
 
@@ -267,25 +268,18 @@ def _boundary_layer_norms_1_17(graph: TrainingGraph, yield_order: int, rules: Re
     """1.17's rule: a LayerNorm opens a layer when a breadth-first walk over its consumers
     meets attention before any other LayerNorm (so in a post-LN model, whose residual Add
     reaches the next LayerNorm first, none does). Matches 1.17.3's LEVEL=1 Plan tables."""
-    found = []
-    for node in graph.nodes[:yield_order]:
-        if node.op_type not in _LAYER_NORMS_1_17:
-            continue
-        queue = deque(_consumers_by_edge(graph, node))
-        seen: set[int] = set()
-        while queue:
-            order = queue.popleft()
-            if order in seen:
-                continue
-            seen.add(order)
-            current = graph.nodes[order]
-            if rules.is_attention(current):
-                found.append(node.order)
-                break
-            if current.op_type in _LAYER_NORMS_1_17:
-                break
-            queue.extend(_consumers_by_edge(graph, current))
-    return tuple(found)
+    return tuple(
+        node.order
+        for node in graph.nodes[:yield_order]
+        if node.op_type in _LAYER_NORMS_1_17
+        and _meets_attention(
+            graph,
+            _consumers_by_edge(graph, node),
+            lambda current: _consumers_by_edge(graph, current),
+            rules,
+            stop=lambda current: current.op_type in _LAYER_NORMS_1_17,
+        )
+    )
 
 
 def _consumers_by_edge(graph: TrainingGraph, node: Node) -> list[int]:
@@ -300,7 +294,21 @@ def _consumers_by_edge(graph: TrainingGraph, node: Node) -> list[int]:
 
 
 def _reaches_attention(graph: TrainingGraph, start: Node, limit: int, rules: ReleaseRules) -> bool:
-    queue = deque(_consumer_nodes(graph, start, limit))
+    return _meets_attention(
+        graph, _consumer_nodes(graph, start, limit), lambda node: _consumer_nodes(graph, node, limit), rules
+    )
+
+
+def _meets_attention(
+    graph: TrainingGraph,
+    start: Iterable[int],
+    consumers: Callable[[Node], Iterable[int]],
+    rules: ReleaseRules,
+    stop: Callable[[Node], bool] = lambda node: False,
+) -> bool:
+    """Whether a breadth-first walk from ``start`` over ``consumers`` meets attention before
+    a node ``stop`` ends the walk at."""
+    queue = deque(start)
     seen: set[int] = set()
     while queue:
         order = queue.popleft()
@@ -310,7 +318,9 @@ def _reaches_attention(graph: TrainingGraph, start: Node, limit: int, rules: Rel
         node = graph.nodes[order]
         if rules.is_attention(node):
             return True
-        queue.extend(_consumer_nodes(graph, node, limit))
+        if stop(node):
+            return False
+        queue.extend(consumers(node))
     return False
 
 
