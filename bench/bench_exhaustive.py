@@ -2,10 +2,13 @@
 
 For one case and budget: ``memopt tune --no-tui`` verifies a config; then every non-empty
 selection of the K plans the calibrated model ranks highest by saving (and the tuner's own,
-if it holds others) runs as a trial at the target batch. The fastest selection that fits
-(median of the measured steps) is compared with the tuner's, both measured in this sweep.
+if it holds others) runs as a trial at the target batch, which says whether it fits. The
+step times of the selections that fit are then measured side by side in one process, paired
+with no-config steps (``bench_recompute_cost.measure``): across separate trials, step time
+on shared cores drifts by more than these configs differ. The fastest selection that fits is
+compared with the tuner's.
 
-    .venv/bin/python bench/bench_exhaustive.py --case gpt:tiny:64:256:n_layer=8 --fraction 0.9 [--top 4] [--steps 6]
+    .venv/bin/python bench/bench_exhaustive.py --case gpt:tiny:64:256:n_layer=8 --fraction 0.9 [--top 4] [--steps 6] [--rounds 20]
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import tempfile
 from pathlib import Path
 
 from bench_memory_model import parse_case, tune_case
+from bench_recompute_cost import measure_in_child
 
 from memopt.ort.version import OrtVersion
 from memopt.predict.calibrate import calibrate
@@ -31,6 +35,7 @@ def main() -> int:
     parser.add_argument("--fraction", type=float, default=0.9, help="budget as a fraction of the no-config peak")
     parser.add_argument("--top", type=int, default=4, help="plans (by simulated saving) to combine")
     parser.add_argument("--steps", type=int, default=6, help="steps per trial, the warm-up included")
+    parser.add_argument("--rounds", type=int, default=20, help="paired step-time rounds")
     parser.add_argument("--runs-dir", type=Path, default=None)
     args = parser.parse_args()
     runs_dir = args.runs_dir or Path(tempfile.mkdtemp(prefix="memopt-exhaustive-"))
@@ -71,21 +76,30 @@ def main() -> int:
     for plans in selections:
         result = trial(plans, budget)
         measured[plans] = result
-        fits = bool(result.peak_bytes) and result.peak_bytes <= budget
+        fits = result.peak_bytes is not None and 0 < result.peak_bytes <= budget
         step = f"{result.median_step_s:.3f}" if result.median_step_s else "-"
         peak = f"{result.peak_bytes / mib:.1f}" if result.peak_bytes else "-"
         print(f"| {' '.join(plans)} | {peak} | {'yes' if fits else 'NO'} | {step} |", flush=True)
-    fitting = {p: r for p, r in measured.items() if r.peak_bytes and r.peak_bytes <= budget and r.median_step_s}
+    fitting = [p for p, r in measured.items() if r.peak_bytes is not None and 0 < r.peak_bytes <= budget]
     if not fitting or tuned_plans not in fitting:
         print(
             "\nno comparison: " + ("nothing fits" if not fitting else "the tuner's config is not among those that fit")
         )
         return 0
-    best = min(fitting, key=lambda p: fitting[p].median_step_s or float("inf"))
-    ratio = (fitting[tuned_plans].median_step_s or 0.0) / (fitting[best].median_step_s or 1.0)
+    configs = [[cell for key in plans for cell in key.split(",")] for plans in fitting]
+    paired = measure_in_child(recipe, options, batch, configs, args.rounds)
+    base = paired["baseline_s"]
+    step_s = {plans: base + increase for plans, (increase, _) in zip(fitting, paired["increases"])}
+    print(f"\nside by side ({args.rounds} rounds, no config {base:.3f} s):\n")
+    print("| plans | step s | increase s | ± s |")
+    print("|---|---|---|---|")
+    for plans, (increase, error) in zip(fitting, paired["increases"]):
+        print(f"| {' '.join(plans)} | {step_s[plans]:.3f} | {increase:+.4f} | {error:.4f} |")
+    best = min(fitting, key=lambda p: step_s[p])
+    ratio = step_s[tuned_plans] / step_s[best]
     print(
-        f"\nfastest that fits: {' '.join(best)} ({fitting[best].median_step_s:.3f} s); "
-        f"the tuner's: {' '.join(tuned_plans)} ({fitting[tuned_plans].median_step_s:.3f} s), {100 * (ratio - 1):+.1f}%"
+        f"\nfastest that fits: {' '.join(best)} ({step_s[best]:.3f} s); "
+        f"the tuner's: {' '.join(tuned_plans)} ({step_s[tuned_plans]:.3f} s), {100 * (ratio - 1):+.1f}%"
     )
     return 0
 

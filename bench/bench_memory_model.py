@@ -29,9 +29,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from memopt.cli.options import parse_option_value
 from memopt.predict.calibrate import calibrate
 from memopt.predict.planner import DEFAULT_MARGIN, choose_plans
+from memopt.recipes import parse_option_value
 from memopt.run.journal import Journal
 from memopt.run.trials import TrialSpec, run_trial
 

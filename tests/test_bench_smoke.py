@@ -66,7 +66,16 @@ def test_exhaustive_benchmark(tmp_path: Path) -> None:
     """Also runs bench_memory_model's tune step (memopt tune --no-tui) it builds on."""
     out = _run(
         str(BENCH / "bench_exhaustive.py"),
-        *("--case", "gpt:tiny:32:4", "--fraction", "0.99", "--top", "1", "--steps", "2"),
+        *("--case", "gpt:tiny:32:4", "--fraction", "0.99", "--top", "1", "--steps", "2", "--rounds", "2"),
         *("--runs-dir", str(tmp_path)),
     )
     assert "| plans | peak MiB | fits | median step s |" in out and "tuner:" in out
+
+
+def test_recompute_cost_benchmark(tmp_path: Path) -> None:
+    out = _run(
+        str(BENCH / "bench_recompute_cost.py"),
+        *("--cases", "gpt:tiny:32:4:n_layer=1", "--rounds", "2", "--runs-dir", str(tmp_path)),
+    )
+    assert "| case | batch | config | estimated s | measured increase s | ± s | error % |" in out
+    assert "configs measured no increase" in out

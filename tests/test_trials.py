@@ -11,11 +11,13 @@ from pathlib import Path
 import pytest
 from conftest import RECIPES, assert_one_line_error, memopt
 
+from memopt.child import NODE_TIMES_FILE
 from memopt.graph.polynomial import Polynomial
 from memopt.ort.config import ConfigError
 from memopt.ort.version import OrtVersion
 from memopt.predict.memory_model import MemoryModel, Observation, PlanSavings, fit_memory_model
 from memopt.predict.planner import choose_plans
+from memopt.predict.recompute_cost import read_node_times
 from memopt.run.budget import BudgetError, parse_budget
 from memopt.run.journal import Journal
 from memopt.run.trials import TrialSpec, parse_trial_config, run_trial
@@ -213,6 +215,12 @@ def test_planner_on_a_real_tiny_model(baseline, trials_dir: Path) -> None:
         if model.predict(16, s).peak_bytes <= budget
     )
     assert result.cost_s <= best * 1.5
+    # The costs come from the largest calibration run's profiled kernels: a time for every recomputed node.
+    reference = max(cal.trials, key=lambda t: t.batch_size)
+    measured = read_node_times(Path(reference.run_dir) / NODE_TIMES_FILE)
+    recomputed = {name for p in model.plans for r in p.recomputes for name in r.nodes}
+    assert recomputed and recomputed <= set(measured) and all(seconds >= 0 for seconds in measured.values())
+    assert sum(cal.costs_s.values()) > 0
 
 
 @pytest.mark.parametrize(

@@ -1,17 +1,30 @@
-"""Fast unit tests of recompute cost (memopt/predict/recompute_cost.py): work of nodes from shapes, no ORT.
+"""Fast unit tests of recompute cost (memopt/predict/recompute_cost.py, memopt/child/profile.py), no ORT.
 
+A node's profiled kernel time scaled by its work to the target dims; where none was measured,
 FLOPs for matrix products (2·M·N·K), bytes read and written for everything else, and one
 seconds-per-unit factor that maps the whole graph's work onto a measured step time.
 """
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 from onnx import TensorProto
 from test_unit_scan_rules import MS, node, training_graph, yield_op
 
+from memopt.child.profile import node_seconds
 from memopt.graph import TrainingGraph
-from memopt.predict.recompute_cost import BALANCE, Work, graph_work, nodes_work, seconds_per_unit
+from memopt.predict.recompute_cost import (
+    BALANCE,
+    RecomputeCost,
+    Work,
+    graph_work,
+    nodes_work,
+    read_node_times,
+    seconds_per_unit,
+)
 
 F32, F16 = TensorProto.FLOAT, TensorProto.FLOAT16
 
@@ -139,3 +152,42 @@ def test_seconds_per_unit_maps_the_graph_work_onto_the_step_time() -> None:
 
 def test_seconds_per_unit_of_a_graph_without_work_is_zero() -> None:
     assert seconds_per_unit(1.0, TrainingGraph(nodes=[], tensors={}), {}, BALANCE["cpu"]) == 0.0
+
+
+def test_a_measured_node_costs_its_time_scaled_by_its_work_to_the_target_dims() -> None:
+    cost = RecomputeCost(mlp(), BALANCE["cpu"], 1.0, measured={"gelu": 0.002, "fc": 0.010}, measured_dims={"batch": 4})
+    assert cost.seconds(["gelu"], {"batch": 4}) == pytest.approx(0.002)
+    assert cost.seconds(["gelu"], {"batch": 12}) == pytest.approx(0.006)  # its bytes grow with the batch
+    assert cost.seconds(["fc", "gelu", "fc"], {"batch": 8}) == pytest.approx(0.024)  # a shared node counts once
+
+
+def test_a_node_without_a_measured_time_costs_its_work_in_seconds_per_unit() -> None:
+    graph, dims, balance = mlp(), {"batch": 4}, BALANCE["cpu"]
+    spu = seconds_per_unit(0.5, graph, dims, balance)
+    cost = RecomputeCost(graph, balance, spu, measured={"fc": 0.010}, measured_dims=dims)
+    gelu = nodes_work(graph, ["gelu"], dims).units(balance) * spu
+    assert cost.seconds(["fc", "gelu", "no_such_node"], dims) == pytest.approx(0.010 + gelu)
+    assert RecomputeCost(graph, balance, spu).seconds(["gelu"], dims) == pytest.approx(gelu)
+
+
+def test_node_seconds_are_each_kernels_median_over_the_profiled_steps() -> None:
+    def kernel(node: str, microseconds: int) -> dict[str, object]:
+        return {"cat": "Node", "name": f"{node}_kernel_time", "dur": microseconds, "args": {"op_name": "Gelu"}}
+
+    events = [
+        {"cat": "Session", "name": "session_initialization", "dur": 90_000},
+        kernel("gelu", 5_000),  # the first step's first run: slow
+        {"cat": "Node", "name": "gelu_fence_before", "dur": 1},
+        kernel("gelu", 1_000),
+        kernel("gelu", 1_200),
+        kernel("fc", 3_000),
+    ]
+    assert node_seconds(events) == {"gelu": pytest.approx(0.0012), "fc": pytest.approx(0.003)}
+
+
+def test_read_node_times_is_empty_for_a_run_that_wrote_none(tmp_path: Path) -> None:
+    assert read_node_times(tmp_path / "node_times.json") == {}
+    (tmp_path / "bad.json").write_text("not json")
+    assert read_node_times(tmp_path / "bad.json") == {}
+    (tmp_path / "good.json").write_text(json.dumps({"node_seconds": {"gelu": 0.001, "odd": "x"}}))
+    assert read_node_times(tmp_path / "good.json") == {"gelu": 0.001}

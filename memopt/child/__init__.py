@@ -13,9 +13,11 @@ __all__ = [
     "JOB_SAVE_ONNX_VAR",
     "JOB_STEPS_FILE_VAR",
     "JOB_STEPS_VAR",
+    "NODE_TIMES_FILE",
     "ONNX_PREFIX",
     "OOM_MARKERS",
     "PARENT_PID_VAR",
+    "PROFILE_VAR",
     "RUN_DIR_VAR",
     "TIMEOUT_VAR",
 ]
@@ -26,6 +28,10 @@ CHILD_MODULE = "memopt.child"
 PARENT_PID_VAR = "MEMOPT_PARENT_PID"
 TIMEOUT_VAR = "MEMOPT_TIMEOUT_S"
 RUN_DIR_VAR = "MEMOPT_RUN_DIR"
+# "1": a CPU run profiles its training session's kernels and writes each node's time per
+# step to NODE_TIMES_FILE in its run folder (the recompute-cost estimate reads it).
+PROFILE_VAR = "MEMOPT_PROFILE_NODES"
+NODE_TIMES_FILE = "node_times.json"
 # ORTModule's save_onnx prefix: the parent finds the saved graphs by it.
 ONNX_PREFIX = "memopt"
 

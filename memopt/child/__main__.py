@@ -16,7 +16,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from memopt.child import PARENT_PID_VAR, TIMEOUT_VAR
+from memopt.child import PARENT_PID_VAR, PROFILE_VAR, TIMEOUT_VAR
 from memopt.child.watchdog import guard
 from memopt.errors import MemoptError, one_line
 from memopt.ort.stack import StackError, check_stack, inspect_stack
@@ -62,6 +62,7 @@ def main(request_path: str, result_path: str) -> int:
             log_level=request["log_level"],
             save_onnx=request["save_onnx"],
             on_step=lambda report: write(steps=asdict(report)),
+            profile_to=Path(result_path).parent if os.environ.get(PROFILE_VAR) == "1" else None,
         )
     except StackError as err:
         return _fail(write, "stack_error", err)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -16,12 +17,13 @@ from torch.nn import functional as F
 from torch.optim.adamw import AdamW
 from torch.optim.optimizer import Optimizer
 
-from memopt.child import ONNX_PREFIX, OOM_MARKERS
+from memopt.child import NODE_TIMES_FILE, ONNX_PREFIX, OOM_MARKERS
 from memopt.child.memory import proc_status_bytes, reset_rss_peak
+from memopt.child.profile import profile_sessions, write_node_times
 from memopt.errors import one_line
 from memopt.recipes import Recipe, RecipeError
 
-__all__ = ["StepReport", "StepFailure", "is_out_of_memory", "pick_device", "run_steps"]
+__all__ = ["StepFailure", "StepReport", "TrainingStep", "is_out_of_memory", "pick_device", "run_steps"]
 
 
 class StepFailure(Exception):
@@ -62,6 +64,42 @@ def is_out_of_memory(err: BaseException) -> bool:
     return any(marker in str(err).lower() for marker in OOM_MARKERS)
 
 
+class TrainingStep:
+    """A recipe's model under ORTModule, with its batch and optimizer: call it to run one step."""
+
+    def __init__(self, recipe: Recipe, batch_size: int, device: str, debug_options: Any) -> None:
+        from onnxruntime.training.ortmodule import ORTModule
+
+        model = _call_recipe("build_model", recipe.model)
+        if not isinstance(model, nn.Module):
+            raise RecipeError(f"build_model() returned {type(model).__name__}; expected a torch.nn.Module")
+        inputs, target = _split_batch(_call_recipe("make_batch", lambda: recipe.batch(batch_size)))
+        self.device = device
+        self.inputs = _to_device(inputs, device)
+        self.target = target.to(device) if target is not None else None
+        self.ort_model = ORTModule(model.to(device), debug_options)
+        self.optimizer = _call_recipe("optimizer", lambda: _make_optimizer(recipe, self.ort_model.parameters()))
+        self.loss_fn = recipe.loss or default_loss
+        self.loss_name = "loss()" if recipe.loss else "the default loss"
+
+    def __call__(self) -> float:
+        """One training step; its loss."""
+        try:
+            inputs = self.inputs
+            output = self.ort_model(**inputs) if isinstance(inputs, dict) else self.ort_model(*inputs)
+            loss = _compute_loss(self.loss_fn, output, self.target, self.loss_name)
+            loss.backward()
+            self.optimizer.step()
+            self.optimizer.zero_grad(set_to_none=True)
+            if self.device == "cuda":
+                torch.cuda.synchronize()
+        except RecipeError:
+            raise
+        except Exception as err:
+            raise StepFailure(one_line(err), is_out_of_memory(err)) from err
+        return float(loss.detach())
+
+
 def run_steps(
     recipe: Recipe,
     batch_size: int,
@@ -71,50 +109,35 @@ def run_steps(
     log_level: str,
     save_onnx: bool,
     on_step: Callable[[StepReport], None] = lambda report: None,
+    profile_to: Path | None = None,
 ) -> StepReport:
     """Build the recipe's model under ORTModule and run one warm-up step plus ``steps`` more.
 
-    ``step_times_s[0]`` is the warm-up step (export and session build included).
+    ``step_times_s[0]`` is the warm-up step (export and session build included). With
+    ``profile_to`` (a folder), a CPU run writes each node's kernel time per step there.
     """
-    from onnxruntime.training.ortmodule import DebugOptions, LogLevel, ORTModule
+    from onnxruntime.training.ortmodule import DebugOptions, LogLevel
 
     report = StepReport(device=device, memory_kind="cuda_allocated" if device == "cuda" else "rss")
     if device == "cuda":
         report.cuda_device_name = torch.cuda.get_device_name()
         report.cuda_total_memory = torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory
-    model = _call_recipe("build_model", recipe.model)
-    if not isinstance(model, nn.Module):
-        raise RecipeError(f"build_model() returned {type(model).__name__}; expected a torch.nn.Module")
-    inputs, target = _split_batch(_call_recipe("make_batch", lambda: recipe.batch(batch_size)))
-    model = model.to(device)
-    inputs = _to_device(inputs, device)
-    target = target.to(device) if target is not None else None
     options = DebugOptions(log_level=LogLevel[log_level], save_onnx=save_onnx, onnx_prefix=ONNX_PREFIX)
-    ort_model = ORTModule(model, options)
-    optimizer = _call_recipe("optimizer", lambda: _make_optimizer(recipe, ort_model.parameters()))
-    loss_fn = recipe.loss or default_loss
+    profiling = profile_to is not None and device == "cpu" and profile_sessions(profile_to / "ort_profile")
+    step = TrainingStep(recipe, batch_size, device, options)
     report.memory_after_setup = _memory_now(device)
 
     for index in range(steps + 1):
         if index == 1:
             _reset_peak(device)
         started = time.perf_counter()
-        try:
-            output = ort_model(**inputs) if isinstance(inputs, dict) else ort_model(*inputs)
-            loss = _compute_loss(loss_fn, output, target, "loss()" if recipe.loss else "the default loss")
-            loss.backward()
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
-            if device == "cuda":
-                torch.cuda.synchronize()
-        except RecipeError:
-            raise
-        except Exception as err:
-            raise StepFailure(one_line(err), is_out_of_memory(err)) from err
+        loss = step()
         report.step_times_s.append(time.perf_counter() - started)
-        report.losses.append(float(loss.detach()))
+        report.losses.append(loss)
         _read_peaks(report, device, steady=index >= 1)
         on_step(report)
+    if profiling and profile_to is not None:
+        write_node_times(step.ort_model, profile_to / NODE_TIMES_FILE)
     return report
 
 

@@ -2,7 +2,8 @@
 
 - ``memory_model``: peak memory as static + per-sample parts less each plan's saving,
   its effectiveness learnt from measured trials.
-- ``recompute_cost``: the extra work of recomputing a plan, from the graph at target dims.
+- ``recompute_cost``: what recomputing a plan costs: its nodes' profiled kernel times (CPU), else
+  their work, scaled from the graph to the target dims.
 - ``planner``: the cheapest set of plans predicted to fit a budget (exact, via HiGHS).
 - ``calibrate``: fits the model and costs from no-config runs; ``prepare_target`` loads
   and scans a target once, ``calibrate_on`` calibrates on any trial runner.
@@ -25,7 +26,15 @@ from memopt.predict.calibrate import (
 )
 from memopt.predict.memory_model import MemoryModel, ModelError, Observation, PlanSavings, Prediction, fit_memory_model
 from memopt.predict.planner import DEFAULT_MARGIN, PlanChoice, PlanResult, choose_plans
-from memopt.predict.recompute_cost import BALANCE, Work, graph_work, nodes_work, seconds_per_unit
+from memopt.predict.recompute_cost import (
+    BALANCE,
+    RecomputeCost,
+    Work,
+    graph_work,
+    nodes_work,
+    read_node_times,
+    seconds_per_unit,
+)
 
 __all__ = [
     "BALANCE",
@@ -38,6 +47,7 @@ __all__ = [
     "Observation",
     "PlanChoice",
     "PlanResult",
+    "RecomputeCost",
     "PlanSavings",
     "PreparedTarget",
     "Prediction",
@@ -51,6 +61,7 @@ __all__ = [
     "load_saved_model",
     "model_identity",
     "nodes_work",
+    "read_node_times",
     "plan_savings",
     "prepare_target",
     "require_batch_dim",

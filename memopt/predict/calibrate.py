@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from memopt.child import NODE_TIMES_FILE
 from memopt.graph.sizes import batch_symbols
 from memopt.graph.training_graph import TrainingGraph
 from memopt.ort.config import PlanKey, key_entries, short_key
@@ -39,7 +40,7 @@ from memopt.predict.memory_model import (
     PlanSavings,
     fit_memory_model,
 )
-from memopt.predict.recompute_cost import BALANCE, nodes_work, seconds_per_unit
+from memopt.predict.recompute_cost import BALANCE, RecomputeCost, read_node_times, seconds_per_unit
 from memopt.run.budget import total_ram
 from memopt.run.command import fixed_batch
 from memopt.run.files import exclusive_lock, replace_atomically
@@ -83,8 +84,7 @@ CALIBRATION_KIND = "calibration"  # the journal record of how much of the journa
 @dataclass(frozen=True)
 class Calibration:
     model: MemoryModel
-    unit_costs: Mapping[str, float]  # work units per plan at the target batch
-    seconds_per_unit: float
+    plan_costs_s: Mapping[str, float]  # recompute seconds per plan at the target batch
     cost_scale: float  # measured extra step time / predicted, from trials with plans (1.0 without)
     baseline_step_s: float | None  # predicted no-config step time at the target batch
     target_batch: int
@@ -98,7 +98,7 @@ class Calibration:
 
     @property
     def costs_s(self) -> dict[str, float]:
-        return {key: units * self.seconds_per_unit * self.cost_scale for key, units in self.unit_costs.items()}
+        return {key: seconds * self.cost_scale for key, seconds in self.plan_costs_s.items()}
 
 
 def default_calibration_batches(target_batch: int) -> tuple[int]:
@@ -364,24 +364,29 @@ def fit_calibration(
     )
     save_model(runs_dir, identity, model)
 
-    # Costs: the graph's work in seconds via the largest calibration trial's step time.
+    # Costs: the node times the largest calibration trial profiled, else the graph's work in
+    # seconds via that trial's step time.
     balance = BALANCE.get(device_used, BALANCE["cpu"])
     reference = max(trials, key=lambda t: t.batch_size)
-    spu = seconds_per_unit(reference.median_step_s or 0.0, target.graph, model.dims(reference.batch_size), balance)
+    reference_dims = model.dims(reference.batch_size)
+    cost = RecomputeCost(
+        target.graph,
+        balance,
+        seconds_per_unit(reference.median_step_s or 0.0, target.graph, reference_dims, balance),
+        read_node_times(Path(reference.run_dir) / NODE_TIMES_FILE),
+        reference_dims,
+    )
     occurrences = {p.key: p.occurrences for p in report.patterns}
-    unit_costs = {
-        key: nodes_work(target.graph, _recomputed(occurrences, (key,)), model.dims(target_batch)).units(balance)
-        for key in occurrences
-    }
+    plan_costs = {key: cost.seconds(_recomputed(occurrences, (key,)), model.dims(target_batch)) for key in occurrences}
     step_fit = _step_fit([t for t in history if not t.config and t.median_step_s])
-    scale = _cost_scale(history, step_fit, target.graph, occurrences, model, balance, spu, plans)
+    # Measured node times need no correction; a step-time fit across processes would only add its noise.
+    scale = 1.0 if cost.measured else _cost_scale(history, step_fit, occurrences, model, cost, plans)
     baseline_step = max(step_fit[0] + step_fit[1] * target_batch, 0.0) if step_fit else None
     totals = [t.cuda_total_memory for t in trials if t.cuda_total_memory]
     device_total = totals[0] if totals else (total_ram() if device_used == "cpu" else None)
     return Calibration(
         model,
-        unit_costs,
-        spu,
+        plan_costs,
         scale,
         baseline_step,
         target_batch,
@@ -451,30 +456,27 @@ def _step_fit(trials: list[TrialResult]) -> tuple[float, float] | None:
 
 
 def _recomputed(occurrences: Mapping[PlanKey, Sequence[Occurrence]], keys: Iterable[PlanKey]) -> list[str]:
-    """The nodes ``keys`` recompute, every occurrence's (``nodes_work`` counts a shared one once)."""
+    """The nodes ``keys`` recompute, every occurrence's (the cost counts a shared one once)."""
     return [name for key in keys for o in occurrences.get(key, ()) for name in o.nodes]
 
 
 def _cost_scale(
     history: Sequence[TrialResult],
     step_fit: tuple[float, float] | None,
-    graph: TrainingGraph,
     occurrences: Mapping[PlanKey, Sequence[Occurrence]],
     model: MemoryModel,
-    balance: float,
-    spu: float,
+    cost: RecomputeCost,
     plans: tuple[PlanSavings, ...],
 ) -> float:
     """Measured extra step time over predicted recompute time, over trials with plans on."""
-    if step_fit is None or spu <= 0:
+    if step_fit is None or cost.seconds_per_unit <= 0:
         return 1.0
     extra, predicted = 0.0, 0.0
     for trial in history:
         keys = _plans_of(trial, plans) if trial.config else ()
         if not keys or not trial.median_step_s:
             continue
-        dims = model.dims(trial.batch_size)
-        predicted += nodes_work(graph, _recomputed(occurrences, keys), dims).units(balance) * spu
+        predicted += cost.seconds(_recomputed(occurrences, keys), model.dims(trial.batch_size))
         extra += trial.median_step_s - (step_fit[0] + step_fit[1] * trial.batch_size)
     if predicted <= 0 or extra <= 0:
         return 1.0

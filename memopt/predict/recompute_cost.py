@@ -1,22 +1,28 @@
-"""What recomputing a plan costs: work of its subgraph, from the graph's shapes, in seconds.
+"""What recomputing a plan costs: the time of its subgraph's nodes, in seconds, at any dims.
 
-Work of a node: FLOPs for MatMul/FusedMatMul/Gemm (2 · |A| · N, which holds whatever the
-transposes), bytes read and written for everything else, weighted by the device's
-FLOPs-per-byte balance. Seconds come from one factor calibrated on a measured no-config
-step (the whole training graph's work takes the median step time) and refined by trials
-with plans on (extra step time over predicted cost).
+A recomputed node runs the same kernel on the same shapes as the forward node it clones. On
+CPU the calibration run profiles every node (``memopt.child.profile``): a node's measured
+time, scaled by its work from the calibration run's dims to the target's, is its cost.
+
+A node without a measured time (a CUDA run, a stack whose profiler memopt cannot reach)
+falls back to its work: FLOPs for MatMul/FusedMatMul/Gemm (2 · |A| · N, which holds whatever
+the transposes), bytes read and written for everything else, weighted by the device's
+FLOPs-per-byte balance, in seconds by one factor calibrated on a measured no-config step
+(the whole training graph's work takes the median step time).
 """
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 
 from memopt.graph.training_graph import Node, TrainingGraph
 from memopt.scan.detect import element_size
 
-__all__ = ["BALANCE", "Work", "graph_work", "nodes_work", "seconds_per_unit"]
+__all__ = ["BALANCE", "RecomputeCost", "Work", "graph_work", "nodes_work", "read_node_times", "seconds_per_unit"]
 
 _MATMULS = frozenset({"MatMul", "FusedMatMul", "Gemm"})
 # FLOPs a device does in the time it moves one byte (rough machine balance).
@@ -36,6 +42,44 @@ class Work:
         return Work(self.flops + other.flops, self.bytes + other.bytes)
 
 
+@dataclass(frozen=True)
+class RecomputeCost:
+    """Seconds a set of recomputed nodes adds to a step, at any dims of ``graph``."""
+
+    graph: TrainingGraph
+    balance: float  # FLOPs per byte, for the work of nodes without a measured time
+    seconds_per_unit: float  # seconds per work unit, likewise
+    measured: Mapping[str, float] = field(default_factory=dict)  # node -> seconds per step at measured_dims
+    measured_dims: Mapping[str, int] = field(default_factory=dict)
+
+    def seconds(self, names: Iterable[str], dims: Mapping[str, int]) -> float:
+        by_name = _names(self.graph)
+        total = 0.0
+        for name in dict.fromkeys(names):  # a node several recomputed subgraphs share is cloned once
+            node = by_name.get(name)
+            if node is None:
+                continue
+            units = _node_work(self.graph, node, dims).units(self.balance)
+            measured = self.measured.get(name)
+            if measured is None:
+                total += units * self.seconds_per_unit
+                continue
+            at_measured = _node_work(self.graph, node, self.measured_dims).units(self.balance)
+            total += measured * units / at_measured if at_measured > 0 else measured
+        return total
+
+
+def read_node_times(path: Path) -> dict[str, float]:
+    """The node times a profiled run wrote (``memopt.child.profile``); empty where it wrote none."""
+    try:
+        seconds = json.loads(path.read_text()).get("node_seconds")
+    except (OSError, ValueError, AttributeError):
+        return {}
+    if not isinstance(seconds, dict):
+        return {}
+    return {str(name): float(value) for name, value in seconds.items() if isinstance(value, (int, float))}
+
+
 def nodes_work(graph: TrainingGraph, names: Iterable[str], dims: Mapping[str, int]) -> Work:
     by_name = _names(graph)
     total = Work(0.0, 0.0)
@@ -48,10 +92,7 @@ def nodes_work(graph: TrainingGraph, names: Iterable[str], dims: Mapping[str, in
 
 def graph_work(graph: TrainingGraph, dims: Mapping[str, int]) -> Work:
     """Every node of the training graph (forward, backward, optimizer excluded)."""
-    total = Work(0.0, 0.0)
-    for node in graph.nodes:
-        total = total + _node_work(graph, node, dims)
-    return total
+    return nodes_work(graph, (node.name for node in graph.nodes), dims)
 
 
 def seconds_per_unit(step_s: float, graph: TrainingGraph, dims: Mapping[str, int], balance: float) -> float:

@@ -24,6 +24,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Any, Protocol
 
+from memopt.child import PROFILE_VAR
 from memopt.errors import MemoptError
 from memopt.logparse import LogReadError, parse_file
 from memopt.ort.config import (
@@ -600,9 +601,12 @@ def _label(spec: TrialSpec) -> str:
 def _config_env(
     entries: tuple[ConfigEntry, ...], version: OrtVersion, run_dir: Path
 ) -> tuple[dict[str, str], tuple[str, ...], str | None]:
-    """The variables that apply ``entries`` as a user would, and the inherited ones to drop."""
+    """The variables that apply ``entries`` as a user would, and the inherited ones to drop.
+
+    A run without a config also profiles its kernels: calibration reads the recompute cost
+    of every plan from it."""
     if not entries:
-        return {}, CONFIG_VARIABLES, None
+        return {PROFILE_VAR: "1"}, CONFIG_VARIABLES, None
     if takes_json_file(version):
         value = str(write_json_config(entries, run_dir / CONFIG_FILE, version, overwrite=True))
     else:
