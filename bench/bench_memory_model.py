@@ -5,8 +5,9 @@ For each recipe and batch: a no-config trial measures the peak the budgets are c
 the batch, the graph's liveness simulation for the rest), picks a config per budget
 without verifying it, and a real trial with that config says whether it fits. Reports the
 fit rate, the overrun, the prediction error (of the peak and of its activation part: peak
-less the calibrated fixed part) and the recompute-cost estimate against the measured
-step-time increase (medians of the measured steps).
+less the calibrated fixed part) and the recompute-cost estimate against the step-time
+difference between the trials (medians of the measured steps; noisy across processes,
+``bench_recompute_cost.py`` measures the increase side by side).
 
     .venv/bin/python bench/bench_memory_model.py [--cases gpt:tiny:64:256:n_layer=8,…] [--tune] [--runs-dir DIR]
 
@@ -245,7 +246,9 @@ def main() -> int:
     if costed:
         ratio = statistics.median(abs(r["cost_s"] - r["extra_s"]) / r["extra_s"] for r in costed)
         print(
-            f"recompute cost: median |estimate − measured extra step time| {100 * ratio:.0f}% of the measured ({len(costed)} trials)"
+            f"recompute cost: median |estimate − extra step time across separate trials| {100 * ratio:.0f}% of the measured"
+            f" ({len(costed)} trials; step time drifts more between processes than these configs add:"
+            " bench_recompute_cost.py measures the increase side by side)"
         )
     print(f"median trial {statistics.median(r['wall_s'] for r in rows):.1f} s wall; runs in {runs_dir}")
     if tuned:

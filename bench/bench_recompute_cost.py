@@ -188,9 +188,12 @@ def main() -> None:
         print(json.dumps(measured))
         return
     runs_dir = args.runs_dir or Path(tempfile.mkdtemp(prefix="memopt-bench-cost-"))
-    rows = [row for item in args.cases.split(",") for row in bench_case(item, runs_dir, args.rounds)]
-    if args.json:
-        args.json.write_text(json.dumps(rows, indent=1))
+    rows = []
+    for item in args.cases.split(","):
+        rows.extend(bench_case(item, runs_dir, args.rounds))
+        print(f"{item}: done", file=sys.stderr, flush=True)
+        if args.json:
+            args.json.write_text(json.dumps(rows, indent=1))
     print(table(rows))
     print()
     print(summary(rows))

@@ -6,8 +6,9 @@
    parts (journaled, reused with ``resume``); every other finished trial of the same
    recipe, options and stack in the journal (configs included) refines the plans'
    effectiveness and the recompute-cost scale;
-3. recompute costs come from the graph (FLOPs/bytes of each plan's subgraph), in seconds
-   via the measured no-config step time.
+3. recompute costs come from the largest no-config trial's profiled node times (CPU),
+   scaled by each node's work to the target dims; a node without one costs its work
+   (FLOPs/bytes) in seconds via that trial's step time, refined by the recompute-cost scale.
 The model is saved next to the journal so ``memopt trial`` can show predicted vs measured.
 
 Each calibration journals how much of the journal it read (a ``calibration`` record); a
