@@ -116,7 +116,10 @@ def bench_case(item: str, runs_dir: Path, rounds: int) -> list[dict[str, Any]]:
         budget = int(fraction * cal.model.baseline(batch))
         plan = choose_plans(cal.model, costs, batch, budget, cal.ort_version, margin=DEFAULT_MARGIN)
         if plan.plans:
-            chosen.setdefault(tuple(sorted(plan.plans)), f"planner at {fraction:.0%}: {len(plan.plans)} plans")
+            named = (
+                " ".join(short_key(key) for key in plan.plans) if len(plan.plans) <= 2 else f"{len(plan.plans)} plans"
+            )
+            chosen.setdefault(tuple(sorted(plan.plans)), f"planner at {fraction:.0%}: {named}")
     for key in keys:
         chosen.setdefault((key,), short_key(key))
     chosen.setdefault(tuple(sorted(keys)), f"all {len(keys)} plans")

@@ -5,10 +5,7 @@ process of the job. Nothing happens until the job imports ORTModule; then each
 ``ORTModule`` the job builds
 
 - saves its graphs (rank 0 only, when the parent asks: ``DebugOptions(save_onnx=True)``,
-  the one ORTModule setting no environment variable turns on),
-- profiles its training session's kernels (rank 0 of a CPU job, when the parent asks: a
-  run without a config) and writes each node's time per step before its last step's line,
-  and
+  the one ORTModule setting no environment variable turns on), and
 - marks the first training forward, from which every ``torch.optim`` optimizer step
   (torch's global step post-hook) counts as a training step: step 1 is the warm-up
   (export, session build), steps 2…N+1 are measured.
@@ -41,14 +38,10 @@ from memopt.child import (
     JOB_SAVE_ONNX_VAR,
     JOB_STEPS_FILE_VAR,
     JOB_STEPS_VAR,
-    NODE_TIMES_FILE,
     ONNX_PREFIX,
     PARENT_PID_VAR,
-    PROFILE_VAR,
-    RUN_DIR_VAR,
 )
 from memopt.child.memory import proc_status_bytes, reset_rss_peak
-from memopt.child.profile import profile_sessions, write_node_times
 
 __all__ = ["install"]
 
@@ -88,7 +81,6 @@ class _PatchOnImport(importlib.abc.MetaPathFinder):
 
 
 def _patch_ortmodule(module: ModuleType) -> None:
-    global _PROFILING
     ortmodule_class = module.ORTModule
     original_init = ortmodule_class.__init__
 
@@ -97,16 +89,6 @@ def _patch_ortmodule(module: ModuleType) -> None:
         self.register_forward_pre_hook(_on_forward)
 
     ortmodule_class.__init__ = __init__
-    _PROFILING = _profile_wanted() and profile_sessions(Path(os.environ[RUN_DIR_VAR]) / "ort_profile")
-
-
-def _profile_wanted() -> bool:
-    """Rank 0 of a CPU job profiles its kernels when memopt asks (see ``memopt.child.profile``)."""
-    if os.environ.get(PROFILE_VAR) != "1" or not os.environ.get(RUN_DIR_VAR) or _rank() != 0:
-        return False
-    import torch
-
-    return not torch.cuda.is_available()
 
 
 def _debug_options(given: Any) -> Any:
@@ -127,13 +109,11 @@ class _Steps:
         self.last_end = 0.0
         self.static_bytes: int | None = None
         self.run_peak: int | None = None
-        self.module: Any = None  # the ORTModule whose training forward started the count
         self.total = int(os.environ.get(JOB_STEPS_VAR, "2")) + 1
         self.path = Path(os.environ[JOB_STEPS_FILE_VAR])
 
 
 _STEPS: _Steps | None = None
-_PROFILING = False
 
 
 def _on_forward(module: Any, inputs: Any) -> None:
@@ -143,7 +123,6 @@ def _on_forward(module: Any, inputs: Any) -> None:
     from torch.optim.optimizer import register_optimizer_step_post_hook
 
     _STEPS = _Steps()
-    _STEPS.module = module
     _STEPS.static_bytes = _memory_now(_cuda_in_use())
     _STEPS.last_end = time.perf_counter()
     register_optimizer_step_post_hook(_on_optimizer_step)
@@ -176,9 +155,6 @@ def _on_optimizer_step(optimizer: Any, args: Any, kwargs: Any) -> None:
     else:
         steps.run_peak = max(steps.run_peak or 0, record["peak_bytes"])
     record["run_peak_bytes"] = steps.run_peak
-    if steps.count == steps.total and _PROFILING and not cuda:
-        # Before the last step's line: memopt ends the job once every rank has reported it.
-        write_node_times(steps.module, Path(os.environ[RUN_DIR_VAR]) / NODE_TIMES_FILE)
     _write(record)
     steps.last_end = time.perf_counter()
     if steps.count == steps.total:

@@ -1,4 +1,4 @@
-"""Each node's kernel time per step, from ORT's own profiler, for the recompute-cost estimate.
+"""Each node's kernel time in one step, from ORT's own profiler, for the recompute-cost estimate.
 
 A recomputed node runs the same kernel on the same shapes as the forward node it clones, so
 the time ORT's profiler measured for that node in a no-config run is what recomputing it
@@ -9,19 +9,20 @@ with CUPTI, so there the estimate keeps to FLOPs and bytes.
 from __future__ import annotations
 
 import json
-import statistics
-from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from memopt.child import NODE_TIMES_FILE
+
 __all__ = ["node_seconds", "profile_sessions", "write_node_times"]
 
 _KERNEL_SUFFIX = "_kernel_time"
+_PROFILE_PREFIX = "ort_profile"  # ORT names each session's profile <prefix>_<start time>.json
 
 
-def profile_sessions(prefix: Path) -> bool:
-    """Make every ORTModule training session this process builds profile its kernels into ``prefix``*.json.
+def profile_sessions(folder: Path) -> bool:
+    """Make every ORTModule training session this process builds profile its kernels into ``folder``.
 
     False where this ORT release builds its session options elsewhere (the estimate then
     keeps to FLOPs and bytes)."""
@@ -39,43 +40,46 @@ def profile_sessions(prefix: Path) -> bool:
         options, *rest = original(self)
         if getattr(self, "_export_mode", None) == TrainingMode.TRAINING:  # an eval session's profile is never read
             options.enable_profiling = True
-            options.profile_file_prefix = str(prefix)
+            options.profile_file_prefix = str(folder / _PROFILE_PREFIX)
         return (options, *rest)
 
     manager.GraphExecutionManager._get_session_config = _get_session_config
     return True
 
 
-def write_node_times(ort_module: Any, path: Path) -> bool:
-    """End the training session's profiling; write each node's median seconds per step to ``path``.
+def write_node_times(ort_module: Any, folder: Path) -> bool:
+    """End the training session's profiling; write each node's seconds in its last step to
+    ``folder``/``NODE_TIMES_FILE``.
 
-    ORT's raw profile (megabytes) is removed once read. False, and nothing written, where the
-    session cannot be reached (another release's internals) or profiled nothing."""
+    ORT's raw profiles (megabytes; a short-lived session ORTModule builds while exporting
+    writes one too) are removed. False, and nothing written, where the session cannot be
+    reached (another release's internals) or profiled nothing."""
     try:
         session = ort_module._torch_module._execution_manager(True)._execution_agent._inference_session
         profile = Path(session.end_profiling())
     except (AttributeError, RuntimeError, TypeError):
         return False
-    if not profile.name or not profile.is_file():
-        return False
     try:
-        events = json.loads(profile.read_text())
+        events = json.loads(profile.read_text()) if profile.name else []
     except (OSError, ValueError):
-        return False
-    finally:
-        profile.unlink(missing_ok=True)
+        events = []
+    for raw in folder.glob(f"{_PROFILE_PREFIX}*.json"):
+        raw.unlink(missing_ok=True)
     seconds = node_seconds(events)
     if not seconds:
         return False
-    path.write_text(json.dumps({"node_seconds": seconds}, indent=0))
+    (folder / NODE_TIMES_FILE).write_text(json.dumps({"node_seconds": seconds}, indent=0))
     return True
 
 
 def node_seconds(events: Iterable[Mapping[str, Any]]) -> dict[str, float]:
-    """Median kernel seconds of each node over the steps ORT's profile (Chrome trace events) holds."""
-    durations: dict[str, list[float]] = defaultdict(list)
+    """Kernel seconds of each node in the last step ORT's profile (Chrome trace events) holds:
+    a node's first run, in the warm-up step, also pays for first-touch pages and kernel set-up."""
+    latest: dict[str, tuple[float, float]] = {}
     for event in events:
         name = event.get("name")
         if event.get("cat") == "Node" and isinstance(name, str) and name.endswith(_KERNEL_SUFFIX):
-            durations[name[: -len(_KERNEL_SUFFIX)]].append(float(event.get("dur", 0)) / 1e6)
-    return {node: statistics.median(times) for node, times in durations.items()}
+            node, start = name[: -len(_KERNEL_SUFFIX)], float(event.get("ts", 0))
+            if node not in latest or start >= latest[node][0]:
+                latest[node] = (start, float(event.get("dur", 0)) / 1e6)
+    return {node: seconds for node, (_, seconds) in latest.items()}

@@ -17,7 +17,7 @@ from torch.nn import functional as F
 from torch.optim.adamw import AdamW
 from torch.optim.optimizer import Optimizer
 
-from memopt.child import NODE_TIMES_FILE, ONNX_PREFIX, OOM_MARKERS
+from memopt.child import ONNX_PREFIX, OOM_MARKERS
 from memopt.child.memory import proc_status_bytes, reset_rss_peak
 from memopt.child.profile import profile_sessions, write_node_times
 from memopt.errors import one_line
@@ -81,12 +81,17 @@ class TrainingStep:
         self.optimizer = _call_recipe("optimizer", lambda: _make_optimizer(recipe, self.ort_model.parameters()))
         self.loss_fn = recipe.loss or default_loss
         self.loss_name = "loss()" if recipe.loss else "the default loss"
+        # A training loop's variables hold the last step's output and loss until the next
+        # forward returns; ORT's arena places that step's tensors around them, so a trial
+        # holds them too.
+        self.previous: tuple[Any, Any] | None = None
 
     def __call__(self) -> float:
         """One training step; its loss."""
         try:
             inputs = self.inputs
             output = self.ort_model(**inputs) if isinstance(inputs, dict) else self.ort_model(*inputs)
+            self.previous = None
             loss = _compute_loss(self.loss_fn, output, self.target, self.loss_name)
             loss.backward()
             self.optimizer.step()
@@ -97,6 +102,7 @@ class TrainingStep:
             raise
         except Exception as err:
             raise StepFailure(one_line(err), is_out_of_memory(err)) from err
+        self.previous = output, loss
         return float(loss.detach())
 
 
@@ -114,7 +120,8 @@ def run_steps(
     """Build the recipe's model under ORTModule and run one warm-up step plus ``steps`` more.
 
     ``step_times_s[0]`` is the warm-up step (export and session build included). With
-    ``profile_to`` (a folder), a CPU run writes each node's kernel time per step there.
+    ``profile_to`` (a folder), a CPU run profiles one more step after the warm-up and writes
+    each node's kernel time in it there.
     """
     from onnxruntime.training.ortmodule import DebugOptions, LogLevel
 
@@ -123,12 +130,17 @@ def run_steps(
         report.cuda_device_name = torch.cuda.get_device_name()
         report.cuda_total_memory = torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory
     options = DebugOptions(log_level=LogLevel[log_level], save_onnx=save_onnx, onnx_prefix=ONNX_PREFIX)
-    profiling = profile_to is not None and device == "cpu" and profile_sessions(profile_to / "ort_profile")
+    profiling = profile_to is not None and device == "cpu" and profile_sessions(profile_to)
     step = TrainingStep(recipe, batch_size, device, options)
     report.memory_after_setup = _memory_now(device)
 
     for index in range(steps + 1):
         if index == 1:
+            if profiling and profile_to is not None:
+                # One more step, profiled, before the measured ones: the profiler's events
+                # (megabytes a step) would add to their memory.
+                step()
+                write_node_times(step.ort_model, profile_to)
             _reset_peak(device)
         started = time.perf_counter()
         loss = step()
@@ -136,8 +148,6 @@ def run_steps(
         report.losses.append(loss)
         _read_peaks(report, device, steady=index >= 1)
         on_step(report)
-    if profiling and profile_to is not None:
-        write_node_times(step.ort_model, profile_to / NODE_TIMES_FILE)
     return report
 
 

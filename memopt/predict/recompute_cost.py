@@ -4,7 +4,7 @@ A recomputed node runs the same kernel on the same shapes as the forward node it
 CPU the calibration run profiles every node (``memopt.child.profile``): a node's measured
 time, scaled by its work from the calibration run's dims to the target's, is its cost.
 
-A node without a measured time (a CUDA run, a stack whose profiler memopt cannot reach)
+A node without a measured time (a CUDA run, a `--cmd` job, a stack whose profiler memopt cannot reach)
 falls back to its work: FLOPs for MatMul/FusedMatMul/Gemm (2 · |A| · N, which holds whatever
 the transposes), bytes read and written for everything else, weighted by the device's
 FLOPs-per-byte balance, in seconds by one factor calibrated on a measured no-config step

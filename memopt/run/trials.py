@@ -603,8 +603,8 @@ def _config_env(
 ) -> tuple[dict[str, str], tuple[str, ...], str | None]:
     """The variables that apply ``entries`` as a user would, and the inherited ones to drop.
 
-    A run without a config also profiles its kernels: calibration reads the recompute cost
-    of every plan from it."""
+    A run without a config also profiles its kernels (a recipe's run does; a command's job
+    keeps to its own steps): calibration reads the recompute cost of every plan from it."""
     if not entries:
         return {PROFILE_VAR: "1"}, CONFIG_VARIABLES, None
     if takes_json_file(version):
