@@ -1,4 +1,4 @@
-"""Each node's kernel time in one step, from ORT's own profiler, for the recompute-cost estimate.
+"""Each node's kernel time per step, from ORT's own profiler, for the recompute-cost estimate.
 
 A recomputed node runs the same kernel on the same shapes as the forward node it clones, so
 the time ORT's profiler measured for that node in a no-config run is what recomputing it
@@ -9,6 +9,8 @@ with CUPTI, so there the estimate keeps to FLOPs and bytes.
 from __future__ import annotations
 
 import json
+import statistics
+from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -48,7 +50,7 @@ def profile_sessions(folder: Path) -> bool:
 
 
 def write_node_times(ort_module: Any, folder: Path) -> bool:
-    """End the training session's profiling; write each node's seconds in its last step to
+    """End the training session's profiling; write each node's seconds per step to
     ``folder``/``NODE_TIMES_FILE``.
 
     ORT's raw profiles (megabytes; a short-lived session ORTModule builds while exporting
@@ -73,13 +75,16 @@ def write_node_times(ort_module: Any, folder: Path) -> bool:
 
 
 def node_seconds(events: Iterable[Mapping[str, Any]]) -> dict[str, float]:
-    """Kernel seconds of each node in the last step ORT's profile (Chrome trace events) holds:
-    a node's first run, in the warm-up step, also pays for first-touch pages and kernel set-up."""
-    latest: dict[str, tuple[float, float]] = {}
+    """Median kernel seconds of each node over the steps ORT's profile (Chrome trace events)
+    holds, its first run left out where it ran more than once: that run, in the warm-up
+    step, also pays for first-touch pages and kernel set-up."""
+    runs: dict[str, list[tuple[float, float]]] = defaultdict(list)
     for event in events:
         name = event.get("name")
         if event.get("cat") == "Node" and isinstance(name, str) and name.endswith(_KERNEL_SUFFIX):
-            node, start = name[: -len(_KERNEL_SUFFIX)], float(event.get("ts", 0))
-            if node not in latest or start >= latest[node][0]:
-                latest[node] = (start, float(event.get("dur", 0)) / 1e6)
-    return {node: seconds for node, (_, seconds) in latest.items()}
+            runs[name[: -len(_KERNEL_SUFFIX)]].append((float(event.get("ts", 0)), float(event.get("dur", 0)) / 1e6))
+    seconds = {}
+    for node, timed in runs.items():
+        timed.sort()
+        seconds[node] = statistics.median(duration for _, duration in (timed[1:] or timed))
+    return seconds

@@ -23,7 +23,17 @@ from memopt.child.profile import profile_sessions, write_node_times
 from memopt.errors import one_line
 from memopt.recipes import Recipe, RecipeError
 
-__all__ = ["StepFailure", "StepReport", "TrainingStep", "is_out_of_memory", "pick_device", "run_steps"]
+__all__ = [
+    "PROFILED_STEPS",
+    "StepFailure",
+    "StepReport",
+    "TrainingStep",
+    "is_out_of_memory",
+    "pick_device",
+    "run_steps",
+]
+
+PROFILED_STEPS = 3  # steps a profiled run adds after its warm-up, outside the measured steps
 
 
 class StepFailure(Exception):
@@ -120,8 +130,8 @@ def run_steps(
     """Build the recipe's model under ORTModule and run one warm-up step plus ``steps`` more.
 
     ``step_times_s[0]`` is the warm-up step (export and session build included). With
-    ``profile_to`` (a folder), a CPU run profiles one more step after the warm-up and writes
-    each node's kernel time in it there.
+    ``profile_to`` (a folder), a CPU run profiles ``PROFILED_STEPS`` more steps after the
+    warm-up and writes each node's median kernel time there.
     """
     from onnxruntime.training.ortmodule import DebugOptions, LogLevel
 
@@ -137,9 +147,11 @@ def run_steps(
     for index in range(steps + 1):
         if index == 1:
             if profiling and profile_to is not None:
-                # One more step, profiled, before the measured ones: the profiler's events
-                # (megabytes a step) would add to their memory.
-                step()
+                # Profiled steps before the measured ones: the profiler's events (megabytes a
+                # step) would add to their memory. Several, as one step's node times can be
+                # hit by whatever else the cores run.
+                for _ in range(PROFILED_STEPS):
+                    step()
                 write_node_times(step.ort_model, profile_to)
             _reset_peak(device)
         started = time.perf_counter()
