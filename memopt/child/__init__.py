@@ -28,8 +28,9 @@ CHILD_MODULE = "memopt.child"
 PARENT_PID_VAR = "MEMOPT_PARENT_PID"
 TIMEOUT_VAR = "MEMOPT_TIMEOUT_S"
 RUN_DIR_VAR = "MEMOPT_RUN_DIR"
-# "1": a recipe run on CPU profiles one step after its warm-up and writes each node's kernel
-# time in it to NODE_TIMES_FILE in its run folder (the recompute-cost estimate reads it).
+# "1": a recipe run on CPU, after its measured steps, profiles the model in a second session
+# and writes each node's kernel time to NODE_TIMES_FILE in its run folder (the recompute-cost
+# estimate reads it).
 PROFILE_VAR = "MEMOPT_PROFILE_NODES"
 NODE_TIMES_FILE = "node_times.json"
 # ORTModule's save_onnx prefix: the parent finds the saved graphs by it.
