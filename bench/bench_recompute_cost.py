@@ -10,10 +10,20 @@ time less the mean of the no-config steps on either side; the figure is the medi
 rounds. Across separate processes, step time on these shared cores drifts by more than a
 whole plan's recompute; inside one round it hits both sides alike.
 
-Configs: each plan alone, and every plan at once. Reports estimate vs measured increase per
-config and the median |estimate − measured| / measured.
+Every session runs under ORT's profiler, so each config also gets two measurements that the
+shared cores disturb far less than a step's wall time: the increase in the kernel time of a
+step (the sum of each node's median kernel time, config less no config: the recomputed nodes
+and whatever the config's execution order changes elsewhere), and the kernel time of the
+recomputed nodes alone (ORT names them ``…_recompute``). The profiler's events cost a few
+microseconds a node, on both sides of every difference.
 
-    .venv/bin/python bench/bench_recompute_cost.py [--cases gpt:tiny:64:128:n_layer=8,…] [--rounds 20]
+Configs: the planner's at 80, 90 and 95% of the no-config peak and every plan at once, the
+cases of ``bench_memory_model``'s grid; ``--each-plan`` adds each plan alone. Reports
+estimate vs measured increase per config and the median |estimate − measured| / measured,
+and the same for the estimate memopt falls back to where no node time was measured (a
+`--cmd` job, CUDA): the graph's work through the calibration step's time.
+
+    .venv/bin/python bench/bench_recompute_cost.py [--cases gpt:tiny:64:128:n_layer=8,…] [--rounds 20] [--each-plan]
 """
 
 from __future__ import annotations
@@ -29,25 +39,29 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench_memory_model import FRACTIONS, parse_case
+from bench_memory_model import DEFAULT_CASES, FRACTIONS, parse_case
 
+from memopt.child import NODE_TIMES_FILE
 from memopt.ort.config import ENV_VAR, short_key
-from memopt.predict.calibrate import calibrate
+from memopt.predict.calibrate import Calibration, calibrate
 from memopt.predict.planner import DEFAULT_MARGIN, choose_plans
 
-DEFAULT_CASES = "gpt:tiny:64:128:n_layer=8,bert:tiny:64:128:n_layer=8,hf:llama:tiny:64:32:num_hidden_layers=8"
 WARMUP_STEPS = 3
+RECOMPUTED_SUFFIX = "_recompute"  # ORT's name for a node's recomputed clone
 
 
 def measure(recipe: str, options: dict[str, Any], batch: int, configs: list[list[str]], rounds: int) -> dict[str, Any]:
-    """In this process: the no-config median step time, and each config's median step-time
-    increase over it with that median's standard error (see the module's doc)."""
+    """In this process: the no-config median step time; each config's median step-time
+    increase over it with that median's standard error, its kernel-time increase and its
+    recomputed nodes' kernel time (see the module's doc)."""
     from onnxruntime.training.ortmodule import DebugOptions, LogLevel
 
+    from memopt.child.profile import end_profile, profile_sessions
     from memopt.child.steps import TrainingStep
     from memopt.recipes import load_recipe
 
     loaded = load_recipe(recipe, options)
+    profile_sessions(Path(tempfile.mkdtemp(prefix="memopt-bench-profile-")))
 
     def build(entries: list[str]) -> TrainingStep:
         import torch
@@ -83,11 +97,17 @@ def measure(recipe: str, options: dict[str, Any], batch: int, configs: list[list
             increases[k].append(with_config - (before + after) / 2)
             baseline_times.append(after)
             before = after
+    baseline_kernels = sum(end_profile(baseline.ort_model).values())
+    kernels = [end_profile(step.ort_model) for step in steps]
     return {
         "baseline_s": statistics.median(baseline_times),
         # The median's standard error: 1.2533·σ/√n for roughly normal samples.
         "increases": [
             (statistics.median(values), 1.2533 * statistics.stdev(values) / len(values) ** 0.5) for values in increases
+        ],
+        "kernel_increases": [sum(seconds.values()) - baseline_kernels for seconds in kernels],
+        "recomputed": [
+            sum(t for node, t in seconds.items() if node.endswith(RECOMPUTED_SUFFIX)) for seconds in kernels
         ],
     }
 
@@ -104,12 +124,13 @@ def measure_in_child(
     return measured
 
 
-def bench_case(item: str, runs_dir: Path, rounds: int) -> list[dict[str, Any]]:
+def bench_case(item: str, runs_dir: Path, rounds: int, each_plan: bool) -> list[dict[str, Any]]:
     recipe, size, seq, batch, extra = parse_case(item)
     options: dict[str, Any] = {"size": size, "seq_len": seq, **extra}
     name = f"{recipe.replace(':', '-')}-{size}-s{seq}-b{batch}"
     cal = calibrate(recipe, batch, options=options, runs_dir=runs_dir / name)
     costs = cal.costs_s
+    work_costs = _work_only_costs(recipe, batch, options, runs_dir / name, cal)
     keys = tuple(p.key for p in cal.model.plans if p.key in costs)
     chosen: dict[tuple[str, ...], str] = {}
     for fraction in FRACTIONS:  # the planner's configs, as in bench_memory_model's grid
@@ -120,7 +141,7 @@ def bench_case(item: str, runs_dir: Path, rounds: int) -> list[dict[str, Any]]:
                 " ".join(short_key(key) for key in plan.plans) if len(plan.plans) <= 2 else f"{len(plan.plans)} plans"
             )
             chosen.setdefault(tuple(sorted(plan.plans)), f"planner at {fraction:.0%}: {named}")
-    for key in keys:
+    for key in keys if each_plan else ():
         chosen.setdefault((key,), short_key(key))
     chosen.setdefault(tuple(sorted(keys)), f"all {len(keys)} plans")
     selections = [(what, selection) for selection, what in chosen.items()]
@@ -128,50 +149,90 @@ def bench_case(item: str, runs_dir: Path, rounds: int) -> list[dict[str, Any]]:
     measured = measure_in_child(recipe, options, batch, configs, rounds)
     label = f"{recipe} {size} seq {seq} {' '.join(f'{k}={v}' for k, v in extra.items())}".strip()
     rows = []
-    for (what, selection), (increase, error) in zip(selections, measured["increases"]):
+    for (what, selection), (increase, error), kernels, recomputed in zip(
+        selections, measured["increases"], measured["kernel_increases"], measured["recomputed"]
+    ):
         rows.append(
             {
                 "case": label,
                 "batch": batch,
                 "config": what,
                 "estimate_s": sum(costs[key] for key in selection),
+                "work_estimate_s": sum(work_costs[key] for key in selection),
                 "measured_s": increase,
                 "standard_error_s": error,
+                "kernel_increase_s": kernels,
+                "recomputed_s": recomputed,
                 "step_s": measured["baseline_s"],
             }
         )
     return rows
 
 
+def _work_only_costs(
+    recipe: str, batch: int, options: dict[str, Any], runs_dir: Path, cal: Calibration
+) -> dict[str, float]:
+    """The estimate where no node time was measured (a `--cmd` job, CUDA): the same calibration
+    read again, from the journal, with the calibration run's node times set aside."""
+    node_times = [Path(trial.run_dir) / NODE_TIMES_FILE for trial in cal.trials]
+    for path in node_times:
+        path.rename(path.with_suffix(".set-aside"))
+    try:
+        return calibrate(recipe, batch, options=options, runs_dir=runs_dir).costs_s
+    finally:
+        for path in node_times:
+            path.with_suffix(".set-aside").rename(path)
+
+
+def _error(estimate: float, measured: float) -> str:
+    return f"{100 * (estimate - measured) / measured:+.0f}" if measured > 0 else "-"
+
+
 def table(rows: list[dict[str, Any]]) -> str:
     lines = [
-        "| case | batch | config | estimated s | measured increase s | ± s | error % |",
-        "|---|---|---|---|---|---|---|",
+        "| case | batch | config | estimated s | step increase s | ± s | error % "
+        "| kernel increase s | error % | recomputed kernels s | error % | work-only estimate s | error % |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
-        error = f"{100 * (r['estimate_s'] - r['measured_s']) / r['measured_s']:+.0f}" if r["measured_s"] > 0 else "-"
+        estimate = r["estimate_s"]
         lines.append(
-            f"| {r['case']} | {r['batch']} | {r['config']} | {r['estimate_s']:.4f} | {r['measured_s']:.4f} "
-            f"| {r['standard_error_s']:.4f} | {error} |"
+            f"| {r['case']} | {r['batch']} | {r['config']} | {estimate:.4f} | {r['measured_s']:.4f} "
+            f"| {r['standard_error_s']:.4f} | {_error(estimate, r['measured_s'])} "
+            f"| {r['kernel_increase_s']:.4f} | {_error(estimate, r['kernel_increase_s'])} "
+            f"| {r['recomputed_s']:.4f} | {_error(estimate, r['recomputed_s'])} "
+            f"| {r['work_estimate_s']:.4f} | {_error(r['work_estimate_s'], r['recomputed_s'])} |"
         )
     return "\n".join(lines)
 
 
 def summary(rows: list[dict[str, Any]]) -> str:
-    """Median relative error over the configs whose increase the measurement resolves (over
-    twice its standard error), and over every config that measured an increase at all."""
+    """Median relative error against each measurement: the step-time increase over the
+    configs it resolves (over twice its standard error) and over every config that measured
+    an increase at all; the kernel-time increase; the recomputed nodes' kernel time. Then the
+    work-only estimate against the last and the first."""
+    resolved = [r for r in rows if r["measured_s"] > 2 * r["standard_error_s"]]
+    recomputed = [r for r in rows if r["recomputed_s"] > 0]
     lines = []
-    for what, kept in (
-        ("resolved (increase > 2 standard errors)", [r for r in rows if r["measured_s"] > 2 * r["standard_error_s"]]),
-        ("every config that measured an increase", [r for r in rows if r["measured_s"] > 0]),
-        ("the planner's configs", [r for r in rows if r["config"].startswith("planner") and r["measured_s"] > 0]),
+    for what, estimate, measured, kept in (
+        ("step-time increase, resolved (> 2 standard errors)", "estimate_s", "measured_s", resolved),
+        (
+            "step-time increase, every config that measured one",
+            "estimate_s",
+            "measured_s",
+            [r for r in rows if r["measured_s"] > 0],
+        ),
+        ("kernel-time increase", "estimate_s", "kernel_increase_s", [r for r in rows if r["kernel_increase_s"] > 0]),
+        ("recomputed nodes' kernel time", "estimate_s", "recomputed_s", recomputed),
+        ("work-only estimate, recomputed nodes' kernel time", "work_estimate_s", "recomputed_s", recomputed),
+        ("work-only estimate, step-time increase resolved", "work_estimate_s", "measured_s", resolved),
     ):
         if kept:
-            error = statistics.median(abs(r["estimate_s"] - r["measured_s"]) / r["measured_s"] for r in kept)
+            error = statistics.median(abs(r[estimate] - r[measured]) / r[measured] for r in kept)
             lines.append(
                 f"{what}: median |estimate − measured| {100 * error:.0f}% of the measured ({len(kept)} configs)"
             )
-    lines.append(f"{sum(r['measured_s'] <= 0 for r in rows)} of {len(rows)} configs measured no increase")
+    lines.append(f"{sum(r['measured_s'] <= 0 for r in rows)} of {len(rows)} configs measured no step-time increase")
     return "\n".join(lines)
 
 
@@ -179,6 +240,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--cases", default=DEFAULT_CASES)
     parser.add_argument("--rounds", type=int, default=20)
+    parser.add_argument("--each-plan", action="store_true", help="also measure each plan alone")
     parser.add_argument("--runs-dir", type=Path, default=None)
     parser.add_argument("--json", type=Path, default=None, help="also write the rows here")
     parser.add_argument("--measure", help=argparse.SUPPRESS)  # the child side: a JSON request
@@ -193,7 +255,7 @@ def main() -> None:
     runs_dir = args.runs_dir or Path(tempfile.mkdtemp(prefix="memopt-bench-cost-"))
     rows = []
     for item in args.cases.split(","):
-        rows.extend(bench_case(item, runs_dir, args.rounds))
+        rows.extend(bench_case(item, runs_dir, args.rounds, args.each_plan))
         print(f"{item}: done", file=sys.stderr, flush=True)
         if args.json:
             args.json.write_text(json.dumps(rows, indent=1))

@@ -75,7 +75,8 @@ def test_exhaustive_benchmark(tmp_path: Path) -> None:
 def test_recompute_cost_benchmark(tmp_path: Path) -> None:
     out = _run(
         str(BENCH / "bench_recompute_cost.py"),
-        *("--cases", "gpt:tiny:32:4:n_layer=1", "--rounds", "2", "--runs-dir", str(tmp_path)),
+        *("--cases", "gpt:tiny:32:4:n_layer=1", "--rounds", "2", "--each-plan", "--runs-dir", str(tmp_path)),
     )
-    assert "| case | batch | config | estimated s | measured increase s | ± s | error % |" in out
-    assert "configs measured no increase" in out
+    assert "| case | batch | config | estimated s | step increase s | ± s | error % | kernel increase s |" in out
+    assert "recomputed nodes' kernel time: median" in out
+    assert "configs measured no step-time increase" in out

@@ -114,3 +114,5 @@ def test_headless_tune_of_a_command_ends_verified(command: str, tmp_path: Path) 
     summary = json.loads(run.stdout)
     assert summary["status"] == "verified", summary
     assert any(line.startswith("export ORTMODULE_MEMORY_OPT_CONFIG=") for line in summary["export"])
+    # memopt adds no profiled steps to a user's job: its costs come from the graph's work.
+    assert "recompute costs: the graph's FLOPs and bytes" in run.stderr

@@ -221,6 +221,7 @@ def test_planner_on_a_real_tiny_model(baseline, trials_dir: Path) -> None:
     recomputed = {name for p in model.plans for r in p.recomputes for name in r.nodes}
     assert recomputed and recomputed <= set(measured) and all(seconds >= 0 for seconds in measured.values())
     assert sum(cal.costs_s.values()) > 0
+    assert cal.cost_source == f"node times from ORT's profiler at batch {reference.batch_size}"
 
 
 @pytest.mark.parametrize(

@@ -17,7 +17,7 @@ from typing import Any
 
 from memopt.child import NODE_TIMES_FILE
 
-__all__ = ["node_seconds", "profile_sessions", "write_node_times"]
+__all__ = ["end_profile", "node_seconds", "profile_sessions", "write_node_times"]
 
 _KERNEL_SUFFIX = "_kernel_time"
 _PROFILE_PREFIX = "ort_profile"  # ORT names each session's profile <prefix>_<start time>.json
@@ -56,22 +56,32 @@ def write_node_times(ort_module: Any, folder: Path) -> bool:
     ORT's raw profiles (megabytes; a short-lived session ORTModule builds while exporting
     writes one too) are removed. False, and nothing written, where the session cannot be
     reached (another release's internals) or profiled nothing."""
-    try:
-        session = ort_module._torch_module._execution_manager(True)._execution_agent._inference_session
-        profile = Path(session.end_profiling())
-    except (AttributeError, RuntimeError, TypeError):
-        return False
-    try:
-        events = json.loads(profile.read_text()) if profile.name else []
-    except (OSError, ValueError):
-        events = []
+    seconds = end_profile(ort_module)
     for raw in folder.glob(f"{_PROFILE_PREFIX}*.json"):
         raw.unlink(missing_ok=True)
-    seconds = node_seconds(events)
     if not seconds:
         return False
     (folder / NODE_TIMES_FILE).write_text(json.dumps({"node_seconds": seconds}, indent=0))
     return True
+
+
+def end_profile(ort_module: Any) -> dict[str, float]:
+    """End the profiling of ``ort_module``'s training session: each node's seconds per step
+    (``node_seconds``); its raw profile is removed. Empty where the session cannot be reached
+    (another release's internals) or profiled nothing."""
+    try:
+        session = ort_module._torch_module._execution_manager(True)._execution_agent._inference_session
+        profile = Path(session.end_profiling())
+    except (AttributeError, RuntimeError, TypeError):
+        return {}
+    if not profile.name:
+        return {}
+    try:
+        events = json.loads(profile.read_text())
+    except (OSError, ValueError):
+        events = []
+    profile.unlink(missing_ok=True)
+    return node_seconds(events)
 
 
 def node_seconds(events: Iterable[Mapping[str, Any]]) -> dict[str, float]:

@@ -176,6 +176,7 @@ def _print(result: PlanResult, cal: Calibration, config_value: str | None, recip
         f"{o.batch_size}" + (f" ({len(o.plans)} plans)" if o.plans else "") for o in model.observations
     )
     console.print(f"  model        {model.describe()} (measured at batch {measured})", highlight=False)
+    console.print(f"  costs        {cal.cost_source}", highlight=False)
     where = f", {model.timeline(result.target_batch).where()}" if model.simulated else ""
     console.print(f"  no config    predicted peak {format_mib(result.baseline_bytes)}{where}", highlight=False)
     if result.choices:
@@ -263,6 +264,7 @@ def _as_json(
         "export": export_line(config_value) if config_value else None,
         "model": {
             "description": cal.model.describe(),
+            "cost_source": cal.cost_source,
             "fixed_bytes": round(cal.model.static_bytes),
             "activation_scale": cal.model.activation_scale,
             "peak_at": cal.model.timeline(result.target_batch, result.plans).where() if cal.model.simulated else None,

@@ -96,6 +96,7 @@ class Calibration:
     device_total: int | None
     identity: str
     refused: tuple[str, ...] = ()  # PreparedTarget.refused: plans left out, each with why
+    cost_source: str = ""  # where the recompute costs come from, in words
 
     @property
     def costs_s(self) -> dict[str, float]:
@@ -382,6 +383,11 @@ def fit_calibration(
     step_fit = _step_fit([t for t in history if not t.config and t.median_step_s])
     # Measured node times need no correction; a step-time fit across processes would only add its noise.
     scale = 1.0 if cost.measured else _cost_scale(history, step_fit, occurrences, model, cost, plans)
+    cost_source = (
+        f"node times from ORT's profiler at batch {reference.batch_size}"
+        if cost.measured
+        else f"the graph's FLOPs and bytes through the batch-{reference.batch_size} step time (no node times measured)"
+    )
     baseline_step = max(step_fit[0] + step_fit[1] * target_batch, 0.0) if step_fit else None
     totals = [t.cuda_total_memory for t in trials if t.cuda_total_memory]
     device_total = totals[0] if totals else (total_ram() if device_used == "cpu" else None)
@@ -398,6 +404,7 @@ def fit_calibration(
         device_total,
         identity,
         prepared.refused,
+        cost_source,
     )
 
 

@@ -252,7 +252,7 @@ class Tuner:
         self._emit(
             StageFinished(
                 "calibrate",
-                f"model: {model.describe()}",
+                f"model: {model.describe()}; recompute costs: {calibration.cost_source}",
                 time.monotonic() - started,
             )
         )
