@@ -10,12 +10,16 @@ time less the mean of the no-config steps on either side; the figure is the medi
 rounds. Across separate processes, step time on these shared cores drifts by more than a
 whole plan's recompute; inside one round it hits both sides alike.
 
-Every session runs under ORT's profiler, so each config also gets two measurements that the
-shared cores disturb far less than a step's wall time: the increase in the kernel time of a
-step (the sum of each node's median kernel time, config less no config: the recomputed nodes
-and whatever the config's execution order changes elsewhere), and the kernel time of the
-recomputed nodes alone (ORT names them ``…_recompute``). The profiler's events cost a few
-microseconds a node, on both sides of every difference.
+Every session runs under ORT's profiler, so each config also gets two measurements from
+its kernels: the increase in the kernel time of a step (the sum of each node's median
+kernel time, config less no config: the recomputed nodes and whatever the config's
+execution order changes elsewhere), and the kernel time of the recomputed nodes alone (ORT
+names them ``…_recompute``), which resolves even a plan the step time does not. The
+profiler's events cost a few microseconds a node (the recomputed ones on the config's side
+only).
+
+Table columns: each "error %" compares the estimate with the measurement to its left, the
+last one the work-only estimate with the recomputed kernels.
 
 Configs: the planner's at 80, 90 and 95% of the no-config peak and every plan at once, the
 cases of ``bench_memory_model``'s grid; ``--each-plan`` adds each plan alone. Reports
@@ -41,19 +45,31 @@ from typing import Any
 
 from bench_memory_model import DEFAULT_CASES, FRACTIONS, parse_case
 
-from memopt.child import NODE_TIMES_FILE
 from memopt.ort.config import ENV_VAR, short_key
-from memopt.predict.calibrate import Calibration, calibrate
+from memopt.predict.calibrate import calibrate
+from memopt.predict.liveness import RECOMPUTED_SUFFIX
 from memopt.predict.planner import DEFAULT_MARGIN, choose_plans
 
 WARMUP_STEPS = 3
-RECOMPUTED_SUFFIX = "_recompute"  # ORT's name for a node's recomputed clone
 
 
 def measure(recipe: str, options: dict[str, Any], batch: int, configs: list[list[str]], rounds: int) -> dict[str, Any]:
     """In this process: the no-config median step time; each config's median step-time
     increase over it with that median's standard error, its kernel-time increase and its
     recomputed nodes' kernel time (see the module's doc)."""
+    # The raw profiles (the short-lived export sessions' too) and the configs go in here.
+    with tempfile.TemporaryDirectory(prefix="memopt-bench-cost-") as scratch:
+        return _measure(Path(scratch), recipe, options, batch, configs, rounds)
+
+
+def _measure(
+    scratch: Path,
+    recipe: str,
+    options: dict[str, Any],
+    batch: int,
+    configs: list[list[str]],
+    rounds: int,
+) -> dict[str, Any]:
     from onnxruntime.training.ortmodule import DebugOptions, LogLevel
 
     from memopt.child.profile import end_profile, profile_sessions
@@ -61,7 +77,8 @@ def measure(recipe: str, options: dict[str, Any], batch: int, configs: list[list
     from memopt.recipes import load_recipe
 
     loaded = load_recipe(recipe, options)
-    profile_sessions(Path(tempfile.mkdtemp(prefix="memopt-bench-profile-")))
+    if not profile_sessions(scratch):
+        raise RuntimeError("this ORT release's sessions cannot be profiled from memopt")
 
     def build(entries: list[str]) -> TrainingStep:
         import torch
@@ -69,7 +86,7 @@ def measure(recipe: str, options: dict[str, Any], batch: int, configs: list[list
         torch.manual_seed(0)
         os.environ.pop(ENV_VAR, None)
         if entries:
-            path = Path(tempfile.mkdtemp()) / "config.json"
+            path = Path(tempfile.mkdtemp(dir=scratch)) / "config.json"
             path.write_text(json.dumps(entries))
             os.environ[ENV_VAR] = str(path)
         step = TrainingStep(loaded, batch, "cpu", DebugOptions(log_level=LogLevel.WARNING))
@@ -99,6 +116,8 @@ def measure(recipe: str, options: dict[str, Any], batch: int, configs: list[list
             before = after
     baseline_kernels = sum(end_profile(baseline.ort_model).values())
     kernels = [end_profile(step.ort_model) for step in steps]
+    if not baseline_kernels or not all(kernels):
+        raise RuntimeError("ORT's profiler recorded no kernels for a session")
     return {
         "baseline_s": statistics.median(baseline_times),
         # The median's standard error: 1.2533·σ/√n for roughly normal samples.
@@ -130,7 +149,8 @@ def bench_case(item: str, runs_dir: Path, rounds: int, each_plan: bool) -> list[
     name = f"{recipe.replace(':', '-')}-{size}-s{seq}-b{batch}"
     cal = calibrate(recipe, batch, options=options, runs_dir=runs_dir / name)
     costs = cal.costs_s
-    work_costs = _work_only_costs(recipe, batch, options, runs_dir / name, cal)
+    # The estimate where no node time was measured (a `--cmd` job, CUDA): the same trials, without their node times.
+    work_costs = calibrate(recipe, batch, options=options, runs_dir=runs_dir / name, node_times=False).costs_s
     keys = tuple(p.key for p in cal.model.plans if p.key in costs)
     chosen: dict[tuple[str, ...], str] = {}
     for fraction in FRACTIONS:  # the planner's configs, as in bench_memory_model's grid
@@ -167,21 +187,6 @@ def bench_case(item: str, runs_dir: Path, rounds: int, each_plan: bool) -> list[
             }
         )
     return rows
-
-
-def _work_only_costs(
-    recipe: str, batch: int, options: dict[str, Any], runs_dir: Path, cal: Calibration
-) -> dict[str, float]:
-    """The estimate where no node time was measured (a `--cmd` job, CUDA): the same calibration
-    read again, from the journal, with the calibration run's node times set aside."""
-    node_times = [Path(trial.run_dir) / NODE_TIMES_FILE for trial in cal.trials]
-    for path in node_times:
-        path.rename(path.with_suffix(".set-aside"))
-    try:
-        return calibrate(recipe, batch, options=options, runs_dir=runs_dir).costs_s
-    finally:
-        for path in node_times:
-            path.with_suffix(".set-aside").rename(path)
 
 
 def _error(estimate: float, measured: float) -> str:

@@ -8,6 +8,7 @@ with CUPTI, so there the estimate keeps to FLOPs and bytes.
 
 from __future__ import annotations
 
+import itertools
 import json
 import statistics
 from collections import defaultdict
@@ -38,11 +39,15 @@ def profile_sessions(folder: Path) -> bool:
 
     from torch.onnx import TrainingMode
 
+    sessions = itertools.count()
+
     def _get_session_config(self: Any) -> Any:
         options, *rest = original(self)
         if getattr(self, "_export_mode", None) == TrainingMode.TRAINING:  # an eval session's profile is never read
             options.enable_profiling = True
-            options.profile_file_prefix = str(folder / _PROFILE_PREFIX)
+            # ORT adds the start time in seconds only: sessions started within one second
+            # would open the same file.
+            options.profile_file_prefix = str(folder / f"{_PROFILE_PREFIX}_{next(sessions)}")
         return (options, *rest)
 
     manager.GraphExecutionManager._get_session_config = _get_session_config

@@ -95,8 +95,8 @@ class Calibration:
     device: str
     device_total: int | None
     identity: str
+    cost_source: str  # where the recompute costs come from, in words
     refused: tuple[str, ...] = ()  # PreparedTarget.refused: plans left out, each with why
-    cost_source: str = ""  # where the recompute costs come from, in words
 
     @property
     def costs_s(self) -> dict[str, float]:
@@ -220,16 +220,24 @@ def calibrate_on(
     journal: Journal,
     calibration_batches: tuple[int, ...] | None = None,
     resume: bool = False,
+    node_times: bool = True,
 ) -> Calibration:
     """Calibrate on no-config trials that ``run`` runs, one per calibration batch size; with
-    ``resume``, on the journal as the same calibration of an earlier session read it."""
+    ``resume``, on the journal as the same calibration of an earlier session read it
+    (``node_times``: see ``fit_calibration``)."""
     trials = []
     for batch in tuple(dict.fromkeys(calibration_batches or default_calibration_batches(target_batch))):
         trial = run(batch)
         require_ran(trial)
         trials.append(trial)
     return fit_calibration(
-        prepared, trials, journal=journal, runs_dir=runs_dir, target_batch=target_batch, resume=resume
+        prepared,
+        trials,
+        journal=journal,
+        runs_dir=runs_dir,
+        target_batch=target_batch,
+        resume=resume,
+        node_times=node_times,
     )
 
 
@@ -246,8 +254,10 @@ def calibrate(
     timeout_s: float = 1800.0,
     resume: bool = True,
     versions: StackVersions | None = None,
+    node_times: bool = True,
 ) -> Calibration:
-    """Probe, scan and calibrate ``recipe`` with child-process trials (``memopt plan``)."""
+    """Probe, scan and calibrate ``recipe`` with child-process trials (``memopt plan``);
+    ``node_times``: see ``fit_calibration``."""
     runs_dir = Path(runs_dir)
     journal = Journal.in_folder(runs_dir)
     probe_batch = 2
@@ -269,6 +279,7 @@ def calibrate(
         journal=journal,
         calibration_batches=calibration_batches,
         resume=resume,
+        node_times=node_times,
     )
 
 
@@ -326,9 +337,12 @@ def fit_calibration(
     runs_dir: Path,
     target_batch: int,
     resume: bool = False,
+    node_times: bool = True,
 ) -> Calibration:
     """Memory model and recompute costs from the no-config ``trials`` and the journal's history
-    (with ``resume``, the part of it the same calibration read before, where one did)."""
+    (with ``resume``, the part of it the same calibration read before, where one did).
+    ``node_times=False`` leaves out the node times a trial profiled: costs from the graph's
+    work alone, as a `--cmd` job or a CUDA run gets them."""
     target, report, recipe, options, versions = (
         prepared.target,
         prepared.report,
@@ -375,7 +389,7 @@ def fit_calibration(
         target.graph,
         balance,
         seconds_per_unit(reference.median_step_s or 0.0, target.graph, reference_dims, balance),
-        read_node_times(Path(reference.run_dir) / NODE_TIMES_FILE),
+        read_node_times(Path(reference.run_dir) / NODE_TIMES_FILE) if node_times else {},
         reference_dims,
     )
     occurrences = {p.key: p.occurrences for p in report.patterns}
@@ -383,11 +397,7 @@ def fit_calibration(
     step_fit = _step_fit([t for t in history if not t.config and t.median_step_s])
     # Measured node times need no correction; a step-time fit across processes would only add its noise.
     scale = 1.0 if cost.measured else _cost_scale(history, step_fit, occurrences, model, cost, plans)
-    cost_source = (
-        f"node times from ORT's profiler at batch {reference.batch_size}"
-        if cost.measured
-        else f"the graph's FLOPs and bytes through the batch-{reference.batch_size} step time (no node times measured)"
-    )
+    cost_source = _cost_source(cost, set(_recomputed(occurrences, occurrences)), reference.batch_size, scale)
     baseline_step = max(step_fit[0] + step_fit[1] * target_batch, 0.0) if step_fit else None
     totals = [t.cuda_total_memory for t in trials if t.cuda_total_memory]
     device_total = totals[0] if totals else (total_ram() if device_used == "cpu" else None)
@@ -403,8 +413,8 @@ def fit_calibration(
         device_used,
         device_total,
         identity,
-        prepared.refused,
         cost_source,
+        prepared.refused,
     )
 
 
@@ -466,6 +476,19 @@ def _step_fit(trials: list[TrialResult]) -> tuple[float, float] | None:
 def _recomputed(occurrences: Mapping[PlanKey, Sequence[Occurrence]], keys: Iterable[PlanKey]) -> list[str]:
     """The nodes ``keys`` recompute, every occurrence's (the cost counts a shared one once)."""
     return [name for key in keys for o in occurrences.get(key, ()) for name in o.nodes]
+
+
+def _cost_source(cost: RecomputeCost, recomputed: set[str], batch: int, scale: float) -> str:
+    """Where the recompute costs come from, in words: how many recomputed nodes have a profiled time."""
+    timed = len(recomputed & cost.measured.keys())
+    if recomputed and timed == len(recomputed):
+        return f"node times from ORT's profiler at batch {batch}"
+    work = f"the graph's FLOPs and bytes through the batch-{batch} step time"
+    if scale != 1.0:
+        work += f", × {scale:.2f} as fitted on trials with plans"
+    if timed:
+        return f"node times from ORT's profiler at batch {batch} for {timed} of {len(recomputed)} recomputed nodes; {work} for the rest"
+    return f"{work} (no node times measured)"
 
 
 def _cost_scale(

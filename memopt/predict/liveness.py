@@ -36,7 +36,9 @@ from memopt.predict.arena import BFCArena
 from memopt.scan.detect import element_size
 from memopt.scan.modules import module_path
 
-__all__ = ["ActivationSimulator", "Recompute", "Timeline", "simulate"]
+__all__ = ["RECOMPUTED_SUFFIX", "ActivationSimulator", "Recompute", "Timeline", "simulate"]
+
+RECOMPUTED_SUFFIX = "_recompute"  # ORT names a node's recomputed clone <node>_recompute
 
 _VIEWS = frozenset({"Reshape", "Squeeze", "Unsqueeze", "Flatten", "Identity", "ExpandDims"})
 # Ops whose CPU/CUDA kernels ORT lets write into their first input (MayInplace(0, 0)).
@@ -324,7 +326,7 @@ def _memory_efficient(
 
 
 def _clone_name(name: str) -> str:
-    return f"{name}_recompute"
+    return f"{name}{RECOMPUTED_SUFFIX}"
 
 
 class _Sizes:
