@@ -49,6 +49,7 @@ from memopt.ort.config import ENV_VAR, short_key
 from memopt.predict.calibrate import calibrate
 from memopt.predict.liveness import RECOMPUTED_SUFFIX
 from memopt.predict.planner import DEFAULT_MARGIN, choose_plans
+from memopt.run.target import load_target
 
 WARMUP_STEPS = 3
 
@@ -147,10 +148,13 @@ def bench_case(item: str, runs_dir: Path, rounds: int, each_plan: bool) -> list[
     recipe, size, seq, batch, extra = parse_case(item)
     options: dict[str, Any] = {"size": size, "seq_len": seq, **extra}
     name = f"{recipe.replace(':', '-')}-{size}-s{seq}-b{batch}"
-    cal = calibrate(recipe, batch, options=options, runs_dir=runs_dir / name)
+    target = load_target(recipe, options=options, runs_dir=runs_dir / name)  # one graph probe for both estimates
+    cal = calibrate(recipe, batch, options=options, runs_dir=runs_dir / name, target=target)
     costs = cal.costs_s
     # The estimate where no node time was measured (a `--cmd` job, CUDA): the same trials, without their node times.
-    work_costs = calibrate(recipe, batch, options=options, runs_dir=runs_dir / name, node_times=False).costs_s
+    work_costs = calibrate(
+        recipe, batch, options=options, runs_dir=runs_dir / name, target=target, node_times=False
+    ).costs_s
     keys = tuple(p.key for p in cal.model.plans if p.key in costs)
     chosen: dict[tuple[str, ...], str] = {}
     for fraction in FRACTIONS:  # the planner's configs, as in bench_memory_model's grid

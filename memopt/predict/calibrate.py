@@ -255,16 +255,24 @@ def calibrate(
     resume: bool = True,
     versions: StackVersions | None = None,
     node_times: bool = True,
+    target: ScanTarget | None = None,
 ) -> Calibration:
     """Probe, scan and calibrate ``recipe`` with child-process trials (``memopt plan``);
-    ``node_times``: see ``fit_calibration``."""
+    ``target``: its graph already probed (``load_target``); ``node_times``: see
+    ``fit_calibration``."""
     runs_dir = Path(runs_dir)
     journal = Journal.in_folder(runs_dir)
     probe_batch = 2
     if fixed_batch(recipe):
         calibration_batches, probe_batch = (target_batch,), target_batch
     prepared = prepare_target(
-        recipe, options=options, runs_dir=runs_dir, python=python, versions=versions, probe_batch=probe_batch
+        recipe,
+        options=options,
+        runs_dir=runs_dir,
+        python=python,
+        versions=versions,
+        probe_batch=probe_batch,
+        target=target,
     )
 
     def run(batch: int) -> TrialResult:
