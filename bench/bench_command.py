@@ -19,7 +19,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from memopt.run import TrialResult, TrialSpec, command_target, run_trial, stack_versions
+from memopt.core import command_target
+from memopt.run import TrialResult, TrialSpec, run_trial, stack_versions
 
 ROOT = Path(__file__).resolve().parent.parent
 RECIPE = str(ROOT / "bench" / "train_ddp_recipe.py")

@@ -23,6 +23,7 @@ from pathlib import Path
 from bench_memory_model import parse_case, tune_case
 from bench_recompute_cost import measure_in_child
 
+from memopt.core import parse_runnable
 from memopt.ort.version import OrtVersion
 from memopt.predict.calibrate import calibrate
 from memopt.run.journal import Journal
@@ -44,12 +45,14 @@ def main() -> int:
     reference = runs_dir / "exhaustive"
     journal = Journal.in_folder(reference)
 
-    calibration = calibrate(recipe, batch, options=options, runs_dir=runs_dir / "model", steps=args.steps)
+    calibration = calibrate(
+        parse_runnable(recipe), batch, options=options, runs_dir=runs_dir / "model", steps=args.steps
+    )
     model, version = calibration.model, OrtVersion.parse(calibration.ort_version)
 
     def trial(plans: tuple[str, ...], budget: int | None = None) -> TrialResult:
         entries = parse_trial_config(",".join(plans), version).entries
-        spec = TrialSpec(recipe, batch, options, entries, args.steps)
+        spec = TrialSpec(parse_runnable(recipe), batch, options, entries, args.steps)
         return run_trial(spec, reference, journal=journal, resume=True, budget_bytes=budget)
 
     baseline = trial(())

@@ -30,6 +30,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from memopt.core import parse_runnable
 from memopt.predict.calibrate import calibrate
 from memopt.predict.planner import DEFAULT_MARGIN, choose_plans
 from memopt.recipes import parse_option_value
@@ -62,9 +63,11 @@ def bench_case(
     reference_dir = runs_dir / f"{name}-reference"  # the measured truth, out of the model's sight
     model_dir = runs_dir / f"{name}-model"
     journal = Journal.in_folder(reference_dir)
-    baseline = run_trial(TrialSpec(recipe, batch, options, (), steps), reference_dir, journal=journal, resume=True)
+    baseline = run_trial(
+        TrialSpec(parse_runnable(recipe), batch, options, (), steps), reference_dir, journal=journal, resume=True
+    )
     assert baseline.ran and baseline.peak_bytes, baseline.error
-    cal = calibrate(recipe, batch, options=options, runs_dir=model_dir, steps=steps)
+    cal = calibrate(parse_runnable(recipe), batch, options=options, runs_dir=model_dir, steps=steps)
     model = cal.model
     rows: list[dict[str, Any]] = []
     no_config = model.baseline(batch)
@@ -81,7 +84,7 @@ def bench_case(
             baseline_step_s=cal.baseline_step_s,
         )
         trial = run_trial(
-            TrialSpec(recipe, batch, options, plan.entries, steps),
+            TrialSpec(parse_runnable(recipe), batch, options, plan.entries, steps),
             reference_dir,
             journal=journal,
             budget_bytes=budget,

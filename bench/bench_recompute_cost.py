@@ -45,6 +45,7 @@ from typing import Any
 
 from bench_memory_model import DEFAULT_CASES, FRACTIONS, parse_case
 
+from memopt.core import RecipeTarget, parse_runnable, parse_target
 from memopt.ort.config import ENV_VAR, short_key
 from memopt.predict.calibrate import calibrate
 from memopt.predict.liveness import RECOMPUTED_SUFFIX
@@ -75,9 +76,10 @@ def _measure(
 
     from memopt.child.profile import end_profile, profile_sessions
     from memopt.child.steps import TrainingStep
-    from memopt.recipes import load_recipe
 
-    loaded = load_recipe(recipe, options)
+    target = parse_target(recipe)
+    assert isinstance(target, RecipeTarget), f"{recipe} is not a recipe"
+    loaded = target.load(options)
     if not profile_sessions(scratch):
         raise RuntimeError("this ORT release's sessions cannot be profiled from memopt")
 
@@ -148,12 +150,13 @@ def bench_case(item: str, runs_dir: Path, rounds: int, each_plan: bool) -> list[
     recipe, size, seq, batch, extra = parse_case(item)
     options: dict[str, Any] = {"size": size, "seq_len": seq, **extra}
     name = f"{recipe.replace(':', '-')}-{size}-s{seq}-b{batch}"
-    target = load_target(recipe, options=options, runs_dir=runs_dir / name)  # one graph probe for both estimates
-    cal = calibrate(recipe, batch, options=options, runs_dir=runs_dir / name, target=target)
+    target = parse_runnable(recipe)
+    loaded = load_target(target, options=options, runs_dir=runs_dir / name)  # one graph probe for both estimates
+    cal = calibrate(target, batch, options=options, runs_dir=runs_dir / name, loaded=loaded)
     costs = cal.costs_s
     # The estimate where no node time was measured (a `--cmd` job, CUDA): the same trials, without their node times.
     work_costs = calibrate(
-        recipe, batch, options=options, runs_dir=runs_dir / name, target=target, node_times=False
+        target, batch, options=options, runs_dir=runs_dir / name, loaded=loaded, node_times=False
     ).costs_s
     keys = tuple(p.key for p in cal.model.plans if p.key in costs)
     chosen: dict[tuple[str, ...], str] = {}

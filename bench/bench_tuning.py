@@ -43,6 +43,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
+from memopt.core import parse_runnable
 from memopt.logparse import parse_file
 from memopt.logparse.model import Plan
 from memopt.ort.config import ENV_VAR
@@ -167,7 +168,7 @@ def spread(values: Sequence[float], digits: int = 1) -> str:
 def trial(bench: Bench, folder: Path, plans: Sequence[str], batch: int, steps: int) -> TrialResult:
     """A memopt trial of ``plans`` (ORT Plan-table keys) judged against the budget (once there is one)."""
     entries = parse_trial_config(",".join(plans), bench.ort).entries if plans else ()
-    spec = TrialSpec(bench.recipe, batch, bench.options, entries, steps, "auto", TIMEOUT_S)
+    spec = TrialSpec(parse_runnable(bench.recipe), batch, bench.options, entries, steps, "auto", TIMEOUT_S)
     result = run_trial(spec, folder, budget_bytes=bench.budget_bytes or None)
     log(
         f"  b{batch} {label(plans)}: {result.outcome}, peak {mib(result.peak_bytes)} MiB, "
@@ -190,7 +191,7 @@ def level1_run(bench: Bench, folder: Path, steps: int) -> tuple[Run, tuple[str, 
     and the recomputed-node count from its log.
     """
     request = RunRequest(
-        recipe=bench.recipe,
+        target=parse_runnable(bench.recipe),
         batch_size=bench.target,
         options=bench.options,
         steps=steps,
@@ -235,9 +236,9 @@ def ort_saving(plan: Plan) -> float:
 
 def measure_budget(recipe: str, options: dict[str, Any], target: int, steps: int, folder: Path) -> Bench:
     log("budget: graph probe and scan, then no-config and every-plan trials at the target batch")
-    prepared = prepare_target(recipe, options=options, runs_dir=folder)
+    prepared = prepare_target(parse_runnable(recipe), options=options, runs_dir=folder)
     report = prepared.report
-    dims = {**prepared.target.logged_dims, **{symbol: target for symbol in prepared.batch_symbols}}
+    dims = {**prepared.loaded.logged_dims, **{symbol: target for symbol in prepared.batch_symbols}}
     savings = {p.key: p.exact.evaluate(dims) for p in report.patterns}
     bench = Bench(recipe, options, target, steps, OrtVersion.parse(prepared.ort_version), report.patterns, savings)
     no_config = trial(bench, folder, (), target, steps)
@@ -266,7 +267,7 @@ def memopt_search(bench: Bench, folder: Path, margin: float, max_trials: int, re
         print(event_line(event), file=sys.stderr, flush=True)
 
     settings = TuneSettings(
-        recipe=bench.recipe,
+        target=parse_runnable(bench.recipe),
         target_batch=bench.target,
         options=bench.options,
         budget=Budget(f"{bench.budget_bytes}B", bytes=bench.budget_bytes),

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from memopt.core import RunStatus, parse_runnable
 from memopt.graph import load_graph
 from memopt.ort import key_entries
 from memopt.predict import PreparedTarget, prepare_target
@@ -34,7 +35,7 @@ MiB = 2**20
 def prepared_gpt() -> PreparedTarget:
     """The tiny GPT's real training graph (captured with ORT 1.19.2), scanned; no probe run."""
     target = ScanTarget(load_graph(SAMPLE_GRAPH), "sample gpt", SAMPLE_GRAPH, DIMS, "1.19.2")
-    return prepare_target("gpt", options={"size": "tiny"}, versions=VERSIONS, target=target)
+    return prepare_target(parse_runnable("gpt"), options={"size": "tiny"}, versions=VERSIONS, loaded=target)
 
 
 @dataclass
@@ -62,7 +63,7 @@ class FakeRunner:
         ]
         return (
             self.static_bytes
-            + self.allocator_scale * simulate(self.prepared.target.graph, dims, recompute).resident_bytes
+            + self.allocator_scale * simulate(self.prepared.loaded.graph, dims, recompute).resident_bytes
         )
 
     def __call__(
@@ -87,13 +88,13 @@ class FakeRunner:
         step_s = 0.1 + 0.01 * spec.batch_size + 0.005 * len(on)
         return TrialResult(
             key="",
-            recipe=spec.recipe,
+            target=spec.target,
             options=dict(spec.options),
             batch_size=spec.batch_size,
             config=tuple(str(e) for e in spec.config),
             config_value=None,
             outcome=outcome,
-            status=status,
+            status=RunStatus(status),
             run_dir="fake",
             steps=spec.steps,
             device="cpu",
@@ -117,7 +118,7 @@ def fake_tuner(runs_dir: Path, runner: FakeRunner, budget_bytes: int, **settings
     from memopt.run import Budget
 
     defaults: dict[str, object] = {
-        "recipe": "gpt",
+        "target": parse_runnable("gpt"),
         "target_batch": 16,
         "options": {"size": "tiny"},
         "runs_dir": runs_dir,

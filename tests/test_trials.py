@@ -12,6 +12,7 @@ import pytest
 from conftest import RECIPES, assert_one_line_error, memopt
 
 from memopt.child import NODE_TIMES_FILE
+from memopt.core import parse_runnable
 from memopt.graph.polynomial import Polynomial
 from memopt.ort.config import ConfigError
 from memopt.ort.version import OrtVersion
@@ -35,7 +36,7 @@ def trials_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def baseline(trials_dir: Path) -> dict[int, object]:
     """No-config trials of the tiny GPT at batches 2, 4 and 8, journaled in ``trials_dir``."""
-    return {b: run_trial(TrialSpec("gpt", b, TINY, (), steps=2), trials_dir) for b in (2, 4, 8)}
+    return {b: run_trial(TrialSpec(parse_runnable("gpt"), b, TINY, (), steps=2), trials_dir) for b in (2, 4, 8)}
 
 
 @pytest.fixture(scope="session")
@@ -111,7 +112,7 @@ def test_config_ort_would_reject_is_caught_before_launch(tmp_path: Path) -> None
 
 def test_timeout_kills_the_child(tmp_path: Path) -> None:
     started = time.monotonic()
-    result = run_trial(TrialSpec(str(RECIPES / "hangs.py"), 2, timeout_s=8, steps=1), tmp_path)
+    result = run_trial(TrialSpec(parse_runnable(str(RECIPES / "hangs.py")), 2, timeout_s=8, steps=1), tmp_path)
     assert result.outcome == "timed_out" and time.monotonic() - started < 30
     leftover = subprocess.run(["pgrep", "-f", result.run_dir], capture_output=True, text=True)
     assert leftover.stdout.strip() == ""  # the process group is gone
@@ -127,7 +128,7 @@ def test_timeout_kills_the_child(tmp_path: Path) -> None:
     ],
 )
 def test_failing_steps_are_classified(recipe: str, outcome: str, fragment: str, tmp_path: Path) -> None:
-    result = run_trial(TrialSpec(str(RECIPES / recipe), 2, steps=1), tmp_path)
+    result = run_trial(TrialSpec(parse_runnable(str(RECIPES / recipe)), 2, steps=1), tmp_path)
     assert result.outcome == outcome and fragment in result.error
 
 

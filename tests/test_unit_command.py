@@ -21,46 +21,36 @@ import pytest
 from conftest import assert_one_line_error, memopt
 from processes import assert_gone
 
+from memopt.core import RunStatus, command_target
 from memopt.errors import MemoptError
 from memopt.predict.memory_model import Observation, fit_memory_model
-from memopt.run.command import (
-    CommandRequest,
-    command_identity,
-    command_of,
-    command_target,
-    fixed_batch,
-    has_batch_placeholder,
-    job_python,
-    render_command,
-    run_command,
-    target_label,
-)
-from memopt.run.launch import new_run_dir
+from memopt.run.command import run_target
+from memopt.run.launch import RunRequest, new_run_dir
 from memopt.run.trials import Outcome, TrialResult
 
 
 def test_command_target_round_trip_and_placeholder() -> None:
     target = command_target("  torchrun --nproc_per_node 2 train.py --batch-size {batch} ")
-    assert command_of(target) == "torchrun --nproc_per_node 2 train.py --batch-size {batch}"
-    assert has_batch_placeholder(target) and not fixed_batch(target)
-    assert render_command(target, 16).endswith("--batch-size 16")
-    assert fixed_batch(command_target("python train.py"))
-    assert target_label(target) == "train"
-    assert target_label(command_target("./run.sh --x")) == "run"
+    assert target.line == "torchrun --nproc_per_node 2 train.py --batch-size {batch}"
+    assert target.has_batch_placeholder and not target.fixed_batch
+    assert target.render(16).endswith("--batch-size 16")
+    assert command_target("python train.py").fixed_batch
+    assert target.label == "train"
+    assert command_target("./run.sh --x").label == "run"
     with pytest.raises(MemoptError, match="--cmd needs a command"):
         command_target("   ")
 
 
 def test_job_python_follows_python_programs_and_shebangs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    assert job_python(command_target(f"{sys.executable} train.py")) == sys.executable
+    assert command_target(f"{sys.executable} train.py").python() == sys.executable
     launcher = tmp_path / "launch"
     launcher.write_text(f"#!{sys.executable}\nprint('hi')\n")
     launcher.chmod(0o755)
     monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
-    assert job_python(command_target("launch --nproc 2 train.py")) == sys.executable
-    assert job_python(command_target("FOO=1 launch train.py")) == sys.executable
-    assert job_python(command_target("sh -c true")) is None
-    assert job_python(command_target("no-such-program-here x")) is None
+    assert command_target("launch --nproc 2 train.py").python() == sys.executable
+    assert command_target("FOO=1 launch train.py").python() == sys.executable
+    assert command_target("sh -c true").python() is None
+    assert command_target("no-such-program-here x").python() is None
 
 
 def test_command_identity_follows_script_content(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -68,9 +58,9 @@ def test_command_identity_follows_script_content(tmp_path: Path, monkeypatch: py
     script = tmp_path / "train.py"
     script.write_text("a = 1\n")
     target = command_target("python train.py --batch-size {batch}")
-    before = command_identity(target)
+    before = target.identity()
     script.write_text("a = 2\n")
-    assert command_identity(target) != before
+    assert target.identity() != before
     assert str(tmp_path) in before
 
 
@@ -84,13 +74,13 @@ def test_single_batch_model_predicts_its_batch() -> None:
 def test_trial_record_keeps_ranks() -> None:
     result = TrialResult(
         key="k",
-        recipe=command_target("python t.py"),
+        target=command_target("python t.py"),
         options={},
         batch_size=2,
         config=(),
         config_value=None,
         outcome=Outcome.OK,
-        status="ok",
+        status=RunStatus.OK,
         run_dir="r",
         steps=2,
         ranks=({"rank": 0, "peak_bytes": 5}, {"rank": 1, "peak_bytes": 7}),
@@ -101,8 +91,8 @@ def test_trial_record_keeps_ranks() -> None:
 
 
 def _run(tmp_path: Path, command: str, *, timeout_s: float = 60, cancel: threading.Event | None = None, steps: int = 2):
-    request = CommandRequest(target=command_target(command), batch_size=2, steps=steps, timeout_s=timeout_s)
-    return run_command(request, new_run_dir(tmp_path, "job"), cancel)
+    request = RunRequest(target=command_target(command), batch_size=2, steps=steps, timeout_s=timeout_s)
+    return run_target(request, new_run_dir(tmp_path, "job"), cancel)
 
 
 def test_command_not_found_names_it(tmp_path: Path) -> None:

@@ -15,12 +15,13 @@ from onnx import TensorProto
 from test_unit_savings import stashed_gelu
 
 from memopt.child.steps import default_loss
+from memopt.core import parse_target
 from memopt.graph import TensorInfo, resolve_dims, sequence_symbols
 from memopt.ort.config import ConfigEntry, ConfigError, OptimizationType, refuse_unknown_entries
 from memopt.predict.calibrate import keep_ort_plans
-from memopt.recipes import RecipeError, check_recipe_spec, load_recipe, recipe_label
+from memopt.recipes import RecipeError, check_hf_recipe, load_hf_recipe
 from memopt.recipes.hf import PRESETS, resolve_hf_target
-from memopt.run.trials import recipe_identity, requested_off
+from memopt.run.trials import requested_off
 from memopt.scan import scan_graph
 
 TINY = {"size": "tiny", "seq_len": 16}
@@ -39,7 +40,7 @@ TINY = {"size": "tiny", "seq_len": 16}
 def test_tiny_preset_trains_with_its_own_loss(name: str, model_class: str, task: str) -> None:
     target = resolve_hf_target(f"hf:{name}", TINY)
     assert (target.model_class, target.task, target.seq_len) == (model_class, task, 16)
-    recipe = load_recipe(f"hf:{name}", TINY)
+    recipe = load_hf_recipe(f"hf:{name}", TINY)
     model = recipe.model()
     assert model.config._attn_implementation == "eager"
     assert sum(p.numel() for p in model.parameters()) < 1_000_000  # fast enough for CPU tests
@@ -54,7 +55,7 @@ def test_tiny_preset_trains_with_its_own_loss(name: str, model_class: str, task:
 
 
 def test_seq2seq_labels_take_target_seq() -> None:
-    inputs, _ = load_recipe("hf:t5", {**TINY, "target_seq": 8}).batch(3)
+    inputs, _ = load_hf_recipe("hf:t5", {**TINY, "target_seq": 8}).batch(3)
     assert inputs["input_ids"].shape == (3, 16) and inputs["labels"].shape == (3, 8)
 
 
@@ -62,7 +63,7 @@ def test_classification_has_one_label_per_row_and_a_pad_token(tmp_path: Path) ->
     target = resolve_hf_target("hf:gpt2", {**TINY, "hf_task": "sequence-classification"})
     assert target.model_class == "AutoModelForSequenceClassification"
     assert target.config.pad_token_id is not None and any("pad_token_id" in note for note in target.notes)
-    inputs, _ = load_recipe("hf:gpt2", {**TINY, "hf_task": "sequence-classification"}).batch(4)
+    inputs, _ = load_hf_recipe("hf:gpt2", {**TINY, "hf_task": "sequence-classification"}).batch(4)
     assert inputs["labels"].shape == (4,)
 
 
@@ -82,19 +83,19 @@ def test_config_file_and_folder_with_overrides(tmp_path: Path) -> None:
         target = resolve_hf_target(spec, {"seq_len": 8, "num_hidden_layers": 3})
         assert target.config.num_hidden_layers == 3 and target.config.vocab_size == 500
         assert target.config.use_cache is False  # a training step needs no KV cache
-    assert recipe_label(f"hf:{tmp_path}") == f"hf-{tmp_path.name}"
-    assert recipe_label(f"hf:{tmp_path}/config.json") == f"hf-{tmp_path.name}"
-    assert recipe_label("hf:gpt2") == "hf-gpt2" and recipe_label("gpt") == "gpt"
-    before = recipe_identity(f"hf:{tmp_path}")
-    assert before == recipe_identity(f"hf:{tmp_path / 'config.json'}")
+    assert parse_target(f"hf:{tmp_path}").label == f"hf-{tmp_path.name}"
+    assert parse_target(f"hf:{tmp_path}/config.json").label == f"hf-{tmp_path.name}"
+    assert parse_target("hf:gpt2").label == "hf-gpt2" and parse_target("gpt").label == "gpt"
+    before = parse_target(f"hf:{tmp_path}").identity()
+    assert before == parse_target(f"hf:{tmp_path / 'config.json'}").identity()
     (tmp_path / "config.json").write_text(json.dumps({**config, "num_hidden_layers": 4}))
-    assert recipe_identity(f"hf:{tmp_path}") != before  # the journal does not reuse trials of another model
+    assert parse_target(f"hf:{tmp_path}").identity() != before  # the journal does not reuse trials of another model
 
 
 def test_missing_decoder_start_token_is_defaulted_and_said(tmp_path: Path) -> None:
     path = tmp_path / "t5.json"
     path.write_text(json.dumps({"model_type": "t5", "architectures": ["T5ForConditionalGeneration"], "d_model": 64}))
-    notes = check_recipe_spec(f"hf:{path}", {})
+    notes = check_hf_recipe(f"hf:{path}", {})
     assert len(notes) == 1 and "decoder_start_token_id unset: 0 (pad_token_id" in notes[0]
     assert resolve_hf_target(f"hf:{path}", {}).config.decoder_start_token_id == 0
 
@@ -125,13 +126,13 @@ def test_no_architecture_needs_a_task(tmp_path: Path) -> None:
 )
 def test_bad_hf_targets_are_recipe_errors(spec: str, options: dict[str, object], message: str) -> None:
     with pytest.raises(RecipeError, match=message.replace("(", r"\(").replace(")", r"\)")):
-        load_recipe(spec, options)
+        load_hf_recipe(spec, options)
 
 
 def test_without_transformers_the_error_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "transformers", None)  # what an environment without it sees
     with pytest.raises(RecipeError, match=r"hf: targets need the hf extra: pip install 'memopt\[hf\]'"):
-        load_recipe("hf:gpt2", TINY)
+        load_hf_recipe("hf:gpt2", TINY)
 
 
 def test_cli_refuses_sdpa_and_hf_flags_on_other_recipes() -> None:
@@ -237,7 +238,7 @@ def test_the_tuner_hands_back_only_what_ort_applied() -> None:
 
     result = TrialResult(
         key="k",
-        recipe="gpt",
+        target=parse_target("gpt"),
         options={},
         batch_size=4,
         config=("Gelu+:1:-1", "Add+:1:-1"),
@@ -267,6 +268,6 @@ def test_journal_identity_resolves_names_as_the_loader_does(tmp_path: Path, monk
     monkeypatch.chdir(tmp_path)
     (tmp_path / "gpt2").mkdir()
     (tmp_path / "gpt2" / "config.json").write_text(json.dumps({"model_type": "gpt2"}))
-    assert recipe_identity("hf:gpt2") == "hf:gpt2"  # the preset, as the loader takes it, not the folder
+    assert parse_target("hf:gpt2").identity() == "hf:gpt2"  # the preset, as the loader takes it, not the folder
     monkeypatch.setenv("HOME", str(tmp_path))
-    assert recipe_identity("hf:~/gpt2") == recipe_identity(f"hf:{tmp_path / 'gpt2'}")
+    assert parse_target("hf:~/gpt2").identity() == parse_target(f"hf:{tmp_path / 'gpt2'}").identity()

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from memopt.core import parse_runnable
 from memopt.ort.config import ConfigEntry, OptimizationType
 from memopt.run import (
     JOURNAL_NAME,
@@ -34,7 +35,7 @@ def result(status: str = "ok", peak: int | None = 500 * MiB, **changes: object) 
     """A trial result as a runner would return it (outcome from the status, no budget yet)."""
     values: dict[str, object] = {
         "key": "from-the-runner",
-        "recipe": "gpt",
+        "target": parse_runnable("gpt"),
         "options": {"size": "tiny"},
         "batch_size": 4,
         "config": ("Gelu+:1:-1",),
@@ -60,7 +61,7 @@ def result(status: str = "ok", peak: int | None = 500 * MiB, **changes: object) 
 
 
 def spec(batch: int = 4, config: tuple[ConfigEntry, ...] = ()) -> TrialSpec:
-    return TrialSpec(recipe="gpt", batch_size=batch, options={"size": "tiny"}, config=config)
+    return TrialSpec(target=parse_runnable("gpt"), batch_size=batch, options={"size": "tiny"}, config=config)
 
 
 class FakeInner:

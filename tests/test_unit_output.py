@@ -7,6 +7,7 @@ from io import StringIO
 from rich.console import Console
 
 from memopt.cli.show import print_trial
+from memopt.core import parse_target
 from memopt.ort import OrtVersion
 from memopt.run import Outcome, TrialResult, parse_trial_config
 
@@ -16,7 +17,7 @@ ERROR = "make_batch() ran out of memory: RuntimeError: [enforce fail at alloc_cp
 def test_a_trial_error_with_brackets_is_printed_as_is() -> None:
     result = TrialResult(
         key="k",
-        recipe="my[/x]recipe.py",
+        target=parse_target("my[/x]recipe.py"),
         options={"tag": "[red]"},
         batch_size=2,
         config=(),

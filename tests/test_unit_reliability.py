@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 from fake_trials import FakeRunner, MiB, fake_tuner, prepared_gpt
 
+from memopt.core import parse_runnable
 from memopt.errors import MemoptError
 from memopt.graph import Polynomial
 from memopt.predict import MemoryModel, Observation, PlanSavings, fit_memory_model
@@ -47,9 +48,9 @@ def test_a_timeout_must_be_finite_and_positive(bad: float) -> None:
     with pytest.raises(MemoptError, match="--timeout must be a finite number of seconds above zero"):
         check_timeout(bad)
     with pytest.raises(MemoptError, match="--timeout"):
-        RunRequest(recipe="x", batch_size=1, timeout_s=bad)
+        RunRequest(target=parse_runnable("x"), batch_size=1, timeout_s=bad)
     with pytest.raises(MemoptError, match="--timeout"):
-        TrialSpec("x", 1, timeout_s=bad)
+        TrialSpec(parse_runnable("x"), 1, timeout_s=bad)
 
 
 # -- the journal --------------------------------------------------------------------------

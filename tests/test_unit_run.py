@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from memopt.child import CHILD_MODULE
+from memopt.core import parse_runnable
 from memopt.run import LOG_NAME, RECORD_NAME, RunRequest, RunResult, launch, new_run_dir
 from memopt.run.launch import PACKAGE_ROOT
 
@@ -37,7 +38,7 @@ def fake_python(tmp_path: Path, body: str, name: str = "python") -> Path:
 def sleeper_request(tmp_path: Path, timeout_s: float = 30.0) -> tuple[RunRequest, Path]:
     pid_file = tmp_path / "pids"
     request = RunRequest(
-        recipe="x",
+        target=parse_runnable("x"),
         batch_size=1,
         python=str(fake_python(tmp_path, SLEEPER)),
         timeout_s=timeout_s,
@@ -175,7 +176,7 @@ def test_cancel_already_set_never_starts_the_child(tmp_path: Path) -> None:
 
 def test_run_record_holds_request_and_result(tmp_path: Path) -> None:
     python = fake_python(tmp_path, "#!/bin/sh\nexit 0\n")
-    request = RunRequest(recipe="x", batch_size=1, python=str(python), env={"A": "1"}, unset_env=("B",))
+    request = RunRequest(target=parse_runnable("x"), batch_size=1, python=str(python), env={"A": "1"}, unset_env=("B",))
     run_dir = new_run_dir(tmp_path / "runs", "r")
     result = launch(request, run_dir)
     saved = record(run_dir)
@@ -200,7 +201,9 @@ def test_child_runs_the_child_module_with_request_and_result_paths(tmp_path: Pat
     body = f'#!/bin/sh\nprintf "%s\\0" "$@" > {args_file}\ncp "$3" {request_copy}\n'
     python = fake_python(tmp_path, body)
     run_dir = new_run_dir(tmp_path / "runs", "a")
-    request = RunRequest(recipe="gpt", batch_size=8, options={"size": "tiny"}, steps=3, python=str(python))
+    request = RunRequest(
+        target=parse_runnable("gpt"), batch_size=8, options={"size": "tiny"}, steps=3, python=str(python)
+    )
     launch(request, run_dir)
     flag, boot, *paths, _ = args_file.read_text().split("\0")
     # -c, not -m: the working directory must not come first on the child's import path
@@ -228,7 +231,7 @@ def test_child_environment_adds_memopt_variables_and_drops_unset_ones(
     python = fake_python(tmp_path, f"#!/bin/sh\nenv > {env_file}\n")
     run_dir = new_run_dir(tmp_path / "runs", "e")
     request = RunRequest(
-        recipe="x",
+        target=parse_runnable("x"),
         batch_size=1,
         python=str(python),
         env={"EXTRA": "yes", "MEMOPT_TEST_KEEP": "overridden"},
@@ -252,7 +255,7 @@ def test_child_environment_adds_memopt_variables_and_drops_unset_ones(
 def test_child_that_exits_without_a_result_is_crashed_with_its_last_log_line(tmp_path: Path) -> None:
     python = fake_python(tmp_path, "#!/bin/sh\necho starting\necho 'boom: it broke' >&2\nexit 3\n")
     run_dir = new_run_dir(tmp_path / "runs", "x")
-    result = launch(RunRequest(recipe="x", batch_size=1, python=str(python)), run_dir)
+    result = launch(RunRequest(target=parse_runnable("x"), batch_size=1, python=str(python)), run_dir)
     assert result.status == "crashed"
     assert result.returncode == 3
     assert result.error == "the run exited with status 3: boom: it broke"
@@ -262,13 +265,17 @@ def test_child_that_exits_without_a_result_is_crashed_with_its_last_log_line(tmp
 
 def test_child_with_no_output_is_crashed_with_no_output(tmp_path: Path) -> None:
     python = fake_python(tmp_path, "#!/bin/sh\nexit 1\n")
-    result = launch(RunRequest(recipe="x", batch_size=1, python=str(python)), new_run_dir(tmp_path, "x"))
+    result = launch(
+        RunRequest(target=parse_runnable("x"), batch_size=1, python=str(python)), new_run_dir(tmp_path, "x")
+    )
     assert (result.status, result.error) == ("crashed", "the run exited with status 1: no output")
 
 
 def test_child_killed_by_sigkill_is_blamed_on_the_oom_killer(tmp_path: Path) -> None:
     python = fake_python(tmp_path, "#!/bin/sh\nkill -9 $$\n")
-    result = launch(RunRequest(recipe="x", batch_size=1, python=str(python)), new_run_dir(tmp_path, "x"))
+    result = launch(
+        RunRequest(target=parse_runnable("x"), batch_size=1, python=str(python)), new_run_dir(tmp_path, "x")
+    )
     assert result.status == "crashed"
     assert result.returncode == -signal.SIGKILL
     assert result.error == "the run was killed by SIGKILL (likely the kernel's out-of-memory killer)"
@@ -276,7 +283,9 @@ def test_child_killed_by_sigkill_is_blamed_on_the_oom_killer(tmp_path: Path) -> 
 
 def test_child_killed_by_another_signal_names_it(tmp_path: Path) -> None:
     python = fake_python(tmp_path, "#!/bin/sh\nkill -SEGV $$\n")
-    result = launch(RunRequest(recipe="x", batch_size=1, python=str(python)), new_run_dir(tmp_path, "x"))
+    result = launch(
+        RunRequest(target=parse_runnable("x"), batch_size=1, python=str(python)), new_run_dir(tmp_path, "x")
+    )
     assert (result.status, result.error) == ("crashed", "the run was killed by SIGSEGV")
 
 
@@ -306,7 +315,7 @@ def test_reported_result_is_collected_into_the_run_result(tmp_path: Path) -> Non
     }
     run_dir = new_run_dir(tmp_path / "runs", "ok")
     python = write_result_script(tmp_path, reported)
-    result = launch(RunRequest(recipe="x", batch_size=1, python=str(python)), run_dir)
+    result = launch(RunRequest(target=parse_runnable("x"), batch_size=1, python=str(python)), run_dir)
     assert result.ok
     assert result == RunResult(
         status="ok",
@@ -331,7 +340,9 @@ def test_reported_result_is_collected_into_the_run_result(tmp_path: Path) -> Non
 
 def test_reported_error_status_is_kept(tmp_path: Path) -> None:
     python = write_result_script(tmp_path, {"status": "out_of_memory", "error": "CUDA out of memory"})
-    result = launch(RunRequest(recipe="x", batch_size=1, python=str(python)), new_run_dir(tmp_path, "x"))
+    result = launch(
+        RunRequest(target=parse_runnable("x"), batch_size=1, python=str(python)), new_run_dir(tmp_path, "x")
+    )
     assert (result.status, result.error, result.ok) == ("out_of_memory", "CUDA out of memory", False)
     assert result.median_step_s is None
 
@@ -339,14 +350,18 @@ def test_reported_error_status_is_kept(tmp_path: Path) -> None:
 def test_child_still_running_in_its_report_is_crashed(tmp_path: Path) -> None:
     """A child that wrote ``running`` and then died: its own status is not believed."""
     python = write_result_script(tmp_path, {"status": "running"})
-    result = launch(RunRequest(recipe="x", batch_size=1, python=str(python)), new_run_dir(tmp_path, "x"))
+    result = launch(
+        RunRequest(target=parse_runnable("x"), batch_size=1, python=str(python)), new_run_dir(tmp_path, "x")
+    )
     assert result.status == "crashed"
     assert result.error == "the run exited with status 0: no output"
 
 
 def test_unreadable_result_file_is_crashed(tmp_path: Path) -> None:
     python = fake_python(tmp_path, '#!/bin/sh\nprintf "{not json" > "$4"\nexit 2\n')
-    result = launch(RunRequest(recipe="x", batch_size=1, python=str(python)), new_run_dir(tmp_path, "x"))
+    result = launch(
+        RunRequest(target=parse_runnable("x"), batch_size=1, python=str(python)), new_run_dir(tmp_path, "x")
+    )
     assert result.status == "crashed" and result.returncode == 2
 
 
@@ -363,8 +378,9 @@ def test_end_all_runs_ends_every_running_child_and_starts_no_new_one(tmp_path: P
     script = f"""
 import json, threading, time
 from pathlib import Path
+from memopt.core import parse_runnable
 from memopt.run import RunRequest, end_all_runs, launch, new_run_dir
-request = RunRequest(recipe="x", batch_size=1, python={request.python!r}, env={dict(request.env)!r})
+request = RunRequest(target=parse_runnable("x"), batch_size=1, python={request.python!r}, env={dict(request.env)!r})
 results = []
 worker = threading.Thread(target=lambda: results.append(launch(request, new_run_dir(Path({str(tmp_path)!r}), "a"))))
 worker.start()

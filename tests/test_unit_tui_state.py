@@ -10,6 +10,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from memopt.core import parse_runnable
 from memopt.run import Outcome, TrialResult
 from memopt.tui.render import gauge, trials_chart
 from memopt.tui.state import SORT_KEYS, Selection, plan_cells, short_plans, sort_rows, trial_cells
@@ -49,7 +50,7 @@ def trial(
 ) -> TrialRecord:
     result = TrialResult(
         key=f"k{number}",
-        recipe="gpt",
+        target=parse_runnable("gpt"),
         options={},
         batch_size=batch,
         config=plans,

@@ -14,6 +14,7 @@ import functools
 import tempfile
 from pathlib import Path
 
+from memopt.core import parse_runnable
 from memopt.ort.version import OrtVersion
 from memopt.run.budget import parse_budget
 from memopt.run.trials import TrialSpec, parse_trial_config, run_trial
@@ -34,7 +35,7 @@ def work_dir() -> Path:
 
 def settings(budget: str = PLACEHOLDER_BUDGET) -> TuneSettings:
     return TuneSettings(
-        recipe=RECIPE,
+        target=parse_runnable(RECIPE),
         target_batch=TARGET,
         budget=parse_budget(budget),
         options=OPTIONS,
@@ -66,7 +67,9 @@ def measured() -> tuple[int, int]:
     every_plan = parse_trial_config(",".join(p.key for p in session.report.patterns), ort).entries
     peaks = []
     for config in ((), tuple(every_plan)):
-        result = run_trial(TrialSpec(RECIPE, TARGET, OPTIONS, config, STEPS, "auto", 300.0), work_dir() / "measure")
+        result = run_trial(
+            TrialSpec(parse_runnable(RECIPE), TARGET, OPTIONS, config, STEPS, "auto", 300.0), work_dir() / "measure"
+        )
         assert result.ok and result.peak_bytes, (result.outcome, result.error)
         peaks.append(int(result.peak_bytes))
     no_config, with_every_plan = peaks

@@ -18,9 +18,10 @@ from typing import Any
 
 from memopt.child import PARENT_PID_VAR, PROFILE_VAR, TIMEOUT_VAR
 from memopt.child.watchdog import guard
+from memopt.core import RecipeTarget, parse_target
 from memopt.errors import MemoptError, one_line
 from memopt.ort.stack import StackError, check_stack, inspect_stack
-from memopt.recipes import RecipeError, load_recipe
+from memopt.recipes import RecipeError
 
 
 def main(request_path: str, result_path: str) -> int:
@@ -46,7 +47,10 @@ def main(request_path: str, result_path: str) -> int:
     except ImportError as err:  # torch or ORTModule cannot be imported in this environment
         return _fail(write, "stack_error", MemoptError(f"importing ORTModule failed: {one_line(err)}"))
     try:
-        recipe = load_recipe(request["recipe"], request["options"])
+        target = parse_target(request["recipe"])
+        if not isinstance(target, RecipeTarget):
+            raise RecipeError(f"{target} is not a recipe")
+        recipe = target.load(request["options"])
         for name, text in recipe.files.items():
             (Path(result_path).parent / name).write_text(text)
         for note in recipe.notes:

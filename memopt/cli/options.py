@@ -10,10 +10,10 @@ import typer
 from rich.markup import escape
 
 from memopt.cli import error_console
+from memopt.core import Command, HfConfig, RecipeTarget, Target, command_target, parse_target
 from memopt.errors import MemoptError
-from memopt.recipes import DEFAULT_RECIPE, check_recipe_spec, parse_option_value
-from memopt.run import check_device, command_target, fixed_batch, inherited_config_note, is_command, job_python
-from memopt.run.target import is_graph_file
+from memopt.recipes import DEFAULT_RECIPE, parse_option_value
+from memopt.run import check_device, inherited_config_note
 
 __all__ = [
     "BudgetOption",
@@ -135,33 +135,33 @@ TimeoutOption = Annotated[
 ]
 
 
-def choose_target(recipe: str | None, command: str | None, default: str | None = DEFAULT_RECIPE) -> str:
-    """The target of a command: a recipe, or ``--cmd`` as a command target."""
+def choose_target(recipe: str | None, command: str | None, default: str | None = DEFAULT_RECIPE) -> Target:
+    """The target of a command: a recipe (or graph file), or ``--cmd`` as a command target."""
     if command is not None:
         if recipe is not None:
             raise MemoptError(f"give a recipe ({recipe}) or --cmd, not both")
         return command_target(command)
     if recipe is not None:
-        return recipe
+        return parse_target(recipe)
     if default is None:
         raise MemoptError("name a recipe, or give your own training command with --cmd")
-    return default
+    return parse_target(default)
 
 
-def command_notes(target: str, python: str | None, batch: int, *, shell_config_applies: bool = False) -> str | None:
+def command_notes(target: Target, python: str | None, batch: int, *, shell_config_applies: bool = False) -> str | None:
     """Say what a run of ``target`` will not do as asked; the interpreter whose ORT/torch stack to ask.
     ``shell_config_applies``: the run uses a memory-optimizer config the shell sets (a probe)."""
     notes = [None if shell_config_applies else inherited_config_note()]
-    if fixed_batch(target):
+    if target.fixed_batch:
         notes.append(f"the command has no {{batch}}: every run uses its own batch size, taken to be {batch}")
     for note in notes:
         if note is not None:
             error_console.print(f"[yellow]note:[/] {escape(note)}", highlight=False, soft_wrap=True)
-    return python or (job_python(target) if is_command(target) else None)
+    return python or (target.python() if isinstance(target, Command) else None)
 
 
 def recipe_options(
-    target: str,
+    target: Target,
     seq: int | None,
     size: str | None,
     pairs: list[str],
@@ -186,14 +186,14 @@ def recipe_options(
     )
     for flag, name, given in hf_only:
         if given is not None:
-            if not target.startswith("hf:"):
+            if not isinstance(target, HfConfig):
                 raise MemoptError(f"{flag} applies to hf: targets, not to {target}")
             options[name] = given
-    if is_command(target) and options:
+    if isinstance(target, Command) and options:
         raise MemoptError("recipe options (--size, --seq, -o) do not apply to a command: put them in the command")
-    if is_command(target) or is_graph_file(target):
+    if not isinstance(target, RecipeTarget):
         return options
-    for note in check_recipe_spec(target, options):
+    for note in target.check(options):
         error_console.print(f"note: {target}: {note}", markup=False, highlight=False, soft_wrap=True)
     return options
 

@@ -37,13 +37,14 @@ from memopt.cli.options import (
     recipe_options,
 )
 from memopt.cli.show import print_trial
+from memopt.core import RunnableTarget, runnable
 from memopt.errors import MemoptError
 from memopt.ort.config import export_line, takes_json_file
 from memopt.ort.version import OrtVersion
 from memopt.predict.calibrate import Calibration, calibrate, save_model
 from memopt.predict.memory_model import Observation
 from memopt.predict.planner import DEFAULT_MARGIN, PlanResult, choose_plans
-from memopt.run import fixed_batch
+from memopt.run import DEFAULT_RUNS_DIR, DEFAULT_TIMEOUT_S
 from memopt.run.budget import parse_budget, require_budget, resolve_budget
 from memopt.run.journal import Journal
 from memopt.run.trials import DEFAULT_STEPS, TrialResult, TrialSpec, run_trial, stack_versions
@@ -68,7 +69,7 @@ def plan_command(
     margin: MarginOption = DEFAULT_MARGIN,
     steps: StepsOption = DEFAULT_STEPS,
     device: DeviceOption = "auto",
-    runs_dir: RunsDirOption = Path("runs"),
+    runs_dir: RunsDirOption = DEFAULT_RUNS_DIR,
     resume: bool = typer.Option(
         True, "--resume/--no-resume", help="Reuse finished calibration trials from the journal."
     ),
@@ -81,7 +82,7 @@ def plan_command(
         None, "--out", help="ORT 1.19: where to write the JSON config (default: in --runs-dir)."
     ),
     python: PythonOption = None,
-    timeout: TimeoutOption = 1800.0,
+    timeout: TimeoutOption = DEFAULT_TIMEOUT_S,
     as_json: bool = typer.Option(False, "--json", help="Print the plan as JSON."),
 ) -> None:
     """Choose the plans that bring RECIPE's predicted peak at --target-batch under --budget at least recompute cost."""
@@ -92,16 +93,16 @@ def plan_command(
     if steps < 1:
         raise MemoptError(f"--steps must be at least 1, not {steps}")
     check_device(device)
-    recipe = choose_target(recipe, command, default=None)
-    python = command_notes(recipe, python, target_batch)
+    target = runnable(choose_target(recipe, command, default=None))
+    python = command_notes(target, python, target_batch)
     batches = calibration_batches(calibrate_at)
     parsed = parse_budget(budget) if budget is not None else None
-    options = recipe_options(recipe, seq, size, option, hf_task, target_seq)
+    options = recipe_options(target, seq, size, option, hf_task, target_seq)
     versions = stack_versions(python)
     require_budget(parsed, device, versions.cuda)
-    with console.status(f"Calibrating {escape(recipe)}: graph probe and no-config trials…"):
+    with console.status(f"Calibrating {escape(str(target))}: graph probe and no-config trials…"):
         cal = calibrate(
-            recipe,
+            target,
             target_batch,
             options=options,
             runs_dir=runs_dir,
@@ -126,13 +127,13 @@ def plan_command(
         baseline_step_s=cal.baseline_step_s,
     )
     # A config that is not predicted to fit is no answer: nothing is written or exported.
-    config_value = _write_config(result, cal, runs_dir, recipe, out) if result.feasible else None
+    config_value = _write_config(result, cal, runs_dir, target, out) if result.feasible else None
     trial = None
     if verify and result.feasible:
         predicted = int(result.predicted_bytes)
         with console.status(f"Verifying at batch {target_batch}…"):
             trial = run_trial(
-                TrialSpec(recipe, target_batch, options, result.entries, steps, device, timeout, python),
+                TrialSpec(target, target_batch, options, result.entries, steps, device, timeout, python),
                 runs_dir,
                 journal=Journal.in_folder(runs_dir),
                 budget_bytes=budget_bytes,
@@ -148,27 +149,29 @@ def plan_command(
     if as_json:
         print(json.dumps(_as_json(result, cal, config_value, trial), indent=2, default=str))
     else:
-        _print(result, cal, config_value, recipe)
+        _print(result, cal, config_value, target)
         if trial is not None:
             print_trial(trial)
     if not result.feasible or (trial is not None and trial.outcome.does_not_fit):
         sys.exit(EXIT_DOES_NOT_FIT)
 
 
-def _write_config(result: PlanResult, cal: Calibration, runs_dir: Path, recipe: str, out: Path | None) -> str | None:
+def _write_config(
+    result: PlanResult, cal: Calibration, runs_dir: Path, target: RunnableTarget, out: Path | None
+) -> str | None:
     if not result.entries:
         return None
     version = OrtVersion.parse(cal.ort_version)
-    export = plan_export(result.entries, version, runs_dir, recipe, result.target_batch, out, kind="plan")
+    export = plan_export(result.entries, version, runs_dir, target, result.target_batch, out, kind="plan")
     if takes_json_file(version):
         write_config(export)
     return export.value
 
 
-def _print(result: PlanResult, cal: Calibration, config_value: str | None, recipe: str) -> None:
+def _print(result: PlanResult, cal: Calibration, config_value: str | None, target: RunnableTarget) -> None:
     model = cal.model
     console.print(
-        f"[bold]Plan for {escape(recipe)}[/] at batch {result.target_batch} on {cal.device.upper()} "
+        f"[bold]Plan for {escape(str(target))}[/] at batch {result.target_batch} on {cal.device.upper()} "
         f"(ORT {cal.ort_version}), budget {format_bytes(result.budget_bytes)}",
         highlight=False,
     )
@@ -206,7 +209,7 @@ def _print(result: PlanResult, cal: Calibration, config_value: str | None, recip
     )
     if not result.needs_recompute:
         console.print("  no recompute is needed: the no-config run is predicted to fit", highlight=False)
-    if not result.feasible and fixed_batch(recipe):
+    if not result.feasible and target.fixed_batch:
         console.print(
             f"  batch {result.target_batch} cannot fit even with every plan (the command sets its own batch size)",
             highlight=False,

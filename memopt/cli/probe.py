@@ -25,23 +25,14 @@ from memopt.cli.options import (
     command_notes,
     recipe_options,
 )
+from memopt.core import Target, runnable
 from memopt.errors import MemoptError
 from memopt.logparse import parse_file
-from memopt.run import is_command
+from memopt.run import DEFAULT_RUNS_DIR, DEFAULT_TIMEOUT_S
 from memopt.run.probe import ProbeResult, probe
 from memopt.units import format_bytes
 
 __all__ = ["probe_command"]
-
-_FAILURES = {
-    "stack_error": "the ORT training stack cannot run",
-    "recipe_error": "the recipe is broken",
-    "step_error": "the training step failed",
-    "out_of_memory": "out of memory",
-    "crashed": "the run crashed",
-    "timed_out": "the run timed out",
-}
-_COMMAND_FAILURES = {**_FAILURES, "recipe_error": "the training command failed"}
 
 
 @app.command("probe")
@@ -61,18 +52,18 @@ def probe_command(
         "--log-level",
         help="ORTModule log level: INFO prints the Plan table; DEVINFO adds ORT's C++ summary; VERBOSE everything.",
     ),
-    runs_dir: RunsDirOption = Path("runs"),
+    runs_dir: RunsDirOption = DEFAULT_RUNS_DIR,
     python: PythonOption = None,
-    timeout: TimeoutOption = 1800.0,
+    timeout: TimeoutOption = DEFAULT_TIMEOUT_S,
 ) -> None:
     """Run RECIPE for a few ORTModule training steps and save ORT's log, graphs, memory and timings."""
     check_device(device)
-    recipe = choose_target(recipe, command)
-    python = command_notes(recipe, python, batch, shell_config_applies=True)
-    options = recipe_options(recipe, seq, size, option, hf_task, target_seq)
-    with console.status(f"Probing {escape(recipe)} at batch {batch} (export, session build, {steps + 1} steps)…"):
+    target = runnable(choose_target(recipe, command))
+    python = command_notes(target, python, batch, shell_config_applies=True)
+    options = recipe_options(target, seq, size, option, hf_task, target_seq)
+    with console.status(f"Probing {escape(str(target))} at batch {batch} (export, session build, {steps + 1} steps)…"):
         result = probe(
-            recipe,
+            target,
             batch,
             options=options,
             steps=steps,
@@ -84,9 +75,8 @@ def probe_command(
         )
     run = result.run
     if not run.ok:
-        failures = _COMMAND_FAILURES if is_command(recipe) else _FAILURES
-        raise MemoptError(f"{failures.get(run.status, run.status)}: {run.error} (log: {run.log_path})")
-    _summarise(recipe, batch, options, result)
+        raise MemoptError(f"{run.status.failure(target.noun)}: {run.error} (log: {run.log_path})")
+    _summarise(target, batch, options, result)
 
 
 def _plans_line(log: Path) -> str:
@@ -102,13 +92,13 @@ def _plans_line(log: Path) -> str:
     )
 
 
-def _summarise(recipe: str, batch: int, options: dict[str, object], result: ProbeResult) -> None:
+def _summarise(target: Target, batch: int, options: dict[str, object], result: ProbeResult) -> None:
     run = result.run
     stack = run.stack
     where = run.cuda_device_name or run.device.upper() if run.device else "?"
     shown = ", ".join(f"{k}={v}" for k, v in options.items())
     console.print(
-        f"[bold]Probe of {escape(recipe)}[/] ({escape(shown or 'default options')}) at batch {batch} on {escape(where)}"
+        f"[bold]Probe of {escape(str(target))}[/] ({escape(shown or 'default options')}) at batch {batch} on {escape(where)}"
     )
     console.print(
         f"  stack        ORT {stack.get('ort_version')} ({stack.get('ort_package')}), torch {stack.get('torch_version')}"

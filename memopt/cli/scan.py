@@ -28,12 +28,12 @@ from memopt.cli.options import (
     command_notes,
     recipe_options,
 )
+from memopt.core import RecipeTarget
 from memopt.errors import MemoptError
 from memopt.graph.sizes import resolve_dims
 from memopt.ort.stack import inspect_stack
 from memopt.recipes import DEFAULT_RECIPE
-from memopt.run import is_command
-from memopt.run.target import is_graph_file, load_target
+from memopt.run.target import load_target
 from memopt.scan import ProbeLevel, ScanReport, fold_layers, scan_graph
 from memopt.scan.patterns import Pattern, order_patterns
 from memopt.units import format_bytes
@@ -97,20 +97,18 @@ def scan_command(
     """Find the stashed activations ORT could recompute, grouped into ORT's plans, with their savings."""
     if as_json and as_csv:
         raise MemoptError("choose one of --json and --csv")
-    target = choose_target(target, command)
-    python = command_notes(target, python, probe_batch)
+    chosen = choose_target(target, command)
+    python = command_notes(chosen, python, probe_batch)
     # A recipe's batch is built at --seq; an ONNX file or a command has no recipe to pass it to.
-    no_recipe = is_graph_file(target) or is_command(target)
-    options = recipe_options(
-        target, None if no_recipe else seq, size, option, hf_task, None if no_recipe else target_seq
-    )
+    recipe = isinstance(chosen, RecipeTarget)
+    options = recipe_options(chosen, seq if recipe else None, size, option, hf_task, target_seq if recipe else None)
     explicit_dims = parse_dims_option(dims)
     if plot is not None:
         _check_plot_path(plot)  # before the scan, not after it
     status = error_console if as_json or as_csv else console
-    with status.status(f"Building the training graph of {escape(target)} (ORTModule export and session, once)…"):
+    with status.status(f"Building the training graph of {escape(str(chosen))} (ORTModule export and session, once)…"):
         loaded = load_target(
-            target, options=options, runs_dir=runs_dir, probe_batch=probe_batch, python=python, loss=loss
+            chosen, options=options, runs_dir=runs_dir, probe_batch=probe_batch, python=python, loss=loss
         )
     version = ort_version or loaded.ort_version or inspect_stack().ort_version
     if version is None:
@@ -131,7 +129,7 @@ def scan_command(
     for warning in report.warnings:
         error_console.print(f"[yellow]warning:[/] {escape(warning)}", highlight=False, soft_wrap=True)
     if not report.patterns and report.analysis.yield_order is None:
-        raise MemoptError(f"{target}: {report.warnings[0] if report.warnings else 'nothing to scan'}")
+        raise MemoptError(f"{chosen}: {report.warnings[0] if report.warnings else 'nothing to scan'}")
     if missing:
         error_console.print(
             f"[yellow]warning:[/] no value for {escape(', '.join(missing))}: savings stay symbolic "

@@ -74,7 +74,7 @@ def print_trial(result: TrialResult, console: Console = default_console) -> None
     config = ", ".join(result.config) or "no config"
     where = (result.device or "?").upper()
     console.print(
-        f"[bold]Trial of {escape(result.recipe)}[/] ({escape(shown)}) at batch {result.batch_size} on {where}: "
+        f"[bold]Trial of {escape(str(result.target))}[/] ({escape(shown)}) at batch {result.batch_size} on {where}: "
         f"[bold]{result.outcome.label}[/]{' (reused from the journal)' if result.reused else ''}",
         highlight=False,
     )

@@ -7,7 +7,6 @@ import os
 import shlex
 import sys
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -32,13 +31,14 @@ from memopt.cli.options import (
     recipe_options,
 )
 from memopt.cli.show import print_trial
+from memopt.core import RunnableTarget, runnable
 from memopt.errors import MemoptError
 from memopt.ort.config import ConfigEntry, PlanKey, key_entries
 from memopt.ort.version import OrtVersion
 from memopt.predict.calibrate import load_saved_model, model_identity, save_model
 from memopt.predict.memory_model import MemoryModel, ModelError, Observation
+from memopt.run import DEFAULT_RUNS_DIR, DEFAULT_TIMEOUT_S
 from memopt.run.budget import parse_budget
-from memopt.run.command import is_command
 from memopt.run.journal import Journal
 from memopt.run.trials import (
     DEFAULT_STEPS,
@@ -49,9 +49,6 @@ from memopt.run.trials import (
 )
 
 __all__ = ["trial_command"]
-
-_FATAL = {"recipe_error": "the recipe is broken", "stack_error": "the ORT training stack cannot run"}
-_FATAL_COMMAND = {**_FATAL, "recipe_error": "the training command failed"}
 
 
 @app.command("trial")
@@ -86,34 +83,34 @@ def trial_command(
         ),
     ] = None,
     device: DeviceOption = "auto",
-    runs_dir: RunsDirOption = Path("runs"),
+    runs_dir: RunsDirOption = DEFAULT_RUNS_DIR,
     resume: bool = typer.Option(
         False,
         "--resume",
         help="Reuse a finished trial of the journal with the same recipe, options, batch, config and versions.",
     ),
     python: PythonOption = None,
-    timeout: TimeoutOption = 1800.0,
+    timeout: TimeoutOption = DEFAULT_TIMEOUT_S,
     as_json: bool = typer.Option(False, "--json", help="Print the journal record as JSON."),
 ) -> None:
     """Run RECIPE (or your command) at --batch with --config applied as a user would; record memory, time and ORT's plans."""
-    recipe = _target(words or [], command)
+    target = _target(words or [], command)
     if batch < 1:
         raise MemoptError(f"--batch must be a positive integer, not {batch}")
     if steps < 1:
         raise MemoptError(f"--steps must be at least 1, not {steps}")
     check_device(device)
     parsed_budget = parse_budget(budget) if budget is not None else None
-    options = recipe_options(recipe, seq, size, option, hf_task, target_seq)
-    python = command_notes(recipe, python, batch)
+    options = recipe_options(target, seq, size, option, hf_task, target_seq)
+    python = command_notes(target, python, batch)
     versions = stack_versions(python)
     if versions.ort_version is None:
         raise MemoptError("the ORT training stack cannot run: onnxruntime-training is not installed")
     validated = parse_trial_config(config, OrtVersion.parse(versions.ort_version))
-    spec = TrialSpec(recipe, batch, options, validated.entries, steps, device, timeout, python)
+    spec = TrialSpec(target, batch, options, validated.entries, steps, device, timeout, python)
 
     identity_device = "cuda" if versions.cuda and device != "cpu" else "cpu"
-    identity = model_identity(recipe, options, versions, identity_device)
+    identity = model_identity(target, options, versions, identity_device)
     model = load_saved_model(runs_dir, identity)
     plan_keys = _plan_keys(model, validated.entries) if model else ()
     predicted = None
@@ -123,7 +120,7 @@ def trial_command(
         except ModelError:
             predicted = None
     with console.status(
-        f"Trial of {escape(recipe)} at batch {batch} ({len(validated.entries)} config entries, {steps + 1} steps)…"
+        f"Trial of {escape(str(target))} at batch {batch} ({len(validated.entries)} config entries, {steps + 1} steps)…"
     ):
         result = run_trial(
             spec,
@@ -134,9 +131,8 @@ def trial_command(
             predicted_peak_bytes=predicted,
             versions=versions,
         )
-    fatal = _FATAL_COMMAND if is_command(recipe) else _FATAL
-    if result.outcome in fatal:
-        raise MemoptError(f"{fatal[result.outcome]}: {result.error} (log: {result.run_dir}/ort.log)")
+    if result.status.fatal:
+        raise MemoptError(f"{result.status.failure(target.noun)}: {result.error} (log: {result.run_dir}/ort.log)")
     if model is not None and result.ran and result.peak_bytes and not result.reused:
         off = {cell for entry in result.plans_off for cell in key_entries(entry)}
         plans = tuple(key for key in plan_keys if not set(key_entries(key)) & off)  # ignored entries saved nothing
@@ -153,13 +149,13 @@ def trial_command(
         sys.exit(1)
 
 
-def _target(words: list[str], command: str | None) -> str:
+def _target(words: list[str], command: str | None) -> RunnableTarget:
     """``RECIPE``, ``-- CMD ARGS…`` (several words, or one program that is not a .py recipe) or ``--cmd``."""
     if len(words) > 1 or (words and _is_program(words[0])):
         if command is not None:
             raise MemoptError("give the command after -- or with --cmd, not both")
-        return choose_target(None, shlex.join(words))
-    return choose_target(words[0] if words else None, command, default=None)
+        return runnable(choose_target(None, shlex.join(words)))
+    return runnable(choose_target(words[0] if words else None, command, default=None))
 
 
 def _is_program(word: str) -> bool:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import sys
-from pathlib import Path
 
 import typer
 
@@ -35,9 +34,18 @@ from memopt.cli.options import (
     command_notes,
     recipe_options,
 )
+from memopt.core import runnable
 from memopt.errors import MemoptError
 from memopt.predict import DEFAULT_MARGIN
-from memopt.run import DEFAULT_STEPS, StackVersions, parse_budget, require_budget, stack_versions
+from memopt.run import (
+    DEFAULT_RUNS_DIR,
+    DEFAULT_STEPS,
+    DEFAULT_TIMEOUT_S,
+    StackVersions,
+    parse_budget,
+    require_budget,
+    stack_versions,
+)
 from memopt.tune import DEFAULT_MAX_TRIALS, TuneEvent, Tuner, TuneSettings, event_line
 
 __all__ = ["tune_command", "print_event"]
@@ -71,14 +79,14 @@ def tune_command(
     device: DeviceOption = "auto",
     margin: MarginOption = DEFAULT_MARGIN,
     calibrate_at: CalibrateOption = None,
-    runs_dir: RunsDirOption = Path("runs"),
+    runs_dir: RunsDirOption = DEFAULT_RUNS_DIR,
     python: PythonOption = None,
-    timeout: TimeoutOption = 1800.0,
+    timeout: TimeoutOption = DEFAULT_TIMEOUT_S,
 ) -> None:
     """Find, verify and print the cheapest recompute config that fits --target-batch in --budget."""
     if as_json and not no_tui:
         raise MemoptError("--json needs --no-tui")
-    target = choose_target(recipe, command)
+    target = runnable(choose_target(recipe, command))
     python = command_notes(target, python, target_batch)
     settings = TuneSettings.for_target(
         target,

@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from memopt.child import NODE_TIMES_FILE
+from memopt.core import RunnableTarget, RunStatus, parse_target
 from memopt.graph.sizes import batch_symbols
 from memopt.graph.training_graph import TrainingGraph
 from memopt.ort.config import PlanKey, key_entries, short_key
@@ -43,16 +44,15 @@ from memopt.predict.memory_model import (
 )
 from memopt.predict.recompute_cost import BALANCE, RecomputeCost, read_node_times, seconds_per_unit
 from memopt.run.budget import total_ram
-from memopt.run.command import fixed_batch
 from memopt.run.files import exclusive_lock, replace_atomically
 from memopt.run.journal import Journal
+from memopt.run.launch import DEFAULT_RUNS_DIR, DEFAULT_TIMEOUT_S
 from memopt.run.target import ScanTarget, load_target
 from memopt.run.trials import (
     DEFAULT_STEPS,
     StackVersions,
     TrialResult,
     TrialSpec,
-    recipe_identity,
     run_trial,
     stack_versions,
 )
@@ -108,10 +108,10 @@ def default_calibration_batches(target_batch: int) -> tuple[int]:
     return (max(1, target_batch // 2),)
 
 
-def model_identity(recipe: str, options: Mapping[str, Any], versions: StackVersions, device: str) -> str:
+def model_identity(target: RunnableTarget, options: Mapping[str, Any], versions: StackVersions, device: str) -> str:
     return json.dumps(
         {
-            "recipe": recipe_identity(recipe),
+            "recipe": target.identity(),
             "options": dict(options),
             "ort": versions.ort_version,
             "torch": versions.torch_version,
@@ -149,9 +149,9 @@ def save_model(runs_dir: Path, identity: str, model: MemoryModel) -> None:
 class PreparedTarget:
     """A target's training graph and plans, ready to calibrate: the probe and scan, done once."""
 
-    recipe: str
+    target: RunnableTarget
     options: Mapping[str, Any]
-    target: ScanTarget
+    loaded: ScanTarget
     report: ScanReport
     versions: StackVersions
     ort_version: str
@@ -164,33 +164,33 @@ CalibrationRun = Callable[[int], TrialResult]
 
 
 def prepare_target(
-    recipe: str,
+    target: RunnableTarget,
     *,
     options: Mapping[str, Any] | None = None,
-    runs_dir: Path = Path("runs"),
+    runs_dir: Path = DEFAULT_RUNS_DIR,
     python: str | None = None,
     probe_batch: int = 2,
     versions: StackVersions | None = None,
-    target: ScanTarget | None = None,
+    loaded: ScanTarget | None = None,
     cancel: threading.Event | None = None,
 ) -> PreparedTarget:
-    """Probe ``recipe`` (unless its ``target`` is already loaded) and scan its graph."""
+    """Probe ``target`` (unless its graph is already ``loaded``) and scan its graph."""
     options = dict(options or {})
     versions = versions or stack_versions(python)
-    target = target or load_target(
-        recipe, options=options, runs_dir=runs_dir, probe_batch=probe_batch, python=python, cancel=cancel
+    loaded = loaded or load_target(
+        target, options=options, runs_dir=runs_dir, probe_batch=probe_batch, python=python, cancel=cancel
     )
-    ort_version = target.ort_version or versions.ort_version or "1.19"
-    report = scan_graph(target.graph, ort_version, dims=target.logged_dims or None)
-    report, refused = keep_ort_plans(report, target.ort_plans)
-    symbols = require_batch_dim(report, recipe)
-    own = sorted({target.logged_dims[s] for s in symbols if s in target.logged_dims})
-    if fixed_batch(recipe) and own and probe_batch not in own:
+    ort_version = loaded.ort_version or versions.ort_version or "1.19"
+    report = scan_graph(loaded.graph, ort_version, dims=loaded.logged_dims or None)
+    report, refused = keep_ort_plans(report, loaded.ort_plans)
+    symbols = require_batch_dim(report, target)
+    own = sorted({loaded.logged_dims[s] for s in symbols if s in loaded.logged_dims})
+    if target.fixed_batch and own and probe_batch not in own:
         raise ModelError(
             f"the command runs at batch {own[0]} (ORT's graph says so) and has no {{batch}} to change it: "
             f"give --target-batch {own[0]}, or put {{batch}} in the command"
         )
-    return PreparedTarget(recipe, options, target, report, versions, ort_version, symbols, refused)
+    return PreparedTarget(target, options, loaded, report, versions, ort_version, symbols, refused)
 
 
 def keep_ort_plans(report: ScanReport, ort_plans: frozenset[str] | None) -> tuple[ScanReport, tuple[str, ...]]:
@@ -242,41 +242,40 @@ def calibrate_on(
 
 
 def calibrate(
-    recipe: str,
+    target: RunnableTarget,
     target_batch: int,
     *,
     options: Mapping[str, Any] | None = None,
-    runs_dir: Path = Path("runs"),
+    runs_dir: Path = DEFAULT_RUNS_DIR,
     calibration_batches: tuple[int, ...] | None = None,
     steps: int = DEFAULT_STEPS,
     device: str = "auto",
     python: str | None = None,
-    timeout_s: float = 1800.0,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
     resume: bool = True,
     versions: StackVersions | None = None,
     node_times: bool = True,
-    target: ScanTarget | None = None,
+    loaded: ScanTarget | None = None,
 ) -> Calibration:
-    """Probe, scan and calibrate ``recipe`` with child-process trials (``memopt plan``);
-    ``target``: its graph already probed (``load_target``); ``node_times``: see
-    ``fit_calibration``."""
+    """Probe, scan and calibrate ``target`` with real trials (``memopt plan``); ``loaded``:
+    its graph already probed (``load_target``); ``node_times``: see ``fit_calibration``."""
     runs_dir = Path(runs_dir)
     journal = Journal.in_folder(runs_dir)
     probe_batch = 2
-    if fixed_batch(recipe):
+    if target.fixed_batch:
         calibration_batches, probe_batch = (target_batch,), target_batch
     prepared = prepare_target(
-        recipe,
+        target,
         options=options,
         runs_dir=runs_dir,
         python=python,
         versions=versions,
         probe_batch=probe_batch,
-        target=target,
+        loaded=loaded,
     )
 
     def run(batch: int) -> TrialResult:
-        spec = TrialSpec(recipe, batch, prepared.options, (), steps, device, timeout_s, python)
+        spec = TrialSpec(target, batch, prepared.options, (), steps, device, timeout_s, python)
         return run_trial(spec, runs_dir, journal=journal, resume=resume, versions=prepared.versions)
 
     return calibrate_on(
@@ -291,11 +290,11 @@ def calibrate(
     )
 
 
-def require_batch_dim(report: ScanReport, recipe: str) -> tuple[str, ...]:
+def require_batch_dim(report: ScanReport, target: RunnableTarget) -> tuple[str, ...]:
     """The graph's batch symbols; a graph without one cannot be scaled by batch."""
     symbols = batch_symbols(report.inputs)
     if not symbols:
-        raise ModelError(f"the training graph of {recipe} has no dynamic batch dim; memopt cannot scale it by batch")
+        raise ModelError(f"the training graph of {target} has no dynamic batch dim; memopt cannot scale it by batch")
     return symbols
 
 
@@ -351,23 +350,23 @@ def fit_calibration(
     (with ``resume``, the part of it the same calibration read before, where one did).
     ``node_times=False`` leaves out the node times a trial profiled: costs from the graph's
     work alone, as a `--cmd` job or a CUDA run gets them."""
-    target, report, recipe, options, versions = (
-        prepared.target,
+    loaded, report, target, options, versions = (
+        prepared.loaded,
         prepared.report,
-        prepared.recipe,
+        prepared.target,
         prepared.options,
         prepared.versions,
     )
     symbols = prepared.batch_symbols
-    fixed = {name: value for name, value in target.logged_dims.items() if name not in symbols}
-    plans = plan_savings(report, target.graph)
+    fixed = {name: value for name, value in loaded.logged_dims.items() if name not in symbols}
+    plans = plan_savings(report, loaded.graph)
     device_used = trials[0].device or "cpu"
-    identity = model_identity(recipe, options, versions, device_used)
+    identity = model_identity(target, options, versions, device_used)
     record_key = _calibration_key(identity, trials, target_batch)
     earlier = journal.latest(record_key, kind=CALIBRATION_KIND) if resume else None
     read_upto = earlier.record.get("journal_lines") if earlier is not None else None
     journaled, lines_read = _history(
-        journal, recipe, options, versions, device_used, read_upto if isinstance(read_upto, int) else None
+        journal, target, options, versions, device_used, read_upto if isinstance(read_upto, int) else None
     )
     if earlier is None:
         journal.append({"key": record_key, "kind": CALIBRATION_KIND, "journal_lines": lines_read, "identity": identity})
@@ -375,16 +374,16 @@ def fit_calibration(
     known = (*journaled, *trials)
     history = list({t.key or id(t): t for t in known}.values())  # a trial no journal keyed counts once
     observations = [Observation(t.batch_size, _plans_of(t, plans), int(t.peak_bytes)) for t in history if t.peak_bytes]
-    if target.probe_peak is not None and target.probe_peak[2] == device_used:
+    if loaded.probe_peak is not None and loaded.probe_peak[2] == device_used:
         # The graph probe is a no-config run too: with the calibration run, two batches fit the allocator's scale.
-        observations.append(Observation(target.probe_peak[0], (), target.probe_peak[1]))
+        observations.append(Observation(loaded.probe_peak[0], (), loaded.probe_peak[1]))
     model = fit_memory_model(
         observations,
         plans,
         symbols,
         fixed,
-        single_batch=fixed_batch(recipe),
-        simulator=simulator_for(plans, target.graph, target.graph_path, prepared.ort_version),
+        single_batch=target.fixed_batch,
+        simulator=simulator_for(plans, loaded.graph, loaded.graph_path, prepared.ort_version),
     )
     save_model(runs_dir, identity, model)
 
@@ -394,9 +393,9 @@ def fit_calibration(
     reference = max(trials, key=lambda t: t.batch_size)
     reference_dims = model.dims(reference.batch_size)
     cost = RecomputeCost(
-        target.graph,
+        loaded.graph,
         balance,
-        seconds_per_unit(reference.median_step_s or 0.0, target.graph, reference_dims, balance),
+        seconds_per_unit(reference.median_step_s or 0.0, loaded.graph, reference_dims, balance),
         read_node_times(Path(reference.run_dir) / NODE_TIMES_FILE) if node_times else {},
         reference_dims,
     )
@@ -416,7 +415,7 @@ def fit_calibration(
         baseline_step,
         target_batch,
         tuple(trials),
-        target.description,
+        loaded.description,
         prepared.ort_version,
         device_used,
         device_total,
@@ -434,15 +433,15 @@ def _calibration_key(identity: str, trials: Sequence[TrialResult], target_batch:
 
 def _history(
     journal: Journal,
-    recipe: str,
+    target: RunnableTarget,
     options: Mapping[str, Any],
     versions: StackVersions,
     device: str,
     upto: int | None = None,
 ) -> tuple[list[TrialResult], int]:
-    """Finished trials of this recipe/options/stack/device, newest per key, in the journal's
+    """Finished trials of this target/options/stack/device, newest per key, in the journal's
     first ``upto`` lines (all of it when None); and the number of the last line read."""
-    identity = recipe_identity(recipe)
+    identity = target.identity()
     latest: dict[str, TrialResult] = {}
     last = 0
     for entry in journal.entries():
@@ -450,9 +449,11 @@ def _history(
             break
         last = entry.line_number
         record = entry.record
-        if record.get("status") != "ok" or record.get("device") != device:
+        if record.get("status") != RunStatus.OK or record.get("device") != device:
             continue
-        if recipe_identity(str(record.get("recipe"))) != identity or dict(record.get("options") or {}) != dict(options):
+        if parse_target(str(record.get("recipe"))).identity() != identity or dict(record.get("options") or {}) != dict(
+            options
+        ):
             continue
         if record.get("ort_version") != versions.ort_version or record.get("torch_version") != versions.torch_version:
             continue

@@ -17,8 +17,9 @@ inside one (``package.module:attr``) that provides:
 Options (``--seq``, ``--size``, ``-o key=value``) reach each function that declares a
 parameter of that name; an option no function declares is an error.
 
-``hf:NAME`` and ``hf:PATH`` name a Hugging Face model by its config (``memopt.recipes.hf``):
-a recipe whose model computes its own loss.
+``hf:NAME`` and ``hf:PATH`` name a Hugging Face model by its config (``memopt.recipes.hf``,
+``load_hf_recipe``): a recipe whose model computes its own loss. Which loader a spec takes is
+``memopt.core``'s to say (``RecipeTarget.load``).
 """
 
 from __future__ import annotations
@@ -42,11 +43,11 @@ __all__ = [
     "DEFAULT_RECIPE",
     "Recipe",
     "RecipeError",
-    "check_recipe_spec",
+    "check_hf_recipe",
     "check_recipe",
+    "load_hf_recipe",
     "load_recipe",
     "parse_option_value",
-    "recipe_label",
 ]
 
 BUILTIN_RECIPES: dict[str, str] = {
@@ -99,8 +100,6 @@ def parse_option_value(text: str) -> bool | int | float | str:
 def load_recipe(spec: str, options: Mapping[str, Any] | None = None) -> Recipe:
     """Import the recipe named by ``spec`` and check it against the contract."""
     options = dict(options or {})
-    if spec.startswith("hf:"):
-        return _hf_recipe(spec, options)
     source = _import_source(spec)
     missing = [name for name in REQUIRED if not callable(getattr(source, name, None))]
     if missing:
@@ -120,32 +119,11 @@ def load_recipe(spec: str, options: Mapping[str, Any] | None = None) -> Recipe:
     return Recipe(spec=spec, options=options, **functions)  # type: ignore[arg-type]  # required ones checked above
 
 
-def check_recipe_spec(spec: str, options: Mapping[str, Any]) -> tuple[str, ...]:
-    """What can be checked before a child runs the recipe: an ``hf:`` target's config is
-    resolved (a bad field, size or attention fails here), any other recipe must name
-    something (``check_recipe``); returns the notes to say."""
-    if not spec.startswith("hf:"):
-        check_recipe(spec)
-        return ()
+def load_hf_recipe(spec: str, options: Mapping[str, Any] | None = None) -> Recipe:
+    """The recipe of a Hugging Face config (``hf:NAME`` or ``hf:PATH``): a model computing its own loss."""
     from memopt.recipes.hf import resolve_hf_target
 
-    return resolve_hf_target(spec, options).notes
-
-
-def recipe_label(spec: str) -> str:
-    """A short name for run folders and config files: ``gpt``, ``my_recipe``, ``hf-gpt2``."""
-    if spec.startswith("hf:"):
-        name = spec[3:].rstrip("/")
-        if name.endswith("config.json"):
-            name = str(Path(name).parent)
-        return f"hf-{Path(name).name or 'model'}"
-    return Path(spec.partition(":")[0]).stem.replace(".", "-") or "recipe"
-
-
-def _hf_recipe(spec: str, options: Mapping[str, Any]) -> Recipe:
-    from memopt.recipes.hf import resolve_hf_target
-
-    target = resolve_hf_target(spec, options)
+    target = resolve_hf_target(spec, dict(options or {}))
     return Recipe(
         spec=spec,
         build_model=target.build_model,
@@ -153,6 +131,14 @@ def _hf_recipe(spec: str, options: Mapping[str, Any]) -> Recipe:
         files={"config.json": target.config_json()},
         notes=target.notes,
     )
+
+
+def check_hf_recipe(spec: str, options: Mapping[str, Any]) -> tuple[str, ...]:
+    """A Hugging Face config resolved before any run (a bad field, size or attention fails
+    here); returns the notes to say."""
+    from memopt.recipes.hf import resolve_hf_target
+
+    return resolve_hf_target(spec, options).notes
 
 
 def check_recipe(spec: str) -> None:

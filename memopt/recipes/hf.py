@@ -27,7 +27,6 @@ __all__ = [
     "HF_TASKS",
     "PRESETS",
     "HFTarget",
-    "is_hf_spec",
     "resolve_hf_target",
 ]
 
@@ -195,10 +194,6 @@ class HFTarget:
 
     def config_json(self) -> str:
         return str(self.config.to_json_string(use_diff=False))
-
-
-def is_hf_spec(spec: str) -> bool:
-    return spec.startswith(HF_PREFIX)
 
 
 def resolve_hf_target(spec: str, options: Mapping[str, Any]) -> HFTarget:

@@ -1,9 +1,8 @@
 """The user's own training command as a target: run as is, every rank measured.
 
-A command target is the command line behind ``COMMAND_PREFIX`` (``cmd:torchrun … train.py
---batch-size {batch}``), so journals, models and settings keep it as they keep a recipe
-name. memopt runs it through ``/bin/sh -c`` in the caller's working directory with only
-environment variables added: the trial's memory-optimizer variables, ORTModule's log level
+A command target (``memopt.core.Command``, spec ``cmd:torchrun … train.py --batch-size
+{batch}``) is kept by journals, models and settings as a recipe is. memopt runs it through
+``/bin/sh -c`` in the caller's working directory with only environment variables added: the trial's memory-optimizer variables, ORTModule's log level
 (its Plan table), its graphs' folder, and a start-up hook on ``PYTHONPATH``
 (``memopt.child.hook``) that counts steps on every rank and reports them into the run
 folder's ``steps.jsonl``. Once every rank has reported its last step, memopt ends the
@@ -12,16 +11,11 @@ job's whole process group.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
-import shlex
-import shutil
 import signal
 import sys
 import threading
-from collections.abc import Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -38,144 +32,29 @@ from memopt.child import (
     RUN_DIR_VAR,
     TIMEOUT_VAR,
 )
-from memopt.errors import MemoptError
-from memopt.recipes import recipe_label
-from memopt.run.launch import LOG_NAME, ONNX_DIR, PACKAGE_ROOT, RECORD_NAME, RunResult, check_timeout, run_process
+from memopt.core import Command, RunStatus
+from memopt.run.launch import LOG_NAME, ONNX_DIR, PACKAGE_ROOT, RECORD_NAME, RunRequest, RunResult, launch, run_process
 
-__all__ = [
-    "BATCH_PLACEHOLDER",
-    "COMMAND_PREFIX",
-    "STEPS_FILE",
-    "CommandRequest",
-    "command_identity",
-    "command_of",
-    "command_target",
-    "fixed_batch",
-    "has_batch_placeholder",
-    "is_command",
-    "job_python",
-    "render_command",
-    "run_command",
-    "target_label",
-]
+__all__ = ["STEPS_FILE", "run_target"]
 
-COMMAND_PREFIX = "cmd:"
-BATCH_PLACEHOLDER = "{batch}"
 STEPS_FILE = "steps.jsonl"
 HOOK_PATH = str(Path(memopt.child.__file__).resolve().parent / HOOK_DIR)
 # Lines of the job's output an error quotes.
 _TAIL_LINES = 6
 
 
-def command_target(command: str) -> str:
-    """The target string of a command line (what journals and settings keep)."""
-    command = command.strip()
-    if not command:
-        raise MemoptError("--cmd needs a command, e.g. --cmd 'python train.py --batch-size {batch}'")
-    return COMMAND_PREFIX + command
+def run_target(request: RunRequest, run_dir: Path, cancel: threading.Event | None = None) -> RunResult:
+    """Run the request's target: the user's command as is, or a recipe in memopt's child process."""
+    if isinstance(request.target, Command):
+        return _run_command(request, run_dir, cancel)
+    return launch(request, run_dir, cancel)
 
 
-def command_identity(target: str) -> str:
-    """What a command's results depend on: the command, where it runs, and its scripts' content."""
-    digest = hashlib.sha256()
-    for word in _words(command_of(target)):
-        path = Path(word)
-        if path.suffix == ".py" and path.is_file():
-            digest.update(path.read_bytes())
-    return f"{target} @ {Path.cwd()}#{digest.hexdigest()[:16]}"
-
-
-def is_command(target: str) -> bool:
-    return target.startswith(COMMAND_PREFIX)
-
-
-def command_of(target: str) -> str:
-    return target[len(COMMAND_PREFIX) :]
-
-
-def has_batch_placeholder(target: str) -> bool:
-    return BATCH_PLACEHOLDER in command_of(target)
-
-
-def fixed_batch(target: str) -> bool:
-    """A command without ``{batch}``: it runs at its own batch size, which memopt cannot vary."""
-    return is_command(target) and not has_batch_placeholder(target)
-
-
-def render_command(target: str, batch_size: int) -> str:
-    """The command line as the job runs it: ``{batch}`` replaced by the batch size."""
-    return command_of(target).replace(BATCH_PLACEHOLDER, str(batch_size))
-
-
-def target_label(target: str) -> str:
-    """A short name for run folders and config files: a recipe's label, or the script a
-    command runs, else its program."""
-    if not is_command(target):
-        return recipe_label(target)
-    words = _words(command_of(target))
-    scripts = [w for w in words if w.endswith(".py")]
-    name = Path(scripts[0] if scripts else (words[0] if words else "cmd")).stem
-    return "".join(c if c.isalnum() or c in "-_" else "-" for c in name) or "cmd"
-
-
-def job_python(target: str) -> str | None:
-    """The interpreter the command runs (a ``python`` program or a launcher's ``#!`` line), where it can be told."""
-    words = [w for w in _words(command_of(target)) if "=" not in w.split("/")[0]]  # skip VAR=value prefixes
-    if not words:
-        return None
-    program = shutil.which(words[0])
-    if program is None:
-        return None
-    if Path(program).name.startswith("python"):
-        return program
-    try:
-        with open(program, "rb") as handle:
-            first = handle.readline(512).decode(errors="replace")
-    except OSError:
-        return None
-    if not first.startswith("#!"):
-        return None
-    interpreter = first[2:].split()
-    if not interpreter:
-        return None
-    if Path(interpreter[0]).name == "env" and len(interpreter) > 1:
-        return shutil.which(interpreter[1])
-    return interpreter[0] if Path(interpreter[0]).name.startswith("python") else None
-
-
-def _words(command: str) -> list[str]:
-    try:
-        return shlex.split(command)
-    except ValueError:
-        return command.split()
-
-
-@dataclass(frozen=True)
-class CommandRequest:
-    """One run of a command target: ``env`` adds to (or overrides) the caller's environment."""
-
-    target: str
-    batch_size: int
-    steps: int = 2
-    log_level: str = "INFO"
-    save_onnx: bool = False
-    env: Mapping[str, str] = field(default_factory=dict)
-    unset_env: tuple[str, ...] = ()
-    timeout_s: float = 1800.0
-    cuda: bool = False  # the stack has CUDA: ORT prints its per-step memory lines
-
-    def __post_init__(self) -> None:
-        check_timeout(self.timeout_s)
-        if self.batch_size < 1:
-            raise MemoptError(f"--batch must be a positive integer, not {self.batch_size}")
-        if self.steps < 1:
-            raise MemoptError(f"--steps must be at least 1, not {self.steps}")
-
-
-def run_command(request: CommandRequest, run_dir: Path, cancel: threading.Event | None = None) -> RunResult:
+def _run_command(request: RunRequest, run_dir: Path, cancel: threading.Event | None) -> RunResult:
     """Run the command until every rank has reported warm-up + ``steps`` steps, then end it."""
+    assert isinstance(request.target, Command)
     steps_file = run_dir / STEPS_FILE
-    command = render_command(request.target, request.batch_size)
+    command = request.target.render(request.batch_size)
     (run_dir / LOG_NAME).write_text(f"[memopt] $ {command}\n")
     if request.save_onnx:
         (run_dir / ONNX_DIR).mkdir(exist_ok=True)
@@ -226,7 +105,7 @@ sys.exit(code)
 """
 
 
-def _job_env(request: CommandRequest, run_dir: Path) -> dict[str, str]:
+def _job_env(request: RunRequest, run_dir: Path) -> dict[str, str]:
     env = {key: value for key, value in os.environ.items() if key not in request.unset_env}
     env.update(request.env)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (HOOK_PATH, env.get("PYTHONPATH", "")) if p)
@@ -275,32 +154,35 @@ def _all_ranks_done(records: list[dict[str, Any]], wanted: int) -> bool:
 
 def _status(
     records: list[dict[str, Any]], wanted: int, ending: str, returncode: int | None, log: Path, timeout_s: float
-) -> tuple[str, str | None]:
+) -> tuple[RunStatus, str | None]:
     steps = [r for r in records if r.get("event") == "step"]
     if ending == "done" or _all_ranks_done(records, wanted):
-        return "ok", None
+        return RunStatus.OK, None
     if ending == "cancelled":
-        return "cancelled", "cancelled: the job's process group was ended"
+        return RunStatus.CANCELLED, "cancelled: the job's process group was ended"
     tail = _tail(log)
     seen = any(r.get("event") == "ortmodule" for r in records)
     reached = max((int(r.get("step") or 0) for r in steps), default=0)
     progress = f"reached step {reached} of {wanted}" if seen else "no ORTModule training step seen"
     if ending == "not_started":
-        return "recipe_error", f"the command could not start: {tail}"
+        return RunStatus.RECIPE_ERROR, f"the command could not start: {tail}"
     if ending == "timed_out":
-        return "timed_out", f"killed after {timeout_s:g} s: {progress}; last output: {tail}"
+        return RunStatus.TIMED_OUT, f"killed after {timeout_s:g} s: {progress}; last output: {tail}"
     # A rank killed outright (torchrun reports "Signal 9 (SIGKILL)") is most likely the kernel's OOM killer.
     killed = returncode in (-signal.SIGKILL, 128 + signal.SIGKILL) or "signal 9 (sigkill)" in tail.lower()
     if killed or any(marker in tail.lower() for marker in OOM_MARKERS):
-        return "out_of_memory", f"the job ran out of memory ({progress}): {tail}"
+        return RunStatus.OUT_OF_MEMORY, f"the job ran out of memory ({progress}): {tail}"
     if not seen:
         return (
-            "recipe_error",
+            RunStatus.RECIPE_ERROR,
             f"{progress}: the job {_exit_words(returncode)} before ORTModule trained; last output: {tail}",
         )
     if returncode == 0:
-        return "recipe_error", f"the job ended after {reached} of the {wanted} steps memopt needs; lower --steps"
-    return "step_error", f"the job {_exit_words(returncode)} ({progress}): {tail}"
+        return (
+            RunStatus.RECIPE_ERROR,
+            f"the job ended after {reached} of the {wanted} steps memopt needs; lower --steps",
+        )
+    return RunStatus.STEP_ERROR, f"the job {_exit_words(returncode)} ({progress}): {tail}"
 
 
 def _exit_words(returncode: int | None) -> str:
@@ -322,7 +204,7 @@ def _tail(log: Path) -> str:
 
 def _result(
     records: list[dict[str, Any]],
-    status: str,
+    status: RunStatus,
     error: str | None,
     run_dir: Path,
     wall_s: float,

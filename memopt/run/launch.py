@@ -28,6 +28,7 @@ from typing import Any
 
 import memopt
 from memopt.child import CHILD_MODULE, ONNX_PREFIX, PARENT_PID_VAR, RUN_DIR_VAR, TIMEOUT_VAR
+from memopt.core import Command, RunnableTarget, RunStatus
 from memopt.errors import MemoptError
 
 # How often a waiting launch looks at its cancel event: the delay between a cancel and the kill.
@@ -36,6 +37,8 @@ _CANCEL_POLL_S = 0.1
 _END_GRACE_S = 5.0
 
 __all__ = [
+    "DEFAULT_RUNS_DIR",
+    "DEFAULT_TIMEOUT_S",
     "DEVICES",
     "PARENT_PID_VAR",
     "RUN_DIR_VAR",
@@ -62,6 +65,8 @@ ONNX_DIR = "onnx"
 PACKAGE_ROOT = str(Path(memopt.__file__).resolve().parent.parent)
 
 DEVICES = ("auto", "cpu", "cuda")  # auto: CUDA where ORT and torch have it, else CPU
+DEFAULT_TIMEOUT_S = 1800.0  # a run's time limit unless --timeout says otherwise
+DEFAULT_RUNS_DIR = Path("runs")  # where run folders go unless --runs-dir says otherwise
 
 # The child is started with ``-c`` so that the working directory is not first on its import
 # path (a stray torch.py or onnx.py there must not run); it goes last instead, so a recipe
@@ -88,9 +93,12 @@ def check_timeout(timeout_s: float) -> None:
 
 @dataclass(frozen=True)
 class RunRequest:
-    """What the child runs. ``env`` adds to (or overrides) the caller's environment."""
+    """One run of a target: a recipe in memopt's child process, or the user's command as is.
+    ``env`` adds to (or overrides) the caller's environment. A command picks its own device
+    and interpreter and takes no recipe options; ``cuda`` tells its run that the stack has
+    CUDA (ORT then prints its per-step memory lines)."""
 
-    recipe: str
+    target: RunnableTarget
     batch_size: int
     options: Mapping[str, Any] = field(default_factory=dict)
     steps: int = 2
@@ -98,9 +106,10 @@ class RunRequest:
     log_level: str = "INFO"
     save_onnx: bool = False
     env: Mapping[str, str] = field(default_factory=dict)
-    unset_env: tuple[str, ...] = ()  # caller's variables the child must not see
+    unset_env: tuple[str, ...] = ()  # caller's variables the run must not see
     python: str = sys.executable
-    timeout_s: float = 1800.0
+    timeout_s: float = DEFAULT_TIMEOUT_S
+    cuda: bool = False
 
     def __post_init__(self) -> None:
         check_timeout(self.timeout_s)
@@ -109,19 +118,19 @@ class RunRequest:
             raise MemoptError(f"--batch must be a positive integer, not {self.batch_size}")
         if self.steps < 1:
             raise MemoptError(f"--steps must be at least 1, not {self.steps}")
+        if isinstance(self.target, Command) and self.options:
+            raise MemoptError("recipe options (--size, --seq, -o) do not apply to a command: put them in the command")
 
 
 @dataclass(frozen=True)
 class RunResult:
     """Outcome of one child run.
 
-    ``status``: ok, stack_error, recipe_error, step_error, out_of_memory, crashed, timed_out,
-    cancelled.
     Memory in bytes (``memory_kind`` rss or cuda_allocated), times in seconds;
     ``step_times_s[0]`` is the warm-up step.
     """
 
-    status: str
+    status: RunStatus
     run_dir: Path
     error: str | None = None
     device: str | None = None
@@ -141,7 +150,7 @@ class RunResult:
 
     @property
     def ok(self) -> bool:
-        return self.status == "ok"
+        return self.status == RunStatus.OK
 
     @property
     def log_path(self) -> Path:
@@ -204,7 +213,7 @@ def launch(request: RunRequest, run_dir: Path, cancel: threading.Event | None = 
     request_path.write_text(
         json.dumps(
             {
-                "recipe": request.recipe,
+                "recipe": request.target.spec,
                 "options": dict(request.options),
                 "batch_size": request.batch_size,
                 "steps": request.steps,
@@ -415,14 +424,14 @@ def _collect(
     except (OSError, ValueError):
         reported = {}
     steps = reported.get("steps") or {}
-    status = reported.get("status", "crashed")
+    status = RunStatus.read(reported.get("status"))
     error = reported.get("error")
     if ending == "timed_out":
-        status, error = "timed_out", f"killed after {request.timeout_s:g} s without finishing"
+        status, error = RunStatus.TIMED_OUT, f"killed after {request.timeout_s:g} s without finishing"
     elif ending == "cancelled":
-        status, error = "cancelled", "cancelled: the run's process group was killed"
-    elif status in ("running", "crashed") and error is None:
-        status, error = "crashed", _crash_reason(run_dir / LOG_NAME, returncode or 0)
+        status, error = RunStatus.CANCELLED, "cancelled: the run's process group was killed"
+    elif status in (RunStatus.RUNNING, RunStatus.CRASHED) and error is None:
+        status, error = RunStatus.CRASHED, _crash_reason(run_dir / LOG_NAME, returncode or 0)
     return RunResult(
         status=status,
         run_dir=run_dir,
@@ -453,10 +462,13 @@ def _crash_reason(log_path: Path, returncode: int) -> str:
 
 
 def _write_record(run_dir: Path, request: RunRequest, result: RunResult) -> None:
+    values = asdict(request)
+    del values["target"]
     record = {
         "memopt_version": memopt.__version__,
         "request": {
-            **asdict(request),
+            "recipe": request.target.spec,
+            **values,
             "options": dict(request.options),
             "env": dict(request.env),
             "unset_env": list(request.unset_env),

@@ -7,19 +7,22 @@ ORTModule saved, the execution training graph among them.
 
 from __future__ import annotations
 
+import sys
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from memopt.run.command import CommandRequest, is_command, run_command, target_label
+from memopt.core import RunnableTarget
+from memopt.run.command import run_target
 from memopt.run.launch import (
+    DEFAULT_RUNS_DIR,
+    DEFAULT_TIMEOUT_S,
     ONNX_DIR,
     ONNX_PREFIX,
     RunRequest,
     RunResult,
-    launch,
     new_run_dir,
 )
 
@@ -47,55 +50,42 @@ class ProbeResult:
         return self.graphs.get("execution")
 
 
-def run_label(recipe: str, batch_size: int) -> str:
-    return f"probe-{target_label(recipe)}-b{batch_size}"
+def run_label(target: RunnableTarget, batch_size: int) -> str:
+    return f"probe-{target.label}-b{batch_size}"
 
 
 def probe(
-    recipe: str,
+    target: RunnableTarget,
     batch_size: int,
     *,
     options: Mapping[str, Any] | None = None,
     steps: int = 2,
     device: str = "auto",
     log_level: str = "INFO",
-    runs_dir: Path = Path("runs"),
+    runs_dir: Path = DEFAULT_RUNS_DIR,
     env: Mapping[str, str] | None = None,
     unset_env: tuple[str, ...] = (),
     python: str | None = None,
-    timeout_s: float = 1800.0,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
     cancel: threading.Event | None = None,
 ) -> ProbeResult:
-    """Run the recipe (or command) for a warm-up step and ``steps`` more with ORT's plans logged and
-    graphs saved. A command runs on the device it picks itself; ``device`` and ``python`` are for recipes."""
-    # Requests check their values before the run folder exists: bad input creates nothing.
-    if is_command(recipe):
-        command = CommandRequest(
-            target=recipe,
-            batch_size=batch_size,
-            steps=steps,
-            log_level=log_level,
-            save_onnx=True,
-            env=dict(env or {}),
-            unset_env=unset_env,
-            timeout_s=timeout_s,
-        )
-        run = run_command(command, new_run_dir(runs_dir, run_label(recipe, batch_size)), cancel)
-    else:
-        request = RunRequest(
-            recipe=recipe,
-            batch_size=batch_size,
-            options=dict(options or {}),
-            steps=steps,
-            device=device,
-            log_level=log_level,
-            save_onnx=True,
-            env=dict(env or {}),
-            unset_env=unset_env,
-            timeout_s=timeout_s,
-            **({"python": python} if python else {}),
-        )
-        run = launch(request, new_run_dir(runs_dir, run_label(recipe, batch_size)), cancel)
+    """Run the target for a warm-up step and ``steps`` more with ORT's plans logged and graphs
+    saved. A command runs on the device it picks itself; ``device`` and ``python`` are for recipes."""
+    # The request checks its values before the run folder exists: bad input creates nothing.
+    request = RunRequest(
+        target=target,
+        batch_size=batch_size,
+        options=dict(options or {}),
+        steps=steps,
+        device=device,
+        log_level=log_level,
+        save_onnx=True,
+        env=dict(env or {}),
+        unset_env=unset_env,
+        timeout_s=timeout_s,
+        python=python or sys.executable,
+    )
+    run = run_target(request, new_run_dir(runs_dir, run_label(target, batch_size)), cancel)
     return ProbeResult(run=run, graphs=_saved_graphs(run.run_dir / ONNX_DIR))
 
 

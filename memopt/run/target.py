@@ -8,16 +8,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from memopt.core import GraphFile, RunnableTarget, Target
 from memopt.errors import MemoptError
 from memopt.graph.gradient import build_training_graph
 from memopt.graph.training_graph import TrainingGraph, load_graph, session_input_beside
 from memopt.logparse import parse_file
 from memopt.ort.config import CONFIG_VARIABLES, key_entries
-from memopt.run.command import is_command
-from memopt.run.launch import new_run_dir
+from memopt.run.launch import DEFAULT_RUNS_DIR, new_run_dir
 from memopt.run.probe import probe
 
-__all__ = ["CONFIG_VARIABLES", "ScanTarget", "is_graph_file", "load_target"]
+__all__ = ["CONFIG_VARIABLES", "ScanTarget", "load_target"]
 
 
 @dataclass(frozen=True)
@@ -34,16 +34,11 @@ class ScanTarget:
     probe_peak: tuple[int, int, str] | None = None
 
 
-def is_graph_file(target: str) -> bool:
-    """An ONNX file rather than a recipe."""
-    return target.endswith(".onnx") or (Path(target).is_file() and not target.endswith(".py"))
-
-
 def load_target(
-    target: str,
+    target: Target,
     *,
     options: Mapping[str, Any] | None = None,
-    runs_dir: Path = Path("runs"),
+    runs_dir: Path = DEFAULT_RUNS_DIR,
     probe_batch: int = 2,
     python: str | None = None,
     loss: str = "outside",
@@ -51,22 +46,20 @@ def load_target(
 ) -> ScanTarget:
     """An ONNX training graph as is, a forward-only ONNX model through ORT's gradient
     builder, or a recipe's (or the user's command's) graph from a short no-config probe."""
-    if is_command(target):
-        if options:
-            raise MemoptError("recipe options (--size, --seq, -o) do not apply to a command: put them in the command")
-    elif is_graph_file(target):
+    if isinstance(target, GraphFile):
         if options:
             raise MemoptError("recipe options (--size, --seq, -o) do not apply to an ONNX file")
-        graph = load_graph(target, session_input=session_input_beside(Path(target)))
+        graph = load_graph(target.path, session_input=session_input_beside(target.path))
         if any(node.op_type == "YieldOp" for node in graph.nodes):
-            return ScanTarget(graph, target, Path(target))
-        folder = new_run_dir(runs_dir, f"graph-{Path(target).stem}")
-        built = build_training_graph(Path(target), folder / "training_graph.onnx", loss, python)
+            return ScanTarget(graph, target.spec, target.path)
+        folder = new_run_dir(runs_dir, f"graph-{target.label}")
+        built = build_training_graph(target.path, folder / "training_graph.onnx", loss, python)
         return ScanTarget(
             load_graph(built),
             f"{target} (forward only; training graph by ORT's gradient builder, loss {loss}: {built})",
             built,
         )
+    assert isinstance(target, RunnableTarget)
     result = probe(
         target,
         probe_batch,

@@ -1,8 +1,8 @@
-"""Trials: one recipe, one batch size, one memory-optimizer config, real ORTModule steps.
+"""Trials: one target, one batch size, one memory-optimizer config, real ORTModule steps.
 
 A trial applies the config exactly as a user would (``ORTMODULE_MEMORY_OPT_CONFIG`` set
 to the config string on ORT <=1.18, to a JSON file in the trial's folder on 1.19), runs a
-warm-up step and N measured steps in a child process (``memopt.run.launch.launch``), and reads
+warm-up step and N measured steps in a child process (``memopt.run.command.run_target``), and reads
 the child's own log for the plans ORT reported ON and the nodes it recomputed. The
 config is validated for the ORT release before anything is launched. Whatever the child
 does (crash, hang, out of memory), the caller gets a ``TrialResult``; every finished
@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from memopt.child import PROFILE_VAR
+from memopt.core import Command, RunnableTarget, RunStatus, Target, parse_target
 from memopt.errors import MemoptError
 from memopt.logparse import LogReadError, parse_file
 from memopt.ort.config import (
@@ -43,11 +44,10 @@ from memopt.ort.config import (
     write_json_config,
 )
 from memopt.ort.version import OrtVersion
-from memopt.recipes.hf import PRESETS as HF_PRESETS
 from memopt.run.budget import Budget, total_ram
-from memopt.run.command import CommandRequest, command_identity, is_command, run_command, target_label
+from memopt.run.command import run_target
 from memopt.run.journal import Journal
-from memopt.run.launch import PACKAGE_ROOT, RunRequest, RunResult, check_timeout, launch, new_run_dir
+from memopt.run.launch import DEFAULT_TIMEOUT_S, PACKAGE_ROOT, RunRequest, RunResult, check_timeout, new_run_dir
 
 __all__ = [
     "DEFAULT_STEPS",
@@ -56,19 +56,16 @@ __all__ = [
     "REUSABLE_STATUSES",
     "StackVersions",
     "TrialError",
-    "ChildTrialRunner",
-    "CommandTrialRunner",
     "JournaledRunner",
+    "RealTrialRunner",
     "TrialResult",
     "TrialRunner",
     "TrialSpec",
     "config_key",
     "inherited_config_note",
     "parse_trial_config",
-    "recipe_identity",
     "requested_off",
     "run_trial",
-    "runner_for",
     "stack_versions",
 ]
 
@@ -77,7 +74,7 @@ CONFIG_FILE = "memopt_config.json"
 # first measured step's peak, so a single step can hide what a config does.
 DEFAULT_STEPS = 2
 # Runs whose result does not depend on luck: reused by --resume. Crashes and timeouts rerun.
-REUSABLE_STATUSES = ("ok", "out_of_memory")
+REUSABLE_STATUSES = (RunStatus.OK, RunStatus.OUT_OF_MEMORY)
 
 
 class Outcome(str, Enum):
@@ -112,14 +109,14 @@ class Outcome(str, Enum):
 
 _OUTCOME_WORDS = {outcome.value: outcome for outcome in Outcome}
 _STATUS_TO_OUTCOME = {
-    "ok": Outcome.OK,
-    "out_of_memory": Outcome.OUT_OF_MEMORY,
-    "step_error": Outcome.CRASHED,
-    "crashed": Outcome.CRASHED,
-    "timed_out": Outcome.TIMED_OUT,
-    "cancelled": Outcome.CANCELLED,
-    "recipe_error": Outcome.RECIPE_ERROR,
-    "stack_error": Outcome.STACK_ERROR,
+    RunStatus.OK: Outcome.OK,
+    RunStatus.OUT_OF_MEMORY: Outcome.OUT_OF_MEMORY,
+    RunStatus.STEP_ERROR: Outcome.CRASHED,
+    RunStatus.CRASHED: Outcome.CRASHED,
+    RunStatus.TIMED_OUT: Outcome.TIMED_OUT,
+    RunStatus.CANCELLED: Outcome.CANCELLED,
+    RunStatus.RECIPE_ERROR: Outcome.RECIPE_ERROR,
+    RunStatus.STACK_ERROR: Outcome.STACK_ERROR,
 }
 
 
@@ -139,13 +136,13 @@ class StackVersions:
 class TrialSpec:
     """What to run. ``config`` empty means no memory-optimizer config at all."""
 
-    recipe: str
+    target: RunnableTarget
     batch_size: int
     options: Mapping[str, Any] = field(default_factory=dict)
     config: tuple[ConfigEntry, ...] = ()
     steps: int = DEFAULT_STEPS
     device: str = "auto"
-    timeout_s: float = 1800.0
+    timeout_s: float = DEFAULT_TIMEOUT_S
     python: str | None = None
     log_level: str = "DEVINFO"  # C++ INFO lines: "Total number of recomputed nodes", per-node lines
 
@@ -163,13 +160,13 @@ class TrialResult:
     steps (CPU: peak RSS reset after the warm-up step; CUDA: max_memory_allocated)."""
 
     key: str
-    recipe: str
+    target: Target  # journaled as "recipe", its spec
     options: Mapping[str, Any]
     batch_size: int
     config: tuple[str, ...]  # entries as "<subgraph>:<type>:<count>"
     config_value: str | None  # what ORTMODULE_MEMORY_OPT_CONFIG was set to
     outcome: Outcome
-    status: str  # the child's own status (runs.RunResult.status)
+    status: RunStatus  # the run's own status (RunResult.status)
     run_dir: str
     steps: int
     device: str | None = None
@@ -208,7 +205,7 @@ class TrialResult:
     @property
     def ran(self) -> bool:
         """The training steps ran to the end (within budget or not)."""
-        return self.status == "ok"
+        return self.status == RunStatus.OK
 
     @property
     def prediction_error(self) -> float | None:
@@ -219,7 +216,8 @@ class TrialResult:
 
     def to_record(self) -> dict[str, Any]:
         record = asdict(self)
-        record["options"] = dict(self.options)
+        del record["target"]
+        record = {"recipe": self.target.spec, **record, "options": dict(self.options)}
         record["ranks"] = [dict(rank) for rank in self.ranks]
         record["prediction_error"] = self.prediction_error
         return record
@@ -228,6 +226,8 @@ class TrialResult:
     def from_record(cls, record: Mapping[str, Any]) -> TrialResult:
         known = {f.name for f in fields(cls)}
         values = {name: value for name, value in record.items() if name in known}
+        values["target"] = parse_target(str(record.get("recipe")))
+        values["status"] = RunStatus.read(values.get("status"))
         for name in ("config", "step_times_s", "plans_on", "plans_off", "config_warnings"):
             values[name] = tuple(values.get(name) or ())
         values["ranks"] = tuple(dict(rank) for rank in values.get("ranks") or () if isinstance(rank, Mapping))
@@ -325,28 +325,9 @@ def config_key(entries: tuple[ConfigEntry, ...]) -> tuple[str, ...]:
     return tuple(sorted(str(entry) for entry in effective.values() if int(entry.optimization) != 0))
 
 
-def recipe_identity(recipe: str) -> str:
-    """The recipe as the journal keys it: a file recipe (or an ``hf:`` config) also by its
-    content; a command also by its working directory and scripts."""
-    if is_command(recipe):
-        return command_identity(recipe)
-    if recipe.startswith("hf:"):
-        if recipe[3:] in HF_PRESETS:  # the loader takes a preset's name before any folder of that name
-            return recipe
-        config = Path(recipe[3:]).expanduser()
-        config = config / "config.json" if config.is_dir() else config
-        if config.is_file():
-            return f"hf:{config.resolve()}#{hashlib.sha256(config.read_bytes()).hexdigest()[:16]}"
-        return recipe
-    path = Path(recipe.partition(":")[0])
-    if path.suffix == ".py" and path.is_file():
-        return f"{path.resolve()}#{hashlib.sha256(path.read_bytes()).hexdigest()[:16]}"
-    return recipe
-
-
 def trial_key(spec: TrialSpec, versions: StackVersions) -> str:
     identity = {
-        "recipe": recipe_identity(spec.recipe),
+        "recipe": spec.target.identity(),
         "options": dict(spec.options),
         "batch": spec.batch_size,
         "config": list(config_key(spec.config)),
@@ -381,7 +362,7 @@ def run_trial(
     """
     versions = versions or stack_versions(spec.python)
     runner = JournaledRunner(
-        runner_for(spec.recipe, Path(runs_dir), versions),
+        RealTrialRunner(Path(runs_dir), versions),
         journal or Journal.in_folder(runs_dir),
         versions,
         resume,
@@ -395,8 +376,8 @@ def run_trial(
 class TrialRunner(Protocol):
     """Runs one trial and returns what it measured; ``cancel`` set means stop it now.
 
-    The tuner and calibration see trials only through this: ``ChildTrialRunner`` runs real
-    ORTModule steps in a child process; tests of the search pass a fake with scripted peaks.
+    The tuner and calibration see trials only through this: ``RealTrialRunner`` runs real
+    ORTModule steps; tests of the search pass a fake with scripted peaks.
     """
 
     def __call__(
@@ -410,45 +391,9 @@ class TrialRunner(Protocol):
 
 
 @dataclass(frozen=True)
-class ChildTrialRunner:
-    """Real trials: the config applied as a user would, ORTModule steps in a child process."""
-
-    runs_dir: Path
-    versions: StackVersions
-
-    def __call__(
-        self,
-        spec: TrialSpec,
-        *,
-        budget_bytes: int | None,
-        predicted_peak_bytes: int | None,
-        cancel: threading.Event,
-    ) -> TrialResult:
-        def start(version: OrtVersion, env: dict[str, str], unset: tuple[str, ...], run_dir: Path) -> RunResult:
-            request = RunRequest(
-                recipe=spec.recipe,
-                batch_size=spec.batch_size,
-                options=dict(spec.options),
-                steps=spec.steps,
-                device=spec.device,
-                log_level=spec.log_level,
-                save_onnx=False,
-                env=env,
-                unset_env=unset,
-                timeout_s=spec.timeout_s,
-                **({"python": spec.python} if spec.python else {}),
-            )
-            return launch(request, run_dir, cancel)
-
-        result, _ = _measured_trial(
-            spec, self.runs_dir, self.versions, budget_bytes, predicted_peak_bytes, "would run the trial", start
-        )
-        return result
-
-
-@dataclass(frozen=True)
-class CommandTrialRunner:
-    """Real trials of the user's own command: the config in the job's environment, every rank measured."""
+class RealTrialRunner:
+    """Real trials: the config applied as a user would, real ORTModule steps (a recipe in
+    memopt's child process, or the user's command with every rank measured)."""
 
     runs_dir: Path
     versions: StackVersions
@@ -462,24 +407,32 @@ class CommandTrialRunner:
         cancel: threading.Event,
     ) -> TrialResult:
         versions = self.versions
+        command = isinstance(spec.target, Command)
 
         def start(version: OrtVersion, env: dict[str, str], unset: tuple[str, ...], run_dir: Path) -> RunResult:
-            request = CommandRequest(
-                target=spec.recipe,
+            request = RunRequest(
+                target=spec.target,
                 batch_size=spec.batch_size,
+                options=dict(spec.options),
                 steps=spec.steps,
-                log_level=job_log_level(spec.log_level, version),
+                device=spec.device,
+                log_level=job_log_level(spec.log_level, version) if command else spec.log_level,
                 env=env,
                 unset_env=unset,
                 timeout_s=spec.timeout_s,
                 cuda=versions.cuda,
+                python=spec.python or sys.executable,
             )
-            return _same_stack(run_command(request, run_dir, cancel), versions)
+            run = run_target(request, run_dir, cancel)
+            return _same_stack(run, versions) if command else run
 
+        interpreter_does = "runs the command" if command else "would run the trial"
         result, run = _measured_trial(
-            spec, self.runs_dir, versions, budget_bytes, predicted_peak_bytes, "runs the command", start
+            spec, self.runs_dir, versions, budget_bytes, predicted_peak_bytes, interpreter_does, start
         )
-        disagreement = _processes_disagree(run.log_path) if run.status == "ok" else None
+        if not command:
+            return result
+        disagreement = _processes_disagree(run.log_path) if run.ok else None
         warnings = (*result.config_warnings, disagreement) if disagreement else result.config_warnings
         return replace(result, ranks=run.ranks, config_warnings=warnings)
 
@@ -524,13 +477,6 @@ def _processes_disagree(log_path: Path) -> str | None:
     return None
 
 
-def runner_for(target: str, runs_dir: Path, versions: StackVersions) -> TrialRunner:
-    """The real runner of a target: the user's command, or a recipe in memopt's child process."""
-    if is_command(target):
-        return CommandTrialRunner(runs_dir, versions)
-    return ChildTrialRunner(runs_dir, versions)
-
-
 def job_log_level(level: str, version: OrtVersion) -> str:
     """``level`` as the job's ORT release names it: DEVINFO exists from 1.17 on."""
     return "INFO" if level == "DEVINFO" and version.minor < 17 else level
@@ -543,7 +489,7 @@ def _same_stack(run: RunResult, versions: StackVersions) -> RunResult:
         return run
     return replace(
         run,
-        status="stack_error",
+        status=RunStatus.STACK_ERROR,
         error=f"the job runs ORT {ran} but memopt wrote its config for ORT {versions.ort_version}: "
         "pass --python with the interpreter the job uses",
     )
@@ -595,7 +541,7 @@ class JournaledRunner:
 
 
 def _label(spec: TrialSpec) -> str:
-    return f"trial-{target_label(spec.recipe)}-b{spec.batch_size}"
+    return f"trial-{spec.target.label}-b{spec.batch_size}"
 
 
 def _config_env(
@@ -614,8 +560,8 @@ def _config_env(
     return {ENV_VAR: value}, (LEVEL_VAR,), value
 
 
-def _outcome(status: str, peak: int | None, budget: int | None) -> Outcome:
-    if status == "ok" and budget is not None and peak is not None and peak > budget:
+def _outcome(status: RunStatus, peak: int | None, budget: int | None) -> Outcome:
+    if status == RunStatus.OK and budget is not None and peak is not None and peak > budget:
         return Outcome.OVER_BUDGET
     return _STATUS_TO_OUTCOME.get(status, Outcome.CRASHED)
 
@@ -630,17 +576,15 @@ def _result(
     budget: int | None,
     predicted: int | None,
 ) -> TrialResult:
-    plans_on, plans_seen, recomputed = (
-        _from_log(run.log_path) if run.status in ("ok", "out_of_memory", "step_error") else ((), None, None)
-    )
-    if recomputed is None and not spec.config and run.status == "ok":
+    plans_on, plans_seen, recomputed = _from_log(run.log_path) if run.status.printed_plans else ((), None, None)
+    if recomputed is None and not spec.config and run.ok:
         recomputed = 0  # no config: ORT prints no count because it recomputes nothing
     median = run.median_step_s
     peak = run.steady_peak_memory if run.steady_peak_memory is not None else run.peak_memory
     stack = run.stack or {}
     return TrialResult(
         key=key,
-        recipe=spec.recipe,
+        target=spec.target,
         options=dict(spec.options),
         batch_size=spec.batch_size,
         config=tuple(str(entry) for entry in spec.config),

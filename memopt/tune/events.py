@@ -12,6 +12,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
+from memopt.core import Target
 from memopt.ort import PlanKey, key_entries, short_key
 from memopt.run import Outcome, TrialResult
 from memopt.units import format_bytes
@@ -157,7 +158,7 @@ class StageFinished:
 class Ready:
     """Set-up is done: plans, model and budget are known."""
 
-    recipe: str
+    target: Target
     options: Mapping[str, Any]
     ort_version: str
     ort_package: str | None
@@ -211,7 +212,7 @@ def event_line(event: TuneEvent) -> str:
         return f"[{event.stage}] done in {event.seconds:.1f} s: {event.message}"
     if isinstance(event, Ready):
         return (
-            f"[ready] {event.recipe} on {event.device}, ORT {event.ort_version}, torch {event.torch_version}; "
+            f"[ready] {event.target} on {event.device}, ORT {event.ort_version}, torch {event.torch_version}; "
             f"target batch {event.target_batch}, budget {format_bytes(event.budget_bytes)}; {len(event.rows)} plans"
         )
     if isinstance(event, TrialStarted):

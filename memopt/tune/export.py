@@ -4,7 +4,7 @@ Working out the line (``export_lines``) never touches the disk, so views may cal
 often as they redraw; ``write_config`` writes the file the line names (ORT 1.19 reads a
 JSON file, older releases the string itself) and belongs on a worker thread.
 
-A config file is named by its content (``tune-<recipe>-b<batch>-<digest>.json``): memopt
+A config file is named by its content (``tune-<label>-b<batch>-<digest>.json``): memopt
 processes sharing a runs folder never replace each other's file, and an export line always
 points at the very config the session verified.
 """
@@ -16,6 +16,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from memopt.core import Target
 from memopt.ort import (
     ENV_VAR,
     ConfigEntry,
@@ -26,7 +27,6 @@ from memopt.ort import (
     takes_json_file,
     write_json_config,
 )
-from memopt.run import target_label
 from memopt.run.files import replace_atomically
 
 __all__ = ["ConfigExport", "plan_export", "write_config"]
@@ -61,20 +61,19 @@ def plan_export(
     entries: Iterable[ConfigEntry],
     version: OrtVersion,
     runs_dir: Path,
-    recipe: str,
+    target: Target,
     batch: int,
     path: Path | None = None,
     kind: str = "tune",
 ) -> ConfigExport:
-    """The export of ``entries`` for ``recipe`` at ``batch`` (file ``<kind>-<recipe>-b<batch>-<digest>``,
+    """The export of ``entries`` for ``target`` at ``batch`` (file ``<kind>-<label>-b<batch>-<digest>``,
     the digest of its content, unless ``path`` is given); nothing is written."""
     entries = tuple(entries)
     if path is None:
-        name = target_label(recipe)
         json_file = takes_json_file(version)
         content = render_json_config(entries) if json_file else _string_of(entries, version)
         digest = hashlib.sha256(content.encode()).hexdigest()[:12]
-        path = Path(runs_dir) / f"{kind}-{name}-b{batch}-{digest}{'.json' if json_file else '.txt'}"
+        path = Path(runs_dir) / f"{kind}-{target.label}-b{batch}-{digest}{'.json' if json_file else '.txt'}"
     return ConfigExport(entries, version, path)
 
 

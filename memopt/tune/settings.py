@@ -7,9 +7,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from memopt.core import RunnableTarget
 from memopt.errors import MemoptError
 from memopt.predict import DEFAULT_MARGIN
-from memopt.run import DEFAULT_STEPS, Budget, check_device, check_timeout, fixed_batch
+from memopt.run import DEFAULT_RUNS_DIR, DEFAULT_STEPS, DEFAULT_TIMEOUT_S, Budget, check_device, check_timeout
 
 __all__ = ["DEFAULT_MAX_TRIALS", "TuneCancelled", "TuneError", "TuneSettings"]
 
@@ -27,32 +28,27 @@ class TuneCancelled(MemoptError):
 
 @dataclass(frozen=True)
 class TuneSettings:
-    recipe: str
+    target: RunnableTarget
     target_batch: int
     budget: Budget | None = None  # None: CUDA only, the device's memory less 10%
     options: Mapping[str, Any] = field(default_factory=dict)
     max_trials: int = DEFAULT_MAX_TRIALS
     steps: int = DEFAULT_STEPS
-    runs_dir: Path = Path("runs")
+    runs_dir: Path = DEFAULT_RUNS_DIR
     resume: bool = False
     device: str = "auto"
     margin: float = DEFAULT_MARGIN
     calibration_batches: tuple[int, ...] | None = None
-    timeout_s: float = 1800.0
+    timeout_s: float = DEFAULT_TIMEOUT_S
     python: str | None = None
     probe_batch: int = 2
 
     @classmethod
-    def for_target(cls, recipe: str, target_batch: int, **values: Any) -> TuneSettings:
-        """Settings for ``recipe``; a command without ``{batch}`` runs, probes and calibrates at its own batch."""
-        if fixed_batch(recipe):
+    def for_target(cls, target: RunnableTarget, target_batch: int, **values: Any) -> TuneSettings:
+        """Settings for ``target``; a command without ``{batch}`` runs, probes and calibrates at its own batch."""
+        if target.fixed_batch:
             values.update(calibration_batches=(target_batch,), probe_batch=target_batch)
-        return cls(recipe=recipe, target_batch=target_batch, **values)
-
-    @property
-    def fixed_batch(self) -> bool:
-        """A command without ``{batch}``: every trial runs at the command's own batch size."""
-        return fixed_batch(self.recipe)
+        return cls(target=target, target_batch=target_batch, **values)
 
     def __post_init__(self) -> None:
         if self.target_batch < 1:

@@ -37,13 +37,13 @@ from memopt.run import (
     Journal,
     JournaledRunner,
     Outcome,
+    RealTrialRunner,
     StackVersions,
     TrialResult,
     TrialRunner,
     TrialSpec,
     require_budget,
     resolve_budget,
-    runner_for,
     stack_versions,
 )
 from memopt.scan import ScanReport, fold_layers
@@ -152,10 +152,10 @@ class Tuner:
         self._check_cancel()
         prepared = self._stage(
             "probe",
-            f"Exporting {s.recipe} under ORTModule (no-config probe at batch {s.probe_batch}) and scanning…",
+            f"Exporting {s.target} under ORTModule (no-config probe at batch {s.probe_batch}) and scanning…",
             self._prepare_target,
             lambda p: (
-                f"training graph {p.target.graph_path.name}, {len(p.target.graph.nodes)} nodes; "
+                f"training graph {p.loaded.graph_path.name}, {len(p.loaded.graph.nodes)} nodes; "
                 f"{len(p.report.patterns)} recompute plans (ORT {p.ort_version}'s rules)"
             ),
         )
@@ -170,7 +170,7 @@ class Tuner:
         except MemoptError as err:
             raise TuneError(str(err)) from None
         self.ready = Ready(
-            recipe=s.recipe,
+            target=s.target,
             options=dict(s.options),
             ort_version=prepared.ort_version,
             ort_package=self.versions.ort_package,
@@ -209,7 +209,7 @@ class Tuner:
             if self._prepare is not None:
                 return self._prepare(self._cancel)
             return prepare_target(
-                s.recipe,
+                s.target,
                 options=s.options,
                 runs_dir=s.runs_dir,
                 python=s.python,
@@ -365,7 +365,7 @@ class Tuner:
     def _trial_runner(self) -> TrialRunner:
         s = self.settings
         assert self.versions is not None
-        inner = self._runner or runner_for(s.recipe, s.runs_dir, self.versions)
+        inner = self._runner or RealTrialRunner(s.runs_dir, self.versions)
         return JournaledRunner(inner, self.journal, self.versions, s.resume)
 
     def _trial(
@@ -384,7 +384,7 @@ class Tuner:
             number = self._numbers
         self._emit(TrialStarted(number, purpose, batch, plans, predicted, reason, s.steps, s.timeout_s))
         spec = TrialSpec(
-            s.recipe, batch, dict(s.options), self.entries(plans), s.steps, s.device, s.timeout_s, s.python
+            s.target, batch, dict(s.options), self.entries(plans), s.steps, s.device, s.timeout_s, s.python
         )
         result = self._trial_runner()(
             spec,
@@ -482,7 +482,7 @@ class Tuner:
     def export(self, plans: Iterable[PlanKey], path: Path | None = None) -> ConfigExport:
         """The config that enables ``plans``, and where it goes; nothing is written."""
         s = self.settings
-        return plan_export(self.entries(plans), self.ort_version, s.runs_dir, s.recipe, s.target_batch, path)
+        return plan_export(self.entries(plans), self.ort_version, s.runs_dir, s.target, s.target_batch, path)
 
     def export_lines(self, plans: Iterable[PlanKey] | None = None) -> list[str]:
         """The shell lines that apply ``plans`` (default: the best verified config); nothing is written."""
@@ -513,7 +513,7 @@ class Tuner:
         return {
             "status": str(result.status),
             "message": result.message,
-            "recipe": self.settings.recipe,
+            "recipe": self.settings.target.spec,
             "options": dict(self.settings.options),
             "target_batch": self.settings.target_batch,
             "budget_bytes": self.budget_bytes,

@@ -17,7 +17,7 @@ class InfoHeader(Static):
         budget = settings.budget.text if settings.budget else "device memory − 10%"
         text = Text.assemble(
             ("memopt tune  ", "bold"),
-            (settings.recipe, "bold cyan"),
+            (str(settings.target), "bold cyan"),
             (f" ({options})" if options else "", "cyan"),
             f"   target batch {settings.target_batch}   budget {budget}   ",
             ("starting…", "italic"),
@@ -28,7 +28,7 @@ class InfoHeader(Static):
         options = ", ".join(f"{k}={v}" for k, v in ready.options.items())
         text = Text.assemble(
             ("memopt tune  ", "bold"),
-            (ready.recipe, "bold cyan"),
+            (str(ready.target), "bold cyan"),
             (f" ({options})" if options else "", "cyan"),
             "\n",
             f"ORT {ready.ort_version}",
