@@ -19,7 +19,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from memopt.core import command_target
+from memopt.core import command_target, parse_runnable
 from memopt.run import TrialResult, TrialSpec, run_trial, stack_versions
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -37,7 +37,7 @@ def main() -> None:
     runs = args.runs_dir or Path(tempfile.mkdtemp(prefix="bench-command-"))
     versions = stack_versions()
     targets = {
-        "recipe (child process)": RECIPE,
+        "recipe (child process)": parse_runnable(RECIPE),
         "command: python": command_target(f"{sys.executable} {SCRIPT}"),
         "command: torchrun, 2 ranks": command_target(
             f"{sys.executable} -m torch.distributed.run --standalone --nproc_per_node 2 {SCRIPT}"
