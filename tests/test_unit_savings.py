@@ -11,9 +11,9 @@ from onnx import TensorProto
 from test_unit_scan_rules import MS, keys, node, training_graph, yield_op
 
 from memopt.graph import Polynomial, TrainingGraph
+from memopt.ort.config import OptimizationType
 from memopt.ort.rules import ProbeLevel
 from memopt.scan import scan_graph
-from memopt.scan.detect import PlanKind
 
 
 def stashed_gelu(
@@ -218,7 +218,7 @@ def test_two_occurrences_of_a_subgraph_group_into_one_row_with_frequency_2() -> 
     assert (pattern.key, pattern.subgraph, pattern.kind, pattern.frequency) == (
         "Gelu+:1:-1",
         "Gelu+",
-        PlanKind.RECOMPUTE,
+        OptimizationType.RECOMPUTE,
         2,
     )
     assert pattern.exact == Polynomial.symbol("batch").scale(2 * 16 * 4)  # the sum over both nodes

@@ -11,6 +11,7 @@ from rich.table import Table
 from rich.text import Text
 
 from memopt.core import parse_runnable
+from memopt.ort import OptimizationType
 from memopt.run import Outcome, TrialResult
 from memopt.tui.render import gauge, trials_chart
 from memopt.tui.state import SORT_KEYS, Selection, plan_cells, short_plans, sort_rows, trial_cells
@@ -24,7 +25,7 @@ def row(key: str, saving: float = 0.0, cost: float = 0.0, frequency: int = 1, **
     values: dict[str, object] = {
         "key": key,
         "subgraph": key.split(":")[0],
-        "kind": "recompute",
+        "kind": OptimizationType.RECOMPUTE,
         "frequency": frequency,
         "saving_bytes": saving,
         "effective_bytes": saving,
@@ -157,7 +158,7 @@ def test_plan_cells_of_a_plan_switched_off() -> None:
 
 
 def test_plan_cells_on_say_all_occurrences_unless_ort_honours_counts() -> None:
-    plan = row("Cast+:2:-1", saving=512, frequency=3, kind="compromise")
+    plan = row("Cast+:2:-1", saving=512, frequency=3, kind=OptimizationType.COMPROMISE)
     assert plan_cells(plan, True)[0] == "on (all)"
     assert plan_cells(row("Cast+:2:-1", frequency=3, counts_honoured=True), True)[0] == "on ×3"
     assert plan_cells(row("Cast+:2:-1", frequency=3, counts_honoured=True), False)[0] == "off"

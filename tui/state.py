@@ -69,7 +69,7 @@ def plan_cells(row: PlanRow, on: bool) -> tuple[str, ...]:
     return (
         state,
         row.subgraph,
-        row.kind,
+        row.kind.label,
         str(row.frequency),
         format_bytes(row.saving_bytes),
         f"{row.cost_s * 1000:.0f} ms",

@@ -99,4 +99,4 @@ def _summary_of(log: str | None) -> Summary | None:
 def _known_plans(summary: Summary | None) -> set[str]:
     if summary is None:
         return set()
-    return {key.rsplit(":", 1)[0] for plan in summary.plans for key in plan.config_key.split(",")}
+    return set(summary.plan_cells)

@@ -89,7 +89,7 @@ def parse_command(
         version = config_version(ort_version, summary)
         keys = ",".join(_select_plan(summary, wanted).config_key for wanted in enable)
         entries = parse_config_string(keys, version).entries
-        known = {key.rsplit(":", 1)[0] for plan in summary.plans for key in plan.config_key.split(",")}
+        known = summary.plan_cells
         print_config(
             entries,
             version,

@@ -41,8 +41,7 @@ from memopt.core import RunnableTarget, runnable
 from memopt.errors import MemoptError
 from memopt.ort.config import export_line, takes_json_file
 from memopt.ort.version import OrtVersion
-from memopt.predict.calibrate import Calibration, calibrate, save_model
-from memopt.predict.memory_model import Observation
+from memopt.predict.calibrate import Calibration, calibrate, learn_from_trial, save_model
 from memopt.predict.planner import DEFAULT_MARGIN, PlanResult, choose_plans
 from memopt.run import DEFAULT_RUNS_DIR, DEFAULT_TIMEOUT_S
 from memopt.run.budget import parse_budget, require_budget, resolve_budget
@@ -140,12 +139,9 @@ def plan_command(
                 predicted_peak_bytes=predicted,
                 versions=versions,
             )
-        if trial.ran and trial.peak_bytes:
-            save_model(
-                runs_dir,
-                cal.identity,
-                cal.model.with_observation(Observation(target_batch, result.plans, trial.peak_bytes, result.counts)),
-            )
+        learnt = learn_from_trial(cal.model, trial, result.plans, result.counts)
+        if learnt is not None:
+            save_model(runs_dir, cal.identity, learnt)
     if as_json:
         print(json.dumps(_as_json(result, cal, config_value, trial), indent=2, default=str))
     else:

@@ -190,7 +190,7 @@ def _plan_fields(pattern: Pattern, dims: dict[str, int] | None) -> dict[str, obj
     return {
         "config": pattern.key,
         "subgraph": pattern.subgraph,
-        "type": pattern.kind.name.lower(),
+        "type": pattern.kind.label,
         "frequency": pattern.frequency,
         "saving_symbolic": str(pattern.exact),
         "ort_saving_symbolic": str(pattern.ort),

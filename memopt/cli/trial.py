@@ -33,10 +33,10 @@ from memopt.cli.options import (
 from memopt.cli.show import print_trial
 from memopt.core import RunnableTarget, runnable
 from memopt.errors import MemoptError
-from memopt.ort.config import ConfigEntry, PlanKey, key_entries
+from memopt.ort.config import ConfigEntry, PlanKey
 from memopt.ort.version import OrtVersion
-from memopt.predict.calibrate import load_saved_model, model_identity, save_model
-from memopt.predict.memory_model import MemoryModel, ModelError, Observation
+from memopt.predict.calibrate import learn_from_trial, load_saved_model, model_identity, save_model
+from memopt.predict.memory_model import MemoryModel, ModelError
 from memopt.run import DEFAULT_RUNS_DIR, DEFAULT_TIMEOUT_S
 from memopt.run.budget import parse_budget
 from memopt.run.journal import Journal
@@ -133,10 +133,9 @@ def trial_command(
         )
     if result.status.fatal:
         raise MemoptError(f"{result.status.failure(target.noun)}: {result.error} (log: {result.run_dir}/ort.log)")
-    if model is not None and result.ran and result.peak_bytes and not result.reused:
-        off = {cell for entry in result.plans_off for cell in key_entries(entry)}
-        plans = tuple(key for key in plan_keys if not set(key_entries(key)) & off)  # ignored entries saved nothing
-        save_model(runs_dir, identity, model.with_observation(Observation(batch, plans, result.peak_bytes)))
+    learnt = learn_from_trial(model, result, plan_keys) if model is not None and not result.reused else None
+    if learnt is not None:
+        save_model(runs_dir, identity, learnt)
     if as_json:
         print(json.dumps(result.to_record(), indent=2, default=str))
     else:
@@ -163,5 +162,5 @@ def _is_program(word: str) -> bool:
 
 
 def _plan_keys(model: MemoryModel, entries: Sequence[ConfigEntry]) -> tuple[PlanKey, ...]:
-    enabled = {f"{e.subgraph}:{int(e.optimization)}" for e in entries if int(e.optimization)}
+    enabled = {e.cell for e in entries if int(e.optimization)}
     return tuple(p.key for p in model.plans if enabled and set(p.entries) <= enabled)

@@ -23,6 +23,7 @@ from memopt.logparse.model import (
     Summary,
     SummarySource,
 )
+from memopt.ort.config import key_entries, plan_cell
 from memopt.ort.version import OrtVersionRange
 
 __all__ = ["Piece", "SummaryDraft"]
@@ -105,8 +106,10 @@ def _merge(rows: Iterable[TableRow], options: tuple[InsightOption, ...]) -> tupl
     plans: list[Plan] = []
     for row in rows:
         entries = row.config_key.split(",")
-        keys = {entry.rsplit(":", 1)[0] for entry in entries}
-        matched = [index for index, option in enumerate(options) if _option_key(option) in keys]
+        cells = set(key_entries(row.config_key))
+        matched = [
+            index for index, option in enumerate(options) if plan_cell(option.subgraph, option.optimization) in cells
+        ]
         claimed.update(matched)
         subgraph, optimization = _split_entry(entries[0])
         plans.append(
@@ -125,7 +128,7 @@ def _merge(rows: Iterable[TableRow], options: tuple[InsightOption, ...]) -> tupl
     unclaimed: dict[str, list[InsightOption]] = {}
     for index, option in enumerate(options):
         if index not in claimed:
-            unclaimed.setdefault(_option_key(option), []).append(option)
+            unclaimed.setdefault(plan_cell(option.subgraph, option.optimization), []).append(option)
     for key, group in unclaimed.items():
         enabled_states = {option.enabled for option in group}
         plans.append(
@@ -158,10 +161,6 @@ def _plan_from_options(
 
 def _total(counts: list[int | None]) -> int | None:
     return None if None in counts else sum(count for count in counts if count is not None)
-
-
-def _option_key(option: InsightOption) -> str:
-    return f"{option.subgraph}:{int(option.optimization)}"
 
 
 def _split_entry(entry: str) -> tuple[str, OptimizationType]:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 from memopt.graph.expr import Expression
-from memopt.ort.config import OptimizationType
+from memopt.ort.config import OptimizationType, key_entries
 from memopt.ort.version import OrtVersionRange
 
 __all__ = [
@@ -109,6 +109,11 @@ class Summary:
     total_recomputed_nodes: int | None = None
     warnings: tuple[str, ...] = ()
     truncated: bool = False
+
+    @property
+    def plan_cells(self) -> frozenset[str]:
+        """Every "<subgraph>:<type>" cell of the Plan table: what a config can enable here."""
+        return frozenset(cell for plan in self.plans for cell in key_entries(plan.config_key))
 
 
 @dataclass(frozen=True)

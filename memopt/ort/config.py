@@ -24,23 +24,25 @@ from memopt.ort.version import OrtVersion
 
 __all__ = [
     "CONFIG_VARIABLES",
-    "ENV_VAR",
-    "LEVEL_VAR",
-    "PlanKey",
-    "key_entries",
-    "plan_config_entries",
-    "short_key",
-    "OptimizationType",
     "ConfigEntry",
     "ConfigError",
+    "ENV_VAR",
+    "LEVEL_VAR",
+    "OptimizationType",
+    "PlanKey",
     "ValidatedConfig",
+    "cell_subgraph",
     "export_line",
     "format_config_string",
+    "key_entries",
     "parse_config_json",
     "parse_config_string",
+    "plan_cell",
+    "plan_config_entries",
     "read_config_file",
     "refuse_unknown_entries",
     "render_json_config",
+    "short_key",
     "takes_json_file",
     "validate_entries",
     "write_json_config",
@@ -76,6 +78,11 @@ class ConfigEntry:
     subgraph: str
     optimization: OptimizationType
     count: int = -1
+
+    @property
+    def cell(self) -> str:
+        """``"<subgraph>:<type>"``: the cell of ORT's Plan table this entry enables."""
+        return plan_cell(self.subgraph, self.optimization)
 
     def __str__(self) -> str:
         return f"{self.subgraph}:{int(self.optimization)}:{self.count}"
@@ -168,9 +175,8 @@ def refuse_unknown_entries(entries: Iterable[ConfigEntry], known_plans: Collecti
     """Raise for the first entry whose "<subgraph>:<type>" is not among ``known_plans``, the
     cells of the Plan table ORT printed for the model (``source`` names where): ORT would ignore it."""
     for entry in entries:
-        cell = f"{entry.subgraph}:{int(entry.optimization)}"
-        if entry.optimization is not OptimizationType.DISABLED and cell not in known_plans:
-            subgraphs = {plan.rsplit(":", 1)[0] for plan in known_plans}
+        if entry.optimization is not OptimizationType.DISABLED and entry.cell not in known_plans:
+            subgraphs = {cell_subgraph(cell) for cell in known_plans}
             what = "with that type" if entry.subgraph in subgraphs else "by that name"
             raise ConfigError(
                 f"{entry}: ORT printed no plan {what} for this model ({source}), so it would ignore this entry; "
@@ -301,9 +307,8 @@ def _ignored_parts(entry: ConfigEntry, version: OrtVersion, known_plans: Collect
     elif entry.count == 0:
         warnings.append(f"{entry}: count 0 recomputes nothing on ORT {version}")
     if known_plans and entry.subgraph.strip() == entry.subgraph and entry.optimization is not OptimizationType.DISABLED:
-        key = f"{entry.subgraph}:{int(entry.optimization)}"
-        if key not in known_plans:
-            known_subgraphs = {plan.rsplit(":", 1)[0] for plan in known_plans}
+        if entry.cell not in known_plans:
+            known_subgraphs = {cell_subgraph(cell) for cell in known_plans}
             reason = "that type" if entry.subgraph in known_subgraphs else "that subgraph"
             warnings.append(f"{entry}: the log has no plan with {reason}, so ORT ignores this entry")
     return warnings
@@ -322,8 +327,19 @@ PlanKey: TypeAlias = str
 
 
 def key_entries(key: PlanKey) -> tuple[str, ...]:
-    """``"A+:1:-1,B+:2:-1"`` -> ``("A+:1", "B+:2")``: the "<subgraph>:<type>" cells of a key."""
+    """``"A+:1:-1,B+:2:-1"`` -> ``("A+:1", "B+:2")``: the "<subgraph>:<type>" cells of a key
+    (of a config entry's text too: ``"A+:1:-1"`` -> ``("A+:1",)``)."""
     return tuple(part.rsplit(":", 1)[0] for part in key.split(",") if part)
+
+
+def plan_cell(subgraph: str, optimization: OptimizationType) -> str:
+    """The ``"<subgraph>:<type>"`` cell ORT's Plan table names a plan by."""
+    return f"{subgraph}:{int(optimization)}"
+
+
+def cell_subgraph(cell: str) -> str:
+    """``"A+:1"`` -> ``"A+"``."""
+    return cell.rpartition(":")[0]
 
 
 def short_key(key: PlanKey) -> str:

@@ -17,6 +17,7 @@ from memopt.predict.calibrate import (
     calibrate,
     calibrate_on,
     default_calibration_batches,
+    learn_from_trial,
     load_saved_model,
     model_identity,
     plan_savings,
@@ -25,7 +26,7 @@ from memopt.predict.calibrate import (
     save_model,
 )
 from memopt.predict.memory_model import MemoryModel, ModelError, Observation, PlanSavings, Prediction, fit_memory_model
-from memopt.predict.planner import DEFAULT_MARGIN, PlanChoice, PlanResult, choose_plans
+from memopt.predict.planner import DEFAULT_MARGIN, PlanChoice, PlanResult, budget_limit, choose_plans
 from memopt.predict.recompute_cost import (
     BALANCE,
     RecomputeCost,
@@ -54,9 +55,11 @@ __all__ = [
     "Work",
     "calibrate",
     "calibrate_on",
+    "budget_limit",
     "choose_plans",
     "default_calibration_batches",
     "fit_memory_model",
+    "learn_from_trial",
     "graph_work",
     "load_saved_model",
     "model_identity",

@@ -69,6 +69,7 @@ __all__ = [
     "calibrate_on",
     "default_calibration_batches",
     "fit_calibration",
+    "learn_from_trial",
     "load_saved_model",
     "model_identity",
     "plan_savings",
@@ -461,14 +462,32 @@ def _history(
     return list(latest.values()), last
 
 
+def learn_from_trial(
+    model: MemoryModel,
+    trial: TrialResult,
+    plans: Iterable[PlanKey],
+    counts: Mapping[PlanKey, int] | None = None,
+) -> MemoryModel | None:
+    """``model`` refitted with what ``trial`` measured: of ``plans`` (those its config enabled),
+    the ones ORT applied and the model knows, an entry ORT left OFF having saved nothing.
+    None where the trial measured no peak. Raises ``ModelError`` where no model fits."""
+    if not trial.ran or not trial.peak_bytes:
+        return None
+    known = {p.key for p in model.plans}
+    applied = tuple(key for key in trial.applied(plans) if key in known)
+    partial = {key: count for key, count in (counts or {}).items() if key in applied}
+    return model.with_observation(Observation(trial.batch_size, applied, trial.peak_bytes, partial))
+
+
 def _plans_of(trial: TrialResult, plans: tuple[PlanSavings, ...]) -> tuple[str, ...]:
-    """The model's plans a trial had on: what ORT reported ON, else what its config names."""
+    """The model's plans a trial had on: what ORT reported ON, else what its config names
+    (a journaled trial keeps its config entries, not the model's plan keys)."""
     known = {p.key for p in plans}
     if trial.plans_on:
         return tuple(key for key in trial.plans_on if key in known)
-    off = {entry.rsplit(":", 1)[0] for entry in trial.plans_off}  # ORT ignored these: they saved nothing
-    configured = {entry.rsplit(":", 1)[0] for entry in trial.config if not entry.split(":")[-2] == "0"} - off
-    return tuple(p.key for p in plans if configured and set(p.entries) <= configured)
+    configured = {cell for entry in trial.config for cell in key_entries(entry) if not cell.endswith(":0")}
+    enabled = tuple(p.key for p in plans if configured and set(p.entries) <= configured)
+    return trial.applied(enabled)
 
 
 def _step_fit(trials: list[TrialResult]) -> tuple[float, float] | None:

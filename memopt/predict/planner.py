@@ -29,10 +29,15 @@ from memopt.ort.config import ConfigEntry, PlanKey, plan_config_entries
 from memopt.ort.version import OrtVersion
 from memopt.predict.memory_model import MemoryModel, PlanSavings
 
-__all__ = ["DEFAULT_MARGIN", "PlanChoice", "PlanResult", "choose_plans"]
+__all__ = ["DEFAULT_MARGIN", "PlanChoice", "PlanResult", "budget_limit", "choose_plans"]
 
 # Fraction of the budget held back for prediction error, by plan and tune alike.
 DEFAULT_MARGIN = 0.02
+
+
+def budget_limit(budget_bytes: float, margin: float) -> float:
+    """The peak a config may be predicted at: the budget less the margin held back for error."""
+    return budget_bytes * (1.0 - margin)
 
 
 @dataclass(frozen=True)
@@ -95,7 +100,7 @@ def choose_plans(
     """The least-cost plans keeping ``model``'s predicted peak at ``target_batch`` within
     ``budget_bytes · (1 − margin)``. ``costs_s``: extra step seconds per plan (all occurrences)."""
     version = ort_version if isinstance(ort_version, OrtVersion) else OrtVersion.parse(ort_version)
-    limit = budget_bytes * (1.0 - margin)
+    limit = budget_limit(budget_bytes, margin)
     baseline = model.baseline(target_batch)
     usable = [
         p for p in model.plans if model.simulated or model.factor(p.key) * model.raw_saving(p.key, target_batch) > 0

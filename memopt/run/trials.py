@@ -18,7 +18,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field, fields, replace
 from enum import Enum
 from pathlib import Path
@@ -34,6 +34,7 @@ from memopt.ort.config import (
     LEVEL_VAR,
     ConfigEntry,
     ConfigError,
+    PlanKey,
     ValidatedConfig,
     format_config_string,
     key_entries,
@@ -206,6 +207,21 @@ class TrialResult:
     def ran(self) -> bool:
         """The training steps ran to the end (within budget or not)."""
         return self.status == RunStatus.OK
+
+    def left_off(self, plans: Iterable[PlanKey]) -> tuple[PlanKey, ...]:
+        """Of ``plans`` (enabled by this trial's config), those ORT did not apply: a plan whose
+        every cell its Plan table did not report ON was ignored and saved nothing. Unknown
+        (none) where ORT printed no Plan table or the trial was cancelled."""
+        if not self.plans_seen or self.outcome is Outcome.CANCELLED:
+            return ()
+        on = {cell for key in self.plans_on for cell in key_entries(key)}
+        return tuple(key for key in plans if not set(key_entries(key)) <= on)
+
+    def applied(self, plans: Iterable[PlanKey]) -> tuple[PlanKey, ...]:
+        """Of ``plans``, those ORT applied (all of them where that is unknown)."""
+        selection = tuple(plans)
+        off = set(self.left_off(selection))
+        return tuple(key for key in selection if key not in off)
 
     @property
     def prediction_error(self) -> float | None:
@@ -623,11 +639,7 @@ def _result(
 def requested_off(entries: tuple[ConfigEntry, ...], plans_on: tuple[str, ...]) -> tuple[str, ...]:
     """The entries that enable something but whose subgraph and type no ON plan of ORT's table has."""
     on = {cell for key in plans_on for cell in key_entries(key)}
-    return tuple(
-        str(entry)
-        for entry in entries
-        if int(entry.optimization) != 0 and f"{entry.subgraph}:{int(entry.optimization)}" not in on
-    )
+    return tuple(str(entry) for entry in entries if int(entry.optimization) != 0 and entry.cell not in on)
 
 
 def _from_log(log_path: Path) -> tuple[tuple[str, ...], int | None, int | None]:

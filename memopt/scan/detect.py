@@ -11,13 +11,13 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from enum import IntEnum
 
 from onnx import TensorProto
 from onnx.helper import tensor_dtype_to_np_dtype
 
 from memopt.errors import MemoptError
 from memopt.graph.training_graph import Node, TrainingGraph, element_count_dims
+from memopt.ort.config import OptimizationType
 from memopt.ort.rules import (
     SMALL_STATIC_LIMIT,
     ProbeLevel,
@@ -25,7 +25,7 @@ from memopt.ort.rules import (
     StaticEdgeFilter,
 )
 
-__all__ = ["Analysis", "NodePlan", "PlanKind", "ScanError", "analyse", "element_size"]
+__all__ = ["Analysis", "NodePlan", "ScanError", "analyse", "element_size"]
 
 _LAYER_NORMS = frozenset(
     {"LayerNormalization", "SkipLayerNormalization", "SimplifiedLayerNormalization", "SkipSimplifiedLayerNormalization"}
@@ -37,19 +37,12 @@ class ScanError(MemoptError):
     """The graph cannot be analysed at all."""
 
 
-class PlanKind(IntEnum):
-    """ORT's optimization types, numbered as in its configs."""
-
-    RECOMPUTE = 1
-    COMPROMISE = 2
-
-
 @dataclass(frozen=True)
 class NodePlan:
     """One way to stop stashing ``entry``'s candidate outputs: rerun ``nodes`` in backward."""
 
     entry: Node
-    kind: PlanKind
+    kind: OptimizationType
     nodes: tuple[Node, ...]  # topological order; the entry node last
     stashed_outputs: tuple[int, ...]
     save_ratio: float
@@ -202,7 +195,7 @@ class _Search:
         if queue or early_stop or not selected:
             return None, can_compromise
         nodes = tuple(self.graph.nodes[o] for o in sorted(selected))
-        kind = PlanKind.COMPROMISE if compromise else PlanKind.RECOMPUTE
+        kind = OptimizationType.COMPROMISE if compromise else OptimizationType.RECOMPUTE
         return NodePlan(entry, kind, nodes, outputs, save_ratio), can_compromise
 
     def _used_in_backward(self, node: Node, output_index: int) -> bool:

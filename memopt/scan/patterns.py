@@ -13,8 +13,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from memopt.graph.polynomial import Polynomial
+from memopt.ort.config import OptimizationType, cell_subgraph, key_entries
 from memopt.scan.buffers import Combination
-from memopt.scan.detect import PlanKind
 from memopt.scan.savings import PlanSaving
 
 __all__ = ["Occurrence", "Pattern", "group_patterns", "order_patterns"]
@@ -38,7 +38,7 @@ class Occurrence:
 class Pattern:
     key: str  # the Plan-table "Configs" cell, e.g. "FusedMatMul+Add+:1:-1"
     subgraph: str
-    kind: PlanKind
+    kind: OptimizationType
     frequency: int
     exact: Polynomial
     ort: Polynomial
@@ -74,7 +74,7 @@ class Pattern:
 def group_patterns(
     savings: Iterable[PlanSaving],
     dims: Mapping[str, int] | None = None,
-    compromise_type: int = PlanKind.COMPROMISE,
+    compromise_type: int = OptimizationType.COMPROMISE,
     combinations: Iterable[Combination] | None = None,
 ) -> tuple[Pattern, ...]:
     """Patterns in Plan-table order: by saving at ``dims`` (ORT's figure) descending, then key.
@@ -87,7 +87,7 @@ def group_patterns(
     by_plan = {id(saving.plan): saving for saving in savings}
     if combinations is None:
         combinations = [Combination((saving.plan,)) for saving in by_plan.values()]
-    rows: dict[tuple[str, PlanKind], list[_Members]] = {}
+    rows: dict[tuple[str, OptimizationType], list[_Members]] = {}
     for combination in combinations:
         members = tuple(by_plan[id(plan)] for plan in combination.plans)
         keys = sorted(_config_key(saving, compromise_type) for saving in members)
@@ -96,7 +96,7 @@ def group_patterns(
 
 
 def _config_key(saving: PlanSaving, compromise_type: int) -> str:
-    config_type = compromise_type if saving.plan.kind is PlanKind.COMPROMISE else int(saving.plan.kind)
+    config_type = compromise_type if saving.plan.kind is OptimizationType.COMPROMISE else int(saving.plan.kind)
     return f"{saving.plan.subgraph}:{config_type}:-1"
 
 
@@ -117,7 +117,7 @@ def _pattern(key: str, members: list[_Members]) -> Pattern:
         ort = ort + occurrence.ort_choices[-1] if occurrence.ort_choices else ort
     first = members[0][0]
     subgraph = (
-        ",".join(dict.fromkeys(k.rsplit(":", 2)[0] for k in key.split(",")))
+        ",".join(dict.fromkeys(cell_subgraph(cell) for cell in key_entries(key)))
         if len(first) > 1
         else first[0].plan.subgraph
     )

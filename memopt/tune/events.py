@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from memopt.core import Target
-from memopt.ort import PlanKey, key_entries, short_key
+from memopt.ort import OptimizationType, PlanKey, short_key
 from memopt.run import Outcome, TrialResult
 from memopt.units import format_bytes
 
@@ -65,7 +65,7 @@ class PlanRow:
 
     key: PlanKey
     subgraph: str
-    kind: str  # "recompute" or "compromise"
+    kind: OptimizationType
     frequency: int
     saving_bytes: float  # the scan's exact saving at the target batch
     effective_bytes: float  # what the memory model expects it to lower the peak by
@@ -108,16 +108,12 @@ class TrialRecord:
     @property
     def left_off(self) -> tuple[PlanKey, ...]:
         """Plans this trial enabled that ORT's Plan table did not report ON (ORT ignored them)."""
-        if not self.result.plans_seen or self.result.outcome is Outcome.CANCELLED:
-            return ()
-        on = {cell for key in self.result.plans_on for cell in key_entries(key)}
-        return tuple(key for key in self.plans if not set(key_entries(key)) <= on)
+        return self.result.left_off(self.plans)
 
     @property
     def applied_plans(self) -> tuple[PlanKey, ...]:
         """The plans ORT applied: the config to hand back, without the ones ORT ignored."""
-        off = self.left_off
-        return tuple(key for key in self.plans if key not in off)
+        return self.result.applied(self.plans)
 
     @property
     def prediction_error(self) -> float | None:

@@ -16,7 +16,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 
 from memopt.ort import PlanKey, short_key
-from memopt.predict import MemoryModel, PlanResult, choose_plans
+from memopt.predict import MemoryModel, PlanResult, budget_limit, choose_plans
 from memopt.run import Outcome
 from memopt.tune.events import SearchStatus
 from memopt.units import format_mib
@@ -62,7 +62,7 @@ class SearchState:
 
     @property
     def limit_bytes(self) -> float:
-        return self.budget_bytes * (1.0 - self.margin)
+        return budget_limit(self.budget_bytes, self.margin)
 
     @property
     def left_off(self) -> frozenset[PlanKey]:

@@ -25,12 +25,13 @@ from memopt.predict import (
     Calibration,
     MemoryModel,
     ModelError,
-    Observation,
     PlanResult,
     Prediction,
     PreparedTarget,
+    budget_limit,
     calibrate_on,
     default_calibration_batches,
+    learn_from_trial,
     prepare_target,
 )
 from memopt.run import (
@@ -262,7 +263,7 @@ class Tuner:
 
     @property
     def limit_bytes(self) -> float:
-        return self.budget_bytes * (1.0 - self.settings.margin)
+        return budget_limit(self.budget_bytes, self.settings.margin)
 
     @property
     def ort_version(self) -> OrtVersion:
@@ -299,7 +300,7 @@ class Tuner:
                 PlanRow(
                     key=pattern.key,
                     subgraph=pattern.subgraph,
-                    kind=pattern.kind.name.lower(),
+                    kind=pattern.kind,
                     frequency=pattern.frequency,
                     saving_bytes=raw,
                     effective_bytes=model.factor(pattern.key) * raw,
@@ -417,13 +418,13 @@ class Tuner:
         if record.left_off:
             line += f"; ORT left {names(record.left_off)} OFF"
         if self.model is not None and record.purpose is not Purpose.CALIBRATION:
-            known = {p.key for p in self.model.plans}
-            on = tuple(k for k in record.applied_plans if k in known)  # an entry ORT left OFF saved nothing
             try:
-                self.model = self.model.with_observation(Observation(result.batch_size, on, result.peak_bytes))
+                learnt = learn_from_trial(self.model, result, record.plans)
             except ModelError:
                 return line
-            line += f"; model recalibrated: {self.model.describe()}"
+            if learnt is not None:
+                self.model = learnt
+                line += f"; model recalibrated: {self.model.describe()}"
         return line
 
     # -- auto-search ------------------------------------------------------------------------
