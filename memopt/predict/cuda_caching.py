@@ -7,11 +7,11 @@ BFC arena in front of an external allocator (``CUDAExecutionProvider::CreateCuda
 creates it with ``use_arena = false``). So ORT's activations, PyTorch's own tensors and the
 training loop's all live in one allocator: PyTorch's ``DeviceCachingAllocator``
 (``c10/cuda/CUDACachingAllocator.cpp``). The rules below were read at pytorch/pytorch commit
-eb42ad6eca0ce61e7c581212b4bf32f991425571 (the version the reference store holds; which release
-it is was not established): torch 2.4.1 as installed has its interface (``kLargeBuffer`` exported from
+eb42ad6eca0ce61e7c581212b4bf32f991425571; which release it belongs to was not established.
+torch 2.4.1 as installed has its interface (``kLargeBuffer`` exported from
 ``c10/cuda/CUDACachingAllocator.h``, ``CUDAAllocatorConfig.h``'s options) and its messages
 (``libc10_cuda.so``: "max_split_size_mb too small, must be > ", "is reserved by PyTorch but
-unallocated"), but its ``.cpp`` itself was not read.
+unallocated"), but 2.4.1's ``.cpp`` itself was not read.
 
 - sizes round up to a multiple of ``kMinBlockSize`` = 512 bytes (``round_size``;
   ``roundup_power2_divisions`` is off by default); a request of 0 bytes allocates nothing
