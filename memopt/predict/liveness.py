@@ -18,9 +18,14 @@ What ORT's allocator adds is modelled where it is structural:
   returned its own (a scalar among them): two copies of the largest (a cross-entropy's
   log-softmax and its gradient) are live there, outside ORT's arena, as are the gradients
   PyTorch hands back (the YieldOp's outputs) until ORT's backward is done with them.
-The same allocations and frees, played through ORT's BFC arena over several steps
-(``memopt.predict.arena``), give ``resident_bytes``: the pages the arena handed out, which
-is what the process holds; the memory model predicts from that figure.
+The same allocations and frees, played through the device's allocator over several steps,
+give ``resident_bytes``, what a trial's peak reads and the memory model predicts from. On
+CPU that allocator is ORT's BFC arena (``memopt.predict.arena``) and the figure the pages it
+handed out, which is what the process holds. On CUDA it is PyTorch's caching allocator
+(``memopt.predict.cuda_caching``): ORTModule hands ORT's allocations to it, so PyTorch's
+loss and the gradients it hands back go through it too; the figure is its peak of
+allocated bytes (``torch.cuda.max_memory_allocated``), and ``reserved_bytes`` its peak of
+reserved segments, what the device holds for it.
 """
 
 from __future__ import annotations
@@ -28,15 +33,17 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from typing import Protocol
 
 from memopt.graph.topology import memory_efficient_backward, memory_efficient_order
 from memopt.graph.training_graph import Node, TrainingGraph
 from memopt.ort.rules import AnalysisOrder
 from memopt.predict.arena import BFCArena
+from memopt.predict.cuda_caching import CudaCachingAllocator
 from memopt.scan.detect import element_size
 from memopt.scan.modules import module_path
 
-__all__ = ["RECOMPUTED_SUFFIX", "ActivationSimulator", "Recompute", "Timeline", "simulate"]
+__all__ = ["RECOMPUTED_SUFFIX", "ActivationSimulator", "Allocator", "Recompute", "Timeline", "simulate"]
 
 RECOMPUTED_SUFFIX = "_recompute"  # ORT names a node's recomputed clone <node>_recompute
 
@@ -77,6 +84,21 @@ _MEMORY_EFFICIENT = (AnalysisOrder.MEMORY_EFFICIENT, AnalysisOrder.MEMORY_EFFICI
 # touched grow for a few steps, now and then after a quiet one, before they settle: measured
 # per mapping on CPU RSS, settled by the fourth or fifth step; simulated, by the fifth.
 _ARENA_STEPS = 8
+_LOSS = "<loss>"  # PyTorch's loss buffers, where they go through the simulated allocator
+
+
+class Allocator(Protocol):
+    """What a simulated step's buffers are played through: ORT's BFC arena on CPU, PyTorch's
+    caching allocator on CUDA."""
+
+    def allocate(self, buffer: object, size: float) -> None: ...
+
+    def free(self, buffer: object) -> None: ...
+
+    @property
+    def touched_bytes(self) -> int:
+        """The memory the allocator holds of the device now."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -98,8 +120,10 @@ class Timeline:
     module: str | None  # the torch module of the node at the peak, when its name tells
     recomputed_at_peak: bool  # the node at the peak is a recompute clone
     step_count: int
-    # The arena's high-water mark over repeated steps: the pages it handed out (see arena.py).
+    # What a trial's peak reads of the repeated steps: on CPU the arena's high-water mark, the
+    # pages it handed out (see arena.py); on CUDA the caching allocator's peak allocated bytes.
     resident_bytes: float = 0.0
+    reserved_bytes: float = 0.0  # CUDA: the caching allocator's peak reserved bytes (0 on CPU)
 
     def where(self) -> str:
         place = f" in {self.module}" if self.module else ""
@@ -120,25 +144,33 @@ def simulate(
     dims: Mapping[str, int],
     recompute: Iterable[Recompute] = (),
     order: AnalysisOrder = AnalysisOrder.MEMORY_EFFICIENT_DEEPEST_FIRST,
+    device: str = "cpu",
 ) -> Timeline:
     """The activation timeline of one training step of ``graph`` at ``dims`` with ``recompute``
-    applied, a config running in the execution ``order`` of the release (``OrtRules.analysis_order``).
+    applied, a config running in the execution ``order`` of the release (``OrtRules.analysis_order``),
+    its allocations played through ``device``'s allocator.
 
     Where the page use of the arena's placement is concerned, a config is also played in the
     file's order and the larger figure kept: which pages the arena's placement touches turns
     on details the graph does not show (kernel scratch buffers among them), and the file's
     order is a second placement of the same live bytes (BENCHMARKS.md, the grid)."""
     recompute = tuple(recompute)
-    timeline = _play(graph, dims, *_schedule(graph, recompute, order))
+    timeline = _play(graph, dims, *_schedule(graph, recompute, order), device)
     if recompute and order in _MEMORY_EFFICIENT:
-        other = _play(graph, dims, *_schedule(graph, recompute, AnalysisOrder.FILE))
-        timeline = replace(timeline, resident_bytes=max(timeline.resident_bytes, other.resident_bytes))
+        other = _play(graph, dims, *_schedule(graph, recompute, AnalysisOrder.FILE), device)
+        timeline = replace(
+            timeline,
+            resident_bytes=max(timeline.resident_bytes, other.resident_bytes),
+            reserved_bytes=max(timeline.reserved_bytes, other.reserved_bytes),
+        )
     return timeline
 
 
-def _play(graph: TrainingGraph, dims: Mapping[str, int], steps: list[_Step], yield_index: int | None) -> Timeline:
-    """Run ``steps`` for several training steps through the arena: the live peak of one step,
-    where it is, and the pages the arena touched by the end."""
+def _play(
+    graph: TrainingGraph, dims: Mapping[str, int], steps: list[_Step], yield_index: int | None, device: str
+) -> Timeline:
+    """Run ``steps`` for several training steps through ``device``'s allocator: the live peak of
+    one step, where it is, and what a trial's peak reads of the allocator by the end."""
     sizes = _Sizes(graph, dims)
     for step in steps:
         if step.recomputed:
@@ -153,13 +185,17 @@ def _play(graph: TrainingGraph, dims: Mapping[str, int], steps: list[_Step], yie
 
     live = 0.0
     peak, peak_index = 0.0, -1
-    arena = BFCArena()
+    # On CUDA one allocator holds ORT's and PyTorch's tensors alike.
+    cuda = CudaCachingAllocator() if device == "cuda" else None
+    arena: Allocator = BFCArena() if cuda is None else cuda
     outside = 0.0  # live bytes PyTorch allocated (not in ORT's arena)
     resident = 0.0
     for repeat in range(_ARENA_STEPS):
+        if cuda is not None and repeat == 1:
+            cuda.reset_peaks()  # as a trial does after the warm-up step
         for index, (allocated, freed) in enumerate(events):
             for buffer, size in allocated:
-                if buffer in from_torch:
+                if buffer in from_torch and cuda is None:
                     outside += size
                 else:
                     arena.allocate((repeat, buffer), size)
@@ -171,15 +207,24 @@ def _play(graph: TrainingGraph, dims: Mapping[str, int], steps: list[_Step], yie
             transient = loss_bytes if index == yield_index else 0.0
             if repeat == 0 and live + transient > peak:
                 peak, peak_index = live + transient, index
-            resident = max(resident, arena.touched_bytes + outside + transient)
+            if cuda is None:
+                resident = max(resident, arena.touched_bytes + outside + transient)
+            elif transient:  # the loss's two copies, allocated and freed around the YieldOp
+                for copy in (0, 1):
+                    cuda.allocate((repeat, _LOSS, copy), transient / 2)
+                for copy in (0, 1):
+                    cuda.free((repeat, _LOSS, copy))
             for buffer, size in freed:
-                if buffer in from_torch:
+                if buffer in from_torch and cuda is None:
                     outside -= size
                 else:
                     arena.free((repeat, buffer))
                 live -= size
     if peak_index < 0:
         return Timeline(0.0, "", "", "forward", None, False, len(steps))
+    reserved = 0.0
+    if cuda is not None:
+        resident, reserved = float(cuda.peak_allocated_bytes), float(cuda.peak_reserved_bytes)
     at = steps[peak_index]
     phase = (
         "forward"
@@ -189,7 +234,15 @@ def _play(graph: TrainingGraph, dims: Mapping[str, int], steps: list[_Step], yie
         else "backward"
     )
     return Timeline(
-        peak, at.node.name, at.node.op_type, phase, module_path(at.node.name), at.recomputed, len(steps), resident
+        peak,
+        at.node.name,
+        at.node.op_type,
+        phase,
+        module_path(at.node.name),
+        at.recomputed,
+        len(steps),
+        resident,
+        reserved,
     )
 
 
@@ -384,11 +437,13 @@ class ActivationSimulator:
         plans: Mapping[str, Sequence[Recompute]],
         source: str | None = None,
         order: AnalysisOrder = AnalysisOrder.MEMORY_EFFICIENT_DEEPEST_FIRST,
+        device: str = "cpu",
     ):
         self.graph = graph
         self.plans = {key: tuple(recomputes) for key, recomputes in plans.items()}
         self.source = source  # the ONNX file the graph was loaded from, when known
         self.order = order  # the order a config runs in: the release's analysis order
+        self.device = device  # whose allocator the steps are played through: "cuda" or CPU's
         self._cache: dict[tuple[object, ...], Timeline] = {}
 
     def timeline(
@@ -405,5 +460,5 @@ class ActivationSimulator:
                 for key in chosen
                 for r in self.plans.get(key, ())[: counts[key] if counts.get(key, -1) >= 0 else None]
             ]
-            self._cache[memo] = simulate(self.graph, dims, recompute, self.order)
+            self._cache[memo] = simulate(self.graph, dims, recompute, self.order, self.device)
         return self._cache[memo]

@@ -7,11 +7,16 @@ With the training graph (the normal case):
 ``activations`` is the simulated resident activation memory of a step
 (``memopt.predict.liveness``: ORT's execution order, each tensor live from its producer to
 its last consumer, the config's recompute applied as ORT rewrites the graph, the
-allocations played through ORT's BFC arena). ``fixed`` (runtime, weights, gradients'
-holders, optimizer state) is what a no-config trial measures beyond the simulation;
+allocations played through the device's allocator: ORT's BFC arena on CPU, PyTorch's
+caching allocator on CUDA, where it is the peak of allocated bytes a CUDA trial measures).
+``fixed`` (runtime, weights, gradients' holders, optimizer state) is what a no-config trial
+measures beyond the simulation;
 ``scale`` is what the simulation still misses (kernel workspaces, PyTorch's side of the
 loss), 1.0 until trials with different simulated figures fit it by least squares. A plan's
-saving is what it takes off the simulated figure, not the bytes it stashes.
+saving is what it takes off the simulated figure, not the bytes it stashes. On CUDA the
+prediction also carries the caching allocator's reserved bytes, ``fixed + scale · reserved``
+(the fixed part's tensors assumed to fill their segments): with the memory outside the
+allocator (CUDA context, library workspaces), what the device runs out of.
 
 Without a graph (a saved model whose graph file is gone), the linear form:
 
@@ -92,6 +97,7 @@ class Prediction:
     peak_bytes: float
     baseline_bytes: float  # no config
     savings: Mapping[str, float]  # effective bytes per enabled plan
+    reserved_bytes: float | None = None  # CUDA: what the caching allocator reserves at the peak
 
 
 @dataclass(frozen=True)
@@ -176,7 +182,11 @@ class MemoryModel:
         baseline = self.baseline(batch_size)
         if self.simulator is not None:
             peak = self.static_bytes + self.activations(batch_size, plans, counts)
-            return Prediction(batch_size, plans, peak, baseline, savings)
+            reserved = None
+            if self.simulator.device == "cuda":
+                simulated = self.timeline(batch_size, plans, counts).reserved_bytes
+                reserved = self.static_bytes + self.activation_scale * simulated
+            return Prediction(batch_size, plans, peak, baseline, savings, reserved)
         return Prediction(batch_size, plans, baseline - sum(savings.values()), baseline, savings)
 
     def max_batch(self, limit_bytes: float, plans: Iterable[str] = (), ceiling: int = 1 << 20) -> int:
@@ -219,6 +229,7 @@ class MemoryModel:
             "activation_scale": self.activation_scale,
             "graph": self.simulator.source if self.simulator is not None else None,
             "config_order": self.simulator.order.value if self.simulator is not None else None,
+            "device": self.simulator.device if self.simulator is not None else None,
             "plans": [
                 {
                     "key": p.key,
@@ -267,13 +278,16 @@ class MemoryModel:
             dict(data.get("effectiveness", {})),
             float(data.get("global_effectiveness", 1.0)),
             observations,
-            _reload_simulator(data.get("graph"), plans, data.get("config_order")),
+            _reload_simulator(data.get("graph"), plans, data.get("config_order"), data.get("device")),
             float(data.get("activation_scale", 1.0)),
         )
 
 
-def _reload_simulator(source: Any, plans: tuple[PlanSavings, ...], order: Any) -> ActivationSimulator | None:
-    """The simulator of a saved model, if its graph file is still there (and it names a known order)."""
+def _reload_simulator(
+    source: Any, plans: tuple[PlanSavings, ...], order: Any, device: Any
+) -> ActivationSimulator | None:
+    """The simulator of a saved model, if its graph file is still there (and it names a known order);
+    a model saved before it named its device was simulated as on CPU."""
     if not isinstance(source, str) or not any(p.recomputes for p in plans):
         return None
     try:
@@ -281,7 +295,8 @@ def _reload_simulator(source: Any, plans: tuple[PlanSavings, ...], order: Any) -
         graph = load_graph(source)
     except (MemoptError, ValueError):
         return None
-    return ActivationSimulator(graph, {p.key: p.recomputes for p in plans}, source, config_order)
+    simulated_on = device if isinstance(device, str) else "cpu"
+    return ActivationSimulator(graph, {p.key: p.recomputes for p in plans}, source, config_order, simulated_on)
 
 
 def fit_memory_model(
