@@ -201,7 +201,7 @@ def level1_run(bench: Bench, folder: Path, steps: int) -> tuple[Run, tuple[str, 
         timeout_s=TIMEOUT_S,
     )
     run = launch(request, new_run_dir(folder, f"level1-b{bench.target}"))
-    peak = run.steady_peak_memory if run.steady_peak_memory is not None else run.peak_memory
+    peak = run.memory.steady_or_run_peak
     outcome = run.status if run.status != "ok" else ("over_budget" if peak and peak > bench.budget_bytes else "ok")
     plans_on: tuple[str, ...] = ()
     recomputed = None

@@ -23,7 +23,7 @@ def test_probe_run_folder_holds_log_graphs_and_record(gpt_probe: CliRun) -> None
     assert result["stack"]["torch_version"].startswith("2.")
     assert len(result["step_times_s"]) == 3 and all(t > 0 for t in result["step_times_s"])
     assert result["memory_kind"] == "rss"
-    assert result["peak_memory"] >= result["steady_peak_memory"] > 100 * 2**20
+    assert result["peak_over_run_bytes"] >= result["peak_bytes"] > 100 * 2**20
     assert record["request"]["options"] == {"size": "tiny"}
 
 

@@ -133,7 +133,7 @@ FAKE_RANK = textwrap.dedent(
     for step in range(1, int(os.environ["MEMOPT_JOB_STEPS"]) + 2):
         line = {"event": "step", "rank": rank, "world_size": world, "pid": os.getpid(), "step": step,
                 "time_s": 0.1, "device": "cpu", "memory_kind": "rss", "peak_bytes": 1000 * (rank + 1) + step,
-                "run_peak_bytes": 5000, "static_bytes": 100}
+                "peak_over_run_bytes": 5000, "static_bytes": 100}
         with open(os.environ["MEMOPT_JOB_STEPS_FILE"], "a") as out:
             out.write(json.dumps(line) + "\\n")
     time.sleep(120)  # as the hook does: wait at the last step for memopt to end the job
@@ -147,7 +147,7 @@ def test_fake_rank_job_ends_once_every_rank_reported(tmp_path: Path) -> None:
     run = _run(tmp_path, f"{sys.executable} {script} 0 2 & {sys.executable} {script} 1 2 & wait")
     assert run.status == "ok", run.error
     assert [r["rank"] for r in run.ranks] == [0, 1]
-    assert run.steady_peak_memory == 2003  # the highest rank's peak over the measured steps
+    assert run.memory.peak_bytes == 2003  # the highest rank's peak over the measured steps
     assert run.step_times_s == (0.1, 0.1, 0.1)
     for rank in run.ranks:
         assert_gone(int(rank["pid"]))

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from memopt.child import CHILD_MODULE
+from memopt.child.memory import Memory
 from memopt.core import parse_runnable
 from memopt.run import LOG_NAME, RECORD_NAME, RunRequest, RunResult, launch, new_run_dir
 from memopt.run.launch import PACKAGE_ROOT
@@ -305,10 +306,10 @@ def test_reported_result_is_collected_into_the_run_result(tmp_path: Path) -> Non
             "step_times_s": [5.0, 0.2, 0.4, 0.3],
             "losses": [2.0, 1.9, 1.8, 1.7],
             "memory_kind": "cuda_allocated",
-            "memory_after_setup": 100,
-            "peak_memory": 900,
-            "steady_peak_memory": 800,
-            "cuda_peak_reserved": 1000,
+            "static_bytes": 100,
+            "peak_over_run_bytes": 900,
+            "peak_bytes": 800,
+            "cuda_reserved_bytes": 1000,
             "cuda_device_name": "Fake GPU",
             "cuda_total_memory": 4096,
         },
@@ -324,11 +325,13 @@ def test_reported_result_is_collected_into_the_run_result(tmp_path: Path) -> Non
         stack={"ort_version": "1.19.2"},
         step_times_s=(5.0, 0.2, 0.4, 0.3),
         losses=(2.0, 1.9, 1.8, 1.7),
-        memory_kind="cuda_allocated",
-        memory_after_setup=100,
-        peak_memory=900,
-        steady_peak_memory=800,
-        cuda_peak_reserved=1000,
+        memory=Memory(
+            memory_kind="cuda_allocated",
+            static_bytes=100,
+            peak_over_run_bytes=900,
+            peak_bytes=800,
+            cuda_reserved_bytes=1000,
+        ),
         cuda_device_name="Fake GPU",
         cuda_total_memory=4096,
         wall_s=result.wall_s,

@@ -2,12 +2,20 @@
 
 It loads the recipe, checks the ORT stack and runs the measured ORTModule steps
 (``steps``), then writes its result where the parent (``memopt.run.launch``) reads it.
-The parent never imports this package's modules (they import torch); it names the module.
-Nothing here imports onnx or the analysis, so a broken stack is reported, not crashed on.
+The parent imports only what needs no torch (this module's ``ChildRequest``, the ``memory``
+record); the rest it names. Nothing here imports onnx or the analysis, so a broken stack is
+reported, not crashed on.
 """
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
 
 __all__ = [
     "CHILD_MODULE",
+    "ChildRequest",
     "HOOK_DIR",
     "JOB_PACKAGE_ROOT_VAR",
     "JOB_SAVE_ONNX_VAR",
@@ -23,6 +31,21 @@ __all__ = [
 ]
 
 CHILD_MODULE = "memopt.child"
+
+
+@dataclass(frozen=True)
+class ChildRequest:
+    """The request file: the parent writes it as JSON, the child reads it back."""
+
+    recipe: str  # the target's spec
+    batch_size: int
+    steps: int
+    device: str
+    log_level: str
+    save_onnx: bool
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+
 # What the parent tells the child through its environment: whom to watch and how long it may
 # run; and a marker naming the run folder, which every process of the run inherits.
 PARENT_PID_VAR = "MEMOPT_PARENT_PID"

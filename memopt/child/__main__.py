@@ -16,7 +16,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from memopt.child import PARENT_PID_VAR, PROFILE_VAR, TIMEOUT_VAR
+from memopt.child import PARENT_PID_VAR, PROFILE_VAR, TIMEOUT_VAR, ChildRequest
 from memopt.child.watchdog import guard
 from memopt.core import RecipeTarget, parse_target
 from memopt.errors import MemoptError, one_line
@@ -27,7 +27,7 @@ from memopt.recipes import RecipeError
 def main(request_path: str, result_path: str) -> int:
     if os.environ.get(PARENT_PID_VAR, "").isdigit():
         guard(int(os.environ[PARENT_PID_VAR]), float(os.environ.get(TIMEOUT_VAR) or 0) or None)
-    request = json.loads(Path(request_path).read_text())
+    request = ChildRequest(**json.loads(Path(request_path).read_text()))
     stack = inspect_stack()
     result: dict[str, Any] = {"status": "running", "stack": asdict(stack), "python": platform.python_version()}
 
@@ -47,24 +47,24 @@ def main(request_path: str, result_path: str) -> int:
     except ImportError as err:  # torch or ORTModule cannot be imported in this environment
         return _fail(write, "stack_error", MemoptError(f"importing ORTModule failed: {one_line(err)}"))
     try:
-        target = parse_target(request["recipe"])
+        target = parse_target(request.recipe)
         if not isinstance(target, RecipeTarget):
             raise RecipeError(f"{target} is not a recipe")
-        recipe = target.load(request["options"])
+        recipe = target.load(request.options)
         for name, text in recipe.files.items():
             (Path(result_path).parent / name).write_text(text)
         for note in recipe.notes:
-            print(f"[memopt] {request['recipe']}: {note}", file=sys.stderr, flush=True)
-        device = pick_device(request["device"], ort_has_cuda=stack.ort_cuda_version is not None)
+            print(f"[memopt] {request.recipe}: {note}", file=sys.stderr, flush=True)
+        device = pick_device(request.device, ort_has_cuda=stack.ort_cuda_version is not None)
         write(device=device)
-        print(f"[memopt] {request['recipe']} batch {request['batch_size']} on {device}", file=sys.stderr, flush=True)
+        print(f"[memopt] {request.recipe} batch {request.batch_size} on {device}", file=sys.stderr, flush=True)
         run_steps(
             recipe,
-            request["batch_size"],
-            steps=request["steps"],
+            request.batch_size,
+            steps=request.steps,
             device=device,
-            log_level=request["log_level"],
-            save_onnx=request["save_onnx"],
+            log_level=request.log_level,
+            save_onnx=request.save_onnx,
             on_step=lambda report: write(steps=asdict(report)),
             profile_to=Path(result_path).parent if os.environ.get(PROFILE_VAR) == "1" else None,
         )

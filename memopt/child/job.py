@@ -154,7 +154,7 @@ def _on_optimizer_step(optimizer: Any, args: Any, kwargs: Any) -> None:
         _reset_peak(cuda)
     else:
         steps.run_peak = max(steps.run_peak or 0, record["peak_bytes"])
-    record["run_peak_bytes"] = steps.run_peak
+    record["peak_over_run_bytes"] = steps.run_peak
     _write(record)
     steps.last_end = time.perf_counter()
     if steps.count == steps.total:

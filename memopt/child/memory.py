@@ -1,12 +1,59 @@
-"""A process's own CPU memory figures from /proc (no torch): shared by recipe runs and job steps."""
+"""What a run measures of memory, one record from the child or job to the journal; and a
+process's own CPU figures from /proc (no torch): shared by recipe runs and job steps."""
 
 from __future__ import annotations
 
+import math
 import re
 import resource
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, fields
 from pathlib import Path
 
-__all__ = ["proc_status_bytes", "reset_rss_peak"]
+__all__ = ["Memory", "proc_status_bytes", "reset_rss_peak"]
+
+
+@dataclass(frozen=True)
+class Memory:
+    """Memory in bytes as a recipe's child, each rank of a job, a run and a trial record it:
+    the same names at every hop. CPU: the process's RSS; CUDA: torch's allocated bytes."""
+
+    memory_kind: str | None = None  # "rss" or "cuda_allocated"
+    static_bytes: int | None = None  # model, optimizer and ORTModule set up, before the first step
+    peak_bytes: int | None = None  # the measured steps' peak: reset after the warm-up step
+    peak_over_run_bytes: int | None = None  # the whole run's: export and session build included
+    cuda_reserved_bytes: int | None = None  # CUDA: the caching allocator's reserved peak
+
+    @property
+    def steady_or_run_peak(self) -> int | None:
+        """The measured steps' peak, else (a run that reset nothing) the whole run's."""
+        return self.peak_bytes if self.peak_bytes is not None else self.peak_over_run_bytes
+
+    @classmethod
+    def from_record(cls, record: Mapping[str, object]) -> Memory:
+        """The figures a record holds; a figure that is not a finite count of bytes is unknown."""
+        kind = record.get("memory_kind")
+        sizes = {f.name: _bytes(record.get(f.name)) for f in fields(cls) if f.name != "memory_kind"}
+        return cls(memory_kind=kind if isinstance(kind, str) else None, **sizes)
+
+    @classmethod
+    def highest(cls, memories: Iterable[Memory]) -> Memory:
+        """Each figure's highest over processes (the ranks of one job)."""
+        every = list(memories)
+
+        def top(name: str) -> int | None:
+            values = [getattr(m, name) for m in every if getattr(m, name) is not None]
+            return max(values) if values else None
+
+        kinds = [m.memory_kind for m in every if m.memory_kind]
+        sizes = {f.name: top(f.name) for f in fields(cls) if f.name != "memory_kind"}
+        return cls(memory_kind=kinds[0] if kinds else None, **sizes)
+
+
+def _bytes(value: object) -> int | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return int(value) if math.isfinite(value) and value >= 0 else None
 
 
 def proc_status_bytes(field_name: str) -> int:

@@ -47,16 +47,17 @@ class StepFailure(Exception):
 
 @dataclass
 class StepReport:
-    """What the measured steps did. Sizes in bytes, times in seconds."""
+    """What the measured steps did. Sizes in bytes (named as ``Memory`` names them: the parent
+    reads them with ``Memory.from_record``), times in seconds."""
 
     device: str
     step_times_s: list[float] = field(default_factory=list)
     losses: list[float] = field(default_factory=list)
     memory_kind: str = "rss"
-    memory_after_setup: int | None = None
-    peak_memory: int | None = None
-    steady_peak_memory: int | None = None
-    cuda_peak_reserved: int | None = None
+    static_bytes: int | None = None
+    peak_over_run_bytes: int | None = None
+    peak_bytes: int | None = None
+    cuda_reserved_bytes: int | None = None
     cuda_device_name: str | None = None
     cuda_total_memory: int | None = None  # the device's capacity, for budgets given as a percentage
 
@@ -142,7 +143,7 @@ def run_steps(
         report.cuda_total_memory = torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory
     options = DebugOptions(log_level=LogLevel[log_level], save_onnx=save_onnx, onnx_prefix=ONNX_PREFIX)
     step = TrainingStep(recipe, batch_size, device, options)
-    report.memory_after_setup = _memory_now(device)
+    report.static_bytes = _memory_now(device)
 
     for index in range(steps + 1):
         if index == 1:
@@ -299,9 +300,9 @@ def _reset_peak(device: str) -> None:
 def _read_peaks(report: StepReport, device: str, steady: bool) -> None:
     if device == "cuda":
         peak = torch.cuda.max_memory_allocated()
-        report.cuda_peak_reserved = max(report.cuda_peak_reserved or 0, torch.cuda.max_memory_reserved())
+        report.cuda_reserved_bytes = max(report.cuda_reserved_bytes or 0, torch.cuda.max_memory_reserved())
     else:
         peak = proc_status_bytes("VmHWM")
-    report.peak_memory = max(report.peak_memory or 0, peak)
+    report.peak_over_run_bytes = max(report.peak_over_run_bytes or 0, peak)
     if steady:
-        report.steady_peak_memory = max(report.steady_peak_memory or 0, peak)
+        report.peak_bytes = max(report.peak_bytes or 0, peak)

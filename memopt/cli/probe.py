@@ -108,10 +108,10 @@ def _summarise(target: Target, batch: int, options: dict[str, object], result: P
         f"  steps        warm-up {run.step_times_s[0]:.2f} s (export + session); "
         f"measured {measured} s (median {run.median_step_s:.3f} s)"
     )
-    label = "peak RSS" if run.memory_kind == "rss" else "peak allocated"
+    label = "peak RSS" if run.memory.memory_kind == "rss" else "peak allocated"
     console.print(
-        f"  memory       {label} {format_bytes(run.peak_memory)} over the run, "
-        f"{format_bytes(run.steady_peak_memory)} in the measured steps"
+        f"  memory       {label} {format_bytes(run.memory.peak_over_run_bytes)} over the run, "
+        f"{format_bytes(run.memory.peak_bytes)} in the measured steps"
     )
     console.print(f"  plans        {_plans_line(run.log_path)}", markup=False)
     graph = result.execution_graph

@@ -16,6 +16,7 @@ import os
 import signal
 import sys
 import threading
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +33,7 @@ from memopt.child import (
     RUN_DIR_VAR,
     TIMEOUT_VAR,
 )
+from memopt.child.memory import Memory
 from memopt.core import Command, RunStatus
 from memopt.run.launch import LOG_NAME, ONNX_DIR, PACKAGE_ROOT, RECORD_NAME, RunRequest, RunResult, launch, run_process
 
@@ -216,28 +218,21 @@ def _result(
     for record in steps:
         by_rank.setdefault(int(record.get("rank") or 0), []).append(record)
     ranks: list[dict[str, Any]] = []
+    memories: list[Memory] = []
     for rank, own in sorted(by_rank.items()):
         own.sort(key=lambda r: int(r.get("step") or 0))
-        measured = [r for r in own if int(r.get("step") or 0) >= 2]
-        ranks.append(
-            {
-                "rank": rank,
-                "pid": own[-1].get("pid"),
-                "steps": len(own),
-                "peak_bytes": max((int(r["peak_bytes"]) for r in measured), default=None),
-                "peak_over_run_bytes": own[-1].get("run_peak_bytes"),
-                "static_bytes": own[0].get("static_bytes"),
-                "cuda_reserved_bytes": max((int(r.get("cuda_reserved_bytes") or 0) for r in measured), default=None)
-                if own[0].get("device") == "cuda"
-                else None,
-            }
+        measured = [Memory.from_record(r) for r in own if int(r.get("step") or 0) >= 2]
+        memory = Memory(
+            memory_kind=own[0].get("memory_kind"),
+            static_bytes=Memory.from_record(own[0]).static_bytes,
+            peak_bytes=Memory.highest(measured).peak_bytes,
+            peak_over_run_bytes=Memory.from_record(own[-1]).peak_over_run_bytes,
+            cuda_reserved_bytes=Memory.highest(measured).cuda_reserved_bytes,
         )
+        memories.append(memory)
+        ranks.append({"rank": rank, "pid": own[-1].get("pid"), "steps": len(own), **asdict(memory)})
     lead = by_rank.get(0) or (next(iter(by_rank.values())) if by_rank else [])
     first = lead[0] if lead else {}
-
-    def highest(name: str) -> int | None:
-        values = [int(r[name]) for r in ranks if r.get(name) is not None]
-        return max(values) if values else None
 
     return RunResult(
         status=status,
@@ -246,11 +241,7 @@ def _result(
         device=first.get("device"),
         stack=first.get("stack") or {},
         step_times_s=tuple(float(r["time_s"]) for r in lead),
-        memory_kind=first.get("memory_kind"),
-        memory_after_setup=highest("static_bytes"),
-        peak_memory=highest("peak_over_run_bytes"),
-        steady_peak_memory=highest("peak_bytes"),
-        cuda_peak_reserved=highest("cuda_reserved_bytes"),
+        memory=Memory.highest(memories),
         cuda_device_name=first.get("cuda_device_name"),
         cuda_total_memory=first.get("cuda_total_memory"),
         wall_s=wall_s,

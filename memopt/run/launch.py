@@ -27,7 +27,8 @@ from pathlib import Path
 from typing import Any
 
 import memopt
-from memopt.child import CHILD_MODULE, ONNX_PREFIX, PARENT_PID_VAR, RUN_DIR_VAR, TIMEOUT_VAR
+from memopt.child import CHILD_MODULE, ONNX_PREFIX, PARENT_PID_VAR, RUN_DIR_VAR, TIMEOUT_VAR, ChildRequest
+from memopt.child.memory import Memory
 from memopt.core import Command, RunnableTarget, RunStatus
 from memopt.errors import MemoptError
 
@@ -126,8 +127,8 @@ class RunRequest:
 class RunResult:
     """Outcome of one child run.
 
-    Memory in bytes (``memory_kind`` rss or cuda_allocated), times in seconds;
-    ``step_times_s[0]`` is the warm-up step.
+    ``memory``: the run's figures (a job's: each the highest over its ranks, which ``ranks``
+    keeps one by one); times in seconds, ``step_times_s[0]`` is the warm-up step.
     """
 
     status: RunStatus
@@ -137,11 +138,7 @@ class RunResult:
     stack: Mapping[str, Any] = field(default_factory=dict)
     step_times_s: tuple[float, ...] = ()
     losses: tuple[float, ...] = ()
-    memory_kind: str | None = None
-    memory_after_setup: int | None = None
-    peak_memory: int | None = None
-    steady_peak_memory: int | None = None
-    cuda_peak_reserved: int | None = None
+    memory: Memory = field(default_factory=Memory)
     cuda_device_name: str | None = None
     cuda_total_memory: int | None = None
     wall_s: float = 0.0
@@ -210,19 +207,16 @@ def launch(request: RunRequest, run_dir: Path, cancel: threading.Event | None = 
     """
     request_path = run_dir / ".request.json"
     result_path = run_dir / ".result.json"
-    request_path.write_text(
-        json.dumps(
-            {
-                "recipe": request.target.spec,
-                "options": dict(request.options),
-                "batch_size": request.batch_size,
-                "steps": request.steps,
-                "device": request.device,
-                "log_level": request.log_level,
-                "save_onnx": request.save_onnx,
-            }
-        )
+    child_request = ChildRequest(
+        recipe=request.target.spec,
+        batch_size=request.batch_size,
+        steps=request.steps,
+        device=request.device,
+        log_level=request.log_level,
+        save_onnx=request.save_onnx,
+        options=dict(request.options),
     )
+    request_path.write_text(json.dumps(asdict(child_request)))
     started = time.monotonic()
     ending = "finished"
     returncode: int | None = None  # stays None when a cancel came before the start
@@ -440,11 +434,7 @@ def _collect(
         stack=reported.get("stack", {}),
         step_times_s=tuple(steps.get("step_times_s", ())),
         losses=tuple(steps.get("losses", ())),
-        memory_kind=steps.get("memory_kind"),
-        memory_after_setup=steps.get("memory_after_setup"),
-        peak_memory=steps.get("peak_memory"),
-        steady_peak_memory=steps.get("steady_peak_memory"),
-        cuda_peak_reserved=steps.get("cuda_peak_reserved"),
+        memory=Memory.from_record(steps),
         cuda_device_name=steps.get("cuda_device_name"),
         cuda_total_memory=steps.get("cuda_total_memory"),
         wall_s=wall_s,
@@ -473,6 +463,11 @@ def _write_record(run_dir: Path, request: RunRequest, result: RunResult) -> None
             "env": dict(request.env),
             "unset_env": list(request.unset_env),
         },
-        "result": {**asdict(result), "run_dir": str(result.run_dir), "median_step_s": result.median_step_s},
+        "result": {
+            **{name: value for name, value in asdict(result).items() if name != "memory"},
+            **asdict(result.memory),
+            "run_dir": str(result.run_dir),
+            "median_step_s": result.median_step_s,
+        },
     }
     (run_dir / RECORD_NAME).write_text(json.dumps(record, indent=2, default=str))

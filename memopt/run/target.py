@@ -87,5 +87,5 @@ def load_target(
         frozenset(cell for plan in with_plans[-1].plans for cell in key_entries(plan.config_key))
         if with_plans
         else None,
-        (probe_batch, run.steady_peak_memory, run.device or "cpu") if run.steady_peak_memory else None,
+        (probe_batch, run.memory.peak_bytes, run.device or "cpu") if run.memory.peak_bytes else None,
     )

@@ -596,7 +596,7 @@ def _result(
     if recomputed is None and not spec.config and run.ok:
         recomputed = 0  # no config: ORT prints no count because it recomputes nothing
     median = run.median_step_s
-    peak = run.steady_peak_memory if run.steady_peak_memory is not None else run.peak_memory
+    peak = run.memory.steady_or_run_peak
     stack = run.stack or {}
     return TrialResult(
         key=key,
@@ -614,11 +614,7 @@ def _result(
         ort_version=stack.get("ort_version") or versions.ort_version,
         torch_version=stack.get("torch_version") or versions.torch_version,
         ort_package=stack.get("ort_package") or versions.ort_package,
-        memory_kind=run.memory_kind,
-        static_bytes=run.memory_after_setup,
-        peak_bytes=peak,
-        peak_over_run_bytes=run.peak_memory,
-        cuda_reserved_bytes=run.cuda_peak_reserved,
+        **{**asdict(run.memory), "peak_bytes": peak},
         cuda_total_memory=run.cuda_total_memory,
         cuda_device_name=run.cuda_device_name,
         step_times_s=tuple(run.step_times_s),
