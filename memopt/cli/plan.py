@@ -43,10 +43,10 @@ from memopt.ort.config import export_line, takes_json_file
 from memopt.ort.version import OrtVersion
 from memopt.predict.calibrate import Calibration, calibrate, learn_from_trial, save_model
 from memopt.predict.planner import DEFAULT_MARGIN, PlanResult, choose_plans
-from memopt.run import DEFAULT_RUNS_DIR, DEFAULT_TIMEOUT_S
+from memopt.run import DEFAULT_RUNS_DIR, DEFAULT_STEPS, DEFAULT_TIMEOUT_S, check_batch, check_steps
 from memopt.run.budget import parse_budget, require_budget, resolve_budget
 from memopt.run.journal import Journal
-from memopt.run.trials import DEFAULT_STEPS, TrialResult, TrialSpec, run_trial, stack_versions
+from memopt.run.trials import TrialResult, TrialSpec, run_trial, stack_versions
 from memopt.tune.export import plan_export, write_config
 from memopt.units import format_bytes, format_mib
 
@@ -85,12 +85,10 @@ def plan_command(
     as_json: bool = typer.Option(False, "--json", help="Print the plan as JSON."),
 ) -> None:
     """Choose the plans that bring RECIPE's predicted peak at --target-batch under --budget at least recompute cost."""
-    if target_batch < 1:
-        raise MemoptError(f"--target-batch must be a positive integer, not {target_batch}")
+    check_batch(target_batch, "--target-batch")
     if not 0 <= margin < 1:
         raise MemoptError(f"--margin must be a fraction in [0, 1), not {margin:g}")
-    if steps < 1:
-        raise MemoptError(f"--steps must be at least 1, not {steps}")
+    check_steps(steps)
     check_device(device)
     target = runnable(choose_target(recipe, command, default=None))
     python = command_notes(target, python, target_batch)

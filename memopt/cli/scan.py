@@ -33,6 +33,7 @@ from memopt.errors import MemoptError
 from memopt.graph.sizes import resolve_dims
 from memopt.ort.stack import inspect_stack
 from memopt.recipes import DEFAULT_RECIPE
+from memopt.run import DEFAULT_RUNS_DIR
 from memopt.run.target import load_target
 from memopt.scan import ProbeLevel, ScanReport, fold_layers, scan_graph
 from memopt.scan.patterns import Pattern, order_patterns
@@ -89,7 +90,7 @@ def scan_command(
     probe_batch: int = typer.Option(
         2, "--probe-batch", min=1, help="Batch of the short probe that builds a recipe's graph."
     ),
-    runs_dir: RunsDirOption = Path("runs"),
+    runs_dir: RunsDirOption = DEFAULT_RUNS_DIR,
     python: str | None = typer.Option(
         None, "--python", help="Interpreter whose ORT/torch stack builds a recipe's graph."
     ),

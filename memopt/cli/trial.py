@@ -37,11 +37,10 @@ from memopt.ort.config import ConfigEntry, PlanKey
 from memopt.ort.version import OrtVersion
 from memopt.predict.calibrate import learn_from_trial, load_saved_model, model_identity, save_model
 from memopt.predict.memory_model import MemoryModel, ModelError
-from memopt.run import DEFAULT_RUNS_DIR, DEFAULT_TIMEOUT_S
+from memopt.run import DEFAULT_RUNS_DIR, DEFAULT_STEPS, DEFAULT_TIMEOUT_S, check_batch, check_steps
 from memopt.run.budget import parse_budget
 from memopt.run.journal import Journal
 from memopt.run.trials import (
-    DEFAULT_STEPS,
     TrialSpec,
     parse_trial_config,
     run_trial,
@@ -95,10 +94,8 @@ def trial_command(
 ) -> None:
     """Run RECIPE (or your command) at --batch with --config applied as a user would; record memory, time and ORT's plans."""
     target = _target(words or [], command)
-    if batch < 1:
-        raise MemoptError(f"--batch must be a positive integer, not {batch}")
-    if steps < 1:
-        raise MemoptError(f"--steps must be at least 1, not {steps}")
+    check_batch(batch)
+    check_steps(steps)
     check_device(device)
     parsed_budget = parse_budget(budget) if budget is not None else None
     options = recipe_options(target, seq, size, option, hf_task, target_seq)

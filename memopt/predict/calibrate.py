@@ -46,10 +46,9 @@ from memopt.predict.recompute_cost import BALANCE, RecomputeCost, read_node_time
 from memopt.run.budget import total_ram
 from memopt.run.files import exclusive_lock, replace_atomically
 from memopt.run.journal import Journal
-from memopt.run.launch import DEFAULT_RUNS_DIR, DEFAULT_TIMEOUT_S
+from memopt.run.settings import DEFAULT_RUNS_DIR, DEFAULT_STEPS, DEFAULT_TIMEOUT_S
 from memopt.run.target import ScanTarget, load_target
 from memopt.run.trials import (
-    DEFAULT_STEPS,
     StackVersions,
     TrialResult,
     TrialSpec,

@@ -6,6 +6,7 @@
 - ``probe``: one no-config run that saves the graphs ORTModule builds.
 - ``trials``: one config at one batch size, measured; ``journal``: every finished trial.
 - ``budget``: memory budgets as people write them, resolved against the device.
+- ``settings``: what every run shares, declared once: defaults and the checks of each value.
 
 The child process's own side lives in ``memopt.child`` (it imports torch; nothing here does).
 """
@@ -22,25 +23,29 @@ from memopt.run.budget import (
 from memopt.run.command import run_target
 from memopt.run.journal import JOURNAL_NAME, Journal, JournalEntry
 from memopt.run.launch import (
-    DEFAULT_RUNS_DIR,
-    DEFAULT_TIMEOUT_S,
-    DEVICES,
     LOG_NAME,
     ONNX_DIR,
     ONNX_PREFIX,
     RECORD_NAME,
     RunRequest,
     RunResult,
-    check_device,
-    check_timeout,
     end_all_runs,
     launch,
     new_run_dir,
 )
 from memopt.run.probe import GRAPH_KINDS, ProbeResult, probe, run_label
+from memopt.run.settings import (
+    DEFAULT_RUNS_DIR,
+    DEFAULT_STEPS,
+    DEFAULT_TIMEOUT_S,
+    DEVICES,
+    check_batch,
+    check_device,
+    check_steps,
+    check_timeout,
+)
 from memopt.run.target import CONFIG_VARIABLES, ScanTarget, load_target
 from memopt.run.trials import (
-    DEFAULT_STEPS,
     LEVEL_VAR,
     REUSABLE_STATUSES,
     JournaledRunner,
@@ -89,7 +94,9 @@ __all__ = [
     "TrialResult",
     "TrialRunner",
     "TrialSpec",
+    "check_batch",
     "check_device",
+    "check_steps",
     "check_timeout",
     "config_key",
     "end_all_runs",

@@ -12,7 +12,6 @@ the child watches its parent (``memopt.child.watchdog``).
 from __future__ import annotations
 
 import json
-import math
 import os
 import signal
 import statistics
@@ -31,6 +30,14 @@ from memopt.child import CHILD_MODULE, ONNX_PREFIX, PARENT_PID_VAR, RUN_DIR_VAR,
 from memopt.child.memory import Memory
 from memopt.core import Command, RunnableTarget, RunStatus
 from memopt.errors import MemoptError
+from memopt.run.settings import (
+    DEFAULT_STEPS,
+    DEFAULT_TIMEOUT_S,
+    check_batch,
+    check_device,
+    check_steps,
+    check_timeout,
+)
 
 # How often a waiting launch looks at its cancel event: the delay between a cancel and the kill.
 _CANCEL_POLL_S = 0.1
@@ -38,14 +45,9 @@ _CANCEL_POLL_S = 0.1
 _END_GRACE_S = 5.0
 
 __all__ = [
-    "DEFAULT_RUNS_DIR",
-    "DEFAULT_TIMEOUT_S",
-    "DEVICES",
     "PARENT_PID_VAR",
     "RUN_DIR_VAR",
     "TIMEOUT_VAR",
-    "check_device",
-    "check_timeout",
     "end_all_runs",
     "PACKAGE_ROOT",
     "ProcessEnd",
@@ -65,9 +67,6 @@ RECORD_NAME = "run.json"
 ONNX_DIR = "onnx"
 PACKAGE_ROOT = str(Path(memopt.__file__).resolve().parent.parent)
 
-DEVICES = ("auto", "cpu", "cuda")  # auto: CUDA where ORT and torch have it, else CPU
-DEFAULT_TIMEOUT_S = 1800.0  # a run's time limit unless --timeout says otherwise
-DEFAULT_RUNS_DIR = Path("runs")  # where run folders go unless --runs-dir says otherwise
 
 # The child is started with ``-c`` so that the working directory is not first on its import
 # path (a stray torch.py or onnx.py there must not run); it goes last instead, so a recipe
@@ -81,17 +80,6 @@ runpy.run_module({CHILD_MODULE!r}, run_name="__main__", alter_sys=True)
 """
 
 
-def check_device(device: str) -> None:
-    if device not in DEVICES:
-        raise MemoptError(f"--device must be auto, cpu or cuda, not {device!r}")
-
-
-def check_timeout(timeout_s: float) -> None:
-    """A run's time limit: a finite number of seconds above zero (NaN and infinity disable nothing)."""
-    if not (isinstance(timeout_s, (int, float)) and math.isfinite(timeout_s) and timeout_s > 0):
-        raise MemoptError(f"--timeout must be a finite number of seconds above zero, not {timeout_s}")
-
-
 @dataclass(frozen=True)
 class RunRequest:
     """One run of a target: a recipe in memopt's child process, or the user's command as is.
@@ -102,7 +90,7 @@ class RunRequest:
     target: RunnableTarget
     batch_size: int
     options: Mapping[str, Any] = field(default_factory=dict)
-    steps: int = 2
+    steps: int = DEFAULT_STEPS
     device: str = "auto"
     log_level: str = "INFO"
     save_onnx: bool = False
@@ -115,10 +103,8 @@ class RunRequest:
     def __post_init__(self) -> None:
         check_timeout(self.timeout_s)
         check_device(self.device)
-        if self.batch_size < 1:
-            raise MemoptError(f"--batch must be a positive integer, not {self.batch_size}")
-        if self.steps < 1:
-            raise MemoptError(f"--steps must be at least 1, not {self.steps}")
+        check_batch(self.batch_size)
+        check_steps(self.steps)
         if isinstance(self.target, Command) and self.options:
             raise MemoptError("recipe options (--size, --seq, -o) do not apply to a command: put them in the command")
 

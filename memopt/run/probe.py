@@ -17,14 +17,13 @@ from typing import Any
 from memopt.core import RunnableTarget
 from memopt.run.command import run_target
 from memopt.run.launch import (
-    DEFAULT_RUNS_DIR,
-    DEFAULT_TIMEOUT_S,
     ONNX_DIR,
     ONNX_PREFIX,
     RunRequest,
     RunResult,
     new_run_dir,
 )
+from memopt.run.settings import DEFAULT_RUNS_DIR, DEFAULT_STEPS, DEFAULT_TIMEOUT_S
 
 __all__ = ["GRAPH_KINDS", "ProbeResult", "probe", "run_label"]
 
@@ -59,7 +58,7 @@ def probe(
     batch_size: int,
     *,
     options: Mapping[str, Any] | None = None,
-    steps: int = 2,
+    steps: int = DEFAULT_STEPS,
     device: str = "auto",
     log_level: str = "INFO",
     runs_dir: Path = DEFAULT_RUNS_DIR,

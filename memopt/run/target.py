@@ -14,8 +14,9 @@ from memopt.graph.gradient import build_training_graph
 from memopt.graph.training_graph import TrainingGraph, load_graph, session_input_beside
 from memopt.logparse import parse_file
 from memopt.ort.config import CONFIG_VARIABLES, key_entries
-from memopt.run.launch import DEFAULT_RUNS_DIR, new_run_dir
+from memopt.run.launch import new_run_dir
 from memopt.run.probe import probe
+from memopt.run.settings import DEFAULT_RUNS_DIR
 
 __all__ = ["CONFIG_VARIABLES", "ScanTarget", "load_target"]
 

@@ -48,10 +48,10 @@ from memopt.ort.version import OrtVersion
 from memopt.run.budget import Budget, total_ram
 from memopt.run.command import run_target
 from memopt.run.journal import Journal
-from memopt.run.launch import DEFAULT_TIMEOUT_S, PACKAGE_ROOT, RunRequest, RunResult, check_timeout, new_run_dir
+from memopt.run.launch import PACKAGE_ROOT, RunRequest, RunResult, new_run_dir
+from memopt.run.settings import DEFAULT_STEPS, DEFAULT_TIMEOUT_S, check_batch, check_device, check_steps, check_timeout
 
 __all__ = [
-    "DEFAULT_STEPS",
     "LEVEL_VAR",
     "Outcome",
     "REUSABLE_STATUSES",
@@ -71,9 +71,6 @@ __all__ = [
 ]
 
 CONFIG_FILE = "memopt_config.json"
-# Measured steps per trial after the warm-up step. Two or more: some plans lower only the
-# first measured step's peak, so a single step can hide what a config does.
-DEFAULT_STEPS = 2
 # Runs whose result does not depend on luck: reused by --resume. Crashes and timeouts rerun.
 REUSABLE_STATUSES = (RunStatus.OK, RunStatus.OUT_OF_MEMORY)
 
@@ -148,11 +145,11 @@ class TrialSpec:
     log_level: str = "DEVINFO"  # C++ INFO lines: "Total number of recomputed nodes", per-node lines
 
     def __post_init__(self) -> None:
-        if self.batch_size < 1:
-            raise TrialError(f"the batch size must be a positive integer, not {self.batch_size}")
-        if self.steps < 1:
-            raise TrialError(f"a trial needs at least one measured step, not {self.steps}")
-        check_timeout(self.timeout_s)  # here too, so a bad one is refused before anything is created
+        # Checked here too, so that a bad value is refused before a run folder is created.
+        check_batch(self.batch_size)
+        check_steps(self.steps)
+        check_timeout(self.timeout_s)
+        check_device(self.device)
 
 
 @dataclass(frozen=True)

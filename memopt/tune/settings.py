@@ -10,7 +10,16 @@ from typing import Any
 from memopt.core import RunnableTarget
 from memopt.errors import MemoptError
 from memopt.predict import DEFAULT_MARGIN
-from memopt.run import DEFAULT_RUNS_DIR, DEFAULT_STEPS, DEFAULT_TIMEOUT_S, Budget, check_device, check_timeout
+from memopt.run import (
+    DEFAULT_RUNS_DIR,
+    DEFAULT_STEPS,
+    DEFAULT_TIMEOUT_S,
+    Budget,
+    check_batch,
+    check_device,
+    check_steps,
+    check_timeout,
+)
 
 __all__ = ["DEFAULT_MAX_TRIALS", "TuneCancelled", "TuneError", "TuneSettings"]
 
@@ -51,12 +60,10 @@ class TuneSettings:
         return cls(target=target, target_batch=target_batch, **values)
 
     def __post_init__(self) -> None:
-        if self.target_batch < 1:
-            raise TuneError(f"--target-batch must be a positive integer, not {self.target_batch}")
+        check_batch(self.target_batch, "--target-batch")
         if self.max_trials < 1:
             raise TuneError(f"--max-trials must be at least 1, not {self.max_trials}")
-        if self.steps < 1:
-            raise TuneError(f"--steps must be at least 1, not {self.steps}")
+        check_steps(self.steps)
         if not 0 <= self.margin < 1:
             raise TuneError(f"--margin must be a fraction in [0, 1), not {self.margin:g}")
         check_device(self.device)

@@ -1,0 +1,48 @@
+"""The settings every run of a target shares, each declared once: defaults, and the checks
+that refuse a bad value before anything runs, with one wording whichever command takes it."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+from memopt.errors import MemoptError
+
+__all__ = [
+    "DEFAULT_RUNS_DIR",
+    "DEFAULT_STEPS",
+    "DEFAULT_TIMEOUT_S",
+    "DEVICES",
+    "check_batch",
+    "check_device",
+    "check_steps",
+    "check_timeout",
+]
+
+# Measured steps per run after the warm-up step. Two or more: some plans lower only the
+# first measured step's peak, so a single step can hide what a config does.
+DEFAULT_STEPS = 2
+DEFAULT_TIMEOUT_S = 1800.0  # a run's time limit unless --timeout says otherwise
+DEFAULT_RUNS_DIR = Path("runs")  # where run folders go unless --runs-dir says otherwise
+DEVICES = ("auto", "cpu", "cuda")  # auto: CUDA where ORT and torch have it, else CPU
+
+
+def check_batch(batch_size: int, flag: str = "--batch") -> None:
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise MemoptError(f"{flag} must be a positive integer, not {batch_size}")
+
+
+def check_steps(steps: int) -> None:
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+        raise MemoptError(f"--steps must be at least 1, not {steps}")
+
+
+def check_device(device: str) -> None:
+    if device not in DEVICES:
+        raise MemoptError(f"--device must be auto, cpu or cuda, not {device!r}")
+
+
+def check_timeout(timeout_s: float) -> None:
+    """A run's time limit: a finite number of seconds above zero (NaN and infinity disable nothing)."""
+    if not (isinstance(timeout_s, (int, float)) and math.isfinite(timeout_s) and timeout_s > 0):
+        raise MemoptError(f"--timeout must be a finite number of seconds above zero, not {timeout_s}")
