@@ -46,7 +46,7 @@ from typing import Any
 from bench_memory_model import DEFAULT_CASES, FRACTIONS, parse_case
 
 from memopt.core import RecipeTarget, parse_runnable, parse_target
-from memopt.ort.config import ENV_VAR, short_key
+from memopt.ort.config import ENV_VAR
 from memopt.predict.calibrate import calibrate
 from memopt.predict.liveness import RECOMPUTED_SUFFIX
 from memopt.predict.planner import DEFAULT_MARGIN, choose_plans
@@ -164,12 +164,10 @@ def bench_case(item: str, runs_dir: Path, rounds: int, each_plan: bool) -> list[
         budget = int(fraction * cal.model.baseline(batch))
         plan = choose_plans(cal.model, costs, batch, budget, cal.ort_version, margin=DEFAULT_MARGIN)
         if plan.plans:
-            named = (
-                " ".join(short_key(key) for key in plan.plans) if len(plan.plans) <= 2 else f"{len(plan.plans)} plans"
-            )
+            named = " ".join(key.short for key in plan.plans) if len(plan.plans) <= 2 else f"{len(plan.plans)} plans"
             chosen.setdefault(tuple(sorted(plan.plans)), f"planner at {fraction:.0%}: {named}")
     for key in keys if each_plan else ():
-        chosen.setdefault((key,), short_key(key))
+        chosen.setdefault((key,), key.short)
     chosen.setdefault(tuple(sorted(keys)), f"all {len(keys)} plans")
     selections = [(what, selection) for selection, what in chosen.items()]
     configs = [[cell for key in selection for cell in key.split(",")] for _, selection in selections]

@@ -209,7 +209,7 @@ def level1_run(bench: Bench, folder: Path, steps: int) -> tuple[Run, tuple[str, 
     if summaries:
         with_plans = [s for s in summaries if s.plans]
         if with_plans:
-            plans_on = tuple(p.config_key for p in with_plans[-1].plans if p.enabled)
+            plans_on = tuple(p.key for p in with_plans[-1].plans if p.enabled)
         recomputed = next(
             (s.total_recomputed_nodes for s in reversed(summaries) if s.total_recomputed_nodes is not None), None
         )
@@ -329,13 +329,13 @@ def manual_loop(bench: Bench, folder: Path, max_trials: int, repetition: int) ->
             note = f"trial {result.outcome}: {result.error}"
             break
         remaining = sorted(
-            (p for p in plan_table(Path(result.run_dir) / LOG_NAME) if p.config_key not in enabled),
-            key=lambda p: (-ort_saving(p), p.config_key),
+            (p for p in plan_table(Path(result.run_dir) / LOG_NAME) if p.key not in enabled),
+            key=lambda p: (-ort_saving(p), p.key),
         )
         if not remaining:
             note = "every plan in ORT's table is on and it still does not fit"
             break
-        enabled.append(remaining[0].config_key)
+        enabled.append(remaining[0].key)
     return StrategyRun(
         "manual (ORT docs)",
         repetition,

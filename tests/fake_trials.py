@@ -20,7 +20,6 @@ from pathlib import Path
 
 from memopt.core import RunStatus, parse_runnable
 from memopt.graph import load_graph
-from memopt.ort import key_entries
 from memopt.predict import PreparedTarget, prepare_target
 from memopt.predict.liveness import Recompute, simulate
 from memopt.run import Outcome, ScanTarget, StackVersions, TrialResult, TrialSpec
@@ -54,7 +53,7 @@ class FakeRunner:
     def plans_on(self, spec: TrialSpec) -> tuple[str, ...]:
         configured = {f"{e.subgraph}:{int(e.optimization)}" for e in spec.config}
         keys = [p.key for p in self.prepared.report.patterns]
-        return tuple(k for k in keys if configured and set(key_entries(k)) <= configured and k not in self.ignored)
+        return tuple(k for k in keys if configured and set(k.cells) <= configured and k not in self.ignored)
 
     def peak(self, batch: int, plans: tuple[str, ...]) -> float:
         dims = {**DIMS, "input_ids_dim0": batch}

@@ -53,4 +53,4 @@ def test_emitted_config_is_applied_by_the_release(release: str, tmp_path: Path) 
     assert run.returncode == 0, run.stderr
     (summary,) = [s for s in parse_file(run.log_path).summaries if s.plans]
     assert summary.memory_optimizer_on
-    assert {plan.config_key for plan in summary.plans if plan.enabled} == set(PLANS)
+    assert {plan.key for plan in summary.plans if plan.enabled} == set(PLANS)

@@ -54,7 +54,7 @@ def _check_format_a(summary) -> None:
         6,
     )
     assert (bias_gelu.requested_count, bias_gelu.applied_count, bias_gelu.enabled) == (2, 2, True)
-    assert (cast.optimization, cast.config_key, cast.requested_count, cast.applied_count) == (
+    assert (cast.optimization, cast.key, cast.requested_count, cast.applied_count) == (
         OptimizationType.COMPROMISE,
         "Cast+:1:-1",
         -1,
@@ -102,7 +102,7 @@ def test_format_b_memory_insight_table() -> None:
         3,
         3,
     )
-    assert (cast.optimization, cast.enabled, cast.config_key) == (OptimizationType.COMPROMISE, False, "Cast+:2:-1")
+    assert (cast.optimization, cast.enabled, cast.key) == (OptimizationType.COMPROMISE, False, "Cast+:2:-1")
     output = cast.clusters[0].outputs[0]
     assert (output.output_index, output.bytes_per_element, output.saved_percent) == (0, 4, 50)
     assert output.element_count.symbols == {"attention_mask_dim0", "attention_mask_dim1"}
@@ -122,7 +122,7 @@ def test_plan_tables_evaluate_to_orts_max_saving(text: str, versions: str, plans
 def test_plan_table_joins_the_insight_table_of_the_same_build() -> None:
     summary = _only_summary(FORMAT_B_1_17 + PLAN_TABLE_1_17)
     assert summary.sources == (SummarySource.MEMORY_INSIGHT_SUMMARY, SummarySource.FEATURE_TABLE)
-    by_key = {plan.config_key: plan for plan in summary.plans}
+    by_key = {plan.key: plan for plan in summary.plans}
     assert by_key["BiasGelu+Cast+Cast+:1:-1"].applied_count == 3
     assert by_key["Cast+:2:-1"].clusters[0].outputs[0].saved_percent == 50
     assert by_key["FusedMatMul+:1:-1"].clusters == ()
@@ -164,12 +164,12 @@ def test_real_devinfo_log_with_a_json_config() -> None:
 def test_savings_at_user_dims_match_orts_own_run_at_those_dims() -> None:
     (small,) = parse_file(SAMPLE_LOGS_1_19 / "gpt-tiny_b4_info_no-config.log").summaries
     (large,) = parse_file(SAMPLE_LOGS_1_19 / "gpt-tiny_b16_info_no-config.log").summaries
-    ort_at_16 = {plan.config_key: plan.max_saving_bytes for plan in large.plans}
+    ort_at_16 = {plan.key: plan.max_saving_bytes for plan in large.plans}
     for plan in small.plans:
         # Nodes with several stashed outputs count only the last, in hash order, so their
         # saving varies between runs.
         if plan.subgraph not in ("LayerNormalization+", "Dropout+"):
-            assert plan.saving_at({"input_ids_dim0": 16, "input_ids_dim1": 32}) == ort_at_16[plan.config_key]
+            assert plan.saving_at({"input_ids_dim0": 16, "input_ids_dim1": 32}) == ort_at_16[plan.key]
 
 
 def test_dataframe_has_one_row_per_plan() -> None:

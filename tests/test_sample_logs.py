@@ -38,7 +38,7 @@ def test_parser_recovers_what_the_log_says(entry: dict) -> None:
     assert sorted(table) == list(range(1, len(table) + 1)) and len(table) >= facts["plan_rows"]
     for row in facts["plans"]:
         plan = table[row["plan"]]
-        assert (plan.enabled, plan.config_key, plan.frequency) == (row["on"], row["config"], row["freq"])
+        assert (plan.enabled, plan.key, plan.frequency) == (row["on"], row["config"], row["freq"])
         assert plan.max_saving_bytes == int(row["max_saving"].replace(",", ""))
     if len(table) == facts["plan_rows"]:
         assert sum(plan.enabled for plan in table.values()) == facts["plans_on"]

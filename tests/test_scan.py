@@ -33,7 +33,7 @@ def test_same_plans_as_ort_1_19(recipe: str, tiny_probe: Callable[[str], CliRun]
     report, summary, parity = _parity(tiny_probe(recipe))
     assert summary.plans, "ORT printed a Plan table"
     assert parity.complete, [p for p in parity.plans if not p.agrees]
-    assert {p.key for p in report.patterns} == {p.config_key for p in summary.plans}
+    assert {p.key for p in report.patterns} == {p.key for p in summary.plans}
 
 
 @pytest.mark.parametrize("name", ["llama", "gpt2", "t5"])
@@ -44,7 +44,7 @@ def test_hf_scan_lists_the_cells_ort_prints_at_the_users_batch(name: str, tmp_pa
     sizes = ("--size", "tiny", "--batch", "4", "--seq", "64", "--runs-dir", str(tmp_path))
     run = memopt("probe", f"hf:{name}", *sizes, "--steps", "1")
     assert run.returncode == 0, run.stderr
-    printed = {p.config_key: p.frequency for p in [s for s in parse_file(run.log_path).summaries if s.plans][-1].plans}
+    printed = {p.key: p.frequency for p in [s for s in parse_file(run.log_path).summaries if s.plans][-1].plans}
     scan = memopt("scan", f"hf:{name}", *sizes, "--json")
     assert scan.returncode == 0, scan.stderr
     assert {p["config"]: p["frequency"] for p in json.loads(scan.stdout)["plans"]} == printed
@@ -58,7 +58,7 @@ def test_cnn_has_no_plans_in_either(tiny_probe: Callable[[str], CliRun]) -> None
 
 def test_savings_equal_ort_max_saving_except_the_documented_quirk(gpt_probe: CliRun) -> None:
     report, summary, _ = _parity(gpt_probe)
-    logged = {p.config_key: p for p in summary.plans}
+    logged = {p.key: p for p in summary.plans}
     for pattern in report.patterns:
         printed = logged[pattern.key].max_saving_bytes
         single_output = all(len(o.ort_choices) == 1 for o in pattern.occurrences)

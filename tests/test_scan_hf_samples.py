@@ -30,7 +30,7 @@ def test_scan_json_lists_the_cells_and_frequencies_ort_printed(model: str) -> No
     run = memopt("scan", str(graph), "--ort-version", RELEASE, "--batch", str(BATCH), "--seq", str(SEQ), "--json")
     assert run.returncode == 0, run.stderr
     scanned = {plan["config"]: plan["frequency"] for plan in json.loads(run.stdout)["plans"]}
-    assert scanned == {plan.config_key: plan.frequency for plan in summary.plans}
+    assert scanned == {plan.key: plan.frequency for plan in summary.plans}
 
 
 def test_every_hf_model_was_captured_on_every_release() -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from memopt.ort import short_key
+from memopt.ort import plan_keys
 from memopt.run import TrialResult
 from memopt.tune import PlanRow, TrialRecord, Tuner
 from memopt.units import format_bytes
@@ -60,7 +60,7 @@ def sort_rows(rows: Sequence[PlanRow], by: str) -> list[PlanRow]:
 
 
 def short_plans(plans: Iterable[str]) -> str:
-    return ", ".join(short_key(p) for p in plans) or "no config"
+    return ", ".join(p.short for p in plan_keys(plans)) or "no config"
 
 
 def plan_cells(row: PlanRow, on: bool) -> tuple[str, ...]:

@@ -87,7 +87,7 @@ def parse_command(
 
         summary = _latest_summary_with_plans(results)
         version = config_version(ort_version, summary)
-        keys = ",".join(_select_plan(summary, wanted).config_key for wanted in enable)
+        keys = ",".join(_select_plan(summary, wanted).key for wanted in enable)
         entries = parse_config_string(keys, version).entries
         known = summary.plan_cells
         print_config(
@@ -138,7 +138,7 @@ class _Evaluation:
         try:
             return plan.saving_at(self.dims_for(summary))
         except ExpressionError as err:
-            self.warnings.append(f"{plan.config_key}: saving at --dims unknown: {err}")
+            self.warnings.append(f"{plan.key}: saving at --dims unknown: {err}")
             return None
 
 
@@ -192,7 +192,7 @@ def _plan_table(summary: Summary, evaluation: _Evaluation) -> Table:
         cells = (
             "" if plan.plan_number is None else str(plan.plan_number),
             {True: "ON", False: "OFF", None: "?"}[plan.enabled],
-            plan.config_key,
+            plan.key,
             "" if plan.frequency is None else str(plan.frequency),
             "" if saving is None else f"{saving:,.0f} ({format_bytes(saving)})",
             "" if plan.max_saving_bytes is None else f"{plan.max_saving_bytes:,}",
@@ -285,7 +285,7 @@ def _select_plan(summary: Summary, wanted: str) -> Plan:
     number_text = wanted.removeprefix("Plan").strip()
     number = int(number_text) if number_text.isascii() and number_text.isdigit() and len(number_text) < 10 else None
     for plan in summary.plans:
-        if (number is not None and plan.plan_number == number) or wanted in (plan.subgraph, plan.config_key):
+        if (number is not None and plan.plan_number == number) or wanted in (plan.subgraph, plan.key):
             return plan
     if number is not None and all(plan.plan_number is None for plan in summary.plans):
         ordered = _sorted_plans(summary, _Evaluation({}))

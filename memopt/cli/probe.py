@@ -87,7 +87,7 @@ def _plans_line(log: Path) -> str:
     top = max(plans, key=lambda p: p.max_saving_bytes or 0)
     state = "ON" if summaries[-1].memory_optimizer_on else "OFF"
     return (
-        f"{len(plans)} in ORT's Plan table (memory optimizer {state}); largest {top.config_key} "
+        f"{len(plans)} in ORT's Plan table (memory optimizer {state}); largest {top.key} "
         f"saves {format_bytes(top.max_saving_bytes)} at this batch — `memopt parse {log}` lists them"
     )
 

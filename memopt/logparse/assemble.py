@@ -23,7 +23,7 @@ from memopt.logparse.model import (
     Summary,
     SummarySource,
 )
-from memopt.ort.config import key_entries, plan_cell
+from memopt.ort.config import PlanKey, plan_cell
 from memopt.ort.version import OrtVersionRange
 
 __all__ = ["Piece", "SummaryDraft"]
@@ -105,8 +105,8 @@ def _merge(rows: Iterable[TableRow], options: tuple[InsightOption, ...]) -> tupl
     claimed: set[int] = set()
     plans: list[Plan] = []
     for row in rows:
-        entries = row.config_key.split(",")
-        cells = set(key_entries(row.config_key))
+        entries = row.key.split(",")
+        cells = set(row.key.cells)
         matched = [
             index for index, option in enumerate(options) if plan_cell(option.subgraph, option.optimization) in cells
         ]
@@ -117,7 +117,7 @@ def _merge(rows: Iterable[TableRow], options: tuple[InsightOption, ...]) -> tupl
                 subgraph,
                 optimization,
                 [options[index] for index in matched],
-                config_key=row.config_key,
+                key=row.key,
                 enabled=row.enabled,
                 frequency=row.frequency,
                 plan_number=row.number,
@@ -136,7 +136,7 @@ def _merge(rows: Iterable[TableRow], options: tuple[InsightOption, ...]) -> tupl
                 group[0].subgraph,
                 group[0].optimization,
                 group,
-                config_key=f"{key}:-1",
+                key=PlanKey(f"{key}:-1"),
                 enabled=True if True in enabled_states else (False if enabled_states == {False} else None),
                 frequency=_total([option.frequency for option in group]),
             )
@@ -175,7 +175,7 @@ def _split_entry(entry: str) -> tuple[str, OptimizationType]:
 def _with_logged_saving(plan: Plan, dims: dict[str, int] | None, warn: Callable[[str], None]) -> Plan:
     if plan.saving_symbolic is None or dims is None:
         return plan
-    name = f"Plan {plan.plan_number}" if plan.plan_number is not None else plan.config_key
+    name = f"Plan {plan.plan_number}" if plan.plan_number is not None else plan.key
     try:
         saving = plan.saving_symbolic.evaluate(dims)
     except MemoptError as err:

@@ -10,6 +10,7 @@ from memopt.graph.expr import Expression, ExpressionError, parse_expression
 from memopt.logparse.clues import version_clue
 from memopt.logparse.lines import LogLine, brief
 from memopt.logparse.numbers import read_int
+from memopt.ort.config import PlanKey
 from memopt.ort.version import OrtVersionRange
 
 __all__ = ["DIMS_NOTE", "FeatureBlock", "FeatureTableParser", "TableRow", "parse_dims"]
@@ -32,10 +33,13 @@ class TableRow:
     line_number: int
     number: int
     enabled: bool
-    config_key: str
+    key: PlanKey
     frequency: int
     max_saving_bytes: int | None  # None where ORT printed none or it was unreadable
     saving_symbolic: Expression | None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "key", PlanKey(self.key))  # a key read back from text is a PlanKey again
 
 
 @dataclass(frozen=True)
@@ -100,7 +104,7 @@ class FeatureTableParser:
                 line_number=line.number,
                 number=number,
                 enabled=match.group(2) == "ON",
-                config_key=config_key,
+                key=PlanKey(config_key),
                 frequency=frequency,
                 max_saving_bytes=max_saving_bytes,
                 saving_symbolic=expression,

@@ -71,7 +71,7 @@ def plans_dataframe(result: ParseResult) -> pd.DataFrame:
                     plan.plan_number,
                     plan.subgraph,
                     plan.optimization.label,
-                    plan.config_key,
+                    plan.key,
                     plan.enabled,
                     plan.frequency,
                     plan.requested_count,

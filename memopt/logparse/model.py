@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 from memopt.graph.expr import Expression
-from memopt.ort.config import OptimizationType, key_entries
+from memopt.ort.config import OptimizationType, PlanKey
 from memopt.ort.version import OrtVersionRange
 
 __all__ = [
@@ -67,7 +67,7 @@ class Plan:
 
     subgraph: str
     optimization: OptimizationType
-    config_key: str  # what enables it: "<subgraph>:<type>:-1", comma-joined when combined
+    key: PlanKey  # what enables it: "<subgraph>:<type>:-1", comma-joined when combined
     enabled: bool | None
     frequency: int | None
     requested_count: int | None = None
@@ -77,6 +77,9 @@ class Plan:
     max_saving_bytes: int | None = None  # ORT's own figure at the first batch's dims
     saving_symbolic: Expression | None = None
     saving_at_logged_dims: float | None = None  # ``saving_symbolic`` evaluated by memopt
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "key", PlanKey(self.key))  # a key read back from text is a PlanKey again
 
     def saving_at(self, dims: Mapping[str, int]) -> float | None:
         """Bytes saved at ``dims``; None when ORT printed no saving expression."""
@@ -113,7 +116,7 @@ class Summary:
     @property
     def plan_cells(self) -> frozenset[str]:
         """Every "<subgraph>:<type>" cell of the Plan table: what a config can enable here."""
-        return frozenset(cell for plan in self.plans for cell in key_entries(plan.config_key))
+        return frozenset(cell for plan in self.plans for cell in plan.key.cells)
 
 
 @dataclass(frozen=True)

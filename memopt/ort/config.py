@@ -17,7 +17,6 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from enum import IntEnum
 from pathlib import Path
-from typing import TypeAlias
 
 from memopt.errors import MemoptError
 from memopt.ort.version import OrtVersion
@@ -34,15 +33,14 @@ __all__ = [
     "cell_subgraph",
     "export_line",
     "format_config_string",
-    "key_entries",
     "parse_config_json",
     "parse_config_string",
     "plan_cell",
     "plan_config_entries",
+    "plan_keys",
     "read_config_file",
     "refuse_unknown_entries",
     "render_json_config",
-    "short_key",
     "takes_json_file",
     "validate_entries",
     "write_json_config",
@@ -319,17 +317,34 @@ def _json_type(value: object) -> str:
     return names.get(type(value), "a number")
 
 
-# A plan as ORT's Plan table names it and as a config enables it: "<subgraph>:<type>:<count>",
-# or several such cells joined by "," when ORT groups plans that must go on together
-# (e.g. "LayerNormalization+:1:-1,Reshape+:1:-1"). scan, parse, the planner, the tuner and
-# the TUI all speak of plans by this key.
-PlanKey: TypeAlias = str
+class PlanKey(str):
+    """A plan as ORT's Plan table names it and as a config enables it: "<subgraph>:<type>:<count>",
+    or several such cells joined by "," where ORT groups plans that must go on together
+    (``"LayerNormalization+:1:-1,Reshape+:1:-1"``). parse, scan, the planner, the tuner and the
+    TUI all speak of plans by this key; it stays a ``str``, so JSON, journals and logs keep
+    the text as is, and whatever reads a key back from them makes it a ``PlanKey`` again."""
+
+    __slots__ = ()
+
+    @property
+    def cells(self) -> tuple[str, ...]:
+        """``"A+:1:-1,B+:2:-1"`` -> ``("A+:1", "B+:2")``: the "<subgraph>:<type>" cells it enables."""
+        return tuple(part.rsplit(":", 1)[0] for part in self.split(",") if part)
+
+    @property
+    def short(self) -> str:
+        """The key as people read it: the common ":1:-1" (recompute every occurrence) left off each cell."""
+        return ",".join(cell.removesuffix(":1:-1") for cell in self.split(","))
+
+    @property
+    def subgraphs(self) -> str:
+        """The subgraph names of its cells, joined as ORT joins them."""
+        return ",".join(dict.fromkeys(cell_subgraph(cell) for cell in self.cells))
 
 
-def key_entries(key: PlanKey) -> tuple[str, ...]:
-    """``"A+:1:-1,B+:2:-1"`` -> ``("A+:1", "B+:2")``: the "<subgraph>:<type>" cells of a key
-    (of a config entry's text too: ``"A+:1:-1"`` -> ``("A+:1",)``)."""
-    return tuple(part.rsplit(":", 1)[0] for part in key.split(",") if part)
+def plan_keys(texts: Iterable[str]) -> tuple[PlanKey, ...]:
+    """Keys read back from a journal, a saved model or a command line."""
+    return tuple(PlanKey(text) for text in texts)
 
 
 def plan_cell(subgraph: str, optimization: OptimizationType) -> str:
@@ -342,11 +357,6 @@ def cell_subgraph(cell: str) -> str:
     return cell.rpartition(":")[0]
 
 
-def short_key(key: PlanKey) -> str:
-    """The key as people read it: the common ":1:-1" (recompute every occurrence) left off each cell."""
-    return ",".join(cell.removesuffix(":1:-1") for cell in key.split(","))
-
-
 def plan_config_entries(
     keys: Iterable[PlanKey], counts: Mapping[PlanKey, int] | None = None
 ) -> tuple[ConfigEntry, ...]:
@@ -354,7 +364,7 @@ def plan_config_entries(
     found: dict[str, ConfigEntry] = {}
     for key in keys:
         count = (counts or {}).get(key, -1)
-        for cell in key_entries(key):
+        for cell in key.cells:
             subgraph, _, kind = cell.rpartition(":")
             found[cell] = ConfigEntry(subgraph, OptimizationType(int(kind)), count)
     return tuple(found.values())

@@ -32,7 +32,7 @@ from memopt.child import NODE_TIMES_FILE
 from memopt.core import RunnableTarget, RunStatus, parse_target
 from memopt.graph.sizes import batch_symbols
 from memopt.graph.training_graph import TrainingGraph
-from memopt.ort.config import PlanKey, key_entries, short_key
+from memopt.ort.config import PlanKey
 from memopt.ort.rules import rules_for
 from memopt.predict.liveness import ActivationSimulator, Recompute
 from memopt.predict.memory_model import (
@@ -85,7 +85,7 @@ CALIBRATION_KIND = "calibration"  # the journal record of how much of the journa
 @dataclass(frozen=True)
 class Calibration:
     model: MemoryModel
-    plan_costs_s: Mapping[str, float]  # recompute seconds per plan at the target batch
+    plan_costs_s: Mapping[PlanKey, float]  # recompute seconds per plan at the target batch
     cost_scale: float  # measured extra step time / predicted, from trials with plans (1.0 without)
     baseline_step_s: float | None  # predicted no-config step time at the target batch
     target_batch: int
@@ -99,7 +99,7 @@ class Calibration:
     refused: tuple[str, ...] = ()  # PreparedTarget.refused: plans left out, each with why
 
     @property
-    def costs_s(self) -> dict[str, float]:
+    def costs_s(self) -> dict[PlanKey, float]:
         return {key: seconds * self.cost_scale for key, seconds in self.plan_costs_s.items()}
 
 
@@ -200,10 +200,10 @@ def keep_ort_plans(report: ScanReport, ort_plans: frozenset[str] | None) -> tupl
         return report, ()
     kept, refused = [], []
     for pattern in report.patterns:
-        missing = [cell for cell in key_entries(pattern.key) if cell not in ort_plans]
+        missing = [cell for cell in pattern.key.cells if cell not in ort_plans]
         if missing:
             refused.append(
-                f"{short_key(pattern.key)}: not in the Plan table ORT printed for this model "
+                f"{pattern.key.short}: not in the Plan table ORT printed for this model "
                 f"(no {', '.join(missing)}), so ORT would ignore it; left out"
             )
         else:
@@ -315,7 +315,7 @@ def plan_savings(report: ScanReport, graph: TrainingGraph) -> tuple[PlanSavings,
         plans.append(
             PlanSavings(
                 p.key,
-                key_entries(p.key),
+                p.key.cells,
                 p.frequency,
                 p.exact,
                 tuple(o.exact for o in occurrences),
@@ -479,13 +479,13 @@ def learn_from_trial(
     return model.with_observation(Observation(trial.batch_size, applied, trial.peak_bytes, partial))
 
 
-def _plans_of(trial: TrialResult, plans: tuple[PlanSavings, ...]) -> tuple[str, ...]:
+def _plans_of(trial: TrialResult, plans: tuple[PlanSavings, ...]) -> tuple[PlanKey, ...]:
     """The model's plans a trial had on: what ORT reported ON, else what its config names
     (a journaled trial keeps its config entries, not the model's plan keys)."""
     known = {p.key for p in plans}
     if trial.plans_on:
         return tuple(key for key in trial.plans_on if key in known)
-    configured = {cell for entry in trial.config for cell in key_entries(entry) if not cell.endswith(":0")}
+    configured = {cell for entry in trial.config for cell in PlanKey(entry).cells if not cell.endswith(":0")}
     enabled = tuple(p.key for p in plans if configured and set(p.entries) <= configured)
     return trial.applied(enabled)
 

@@ -43,6 +43,7 @@ import numpy as np
 from memopt.errors import MemoptError
 from memopt.graph.polynomial import Polynomial
 from memopt.graph.training_graph import load_graph
+from memopt.ort.config import PlanKey, plan_keys
 from memopt.ort.rules import AnalysisOrder
 from memopt.predict.liveness import ActivationSimulator, Recompute, Timeline
 
@@ -72,12 +73,15 @@ class ModelError(MemoptError):
 class PlanSavings:
     """A Plan-table row and the bytes it frees; ``occurrences`` in topological order."""
 
-    key: str  # e.g. "FusedMatMul+Add+:1:-1"
+    key: PlanKey  # e.g. "FusedMatMul+Add+:1:-1"
     entries: tuple[str, ...]  # "<subgraph>:<type>" parts
     frequency: int
     saving: Polynomial  # all occurrences, exact
     occurrences: tuple[Polynomial, ...] = ()
     recomputes: tuple[Recompute, ...] = ()  # each occurrence's subgraph, same order
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "key", PlanKey(self.key))  # a key read back from text is a PlanKey again
 
 
 @dataclass(frozen=True)
@@ -85,9 +89,13 @@ class Observation:
     """A measured peak. ``plans``: keys enabled; ``counts``: occurrences per key where partial."""
 
     batch_size: int
-    plans: tuple[str, ...]
+    plans: tuple[PlanKey, ...]
     peak_bytes: int
-    counts: Mapping[str, int] = field(default_factory=dict)
+    counts: Mapping[PlanKey, int] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "plans", plan_keys(self.plans))  # keys read back from text are PlanKeys again
+        object.__setattr__(self, "counts", {PlanKey(key): count for key, count in self.counts.items()})
 
 
 @dataclass(frozen=True)
@@ -96,7 +104,7 @@ class Prediction:
     plans: tuple[str, ...]
     peak_bytes: float
     baseline_bytes: float  # no config
-    savings: Mapping[str, float]  # effective bytes per enabled plan
+    savings: Mapping[PlanKey, float]  # effective bytes per enabled plan
     reserved_bytes: float | None = None  # CUDA: what the caching allocator reserves at the peak
 
 
@@ -107,7 +115,7 @@ class MemoryModel:
     plans: tuple[PlanSavings, ...]
     static_bytes: float
     per_sample_bytes: float
-    effectiveness: Mapping[str, float] = field(default_factory=dict)
+    effectiveness: Mapping[PlanKey, float] = field(default_factory=dict)
     global_effectiveness: float = 1.0
     observations: tuple[Observation, ...] = ()
     simulator: ActivationSimulator | None = field(default=None, compare=False, repr=False)
@@ -117,13 +125,17 @@ class MemoryModel:
     def simulated(self) -> bool:
         return self.simulator is not None
 
-    def timeline(self, batch_size: int, plans: Iterable[str] = (), counts: Mapping[str, int] | None = None) -> Timeline:
+    def timeline(
+        self, batch_size: int, plans: Iterable[PlanKey] = (), counts: Mapping[PlanKey, int] | None = None
+    ) -> Timeline:
         """The simulated step (activation peak and where it is); needs the graph."""
         if self.simulator is None:
             raise ModelError("this memory model has no training graph to simulate")
         return self.simulator.timeline(self.dims(batch_size), plans, counts)
 
-    def activations(self, batch_size: int, plans: Iterable[str] = (), counts: Mapping[str, int] | None = None) -> float:
+    def activations(
+        self, batch_size: int, plans: Iterable[PlanKey] = (), counts: Mapping[PlanKey, int] | None = None
+    ) -> float:
         """Predicted activation bytes at the peak (the prediction less the fixed part)."""
         if self.simulator is None:
             return self.predict(batch_size, plans, counts).peak_bytes - self.static_bytes
@@ -142,7 +154,7 @@ class MemoryModel:
             f" − plan savings × {self.global_effectiveness:.2f}"
         )
 
-    def plan(self, key: str) -> PlanSavings:
+    def plan(self, key: PlanKey) -> PlanSavings:
         for plan in self.plans:
             if plan.key == key:
                 return plan
@@ -151,7 +163,7 @@ class MemoryModel:
     def dims(self, batch_size: int) -> dict[str, int]:
         return {**self.fixed_dims, **{symbol: batch_size for symbol in self.batch_symbols}}
 
-    def raw_saving(self, key: str, batch_size: int, count: int | None = None) -> float:
+    def raw_saving(self, key: PlanKey, batch_size: int, count: int | None = None) -> float:
         """What ``key`` alone takes off the peak at ``batch_size`` (first ``count`` occurrences
         when given): simulated with the graph, else the scan's stashed bytes."""
         plan = self.plan(key)
@@ -163,7 +175,7 @@ class MemoryModel:
             return _evaluate(plan.saving, dims)
         return sum(_evaluate(p, dims) for p in plan.occurrences[:count])
 
-    def factor(self, key: str) -> float:
+    def factor(self, key: PlanKey) -> float:
         if self.simulator is not None:
             return self.activation_scale
         return self.effectiveness.get(key, self.global_effectiveness)
@@ -174,7 +186,7 @@ class MemoryModel:
         return self.static_bytes + self.per_sample_bytes * batch_size
 
     def predict(
-        self, batch_size: int, plans: Iterable[str] = (), counts: Mapping[str, int] | None = None
+        self, batch_size: int, plans: Iterable[PlanKey] = (), counts: Mapping[PlanKey, int] | None = None
     ) -> Prediction:
         plans = tuple(dict.fromkeys(plans))
         counts = counts or {}
@@ -189,7 +201,7 @@ class MemoryModel:
             return Prediction(batch_size, plans, peak, baseline, savings, reserved)
         return Prediction(batch_size, plans, baseline - sum(savings.values()), baseline, savings)
 
-    def max_batch(self, limit_bytes: float, plans: Iterable[str] = (), ceiling: int = 1 << 20) -> int:
+    def max_batch(self, limit_bytes: float, plans: Iterable[PlanKey] = (), ceiling: int = 1 << 20) -> int:
         """The largest batch whose predicted peak stays within ``limit_bytes`` (0: none)."""
         plans = tuple(plans)
         if self.predict(1, plans).peak_bytes > limit_bytes:

@@ -42,12 +42,15 @@ def budget_limit(budget_bytes: float, margin: float) -> float:
 
 @dataclass(frozen=True)
 class PlanChoice:
-    key: str
+    key: PlanKey
     entries: tuple[str, ...]
     count: int  # -1: every occurrence
     frequency: int
     saving_bytes: float  # effective (effectiveness applied) at the target batch
     cost_s: float  # extra seconds per step
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "key", PlanKey(self.key))  # a key read back from text is a PlanKey again
 
 
 @dataclass(frozen=True)
@@ -75,11 +78,11 @@ class PlanResult:
         return self.cost_s / self.baseline_step_s if self.baseline_step_s else None
 
     @property
-    def plans(self) -> tuple[str, ...]:
+    def plans(self) -> tuple[PlanKey, ...]:
         return tuple(choice.key for choice in self.choices)
 
     @property
-    def counts(self) -> dict[str, int]:
+    def counts(self) -> dict[PlanKey, int]:
         return {c.key: c.count for c in self.choices if c.count >= 0}
 
     @property
@@ -89,7 +92,7 @@ class PlanResult:
 
 def choose_plans(
     model: MemoryModel,
-    costs_s: Mapping[str, float],
+    costs_s: Mapping[PlanKey, float],
     target_batch: int,
     budget_bytes: int,
     ort_version: str | OrtVersion,
@@ -158,15 +161,15 @@ def choose_plans(
 
 
 def _choose_simulated(
-    model: MemoryModel, costs_s: Mapping[str, float], batch: int, limit: float, common: dict[str, Any]
+    model: MemoryModel, costs_s: Mapping[PlanKey, float], batch: int, limit: float, common: dict[str, Any]
 ) -> PlanResult:
     keys = [p.key for p in model.plans]
     cost = {key: max(costs_s.get(key, 0.0), 0.0) for key in keys}
 
-    def peak(plans: set[str]) -> float:
+    def peak(plans: set[PlanKey]) -> float:
         return model.predict(batch, tuple(plans)).peak_bytes
 
-    chosen: set[str] = set()
+    chosen: set[PlanKey] = set()
     solver = "milp (HiGHS) on simulated savings"
     for _ in range(len(keys)):
         current = peak(chosen)

@@ -13,7 +13,7 @@ from memopt.errors import MemoptError
 from memopt.graph.gradient import build_training_graph
 from memopt.graph.training_graph import TrainingGraph, load_graph, session_input_beside
 from memopt.logparse import parse_file
-from memopt.ort.config import CONFIG_VARIABLES, key_entries
+from memopt.ort.config import CONFIG_VARIABLES
 from memopt.run.launch import new_run_dir
 from memopt.run.probe import probe
 from memopt.run.settings import DEFAULT_RUNS_DIR
@@ -85,8 +85,6 @@ def load_target(
         result.execution_graph,
         dims,
         run.stack.get("ort_version"),
-        frozenset(cell for plan in with_plans[-1].plans for cell in key_entries(plan.config_key))
-        if with_plans
-        else None,
+        frozenset(cell for plan in with_plans[-1].plans for cell in plan.key.cells) if with_plans else None,
         (probe_batch, run.memory.peak_bytes, run.device or "cpu") if run.memory.peak_bytes else None,
     )

@@ -37,9 +37,9 @@ from memopt.ort.config import (
     PlanKey,
     ValidatedConfig,
     format_config_string,
-    key_entries,
     parse_config_json,
     parse_config_string,
+    plan_keys,
     takes_json_file,
     validate_entries,
     write_json_config,
@@ -182,7 +182,7 @@ class TrialResult:
     step_times_s: tuple[float, ...] = ()  # [0] is the warm-up step
     median_step_s: float | None = None
     throughput: float | None = None  # samples per second over the measured steps
-    plans_on: tuple[str, ...] = ()  # Plan-table "Configs" ORT reported ON
+    plans_on: tuple[PlanKey, ...] = ()  # Plan-table "Configs" ORT reported ON
     # Requested entries ("<subgraph>:<type>:<count>") that ORT's Plan table did not report ON:
     # ORT ignored them (a name it does not know, or a plan it left OFF), so they saved nothing.
     plans_off: tuple[str, ...] = ()
@@ -195,6 +195,9 @@ class TrialResult:
     finished_at: float = 0.0
     reused: bool = False
     ranks: tuple[Mapping[str, Any], ...] = ()  # a command's processes: rank, peak_bytes, … each
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "plans_on", plan_keys(self.plans_on))  # keys read back from text are PlanKeys again
 
     @property
     def ok(self) -> bool:
@@ -211,8 +214,8 @@ class TrialResult:
         (none) where ORT printed no Plan table or the trial was cancelled."""
         if not self.plans_seen or self.outcome is Outcome.CANCELLED:
             return ()
-        on = {cell for key in self.plans_on for cell in key_entries(key)}
-        return tuple(key for key in plans if not set(key_entries(key)) <= on)
+        on = {cell for key in self.plans_on for cell in key.cells}
+        return tuple(key for key in plans if not set(key.cells) <= on)
 
     def applied(self, plans: Iterable[PlanKey]) -> tuple[PlanKey, ...]:
         """Of ``plans``, those ORT applied (all of them where that is unknown)."""
@@ -482,7 +485,7 @@ def _processes_disagree(log_path: Path) -> str | None:
     except (LogReadError, OSError):
         return None
     totals = [s.total_recomputed_nodes for s in summaries if s.total_recomputed_nodes is not None]
-    tables = {tuple(sorted(p.config_key for p in s.plans if p.enabled)) for s in summaries if s.plans}
+    tables = {tuple(sorted(p.key for p in s.plans if p.enabled)) for s in summaries if s.plans}
     if len(set(totals)) > 1:
         return f"the job's processes recomputed different numbers of nodes ({', '.join(map(str, totals))}): the Plan table is rank 0's"
     if len(tables) > 1:
@@ -629,13 +632,13 @@ def _result(
     )
 
 
-def requested_off(entries: tuple[ConfigEntry, ...], plans_on: tuple[str, ...]) -> tuple[str, ...]:
+def requested_off(entries: tuple[ConfigEntry, ...], plans_on: Iterable[str]) -> tuple[str, ...]:
     """The entries that enable something but whose subgraph and type no ON plan of ORT's table has."""
-    on = {cell for key in plans_on for cell in key_entries(key)}
+    on = {cell for key in plan_keys(plans_on) for cell in key.cells}
     return tuple(str(entry) for entry in entries if int(entry.optimization) != 0 and entry.cell not in on)
 
 
-def _from_log(log_path: Path) -> tuple[tuple[str, ...], int | None, int | None]:
+def _from_log(log_path: Path) -> tuple[tuple[PlanKey, ...], int | None, int | None]:
     """Plans ORT reported ON, Plan-table rows, and recomputed nodes, from the child's log."""
     try:
         parsed = parse_file(log_path)
@@ -646,7 +649,7 @@ def _from_log(log_path: Path) -> tuple[tuple[str, ...], int | None, int | None]:
         return (), None, None
     with_plans = [s for s in summaries if s.plans]
     last = with_plans[-1] if with_plans else summaries[-1]
-    plans_on = tuple(plan.config_key for plan in last.plans if plan.enabled)
+    plans_on = tuple(plan.key for plan in last.plans if plan.enabled)
     totals = [s.total_recomputed_nodes for s in summaries if s.total_recomputed_nodes is not None]
     if totals:
         recomputed: int | None = totals[-1]

@@ -58,7 +58,7 @@ def compare_plans(patterns: Iterable[Pattern], logged: Iterable[Plan], dims: Map
     """
     # Keyed by config entry and type: ORT <= 1.16 enables compromise plans as type 1 too.
     scanned = {(p.key, int(p.kind)): p for p in patterns}
-    printed = {(p.config_key, int(p.optimization)): p for p in logged}
+    printed = {(p.key, int(p.optimization)): p for p in logged}
     rows = []
     for key in sorted(scanned.keys() | printed.keys()):
         pattern, plan = scanned.get(key), printed.get(key)

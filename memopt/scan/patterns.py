@@ -13,15 +13,15 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from memopt.graph.polynomial import Polynomial
-from memopt.ort.config import OptimizationType, cell_subgraph, key_entries
+from memopt.ort.config import OptimizationType, PlanKey
 from memopt.scan.buffers import Combination
-from memopt.scan.savings import PlanSaving
+from memopt.scan.savings import NodePlanSaving
 
 __all__ = ["Occurrence", "Pattern", "group_patterns", "order_patterns"]
 
 # One row occurrence: its plans' savings, and the (entry order, output index) pairs that
 # share another member's buffer and so save nothing.
-_Members = tuple[tuple[PlanSaving, ...], frozenset[tuple[int, int]]]
+_Members = tuple[tuple[NodePlanSaving, ...], frozenset[tuple[int, int]]]
 
 
 @dataclass(frozen=True)
@@ -36,13 +36,16 @@ class Occurrence:
 
 @dataclass(frozen=True)
 class Pattern:
-    key: str  # the Plan-table "Configs" cell, e.g. "FusedMatMul+Add+:1:-1"
+    key: PlanKey  # the Plan-table "Configs" cell, e.g. "FusedMatMul+Add+:1:-1"
     subgraph: str
     kind: OptimizationType
     frequency: int
     exact: Polynomial
     ort: Polynomial
     occurrences: tuple[Occurrence, ...]
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "key", PlanKey(self.key))  # a key read back from text is a PlanKey again
 
     @property
     def modules(self) -> tuple[str, ...]:
@@ -72,7 +75,7 @@ class Pattern:
 
 
 def group_patterns(
-    savings: Iterable[PlanSaving],
+    savings: Iterable[NodePlanSaving],
     dims: Mapping[str, int] | None = None,
     compromise_type: int = OptimizationType.COMPROMISE,
     combinations: Iterable[Combination] | None = None,
@@ -92,10 +95,10 @@ def group_patterns(
         members = tuple(by_plan[id(plan)] for plan in combination.plans)
         keys = sorted(_config_key(saving, compromise_type) for saving in members)
         rows.setdefault((",".join(keys), members[0].plan.kind), []).append((members, combination.shared))
-    return order_patterns([_pattern(key, occurrences) for (key, _), occurrences in rows.items()], dims)
+    return order_patterns([_pattern(PlanKey(key), occurrences) for (key, _), occurrences in rows.items()], dims)
 
 
-def _config_key(saving: PlanSaving, compromise_type: int) -> str:
+def _config_key(saving: NodePlanSaving, compromise_type: int) -> str:
     config_type = compromise_type if saving.plan.kind is OptimizationType.COMPROMISE else int(saving.plan.kind)
     return f"{saving.plan.subgraph}:{config_type}:-1"
 
@@ -108,7 +111,7 @@ def order_patterns(patterns: Iterable[Pattern], dims: Mapping[str, int] | None) 
     return tuple(ordered)
 
 
-def _pattern(key: str, members: list[_Members]) -> Pattern:
+def _pattern(key: PlanKey, members: list[_Members]) -> Pattern:
     occurrences, exact, ort = [], Polynomial(), Polynomial()
     for savings, shared in members:
         occurrence = _occurrence(savings, shared)
@@ -116,15 +119,11 @@ def _pattern(key: str, members: list[_Members]) -> Pattern:
         exact = exact + occurrence.exact
         ort = ort + occurrence.ort_choices[-1] if occurrence.ort_choices else ort
     first = members[0][0]
-    subgraph = (
-        ",".join(dict.fromkeys(cell_subgraph(cell) for cell in key_entries(key)))
-        if len(first) > 1
-        else first[0].plan.subgraph
-    )
+    subgraph = key.subgraphs if len(first) > 1 else first[0].plan.subgraph
     return Pattern(key, subgraph, first[0].plan.kind, len(members), exact, ort, tuple(occurrences))
 
 
-def _occurrence(savings: tuple[PlanSaving, ...], shared: frozenset[tuple[int, int]]) -> Occurrence:
+def _occurrence(savings: tuple[NodePlanSaving, ...], shared: frozenset[tuple[int, int]]) -> Occurrence:
     """One row occurrence: a plan, or a plan with the plans of the nodes whose buffers it shares."""
     exact, elements = Polynomial(), Polynomial()
     choices: set[Polynomial] = {Polynomial()}

@@ -18,7 +18,7 @@ from memopt.graph.training_graph import Dim, TrainingGraph
 from memopt.scan.detect import NodePlan, element_size
 from memopt.scan.modules import module_path
 
-__all__ = ["OutputSaving", "PlanSaving", "UNKNOWN_SHAPE_SYMBOL", "UnknownDims", "plan_saving", "stashed_bytes"]
+__all__ = ["OutputSaving", "NodePlanSaving", "UNKNOWN_SHAPE_SYMBOL", "UnknownDims", "plan_saving", "stashed_bytes"]
 
 UNKNOWN_SHAPE_SYMBOL = "unknown"
 
@@ -38,7 +38,7 @@ class OutputSaving:
 
 
 @dataclass(frozen=True)
-class PlanSaving:
+class NodePlanSaving:
     plan: NodePlan
     outputs: tuple[OutputSaving, ...]
     warnings: tuple[str, ...]
@@ -73,7 +73,7 @@ class UnknownDims:
         return f"empty_dim_param{self.count}"
 
 
-def plan_saving(graph: TrainingGraph, plan: NodePlan, unknown_dims: UnknownDims | None = None) -> PlanSaving:
+def plan_saving(graph: TrainingGraph, plan: NodePlan, unknown_dims: UnknownDims | None = None) -> NodePlanSaving:
     unknown_dims = unknown_dims or UnknownDims()
     outputs, warnings = [], []
     for index in plan.stashed_outputs:
@@ -89,7 +89,7 @@ def plan_saving(graph: TrainingGraph, plan: NodePlan, unknown_dims: UnknownDims 
                 f"{plan.entry.name}: shape of {tensor} unknown; its saving is symbolic in '{UNKNOWN_SHAPE_SYMBOL}'"
             )
         outputs.append(OutputSaving(index, tensor, _elements(dims, unknown_dims), size, plan.save_ratio))
-    return PlanSaving(plan, tuple(outputs), tuple(warnings), _module(graph, plan))
+    return NodePlanSaving(plan, tuple(outputs), tuple(warnings), _module(graph, plan))
 
 
 def stashed_bytes(

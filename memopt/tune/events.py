@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from memopt.core import Target
-from memopt.ort import OptimizationType, PlanKey, short_key
+from memopt.ort import OptimizationType, PlanKey, plan_keys
 from memopt.run import Outcome, TrialResult
 from memopt.units import format_bytes
 
@@ -73,6 +73,9 @@ class PlanRow:
     modules: tuple[str, ...]
     counts_honoured: bool  # ORT <= 1.16 recomputes the first N occurrences; 1.17+ all or nothing
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "key", PlanKey(self.key))  # a key read back from text is a PlanKey again
+
 
 @dataclass(frozen=True)
 class TrialRecord:
@@ -84,6 +87,9 @@ class TrialRecord:
     predicted_bytes: float | None
     reason: str
     result: TrialResult
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "plans", plan_keys(self.plans))  # keys read back from text are PlanKeys again
 
     @property
     def outcome(self) -> Outcome:
@@ -178,6 +184,9 @@ class TrialStarted:
     steps: int
     timeout_s: float
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "plans", plan_keys(self.plans))  # keys read back from text are PlanKeys again
+
 
 @dataclass(frozen=True)
 class TrialFinished:
@@ -212,7 +221,7 @@ def event_line(event: TuneEvent) -> str:
             f"target batch {event.target_batch}, budget {format_bytes(event.budget_bytes)}; {len(event.rows)} plans"
         )
     if isinstance(event, TrialStarted):
-        plans = ", ".join(short_key(p) for p in event.plans) or "no config"
+        plans = ", ".join(p.short for p in event.plans) or "no config"
         predicted = f", predicted {format_bytes(event.predicted_bytes)}" if event.predicted_bytes is not None else ""
         return f"[trial {event.number}] {event.purpose} at batch {event.batch_size}: {plans}{predicted}…"
     if isinstance(event, TrialFinished):

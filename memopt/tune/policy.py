@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 
-from memopt.ort import PlanKey, short_key
+from memopt.ort import PlanKey, plan_keys
 from memopt.predict import MemoryModel, PlanResult, budget_limit, choose_plans
 from memopt.run import Outcome
 from memopt.tune.events import SearchStatus
@@ -42,6 +42,10 @@ class Attempt:
     left_off: tuple[PlanKey, ...] = ()  # enabled, but ORT's Plan table reported them OFF
     error: str | None = None
     number: int = 0  # the trial's number in the session
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "plans", plan_keys(self.plans))  # keys read back from text are PlanKeys again
+        object.__setattr__(self, "left_off", plan_keys(self.left_off))
 
 
 @dataclass(frozen=True)
@@ -179,7 +183,7 @@ def _lighter(state: SearchState, last: Attempt) -> TryPlans | Stop:
     if predicted <= limit and frozenset(lighter) not in tried:
         return TryPlans(
             lighter,
-            f"fits; trying without the costliest plan {short_key(costliest)} "
+            f"fits; trying without the costliest plan {costliest.short} "
             f"(predicted {format_mib(predicted)} ≤ limit {format_mib(limit)})",
         )
     why = (
@@ -187,7 +191,7 @@ def _lighter(state: SearchState, last: Attempt) -> TryPlans | Stop:
         if frozenset(lighter) in tried
         else f"predicted {format_mib(predicted)} > limit {format_mib(limit)}"
     )
-    return _stop(state, SearchStatus.VERIFIED, f"nothing lighter to try (without {short_key(costliest)}: {why})")
+    return _stop(state, SearchStatus.VERIFIED, f"nothing lighter to try (without {costliest.short}: {why})")
 
 
 def _heavier(state: SearchState, last: Attempt) -> TryPlans | Stop:
@@ -217,7 +221,7 @@ def _heavier(state: SearchState, last: Attempt) -> TryPlans | Stop:
         if predicted <= limit or len(candidate) == len(useful):
             return TryPlans(
                 tuple(candidate),
-                f"{prefix}over; adding {short_key(key)}: {names(candidate)} predicted "
+                f"{prefix}over; adding {key.short}: {names(candidate)} predicted "
                 f"{format_mib(predicted)} vs limit {format_mib(limit)}",
             )
     return _stop(state, SearchStatus.IMPOSSIBLE, "every plan is on")
@@ -245,4 +249,4 @@ def _without(model: MemoryModel, keys: frozenset[PlanKey]) -> MemoryModel:
 
 
 def names(plans: Iterable[PlanKey]) -> str:
-    return ", ".join(short_key(p) for p in plans)
+    return ", ".join(p.short for p in plans)
