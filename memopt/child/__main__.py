@@ -18,7 +18,7 @@ from typing import Any
 
 from memopt.child import PARENT_PID_VAR, PROFILE_VAR, TIMEOUT_VAR, ChildRequest
 from memopt.child.watchdog import guard
-from memopt.core import RecipeTarget, parse_target
+from memopt.core import RecipeTarget, RunStatus, parse_target
 from memopt.errors import MemoptError, one_line
 from memopt.ort.stack import StackError, check_stack, inspect_stack
 from memopt.recipes import RecipeError
@@ -29,7 +29,7 @@ def main(request_path: str, result_path: str) -> int:
         guard(int(os.environ[PARENT_PID_VAR]), float(os.environ.get(TIMEOUT_VAR) or 0) or None)
     request = ChildRequest(**json.loads(Path(request_path).read_text()))
     stack = inspect_stack()
-    result: dict[str, Any] = {"status": "running", "stack": asdict(stack), "python": platform.python_version()}
+    result: dict[str, Any] = {"status": RunStatus.RUNNING, "stack": asdict(stack), "python": platform.python_version()}
 
     def write(**update: Any) -> None:
         result.update(update)
@@ -41,11 +41,11 @@ def main(request_path: str, result_path: str) -> int:
     try:
         check_stack(stack)
     except StackError as err:
-        return _fail(write, "stack_error", err)
+        return _fail(write, RunStatus.STACK_ERROR, err)
     try:
         from memopt.child.steps import StepFailure, is_out_of_memory, pick_device, run_steps
     except ImportError as err:  # torch or ORTModule cannot be imported in this environment
-        return _fail(write, "stack_error", MemoptError(f"importing ORTModule failed: {one_line(err)}"))
+        return _fail(write, RunStatus.STACK_ERROR, MemoptError(f"importing ORTModule failed: {one_line(err)}"))
     try:
         target = parse_target(request.recipe)
         if not isinstance(target, RecipeTarget):
@@ -69,20 +69,22 @@ def main(request_path: str, result_path: str) -> int:
             profile_to=Path(result_path).parent if os.environ.get(PROFILE_VAR) == "1" else None,
         )
     except StackError as err:
-        return _fail(write, "stack_error", err)
+        return _fail(write, RunStatus.STACK_ERROR, err)
     except RecipeError as err:
-        return _fail(write, "recipe_error", err)
+        return _fail(write, RunStatus.RECIPE_ERROR, err)
     except StepFailure as err:
-        return _fail(write, "out_of_memory" if err.out_of_memory else "step_error", err)
+        return _fail(write, RunStatus.OUT_OF_MEMORY if err.out_of_memory else RunStatus.STEP_ERROR, err)
     except ImportError as err:  # ORTModule itself, imported when the steps start
-        return _fail(write, "stack_error", MemoptError(f"importing ORTModule failed: {one_line(err)}"))
+        return _fail(write, RunStatus.STACK_ERROR, MemoptError(f"importing ORTModule failed: {one_line(err)}"))
     except Exception as err:  # anything else the model, torch or ORT raised
-        return _fail(write, "out_of_memory" if is_out_of_memory(err) else "crashed", MemoptError(one_line(err)))
-    write(status="ok")
+        return _fail(
+            write, RunStatus.OUT_OF_MEMORY if is_out_of_memory(err) else RunStatus.CRASHED, MemoptError(one_line(err))
+        )
+    write(status=RunStatus.OK)
     return 0
 
 
-def _fail(write: Any, status: str, err: Exception) -> int:
+def _fail(write: Any, status: RunStatus, err: Exception) -> int:
     traceback.print_exc()
     write(status=status, error=str(err))
     return 1

@@ -35,7 +35,17 @@ from memopt.child import (
 )
 from memopt.child.memory import Memory
 from memopt.core import Command, RunStatus
-from memopt.run.launch import LOG_NAME, ONNX_DIR, PACKAGE_ROOT, RECORD_NAME, RunRequest, RunResult, launch, run_process
+from memopt.run.launch import (
+    LOG_NAME,
+    ONNX_DIR,
+    PACKAGE_ROOT,
+    RECORD_NAME,
+    Ending,
+    RunRequest,
+    RunResult,
+    launch,
+    run_process,
+)
 
 __all__ = ["STEPS_FILE", "run_target"]
 
@@ -155,20 +165,20 @@ def _all_ranks_done(records: list[dict[str, Any]], wanted: int) -> bool:
 
 
 def _status(
-    records: list[dict[str, Any]], wanted: int, ending: str, returncode: int | None, log: Path, timeout_s: float
+    records: list[dict[str, Any]], wanted: int, ending: Ending, returncode: int | None, log: Path, timeout_s: float
 ) -> tuple[RunStatus, str | None]:
     steps = [r for r in records if r.get("event") == "step"]
-    if ending == "done" or _all_ranks_done(records, wanted):
+    if ending is Ending.DONE or _all_ranks_done(records, wanted):
         return RunStatus.OK, None
-    if ending == "cancelled":
+    if ending is Ending.CANCELLED:
         return RunStatus.CANCELLED, "cancelled: the job's process group was ended"
     tail = _tail(log)
     seen = any(r.get("event") == "ortmodule" for r in records)
     reached = max((int(r.get("step") or 0) for r in steps), default=0)
     progress = f"reached step {reached} of {wanted}" if seen else "no ORTModule training step seen"
-    if ending == "not_started":
+    if ending is Ending.NOT_STARTED:
         return RunStatus.RECIPE_ERROR, f"the command could not start: {tail}"
-    if ending == "timed_out":
+    if ending is Ending.TIMED_OUT:
         return RunStatus.TIMED_OUT, f"killed after {timeout_s:g} s: {progress}; last output: {tail}"
     # A rank killed outright (torchrun reports "Signal 9 (SIGKILL)") is most likely the kernel's OOM killer.
     killed = returncode in (-signal.SIGKILL, 128 + signal.SIGKILL) or "signal 9 (sigkill)" in tail.lower()

@@ -22,6 +22,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
+from enum import Enum
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +51,7 @@ __all__ = [
     "TIMEOUT_VAR",
     "end_all_runs",
     "PACKAGE_ROOT",
+    "Ending",
     "ProcessEnd",
     "run_process",
     "RunRequest",
@@ -204,12 +206,12 @@ def launch(request: RunRequest, run_dir: Path, cancel: threading.Event | None = 
     )
     request_path.write_text(json.dumps(asdict(child_request)))
     started = time.monotonic()
-    ending = "finished"
+    ending = Ending.FINISHED
     returncode: int | None = None  # stays None when a cancel came before the start
     with open(run_dir / LOG_NAME, "wb") as log:
         child = _start(request, run_dir, request_path, result_path, log, cancel)
         if child is None:
-            ending = "cancelled"
+            ending = Ending.CANCELLED
         else:
             try:
                 returncode, ending = _wait(child, request.timeout_s, cancel)
@@ -227,12 +229,22 @@ def launch(request: RunRequest, run_dir: Path, cancel: threading.Event | None = 
     return result
 
 
+class Ending(str, Enum):
+    """How a run's process ended, before its result is read."""
+
+    FINISHED = "finished"  # on its own
+    DONE = "done"  # it did what was wanted, and memopt ended it
+    TIMED_OUT = "timed_out"
+    CANCELLED = "cancelled"
+    NOT_STARTED = "not_started"
+
+
 @dataclass(frozen=True)
 class ProcessEnd:
-    """How a ``run_process`` job ended: finished (on its own), done, timed_out, cancelled or not_started."""
+    """How a ``run_process`` job ended."""
 
     returncode: int | None
-    ending: str
+    ending: Ending
     wall_s: float
 
 
@@ -258,9 +270,9 @@ def run_process(
             child = _start_registered(list(argv), log, dict(env), cwd, cancel)
         except OSError as err:
             log.write(f"{err}\n".encode())
-            return ProcessEnd(None, "not_started", time.monotonic() - started)
+            return ProcessEnd(None, Ending.NOT_STARTED, time.monotonic() - started)
         if child is None:
-            return ProcessEnd(None, "cancelled", 0.0)
+            return ProcessEnd(None, Ending.CANCELLED, 0.0)
         try:
             returncode, ending = _wait(child, timeout_s, cancel, done, gentle=True)
         except BaseException:
@@ -321,7 +333,7 @@ def _wait(
     done: Callable[[], bool] | None = None,
     *,
     gentle: bool = False,
-) -> tuple[int, str]:
+) -> tuple[int, Ending]:
     """Wait for ``child``; end its group on timeout or cancel (``gentle``: SIGTERM first, which
     launchers such as torchrun pass on to workers in sessions of their own; else SIGKILL), and
     once ``done()``. Returns (returncode, how it ended)."""
@@ -330,12 +342,12 @@ def _wait(
         if child.poll() is not None:  # finished just as the deadline or a cancel came: it finished
             return child.returncode, _how_it_ended(child.returncode)
         if done is not None and done():
-            return _end_group(child), "done"
+            return _end_group(child), Ending.DONE
         left = deadline - time.monotonic()
         if left <= 0:
-            return _stop(child, gentle), "timed_out"
+            return _stop(child, gentle), Ending.TIMED_OUT
         if _ending.is_set() or (cancel is not None and cancel.is_set()):
-            return _stop(child, gentle), "cancelled"
+            return _stop(child, gentle), Ending.CANCELLED
         try:
             returncode = child.wait(timeout=min(left, _CANCEL_POLL_S))
         except subprocess.TimeoutExpired:
@@ -350,9 +362,9 @@ def _stop(child: subprocess.Popen[bytes], gentle: bool) -> int:
     return child.wait()
 
 
-def _how_it_ended(returncode: int) -> str:
+def _how_it_ended(returncode: int) -> Ending:
     # Killed by end_all_runs while its launch waited: the caller's shutdown, not a crash.
-    return "cancelled" if returncode < 0 and _ending.is_set() else "finished"
+    return Ending.CANCELLED if returncode < 0 and _ending.is_set() else Ending.FINISHED
 
 
 def _child_env(request: RunRequest, run_dir: Path) -> dict[str, str]:
@@ -397,7 +409,7 @@ def _signal_group(child: subprocess.Popen[bytes], signum: signal.Signals) -> Non
 
 
 def _collect(
-    result_path: Path, run_dir: Path, returncode: int | None, ending: str, wall_s: float, request: RunRequest
+    result_path: Path, run_dir: Path, returncode: int | None, ending: Ending, wall_s: float, request: RunRequest
 ) -> RunResult:
     try:
         reported = json.loads(result_path.read_text())
@@ -406,9 +418,9 @@ def _collect(
     steps = reported.get("steps") or {}
     status = RunStatus.read(reported.get("status"))
     error = reported.get("error")
-    if ending == "timed_out":
+    if ending is Ending.TIMED_OUT:
         status, error = RunStatus.TIMED_OUT, f"killed after {request.timeout_s:g} s without finishing"
-    elif ending == "cancelled":
+    elif ending is Ending.CANCELLED:
         status, error = RunStatus.CANCELLED, "cancelled: the run's process group was killed"
     elif status in (RunStatus.RUNNING, RunStatus.CRASHED) and error is None:
         status, error = RunStatus.CRASHED, _crash_reason(run_dir / LOG_NAME, returncode or 0)
