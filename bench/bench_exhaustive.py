@@ -26,6 +26,7 @@ from bench_recompute_cost import measure_in_child
 from memopt.core import parse_runnable
 from memopt.ort.version import OrtVersion
 from memopt.predict.calibrate import calibrate
+from memopt.run import RunSettings
 from memopt.run.journal import Journal
 from memopt.run.trials import TrialResult, TrialSpec, parse_trial_config, run_trial
 
@@ -45,9 +46,10 @@ def main() -> int:
     reference = runs_dir / "exhaustive"
     journal = Journal.in_folder(reference)
 
-    calibration = calibrate(
-        parse_runnable(recipe), batch, options=options, runs_dir=runs_dir / "model", steps=args.steps
+    settings = RunSettings(
+        target=parse_runnable(recipe), options=options, steps=args.steps, runs_dir=runs_dir / "model"
     )
+    calibration = calibrate(settings, batch)
     model, version = calibration.model, OrtVersion.parse(calibration.ort_version)
 
     def trial(plans: tuple[str, ...], budget: int | None = None) -> TrialResult:

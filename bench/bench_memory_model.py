@@ -34,6 +34,7 @@ from memopt.core import parse_runnable
 from memopt.predict.calibrate import calibrate
 from memopt.predict.planner import DEFAULT_MARGIN, choose_plans
 from memopt.recipes import parse_option_value
+from memopt.run import RunSettings
 from memopt.run.journal import Journal
 from memopt.run.trials import TrialSpec, run_trial
 
@@ -67,7 +68,7 @@ def bench_case(
         TrialSpec(parse_runnable(recipe), batch, options, (), steps), reference_dir, journal=journal, resume=True
     )
     assert baseline.ran and baseline.peak_bytes, baseline.error
-    cal = calibrate(parse_runnable(recipe), batch, options=options, runs_dir=model_dir, steps=steps)
+    cal = calibrate(RunSettings(target=parse_runnable(recipe), options=options, steps=steps, runs_dir=model_dir), batch)
     model = cal.model
     rows: list[dict[str, Any]] = []
     no_config = model.baseline(batch)

@@ -50,6 +50,7 @@ from memopt.ort.config import ENV_VAR
 from memopt.predict.calibrate import calibrate
 from memopt.predict.liveness import RECOMPUTED_SUFFIX
 from memopt.predict.planner import DEFAULT_MARGIN, choose_plans
+from memopt.run import RunSettings
 from memopt.run.target import load_target
 
 WARMUP_STEPS = 3
@@ -152,12 +153,11 @@ def bench_case(item: str, runs_dir: Path, rounds: int, each_plan: bool) -> list[
     name = f"{recipe.replace(':', '-')}-{size}-s{seq}-b{batch}"
     target = parse_runnable(recipe)
     loaded = load_target(target, options=options, runs_dir=runs_dir / name)  # one graph probe for both estimates
-    cal = calibrate(target, batch, options=options, runs_dir=runs_dir / name, loaded=loaded)
+    settings = RunSettings(target=target, options=options, runs_dir=runs_dir / name)
+    cal = calibrate(settings, batch, loaded=loaded)
     costs = cal.costs_s
     # The estimate where no node time was measured (a `--cmd` job, CUDA): the same trials, without their node times.
-    work_costs = calibrate(
-        target, batch, options=options, runs_dir=runs_dir / name, loaded=loaded, node_times=False
-    ).costs_s
+    work_costs = calibrate(settings, batch, loaded=loaded, node_times=False).costs_s
     keys = tuple(p.key for p in cal.model.plans if p.key in costs)
     chosen: dict[tuple[str, ...], str] = {}
     for fraction in FRACTIONS:  # the planner's configs, as in bench_memory_model's grid

@@ -19,6 +19,7 @@ from memopt.ort.version import OrtVersion
 from memopt.predict.memory_model import MemoryModel, Observation, PlanSavings, fit_memory_model
 from memopt.predict.planner import choose_plans
 from memopt.predict.recompute_cost import read_node_times
+from memopt.run import RunSettings
 from memopt.run.budget import BudgetError, parse_budget
 from memopt.run.journal import Journal
 from memopt.run.trials import TrialSpec, parse_trial_config, run_trial
@@ -197,7 +198,8 @@ def test_planner_picks_the_cheapest_feasible_set() -> None:
 def test_planner_on_a_real_tiny_model(baseline, trials_dir: Path) -> None:
     from memopt.predict.calibrate import calibrate
 
-    cal = calibrate("gpt", 16, options=TINY, runs_dir=trials_dir, calibration_batches=(2, 4), steps=2)
+    settings = RunSettings(target=parse_runnable("gpt"), options=TINY, steps=2, runs_dir=trials_dir)
+    cal = calibrate(settings, 16, calibration_batches=(2, 4))
     model = cal.model
     assert len(model.plans) >= 5 and model.simulated and model.static_bytes > 0
     keys = [p.key for p in model.plans]

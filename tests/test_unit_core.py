@@ -94,10 +94,16 @@ def test_the_highest_memory_over_ranks_takes_each_figure_on_its_own() -> None:
     [
         (lambda: RunRequest(parse_runnable("gpt"), 0), "--batch must be a positive integer, not 0"),
         (lambda: TrialSpec(parse_runnable("gpt"), -2), "--batch must be a positive integer, not -2"),
-        (lambda: TuneSettings(parse_runnable("gpt"), 0), "--target-batch must be a positive integer, not 0"),
+        (
+            lambda: TuneSettings(target=parse_runnable("gpt"), target_batch=0),
+            "--target-batch must be a positive integer, not 0",
+        ),
         (lambda: RunRequest(parse_runnable("gpt"), 1, steps=0), "--steps must be at least 1, not 0"),
         (lambda: TrialSpec(parse_runnable("gpt"), 1, steps=0), "--steps must be at least 1, not 0"),
-        (lambda: TuneSettings(parse_runnable("gpt"), 4, steps=0), "--steps must be at least 1, not 0"),
+        (
+            lambda: TuneSettings(target=parse_runnable("gpt"), target_batch=4, steps=0),
+            "--steps must be at least 1, not 0",
+        ),
         (lambda: TrialSpec(parse_runnable("gpt"), 1, device="tpu"), "--device must be auto, cpu or cuda"),
         (
             lambda: RunRequest(parse_runnable("cmd:python t.py"), 1, options={"size": "tiny"}),

@@ -31,7 +31,6 @@ from memopt.cli.options import (
     TargetSeqOption,
     TimeoutOption,
     calibration_batches,
-    check_device,
     choose_target,
     command_notes,
     recipe_options,
@@ -43,7 +42,7 @@ from memopt.ort.config import export_line, takes_json_file
 from memopt.ort.version import OrtVersion
 from memopt.predict.calibrate import Calibration, calibrate, learn_from_trial, save_model
 from memopt.predict.planner import DEFAULT_MARGIN, PlanResult, choose_plans
-from memopt.run import DEFAULT_RUNS_DIR, DEFAULT_STEPS, DEFAULT_TIMEOUT_S, check_batch, check_steps
+from memopt.run import DEFAULT_RUNS_DIR, DEFAULT_STEPS, DEFAULT_TIMEOUT_S, RunSettings, check_batch
 from memopt.run.budget import parse_budget, require_budget, resolve_budget
 from memopt.run.journal import Journal
 from memopt.run.trials import TrialResult, TrialSpec, run_trial, stack_versions
@@ -88,29 +87,22 @@ def plan_command(
     check_batch(target_batch, "--target-batch")
     if not 0 <= margin < 1:
         raise MemoptError(f"--margin must be a fraction in [0, 1), not {margin:g}")
-    check_steps(steps)
-    check_device(device)
     target = runnable(choose_target(recipe, command, default=None))
-    python = command_notes(target, python, target_batch)
+    settings = RunSettings(
+        target=target,
+        options=recipe_options(target, seq, size, option, hf_task, target_seq),
+        steps=steps,
+        device=device,
+        timeout_s=timeout,
+        python=command_notes(target, python, target_batch),
+        runs_dir=runs_dir,
+    )
     batches = calibration_batches(calibrate_at)
     parsed = parse_budget(budget) if budget is not None else None
-    options = recipe_options(target, seq, size, option, hf_task, target_seq)
-    versions = stack_versions(python)
+    versions = stack_versions(settings.python)
     require_budget(parsed, device, versions.cuda)
     with console.status(f"Calibrating {escape(str(target))}: graph probe and no-config trials…"):
-        cal = calibrate(
-            target,
-            target_batch,
-            options=options,
-            runs_dir=runs_dir,
-            calibration_batches=batches,
-            steps=steps,
-            device=device,
-            python=python,
-            timeout_s=timeout,
-            resume=resume,
-            versions=versions,
-        )
+        cal = calibrate(settings, target_batch, calibration_batches=batches, resume=resume, versions=versions)
     for line in cal.refused:
         error_console.print(f"[yellow]warning:[/] {escape(line)}", highlight=False, soft_wrap=True)
     budget_bytes = resolve_budget(parsed, cal.device, cal.device_total)
@@ -130,7 +122,7 @@ def plan_command(
         predicted = int(result.predicted_bytes)
         with console.status(f"Verifying at batch {target_batch}…"):
             trial = run_trial(
-                TrialSpec(target, target_batch, options, result.entries, steps, device, timeout, python),
+                TrialSpec.of(settings, target_batch, result.entries),
                 runs_dir,
                 journal=Journal.in_folder(runs_dir),
                 budget_bytes=budget_bytes,

@@ -25,7 +25,6 @@ from memopt.cli.options import (
     StepsOption,
     TargetSeqOption,
     TimeoutOption,
-    check_device,
     choose_target,
     command_notes,
     recipe_options,
@@ -37,7 +36,7 @@ from memopt.ort.config import ConfigEntry, PlanKey
 from memopt.ort.version import OrtVersion
 from memopt.predict.calibrate import learn_from_trial, load_saved_model, model_identity, save_model
 from memopt.predict.memory_model import MemoryModel, ModelError
-from memopt.run import DEFAULT_RUNS_DIR, DEFAULT_STEPS, DEFAULT_TIMEOUT_S, check_batch, check_steps
+from memopt.run import DEFAULT_RUNS_DIR, DEFAULT_STEPS, DEFAULT_TIMEOUT_S, RunSettings, check_batch
 from memopt.run.budget import parse_budget
 from memopt.run.journal import Journal
 from memopt.run.trials import (
@@ -95,16 +94,22 @@ def trial_command(
     """Run RECIPE (or your command) at --batch with --config applied as a user would; record memory, time and ORT's plans."""
     target = _target(words or [], command)
     check_batch(batch)
-    check_steps(steps)
-    check_device(device)
     parsed_budget = parse_budget(budget) if budget is not None else None
-    options = recipe_options(target, seq, size, option, hf_task, target_seq)
-    python = command_notes(target, python, batch)
-    versions = stack_versions(python)
+    settings = RunSettings(
+        target=target,
+        options=recipe_options(target, seq, size, option, hf_task, target_seq),
+        steps=steps,
+        device=device,
+        timeout_s=timeout,
+        python=command_notes(target, python, batch),
+        runs_dir=runs_dir,
+    )
+    options = settings.options
+    versions = stack_versions(settings.python)
     if versions.ort_version is None:
         raise MemoptError("the ORT training stack cannot run: onnxruntime-training is not installed")
     validated = parse_trial_config(config, OrtVersion.parse(versions.ort_version))
-    spec = TrialSpec(target, batch, options, validated.entries, steps, device, timeout, python)
+    spec = TrialSpec.of(settings, batch, validated.entries)
 
     identity_device = "cuda" if versions.cuda and device != "cpu" else "cpu"
     identity = model_identity(target, options, versions, identity_device)

@@ -10,7 +10,6 @@
 """
 
 from memopt.predict.calibrate import (
-    DEFAULT_STEPS,
     MODEL_FILE,
     Calibration,
     PreparedTarget,
@@ -40,7 +39,6 @@ from memopt.predict.recompute_cost import (
 __all__ = [
     "BALANCE",
     "DEFAULT_MARGIN",
-    "DEFAULT_STEPS",
     "MODEL_FILE",
     "Calibration",
     "MemoryModel",

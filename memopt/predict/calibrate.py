@@ -46,7 +46,7 @@ from memopt.predict.recompute_cost import BALANCE, RecomputeCost, read_node_time
 from memopt.run.budget import total_ram
 from memopt.run.files import exclusive_lock, replace_atomically
 from memopt.run.journal import Journal
-from memopt.run.settings import DEFAULT_RUNS_DIR, DEFAULT_STEPS, DEFAULT_TIMEOUT_S
+from memopt.run.settings import DEFAULT_RUNS_DIR, RunSettings
 from memopt.run.target import ScanTarget, load_target
 from memopt.run.trials import (
     StackVersions,
@@ -59,7 +59,6 @@ from memopt.scan import ScanReport, scan_graph
 from memopt.scan.patterns import Occurrence
 
 __all__ = [
-    "DEFAULT_STEPS",
     "MODEL_FILE",
     "Calibration",
     "CalibrationRun",
@@ -242,40 +241,34 @@ def calibrate_on(
 
 
 def calibrate(
-    target: RunnableTarget,
+    settings: RunSettings,
     target_batch: int,
     *,
-    options: Mapping[str, Any] | None = None,
-    runs_dir: Path = DEFAULT_RUNS_DIR,
     calibration_batches: tuple[int, ...] | None = None,
-    steps: int = DEFAULT_STEPS,
-    device: str = "auto",
-    python: str | None = None,
-    timeout_s: float = DEFAULT_TIMEOUT_S,
     resume: bool = True,
     versions: StackVersions | None = None,
     node_times: bool = True,
     loaded: ScanTarget | None = None,
 ) -> Calibration:
-    """Probe, scan and calibrate ``target`` with real trials (``memopt plan``); ``loaded``:
-    its graph already probed (``load_target``); ``node_times``: see ``fit_calibration``."""
-    runs_dir = Path(runs_dir)
+    """Probe, scan and calibrate ``settings.target`` with real trials (``memopt plan``);
+    ``loaded``: its graph already probed (``load_target``); ``node_times``: see ``fit_calibration``."""
+    runs_dir = Path(settings.runs_dir)
     journal = Journal.in_folder(runs_dir)
     probe_batch = 2
-    if target.fixed_batch:
+    if settings.target.fixed_batch:
         calibration_batches, probe_batch = (target_batch,), target_batch
     prepared = prepare_target(
-        target,
-        options=options,
+        settings.target,
+        options=settings.options,
         runs_dir=runs_dir,
-        python=python,
+        python=settings.python,
         versions=versions,
         probe_batch=probe_batch,
         loaded=loaded,
     )
 
     def run(batch: int) -> TrialResult:
-        spec = TrialSpec(target, batch, prepared.options, (), steps, device, timeout_s, python)
+        spec = TrialSpec.of(replace(settings, options=prepared.options), batch)
         return run_trial(spec, runs_dir, journal=journal, resume=resume, versions=prepared.versions)
 
     return calibrate_on(

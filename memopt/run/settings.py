@@ -4,8 +4,12 @@ that refuse a bad value before anything runs, with one wording whichever command
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
+from memopt.core import Command, RunnableTarget
 from memopt.errors import MemoptError
 
 __all__ = [
@@ -13,6 +17,7 @@ __all__ = [
     "DEFAULT_STEPS",
     "DEFAULT_TIMEOUT_S",
     "DEVICES",
+    "RunSettings",
     "check_batch",
     "check_device",
     "check_steps",
@@ -25,6 +30,27 @@ DEFAULT_STEPS = 2
 DEFAULT_TIMEOUT_S = 1800.0  # a run's time limit unless --timeout says otherwise
 DEFAULT_RUNS_DIR = Path("runs")  # where run folders go unless --runs-dir says otherwise
 DEVICES = ("auto", "cpu", "cuda")  # auto: CUDA where ORT and torch have it, else CPU
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunSettings:
+    """How every run of one target goes, as ``probe``, ``trial``, ``plan`` and ``tune`` take it
+    from the command line; each value checked here, once."""
+
+    target: RunnableTarget
+    options: Mapping[str, Any] = field(default_factory=dict)  # a recipe's; a command takes none
+    steps: int = DEFAULT_STEPS
+    device: str = "auto"  # a recipe's; a command picks its own
+    timeout_s: float = DEFAULT_TIMEOUT_S
+    python: str | None = None  # the interpreter whose ORT/torch stack runs it (None: this one)
+    runs_dir: Path = DEFAULT_RUNS_DIR
+
+    def __post_init__(self) -> None:
+        check_steps(self.steps)
+        check_device(self.device)
+        check_timeout(self.timeout_s)
+        if isinstance(self.target, Command) and self.options:
+            raise MemoptError("recipe options (--size, --seq, -o) do not apply to a command: put them in the command")
 
 
 def check_batch(batch_size: int, flag: str = "--batch") -> None:

@@ -49,7 +49,15 @@ from memopt.run.budget import Budget, total_ram
 from memopt.run.command import run_target
 from memopt.run.journal import Journal
 from memopt.run.launch import PACKAGE_ROOT, RunRequest, RunResult, new_run_dir
-from memopt.run.settings import DEFAULT_STEPS, DEFAULT_TIMEOUT_S, check_batch, check_device, check_steps, check_timeout
+from memopt.run.settings import (
+    DEFAULT_STEPS,
+    DEFAULT_TIMEOUT_S,
+    RunSettings,
+    check_batch,
+    check_device,
+    check_steps,
+    check_timeout,
+)
 
 __all__ = [
     "LEVEL_VAR",
@@ -143,6 +151,20 @@ class TrialSpec:
     timeout_s: float = DEFAULT_TIMEOUT_S
     python: str | None = None
     log_level: str = "DEVINFO"  # C++ INFO lines: "Total number of recomputed nodes", per-node lines
+
+    @classmethod
+    def of(cls, settings: RunSettings, batch_size: int, config: tuple[ConfigEntry, ...] = ()) -> TrialSpec:
+        """The trial of ``config`` at ``batch_size`` that ``settings`` describe."""
+        return cls(
+            settings.target,
+            batch_size,
+            settings.options,
+            config,
+            settings.steps,
+            settings.device,
+            settings.timeout_s,
+            settings.python,
+        )
 
     def __post_init__(self) -> None:
         # Checked here too, so that a bad value is refused before a run folder is created.

@@ -384,9 +384,7 @@ class Tuner:
             self._numbers += 1
             number = self._numbers
         self._emit(TrialStarted(number, purpose, batch, plans, predicted, reason, s.steps, s.timeout_s))
-        spec = TrialSpec(
-            s.target, batch, dict(s.options), self.entries(plans), s.steps, s.device, s.timeout_s, s.python
-        )
+        spec = TrialSpec.of(s, batch, self.entries(plans))
         result = self._trial_runner()(
             spec,
             budget_bytes=budget,
