@@ -20,34 +20,38 @@ ROOT = Path(__file__).resolve().parent.parent
 EXPORT = re.compile(r"^export ORTMODULE_MEMORY_OPT_CONFIG=(\S+)", re.MULTILINE)
 
 
-def shell_blocks(readme: str) -> list[list[str]]:
-    """Each ```sh block as the commands a shell would run: continuations joined, comments
-    and the ``…`` elisions of shown output dropped."""
+def shell_blocks(readme: str) -> list[list[list[str]]]:
+    """Each ```sh block as the commands a shell would run, each a list of words:
+    continuations joined, comments and the ``…`` elisions of shown output dropped."""
     blocks = re.findall(r"```sh\n(.*?)```", readme, re.DOTALL)
-    commands: list[list[str]] = []
+    commands: list[list[list[str]]] = []
     for block in blocks:
         joined = block.replace("\\\n", " ")
         lines = [shlex.split(line, comments=True) for line in joined.splitlines()]
-        commands.append([shlex.join(words) for words in lines if words and words != ["…"]])
+        commands.append([words for words in lines if words and words != ["…"]])
     return commands
 
 
-def train_ddp_block() -> list[str]:
+def train_ddp_block() -> list[list[str]]:
     readme = (ROOT / "README.md").read_text()
-    found = [block for block in shell_blocks(readme) if any("examples/train_ddp.py" in line for line in block)]
+    found = [
+        block for block in shell_blocks(readme) if any("examples/train_ddp.py" in " ".join(line) for line in block)
+    ]
     assert len(found) == 1, "the README shows one examples/train_ddp.py block"
     return found[0]
 
 
 def test_the_readme_block_reads_as_tune_then_the_job() -> None:
     tune, first_export, second_export, job = train_ddp_block()
-    assert tune.startswith("memopt tune --cmd") and "--no-tui" in tune
-    assert first_export.startswith("export ORTMODULE_MEMORY_OPT_CONFIG=") and first_export == second_export
-    assert job == "torchrun --nproc_per_node 2 examples/train_ddp.py --batch-size 8"
+    assert tune[:3] == ["memopt", "tune", "--cmd"] and "--no-tui" in tune
+    assert first_export[0] == "export" and first_export[1].startswith("ORTMODULE_MEMORY_OPT_CONFIG=")
+    assert first_export == second_export
+    assert shlex.join(job) == "torchrun --nproc_per_node 2 examples/train_ddp.py --batch-size 8"
 
 
 def test_the_readme_train_ddp_commands_run_as_pasted(tmp_path: Path) -> None:
-    tune, _, _, job = train_ddp_block()
+    tune_words, _, _, job_words = train_ddp_block()
+    tune, job = shlex.join(tune_words), shlex.join(job_words)
     (tmp_path / "examples").symlink_to(ROOT / "examples")
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
     tuned = subprocess.run(tune, shell=True, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=1500)
