@@ -12,7 +12,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import RECIPES, CliRun, assert_one_line_error, memopt
+from support import RECIPES
+from support.cli import CliRun, assert_one_line_error, memopt
 
 from memopt.ort.stack import inspect_stack
 

@@ -13,10 +13,10 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from conftest import memopt as run_memopt
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from logsamples import FORMAT_A_1_15, FORMAT_B_1_17, PLAN_TABLE_1_19, SAMPLE_LOGS_1_19
+from support.cli import memopt as run_memopt
+from support.logsamples import FORMAT_A_1_15, FORMAT_B_1_17, PLAIN_LOG, PLAN_TABLE_1_19, SAMPLE_LOGS
 from typer.testing import CliRunner
 
 import memopt.cli.parse  # noqa: F401  (registers the command)
@@ -24,8 +24,6 @@ from memopt.cli import app
 from memopt.errors import MemoptError
 from memopt.logparse import parse_file, parse_lines, parse_text, plans_dataframe, step_memory_dataframe
 
-SAMPLE_LOGS = Path(__file__).resolve().parent.parent / "sample_logs"
-PLAIN_LOG = SAMPLE_LOGS_1_19 / "gpt-tiny_b4_info_no-config.log"
 PHASES = ("pre_forward", "post_forward", "pre_backward", "post_backward")
 
 

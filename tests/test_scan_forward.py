@@ -8,7 +8,7 @@ from pathlib import Path
 import onnx
 import pytest
 import torch
-from conftest import assert_one_line_error, memopt
+from support.cli import assert_one_line_error, memopt
 
 from memopt.graph.expr import parse_expression
 from memopt.graph.ort_reference import read_reference

@@ -9,7 +9,8 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import RECIPES, assert_one_line_error, memopt
+from support import RECIPES
+from support.cli import assert_one_line_error, memopt
 
 from memopt.child import NODE_TIMES_FILE
 from memopt.graph.polynomial import Polynomial

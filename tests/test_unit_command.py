@@ -18,8 +18,8 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from conftest import assert_one_line_error, memopt
-from processes import assert_gone
+from support.cli import assert_one_line_error, memopt
+from support.processes import assert_gone
 
 from memopt.errors import MemoptError
 from memopt.predict.memory_model import Observation, fit_memory_model

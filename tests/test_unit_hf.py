@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import assert_one_line_error, memopt
 from onnx import TensorProto
-from test_unit_savings import stashed_gelu
+from support.cli import assert_one_line_error, memopt
+from support.graphs import stashed_gelu
+from support.logsamples import PLAIN_LOG
 
 from memopt.child.steps import default_loss
 from memopt.graph import TensorInfo, resolve_dims, sequence_symbols
@@ -254,8 +255,6 @@ def test_the_tuner_hands_back_only_what_ort_applied() -> None:
 
 
 def test_config_emit_with_a_log_refuses_unknown_entries(tmp_path: Path) -> None:
-    from test_cli_parse import PLAIN_LOG
-
     refused = memopt("config", "emit", "Gelu+", "Nope+", "--log", str(PLAIN_LOG), "--out", str(tmp_path / "c.json"))
     assert_one_line_error(refused, "Nope+:1:-1: ORT printed no plan by that name", "would ignore this entry")
     assert not (tmp_path / "c.json").exists()

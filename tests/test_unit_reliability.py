@@ -3,7 +3,7 @@ library under concurrent writers, symlinks, timeouts, the child's own watchdog, 
 child's import path, and config files named per tune.
 
 Real files and real processes throughout; the one fake is the trial runner of the two
-tuning sessions sharing a runs folder (tests/fake_trials.py, named so).
+tuning sessions sharing a runs folder (tests/support/fake_tuning.py, named so).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 import pytest
-from fake_trials import FakeRunner, MiB, fake_tuner, prepared_gpt
+from support.fake_tuning import FakeRunner, MiB, fake_tuner, prepared_gpt
 
 from memopt.errors import MemoptError
 from memopt.graph import Polynomial
@@ -218,6 +218,7 @@ def test_the_child_does_not_import_modules_lying_in_the_working_directory(tmp_pa
 # -- two sessions in one runs folder --------------------------------------------------------
 
 
+@pytest.mark.usefixtures("simulate_sample_once")
 def test_two_tuning_sessions_in_one_folder_each_export_the_config_they_verified(tmp_path: Path) -> None:
     """Tuner level, over the FAKE runner: two budgets, two verified configs, two files."""
     runners = [FakeRunner(prepared_gpt()), FakeRunner(prepared_gpt())]

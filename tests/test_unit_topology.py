@@ -11,7 +11,7 @@ from pathlib import Path
 
 import onnx
 from onnx import TensorProto, helper
-from test_unit_scan_rules import node, training_graph, yield_op
+from support.graphs import node, training_graph, yield_op
 
 from memopt.graph import TrainingGraph, load_graph, session_input_beside
 from memopt.graph.topology import memory_efficient_backward, memory_efficient_order, priority_order

@@ -20,14 +20,6 @@ from textual.message import Message
 from textual.widgets import Footer, Static
 
 from memopt.errors import MemoptError, one_line
-from memopt.tui.state import SORT_KEYS, Selection, exit_lines, short_plans, sort_rows
-from memopt.tui.widgets import (
-    InfoHeader,
-    MemoryPanel,
-    PlansTable,
-    ResultBar,
-    TrialsPanel,
-)
 from memopt.tune import (
     Note,
     Purpose,
@@ -40,8 +32,18 @@ from memopt.tune import (
     TuneCancelled,
     TuneEvent,
     Tuner,
+    TuneResult,
 )
 from memopt.units import format_bytes
+
+from .state import SORT_KEYS, Selection, exit_lines, short_plans, sort_rows
+from .widgets import (
+    InfoHeader,
+    MemoryPanel,
+    PlansTable,
+    ResultBar,
+    TrialsPanel,
+)
 
 __all__ = ["MIN_SIZE", "TuneApp", "TunerEvent"]
 
@@ -80,7 +82,7 @@ class TuneApp(App[None]):
         self.busy_since: float | None = None
         self.busy_label = ""
         self.searching = False
-        self.finished = None  # the last search's TuneResult
+        self.finished: TuneResult | None = None  # the last search's result
         tuner.subscribe(self._from_worker)
 
     # -- layout -------------------------------------------------------------------------

@@ -9,15 +9,16 @@ from textual.binding import Binding
 from textual.message import Message
 from textual.widgets import DataTable
 
-from memopt.tui.state import Selection, plan_cells
 from memopt.tune import PlanRow
+
+from ..state import Selection, plan_cells
 
 __all__ = ["PlansTable"]
 
 COLUMNS = ("state", "pattern", "type", "freq", "saving@target", "est. cost", "where")
 
 
-class PlansTable(DataTable):
+class PlansTable(DataTable[Text]):
     BINDINGS = [Binding("space", "toggle_plan", "Toggle plan", show=True)]
 
     class Toggled(Message):
