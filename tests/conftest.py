@@ -4,6 +4,7 @@ The helpers the test modules share live in ``tests/support/``."""
 
 from __future__ import annotations
 
+import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
@@ -44,3 +45,16 @@ def simulate_sample_once(monkeypatch: pytest.MonkeyPatch) -> None:
     """Tuners over the fake runner play each simulated step of the sample graph once per
     process, not once per tuner (``support.fake_tuning.simulate_once``)."""
     monkeypatch.setattr(liveness, "simulate", fake_tuning.simulate_once)
+
+
+@pytest.fixture(autouse=True)
+def processes_only_where_marked(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A test that starts a process is marked so (``subprocess``, or ``ort``): ``-m`` then
+    selects tests by what they are, and an unmarked test stays in this process."""
+    if request.node.get_closest_marker("subprocess") or request.node.get_closest_marker("ort"):
+        return
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError(f"{request.node.nodeid} starts a process: mark it subprocess (or ort where ORT runs)")
+
+    monkeypatch.setattr(subprocess.Popen, "_execute_child", refuse)

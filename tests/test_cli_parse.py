@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 from support.logsamples import FORMAT_A_1_15, PLAIN_LOG, SAMPLE_LOGS_1_19
 
+pytestmark = pytest.mark.subprocess
+
 CONFIG_LOG = SAMPLE_LOGS_1_19 / "gpt-tiny_b4_devinfo_json-config.log"
 
 

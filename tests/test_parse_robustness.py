@@ -161,6 +161,7 @@ def test_line_ends_and_chunk_boundaries_read_alike(tmp_path: Path, monkeypatch: 
 # --- the command line ----------------------------------------------------------------------
 
 
+@pytest.mark.subprocess
 def test_markup_in_a_log_is_printed_as_text(tmp_path: Path) -> None:
     log = tmp_path / "markup[red].log"
     log.write_text(PLAN_TABLE_1_19.replace("FusedMatMul+Add+:1:-1", "[/x][enforce fail at alloc_cpu.cpp:117]:1:-1", 1))
@@ -187,6 +188,7 @@ def test_one_bad_log_does_not_stop_the_others(tmp_path: Path) -> None:
     assert good["summaries"] and bad["source"] == str(missing) and "cannot read" in bad["error"]
 
 
+@pytest.mark.subprocess
 def test_step_memory_table_json_and_csv(tmp_path: Path) -> None:
     log = tmp_path / "cuda.log"
     lines = [ort_step_memory_line(0, 1, phase, [10, 12, 20, 20, 0, 0, 400, 0, 1]) for phase in PHASES]
@@ -245,6 +247,7 @@ def test_mutated_real_logs_through_the_cli(rng: random.Random, mutations: int, m
 
 
 @pytest.mark.parametrize("mode", [(), ("--json",), ("--csv",)])
+@pytest.mark.subprocess
 def test_mutated_logs_as_real_subprocesses(tmp_path: Path, mode: tuple[str, ...]) -> None:
     rng = random.Random(len(mode) * 7 + len("".join(mode)))
     logs = []

@@ -10,9 +10,8 @@ from support.cli import assert_one_line_error, memopt
 
 from memopt.ort.config import ENV_VAR
 
-pytestmark = pytest.mark.ort  # real ORTModule runs or ORT sessions
 
-
+@pytest.mark.subprocess
 def test_bad_input_is_one_line(tmp_path) -> None:
     assert_one_line_error(
         memopt("tune", "gpt", "--target-batch", "16", "--budget", "lots", "--no-tui"), "--budget 'lots'"
@@ -30,6 +29,7 @@ def test_bad_input_is_one_line(tmp_path) -> None:
     assert not list(tmp_path.iterdir())  # nothing launched
 
 
+@pytest.mark.ort
 def test_headless_search_resumes_the_journal_and_prints_json() -> None:
     """The shared sessions' runs folder (tests/support/real_tuning.py, same budget) continued with
     --resume: finished trials come back from the journal, the search reaches the same verified config."""

@@ -70,6 +70,7 @@ def _append_many(folder: str, writer: int) -> None:
         journal.append({"key": f"{writer}-{n}", "padding": "x" * 5000})
 
 
+@pytest.mark.subprocess
 def test_concurrent_threads_and_processes_appending_keep_every_line_whole(tmp_path: Path) -> None:
     script = "import sys; from memopt.run.journal import Journal; journal = Journal.in_folder(sys.argv[1])\n"
     script += (
@@ -121,6 +122,7 @@ def _save_many(folder: str, writer: int) -> None:
         save_model(Path(folder), f"model-{writer}-{n}", small_model(100 + n))
 
 
+@pytest.mark.subprocess
 def test_concurrent_threads_and_processes_lose_no_model(tmp_path: Path) -> None:
     script = f"import sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); "
     script += "from test_unit_reliability import _save_many; _save_many(sys.argv[1], int(sys.argv[2]))"
@@ -169,6 +171,7 @@ def _wait_gone(pid: int, within_s: float) -> bool:
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+@pytest.mark.subprocess
 def test_a_guarded_child_ends_itself_when_its_parent_is_killed(tmp_path: Path) -> None:
     pid_file = tmp_path / "child.pid"
     child = (
@@ -191,6 +194,7 @@ def test_a_guarded_child_ends_itself_when_its_parent_is_killed(tmp_path: Path) -
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+@pytest.mark.subprocess
 def test_a_guarded_child_ends_itself_past_its_timeout(tmp_path: Path) -> None:
     script = (
         "import os, time; from memopt.child import watchdog; watchdog.GRACE_S = 0.0; "
@@ -200,6 +204,7 @@ def test_a_guarded_child_ends_itself_past_its_timeout(tmp_path: Path) -> None:
     assert child.wait(timeout=30) == -signal.SIGKILL
 
 
+@pytest.mark.subprocess
 def test_the_child_does_not_import_modules_lying_in_the_working_directory(tmp_path: Path) -> None:
     ran = tmp_path / "stray-module-ran"
     (tmp_path / "json.py").write_text(f"open({str(ran)!r}, 'w').close()\nraise SystemExit('stray json.py ran')\n")
