@@ -1,4 +1,4 @@
-"""The memopt tune screen, driven with Textual's pilot over real CPU trials (tests/real_tuning.py)."""
+"""The memopt tune screen, driven with Textual's pilot over real CPU trials (tests/support/real_tuning.py)."""
 
 from __future__ import annotations
 
