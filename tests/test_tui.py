@@ -46,7 +46,7 @@ def screen_text(app: TuneApp) -> str:
 
 
 def test_startup_then_auto_search_fits_a_budget_the_no_config_run_exceeds() -> None:
-    tuner = real_tuning.tuner(probe=True)
+    tuner = real_tuning.tuner(fresh=True)
 
     async def scenario() -> TuneApp:
         app = TuneApp(tuner, auto=False)
@@ -82,9 +82,9 @@ def test_startup_then_auto_search_fits_a_budget_the_no_config_run_exceeds() -> N
     assert lines[-1] == f"# journal: {tuner.journal.path}" and tuner.journal.path.is_file()
 
 
-def _ready_tuner() -> Tuner:
-    """A session of the test's own, set up (calibration trials from the shared journal) at the measured budget."""
-    tuner = real_tuning.tuner()
+def _ready_tuner(*, fresh: bool = False) -> Tuner:
+    """A session of the test's own (``real_tuning.tuner``), set up, at the measured budget."""
+    tuner = real_tuning.tuner(fresh=fresh)
     tuner.setup()
     tuner.set_budget(real_tuning.measured()[1])
     return tuner
@@ -121,7 +121,7 @@ def test_space_toggles_a_plan_and_the_prediction_updates_at_once() -> None:
 
 
 def test_main_screen_snapshot() -> None:
-    tuner = copy.copy(_ready_tuner())
+    tuner = copy.copy(_ready_tuner(fresh=True))  # its calibration rows as run, not "(journal)"
     tuner._listeners = []
     tuner.records = [r for r in tuner.records if r.purpose == "calibration"]
 

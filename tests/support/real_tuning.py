@@ -7,10 +7,10 @@ no-config and an every-plan trial at the target batch, run in their own folder (
 never sees them), so it holds against the machine's noise. The model is calibrated at half
 and all of the target batch, so it interpolates rather than extrapolates.
 
-Each test gets a session of its own (``tuner()``), in one runs folder per pytest process:
-a session resumes the journal, so the calibration trials an earlier one ran come back from
-it. What the tests share is never changed: the folder's path, the probe and scan
-(``prepared()``, a frozen record the sessions only read) and the measured budget.
+Each test gets a session of its own (``tuner()``), in one runs folder per pytest process: a
+session resumes the journal, so the calibration trials an earlier one ran come back from it,
+unless it is ``fresh``. What the tests share is never changed: the folder's path, the probe
+and scan (``prepared()``, a frozen record the sessions only read) and the measured budget.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ def work_dir() -> Path:
     return Path(tempfile.mkdtemp(prefix="memopt-tune-tests-"))
 
 
-def settings(budget: str = PLACEHOLDER_BUDGET) -> TuneSettings:
+def settings(budget: str = PLACEHOLDER_BUDGET, *, resume: bool = True) -> TuneSettings:
     return TuneSettings(
         recipe=RECIPE,
         target_batch=TARGET,
@@ -50,7 +50,7 @@ def settings(budget: str = PLACEHOLDER_BUDGET) -> TuneSettings:
         margin=0.01,
         timeout_s=300,
         calibration_batches=CALIBRATION,
-        resume=True,
+        resume=resume,
     )
 
 
@@ -64,11 +64,12 @@ def prepared() -> PreparedTarget:
     return session.prepared
 
 
-def tuner(*, probe: bool = False) -> Tuner:
-    """A new session in the shared folder, not set up yet: with ``probe`` it exports the recipe
-    itself (its start-up as ``memopt tune`` runs it), else it takes the shared probe."""
-    if probe:
-        return Tuner(settings())
+def tuner(*, fresh: bool = False) -> Tuner:
+    """A new session in the shared folder, not set up yet. A ``fresh`` one probes the recipe and
+    runs its calibration trials itself, as ``memopt tune`` starts without --resume; the others
+    take the shared probe and the calibration trials an earlier session left in the journal."""
+    if fresh:
+        return Tuner(settings(resume=False))
     shared = prepared()
     return Tuner(settings(), prepare=lambda cancel: shared)
 
