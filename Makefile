@@ -30,11 +30,12 @@ demo: setup
 test: setup
 	$(BIN)/python -m pytest
 
-# The fast tests: no ORTModule run and no ORT session (under a minute).
+# The fast tests: in pytest's own process, no ORT (under a minute). The markers (pyproject.toml)
+# select the others: `pytest -m "not ort"` adds the tests that start processes without training.
 test-fast: $(INSTALLED)
-	$(BIN)/python -m pytest -m "not ort"
+	$(BIN)/python -m pytest -m "not ort and not subprocess"
 
-# Lint, formatting, types (strict on memopt/) and the stage layering (pyproject.toml configures each).
+# Lint, formatting, types (strict on memopt/ and tui/) and the stage layering (pyproject.toml configures each).
 check: $(CHECK_TOOLS)
 	$(BIN)/ruff check memopt tui tests bench
 	$(BIN)/ruff format --check memopt tui tests bench

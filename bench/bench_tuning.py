@@ -6,7 +6,7 @@
 
 On one recipe at one target batch, CPU (peak RSS), real ORTModule trials throughout:
   1. the budget: a no-config and an every-plan trial at the target batch; the budget is halfway
-     between their peaks (as tests/tune_support.py does), so the no-recompute run exceeds it;
+     between their peaks (as tests/support/real_tuning.py does), so the no-recompute run exceeds it;
   2. strategies, each repetition of each in its own fresh runs folder (no journal reuse),
      counted in trials and wall time until a config is verified under the budget:
        memopt      ``Tuner.auto_search`` headless (= ``memopt tune --no-tui``): graph probe,

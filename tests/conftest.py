@@ -1,69 +1,18 @@
-"""Shared fixtures: real ORTModule probes run once per session and reused by the tests."""
+"""Shared fixtures: real ORTModule probes run once per session and reused by the tests.
+
+The helpers the test modules share live in ``tests/support/``."""
 
 from __future__ import annotations
 
-import json
-import os
 import subprocess
-import sys
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from support import fake_tuning
+from support.cli import CliRun, memopt
 
-RECIPES = Path(__file__).parent / "recipes"
-
-
-@dataclass(frozen=True)
-class CliRun:
-    returncode: int
-    stdout: str
-    stderr: str
-
-    @property
-    def run_dir(self) -> Path:
-        """The run folder the output names (the ``run folder`` line or the log path in an error)."""
-        for line in (self.stdout + self.stderr).splitlines():
-            if "run folder" in line:
-                return Path(line.split()[-1])
-            if "(log: " in line:
-                return Path(line.rsplit("(log: ", 1)[1].rstrip(")")).parent
-        raise AssertionError(f"no run folder in output:\n{self.stdout}\n{self.stderr}")
-
-    def record(self) -> dict:
-        return json.loads((self.run_dir / "run.json").read_text())
-
-    @property
-    def log_path(self) -> Path:
-        return self.run_dir / "ort.log"
-
-    @property
-    def execution_graph(self) -> Path:
-        return self.run_dir / "onnx" / "memopt_execution_model_training.onnx"
-
-
-def memopt(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None, timeout: float = 600) -> CliRun:
-    """Run the real ``memopt`` command line in a subprocess, as a user would."""
-    completed = subprocess.run(
-        [sys.executable, "-m", "memopt", *args],
-        capture_output=True,
-        text=True,
-        cwd=cwd,
-        env={**os.environ, "COLUMNS": "200", **(env or {})},
-        timeout=timeout,
-    )
-    return CliRun(completed.returncode, completed.stdout, completed.stderr)
-
-
-def assert_one_line_error(run: CliRun, *fragments: str) -> None:
-    """Exit 2, one ``error:`` line on stderr naming the problem, no traceback."""
-    assert run.returncode == 2, (run.stdout, run.stderr)
-    lines = run.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: "), run.stderr
-    assert "Traceback" not in run.stdout + run.stderr
-    for fragment in fragments:
-        assert fragment in lines[0], lines[0]
+from memopt.predict import liveness
 
 
 @pytest.fixture(scope="session")
@@ -89,3 +38,23 @@ def tiny_probe(runs_dir: Path) -> Callable[[str], CliRun]:
 @pytest.fixture(scope="session")
 def gpt_probe(tiny_probe: Callable[[str], CliRun]) -> CliRun:
     return tiny_probe("gpt")
+
+
+@pytest.fixture
+def simulate_sample_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tuners over the fake runner play each simulated step of the sample graph once per
+    process, not once per tuner (``support.fake_tuning.simulate_once``)."""
+    monkeypatch.setattr(liveness, "simulate", fake_tuning.simulate_once)
+
+
+@pytest.fixture(autouse=True)
+def processes_only_where_marked(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A test that starts a process is marked so (``subprocess``, or ``ort``): ``-m`` then
+    selects tests by what they are, and an unmarked test stays in this process."""
+    if request.node.get_closest_marker("subprocess") or request.node.get_closest_marker("ort"):
+        return
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError(f"{request.node.nodeid} starts a process: mark it subprocess (or ort where ORT runs)")
+
+    monkeypatch.setattr(subprocess.Popen, "_execute_child", refuse)

@@ -12,11 +12,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import RECIPES, CliRun, assert_one_line_error, memopt
+from support import RECIPES
+from support.cli import CliRun, assert_one_line_error, memopt
 
 from memopt.ort.stack import inspect_stack
-
-pytestmark = pytest.mark.ort  # real ORTModule runs or ORT sessions
 
 TORCH_2_13_WHEEL = next(Path("/opt/wheels").glob("torch-2.13.*.whl"), None) if Path("/opt/wheels").is_dir() else None
 
@@ -36,6 +35,7 @@ def probe(runs_dir: Path, recipe: str, *extra: str, env: dict[str, str] | None =
         (str(RECIPES / "crashes_in_step.py"), ["the training step failed", "ValueError: labels are missing"]),
     ],
 )
+@pytest.mark.ort
 def test_broken_recipe(runs_dir: Path, recipe: str, fragments: list[str]) -> None:
     run = probe(runs_dir, recipe)
     assert_one_line_error(run, *fragments)
@@ -43,15 +43,18 @@ def test_broken_recipe(runs_dir: Path, recipe: str, fragments: list[str]) -> Non
     assert "Traceback" in (run.run_dir / "ort.log").read_text()  # the detail is kept in the run folder
 
 
+@pytest.mark.ort
 def test_unknown_recipe_option(runs_dir: Path) -> None:
     assert_one_line_error(probe(runs_dir, "gpt", "--size", "tiny", "-o", "colour=red"), "takes no option colour")
 
 
+@pytest.mark.subprocess
 def test_malformed_option_and_device(runs_dir: Path) -> None:
     assert_one_line_error(probe(runs_dir, "gpt", "-o", "colour"), "--option must look like key=value")
     assert_one_line_error(probe(runs_dir, "gpt", "--device", "tpu"), "--device must be auto, cpu or cuda")
 
 
+@pytest.mark.subprocess
 def test_interpreter_without_ort_training(runs_dir: Path) -> None:
     base_python = Path(sys.base_prefix) / "bin" / "python3"
     has_ort = subprocess.run(
@@ -79,6 +82,7 @@ def _shadow(source: Path, target: Path, drop: set[Path]) -> None:
             (target / entry.name).symlink_to(entry)
 
 
+@pytest.mark.subprocess
 def test_extensions_not_built(runs_dir: Path, tmp_path: Path) -> None:
     stack = inspect_stack()
     extensions = Path(stack.extensions_dir)
@@ -104,6 +108,7 @@ def torch_2_13_python(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return venv / "bin" / "python"
 
 
+@pytest.mark.ort
 def test_torch_ortmodule_cannot_use(runs_dir: Path, tmp_path: Path, torch_2_13_python: Path) -> None:
     ort_only = tmp_path / "ort_only"
     ort_only.mkdir()
@@ -112,6 +117,7 @@ def test_torch_ortmodule_cannot_use(runs_dir: Path, tmp_path: Path, torch_2_13_p
     assert_one_line_error(run, "torch 2.13.0", "cannot run ORTModule 1.19.2", "pip install 'torch==2.4.1'")
 
 
+@pytest.mark.ort
 def test_timeout_kills_the_run(runs_dir: Path) -> None:
     run = probe(runs_dir, "gpt", "--size", "small", "--timeout", "3")
     assert_one_line_error(run, "the run timed out", "killed after 3 s")
@@ -133,12 +139,14 @@ def test_timeout_kills_the_run(runs_dir: Path) -> None:
         (("tune", "gtp", "--target-batch", "8", "--budget", "1GiB", "--no-tui"), "recipe 'gtp' not found"),
     ],
 )
+@pytest.mark.subprocess
 def test_bad_input_is_refused_before_anything_is_created(tmp_path: Path, args: tuple[str, ...], fragment: str) -> None:
     run = memopt(*args, "--runs-dir", str(tmp_path / "runs"), cwd=tmp_path)
     assert_one_line_error(run, fragment)
     assert not (tmp_path / "runs").exists()
 
 
+@pytest.mark.subprocess
 def test_runs_dir_naming_a_file_is_refused(tmp_path: Path) -> None:
     plain = tmp_path / "notes.txt"
     plain.write_text("mine\n")
@@ -147,6 +155,7 @@ def test_runs_dir_naming_a_file_is_refused(tmp_path: Path) -> None:
     assert plain.read_text() == "mine\n"
 
 
+@pytest.mark.ort
 def test_a_batch_too_large_to_allocate_is_out_of_memory(runs_dir: Path) -> None:
     run = memopt("trial", "mlp", "--size", "tiny", "-b", "1000000000", "--budget", "16GiB", "--runs-dir", str(runs_dir))
     assert run.returncode == 3, run.stderr

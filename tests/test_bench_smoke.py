@@ -12,8 +12,6 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.ort  # real ORTModule runs or ORT sessions
-
 BENCH = Path(__file__).parent.parent / "bench"
 
 
@@ -23,6 +21,7 @@ def _run(*args: str) -> str:
     return done.stdout
 
 
+@pytest.mark.ort
 def test_scan_benchmark(tmp_path: Path) -> None:
     out = _run(
         str(BENCH / "bench_scan.py"),
@@ -40,21 +39,25 @@ def test_scan_benchmark(tmp_path: Path) -> None:
     assert "| 2 | 183 |" in out and "10/10 |" in out and (tmp_path / "scan_speed.png").is_file()
 
 
+@pytest.mark.subprocess
 def test_parse_benchmark() -> None:
     out = _run(str(BENCH / "bench_parse.py"), "--sizes", "1", "--repeats", "1")
     assert "| all samples |" in out and "| one run, long | 1 | 2 |" in out
 
 
+@pytest.mark.subprocess
 def test_fuzz_parse_benchmark() -> None:
     out = _run(str(BENCH / "bench_fuzz_parse.py"), "--mutants", "30", "--cli", "1")
     assert "| in-process (CliRunner; table, --json, --csv in turn) | 30 | 30 | 0 |" in out
     assert "| `python -m memopt parse`, nastiest 1 × 3 modes | 1 | 3 | 0 |" in out
 
 
+@pytest.mark.subprocess
 def test_parity_benchmark() -> None:
     assert "All: " in _run(str(BENCH / "bench_parity.py"))
 
 
+@pytest.mark.ort
 def test_command_benchmark(tmp_path: Path) -> None:
     out = _run(
         str(BENCH / "bench_command.py"), "--batch", "1", "--steps", "1", "--repeats", "1", "--runs-dir", str(tmp_path)
@@ -62,6 +65,7 @@ def test_command_benchmark(tmp_path: Path) -> None:
     assert "| recipe (child process) |" in out and "| command: torchrun, 2 ranks |" in out
 
 
+@pytest.mark.ort
 def test_exhaustive_benchmark(tmp_path: Path) -> None:
     """Also runs bench_memory_model's tune step (memopt tune --no-tui) it builds on."""
     out = _run(
@@ -72,6 +76,7 @@ def test_exhaustive_benchmark(tmp_path: Path) -> None:
     assert "| plans | peak MiB | fits | median step s |" in out and "tuner:" in out
 
 
+@pytest.mark.ort
 def test_recompute_cost_benchmark(tmp_path: Path) -> None:
     out = _run(
         str(BENCH / "bench_recompute_cost.py"),

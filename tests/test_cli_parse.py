@@ -10,10 +10,11 @@ import sys
 from pathlib import Path
 
 import pytest
-from logsamples import FORMAT_A_1_15, SAMPLE_LOGS_1_19
+from support.logsamples import FORMAT_A_1_15, PLAIN_LOG, SAMPLE_LOGS_1_19
+
+pytestmark = pytest.mark.subprocess
 
 CONFIG_LOG = SAMPLE_LOGS_1_19 / "gpt-tiny_b4_devinfo_json-config.log"
-PLAIN_LOG = SAMPLE_LOGS_1_19 / "gpt-tiny_b4_info_no-config.log"
 
 
 def memopt(*args: str, stdin: bytes | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:

@@ -8,8 +8,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import memopt
-from processes import assert_gone
+from support.cli import memopt
+from support.processes import assert_gone
 
 pytestmark = pytest.mark.ort  # real ORTModule training jobs
 

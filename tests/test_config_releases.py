@@ -13,7 +13,7 @@ import shlex
 from pathlib import Path
 
 import pytest
-from conftest import memopt
+from support.cli import memopt
 
 from memopt.logparse import parse_file
 

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from conftest import CliRun
+from support.cli import CliRun
 
 from memopt.graph.training_graph import load_graph, session_input_beside
 from memopt.ort.rules import rules_for

@@ -7,7 +7,8 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import RECIPES, assert_one_line_error, memopt
+from support import RECIPES
+from support.cli import assert_one_line_error, memopt
 
 pytestmark = pytest.mark.ort  # real ORTModule runs
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from logsamples import (
+from support.logsamples import (
     FORMAT_A_1_15,
     FORMAT_B_1_17,
     PLAN_TABLE_1_17,

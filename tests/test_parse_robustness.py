@@ -13,10 +13,10 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from conftest import memopt as run_memopt
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from logsamples import FORMAT_A_1_15, FORMAT_B_1_17, PLAN_TABLE_1_19, SAMPLE_LOGS_1_19
+from support.cli import memopt as run_memopt
+from support.logsamples import FORMAT_A_1_15, FORMAT_B_1_17, PLAIN_LOG, PLAN_TABLE_1_19, SAMPLE_LOGS
 from typer.testing import CliRunner
 
 import memopt.cli.parse  # noqa: F401  (registers the command)
@@ -24,8 +24,6 @@ from memopt.cli import app
 from memopt.errors import MemoptError
 from memopt.logparse import parse_file, parse_lines, parse_text, plans_dataframe, step_memory_dataframe
 
-SAMPLE_LOGS = Path(__file__).resolve().parent.parent / "sample_logs"
-PLAIN_LOG = SAMPLE_LOGS_1_19 / "gpt-tiny_b4_info_no-config.log"
 PHASES = ("pre_forward", "post_forward", "pre_backward", "post_backward")
 
 
@@ -163,6 +161,7 @@ def test_line_ends_and_chunk_boundaries_read_alike(tmp_path: Path, monkeypatch: 
 # --- the command line ----------------------------------------------------------------------
 
 
+@pytest.mark.subprocess
 def test_markup_in_a_log_is_printed_as_text(tmp_path: Path) -> None:
     log = tmp_path / "markup[red].log"
     log.write_text(PLAN_TABLE_1_19.replace("FusedMatMul+Add+:1:-1", "[/x][enforce fail at alloc_cpu.cpp:117]:1:-1", 1))
@@ -189,6 +188,7 @@ def test_one_bad_log_does_not_stop_the_others(tmp_path: Path) -> None:
     assert good["summaries"] and bad["source"] == str(missing) and "cannot read" in bad["error"]
 
 
+@pytest.mark.subprocess
 def test_step_memory_table_json_and_csv(tmp_path: Path) -> None:
     log = tmp_path / "cuda.log"
     lines = [ort_step_memory_line(0, 1, phase, [10, 12, 20, 20, 0, 0, 400, 0, 1]) for phase in PHASES]
@@ -247,6 +247,7 @@ def test_mutated_real_logs_through_the_cli(rng: random.Random, mutations: int, m
 
 
 @pytest.mark.parametrize("mode", [(), ("--json",), ("--csv",)])
+@pytest.mark.subprocess
 def test_mutated_logs_as_real_subprocesses(tmp_path: Path, mode: tuple[str, ...]) -> None:
     rng = random.Random(len(mode) * 7 + len("".join(mode)))
     logs = []

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import onnx
 import pytest
-from conftest import RECIPES, CliRun, memopt
+from support import RECIPES
+from support.cli import CliRun, memopt
 
 pytestmark = pytest.mark.ort  # real ORTModule runs or ORT sessions
 

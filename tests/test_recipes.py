@@ -6,7 +6,7 @@ import sys
 
 import pytest
 import torch
-from conftest import RECIPES
+from support import RECIPES
 from torch import nn
 
 from memopt.child.steps import default_loss

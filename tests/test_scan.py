@@ -8,7 +8,7 @@ from pathlib import Path
 
 import onnx
 import pytest
-from conftest import CliRun, assert_one_line_error, memopt
+from support.cli import CliRun, assert_one_line_error, memopt
 
 from memopt.graph.polynomial import Polynomial
 from memopt.graph.training_graph import load_graph

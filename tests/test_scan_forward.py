@@ -8,7 +8,7 @@ from pathlib import Path
 import onnx
 import pytest
 import torch
-from conftest import assert_one_line_error, memopt
+from support.cli import assert_one_line_error, memopt
 
 from memopt.graph.expr import parse_expression
 from memopt.graph.ort_reference import read_reference
@@ -16,8 +16,6 @@ from memopt.graph.polynomial import Polynomial
 from memopt.graph.training_graph import load_graph
 from memopt.recipes import load_recipe
 from memopt.scan import scan_graph
-
-pytestmark = pytest.mark.ort  # real ORTModule runs or ORT sessions
 
 
 @pytest.fixture(scope="module")
@@ -41,6 +39,7 @@ def forward_onnx(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.mark.parametrize("loss", ["outside", "cross-entropy", "mse"])
+@pytest.mark.ort
 def test_forward_only_model_matches_ort_own_analysis(forward_onnx: Path, loss: str, tmp_path: Path) -> None:
     run = memopt(
         "scan", str(forward_onnx), "--loss", loss, "--batch", "4", "--seq", "16", "--json", "--runs-dir", str(tmp_path)
@@ -59,6 +58,7 @@ def test_forward_only_model_matches_ort_own_analysis(forward_onnx: Path, loss: s
     assert f"loss {loss}" in result["source"]
 
 
+@pytest.mark.ort
 def test_loss_changes_the_graph(forward_onnx: Path, tmp_path: Path) -> None:
     outside = memopt("scan", str(forward_onnx), "--json", "--runs-dir", str(tmp_path / "a"))
     inside = memopt("scan", str(forward_onnx), "--loss", "cross-entropy", "--json", "--runs-dir", str(tmp_path / "b"))
@@ -76,12 +76,14 @@ def _single_node_model(path: Path, op_type: str, domain: str = "") -> Path:
     return path
 
 
+@pytest.mark.ort
 def test_forward_model_without_parameters_has_no_plans(tmp_path: Path) -> None:
     run = memopt("scan", str(_single_node_model(tmp_path / "relu.onnx", "Relu")), "--runs-dir", str(tmp_path))
     assert run.returncode == 0, run.stderr
     assert "No recomputable plans" in run.stdout
 
 
+@pytest.mark.ort
 def test_forward_model_ort_cannot_load(tmp_path: Path) -> None:
     path = _single_node_model(tmp_path / "custom.onnx", "NoSuchOp", domain="example.custom")
     assert_one_line_error(
@@ -89,6 +91,7 @@ def test_forward_model_ort_cannot_load(tmp_path: Path) -> None:
     )
 
 
+@pytest.mark.subprocess
 def test_unknown_loss(forward_onnx: Path, tmp_path: Path) -> None:
     assert_one_line_error(
         memopt("scan", str(forward_onnx), "--loss", "hinge", "--runs-dir", str(tmp_path)),

@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import memopt
+from support.cli import memopt
 
 from memopt.logparse import parse_file
 
@@ -24,6 +24,7 @@ HF_MODELS = ("hf-gpt2", "hf-llama", "hf-t5", "hf-bert", "hf-qwen2")
 
 
 @pytest.mark.parametrize("model", HF_MODELS)
+@pytest.mark.subprocess
 def test_scan_json_lists_the_cells_and_frequencies_ort_printed(model: str) -> None:
     summary = [s for s in parse_file(SAMPLES / RELEASE / f"{model}-no-config-info.log").summaries if s.plans][-1]
     graph = SAMPLES / "graphs" / RELEASE / f"{model}.onnx"

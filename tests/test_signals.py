@@ -18,7 +18,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from conftest import RECIPES
+from support import RECIPES
 
 pytestmark = pytest.mark.ort  # real ORTModule steps in the children
 

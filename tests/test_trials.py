@@ -9,7 +9,8 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import RECIPES, assert_one_line_error, memopt
+from support import RECIPES
+from support.cli import assert_one_line_error, memopt
 
 from memopt.child import NODE_TIMES_FILE
 from memopt.core import parse_runnable
@@ -23,8 +24,6 @@ from memopt.run import RunSettings
 from memopt.run.budget import BudgetError, parse_budget
 from memopt.run.journal import Journal
 from memopt.run.trials import TrialSpec, parse_trial_config, run_trial
-
-pytestmark = pytest.mark.ort  # real ORTModule runs or ORT sessions
 
 TINY = {"size": "tiny"}
 
@@ -60,6 +59,7 @@ def config_trial(trials_dir: Path):
     return run
 
 
+@pytest.mark.ort
 def test_trial_records_plans_memory_and_journal_line(config_trial, trials_dir: Path) -> None:
     records = [e.record for e in Journal.in_folder(trials_dir).entries() if e.record["config"]]
     record = records[-1]
@@ -75,6 +75,7 @@ def test_trial_records_plans_memory_and_journal_line(config_trial, trials_dir: P
     assert "ORT plans    ON: FusedMatMul+Add+:1:-1" in config_trial.stdout
 
 
+@pytest.mark.ort
 def test_resume_reuses_the_finished_trial(config_trial, trials_dir: Path) -> None:
     journal = Journal.in_folder(trials_dir)
     before = len(list(journal.entries()))
@@ -99,6 +100,7 @@ def test_resume_reuses_the_finished_trial(config_trial, trials_dir: Path) -> Non
     assert len(list(journal.entries())) == before
 
 
+@pytest.mark.subprocess
 def test_config_ort_would_reject_is_caught_before_launch(tmp_path: Path) -> None:
     run = memopt("trial", "gpt", "--size", "tiny", "--batch", "2", "--config", "Gelu+:1", "--runs-dir", str(tmp_path))
     assert_one_line_error(run, "Gelu+:1")
@@ -111,6 +113,7 @@ def test_config_ort_would_reject_is_caught_before_launch(tmp_path: Path) -> None
         parse_trial_config(str(bad), OrtVersion.parse("1.19.2"))
 
 
+@pytest.mark.ort
 def test_timeout_kills_the_child(tmp_path: Path) -> None:
     started = time.monotonic()
     result = run_trial(TrialSpec(parse_runnable(str(RECIPES / "hangs.py")), 2, timeout_s=8, steps=1), tmp_path)
@@ -128,11 +131,13 @@ def test_timeout_kills_the_child(tmp_path: Path) -> None:
         ("loss_raises.py", "recipe_error", "loss() failed on the model's output: ValueError: labels are missing"),
     ],
 )
+@pytest.mark.ort
 def test_failing_steps_are_classified(recipe: str, outcome: str, fragment: str, tmp_path: Path) -> None:
     result = run_trial(TrialSpec(parse_runnable(str(RECIPES / recipe)), 2, steps=1), tmp_path)
     assert result.outcome == outcome and fragment in result.error
 
 
+@pytest.mark.ort
 def test_over_budget_trial_exits_1(trials_dir: Path, baseline) -> None:
     run = memopt(
         "trial",
@@ -153,6 +158,7 @@ def test_over_budget_trial_exits_1(trials_dir: Path, baseline) -> None:
     assert ": over budget" in run.stdout and "OVER" in run.stdout
 
 
+@pytest.mark.ort
 def test_memory_model_fitted_on_two_trials_predicts_a_third(baseline) -> None:
     fit = [Observation(b, (), baseline[b].peak_bytes) for b in (2, 4)]
     model = fit_memory_model(fit, (), ("input_ids_dim0",), {"input_ids_dim1": 32})
@@ -195,6 +201,7 @@ def test_planner_picks_the_cheapest_feasible_set() -> None:
     assert not too_big.feasible and too_big.max_batch_all_plans == 5 and too_big.max_batch_no_plans == 1
 
 
+@pytest.mark.ort
 def test_planner_on_a_real_tiny_model(baseline, trials_dir: Path) -> None:
     from memopt.predict.calibrate import calibrate
 
@@ -266,6 +273,7 @@ def test_bad_budgets_are_rejected(text: str) -> None:
         (("trial", "gpt", "--batch", "2", "--budget", "much"), "much"),
     ],
 )
+@pytest.mark.subprocess
 def test_bad_input_is_one_line(args: tuple[str, ...], fragment: str, tmp_path: Path) -> None:
     assert_one_line_error(memopt(*args, "--runs-dir", str(tmp_path)), fragment)
 

@@ -1,4 +1,4 @@
-"""The memopt tune screen, driven with Textual's pilot over real CPU trials (tests/tune_support.py)."""
+"""The memopt tune screen, driven with Textual's pilot over real CPU trials (tests/support/real_tuning.py)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-import tune_support
+from support import real_tuning
 
 from memopt.ort.config import ENV_VAR
 from memopt.tui.app import TuneApp
@@ -46,16 +46,16 @@ def screen_text(app: TuneApp) -> str:
 
 
 def test_startup_then_auto_search_fits_a_budget_the_no_config_run_exceeds() -> None:
-    tuner = tune_support.tuner()
+    tuner = real_tuning.tuner(fresh=True)
 
     async def scenario() -> TuneApp:
         app = TuneApp(tuner, auto=False)
         async with app.run_test(size=SIZE) as pilot:
-            if not tuner.is_ready:  # start-up shows progress, not a frozen screen
-                await wait_for(pilot, lambda: app.busy_since is not None, 30, "start-up progress")
-                assert "Exporting" in app.busy_label or "Calibrating" in app.busy_label or "trial" in app.busy_label
-                await wait_for(pilot, lambda: tuner.is_ready, 240, "probe, scan and calibration")
-            no_config, budget = await asyncio.to_thread(tune_support.measured)
+            # start-up shows progress, not a frozen screen
+            await wait_for(pilot, lambda: app.busy_since is not None, 30, "start-up progress")
+            assert "Exporting" in app.busy_label or "Calibrating" in app.busy_label or "trial" in app.busy_label
+            await wait_for(pilot, lambda: tuner.is_ready, 240, "probe, scan and calibration")
+            no_config, budget = await asyncio.to_thread(real_tuning.measured)
             tuner.set_budget(budget)
             await pilot.pause(0.2)
             assert budget < no_config  # the no-recompute run exceeds this budget
@@ -82,11 +82,11 @@ def test_startup_then_auto_search_fits_a_budget_the_no_config_run_exceeds() -> N
     assert lines[-1] == f"# journal: {tuner.journal.path}" and tuner.journal.path.is_file()
 
 
-def _ready_tuner() -> Tuner:
-    tuner = tune_support.tuner()
-    if not tuner.is_ready:
-        tuner.setup()
-        tuner.set_budget(tune_support.measured()[1])
+def _ready_tuner(*, fresh: bool = False) -> Tuner:
+    """A session of the test's own (``real_tuning.tuner``), set up, at the measured budget."""
+    tuner = real_tuning.tuner(fresh=fresh)
+    tuner.setup()
+    tuner.set_budget(real_tuning.measured()[1])
     return tuner
 
 
@@ -121,7 +121,7 @@ def test_space_toggles_a_plan_and_the_prediction_updates_at_once() -> None:
 
 
 def test_main_screen_snapshot() -> None:
-    tuner = copy.copy(_ready_tuner())
+    tuner = copy.copy(_ready_tuner(fresh=True))  # its calibration rows as run, not "(journal)"
     tuner._listeners = []
     tuner.records = [r for r in tuner.records if r.purpose == "calibration"]
 

@@ -5,14 +5,13 @@ from __future__ import annotations
 import json
 
 import pytest
-import tune_support
-from conftest import assert_one_line_error, memopt
+from support import real_tuning
+from support.cli import assert_one_line_error, memopt
 
 from memopt.ort.config import ENV_VAR
 
-pytestmark = pytest.mark.ort  # real ORTModule runs or ORT sessions
 
-
+@pytest.mark.subprocess
 def test_bad_input_is_one_line(tmp_path) -> None:
     assert_one_line_error(
         memopt("tune", "gpt", "--target-batch", "16", "--budget", "lots", "--no-tui"), "--budget 'lots'"
@@ -30,16 +29,17 @@ def test_bad_input_is_one_line(tmp_path) -> None:
     assert not list(tmp_path.iterdir())  # nothing launched
 
 
+@pytest.mark.ort
 def test_headless_search_resumes_the_journal_and_prints_json() -> None:
-    """The TUI test's session (same runs folder, same budget) continued with --resume: finished
-    trials come back from the journal, the search reaches the same verified config."""
-    tuner = tune_support.tuner()
-    _, budget = tune_support.measured()
+    """The shared sessions' runs folder (tests/support/real_tuning.py, same budget) continued with
+    --resume: finished trials come back from the journal, the search reaches the same verified config."""
+    tuner = real_tuning.tuner()
+    _, budget = real_tuning.measured()
     run = memopt(
         "tune",
-        tune_support.RECIPE,
+        real_tuning.RECIPE,
         "--target-batch",
-        str(tune_support.TARGET),
+        str(real_tuning.TARGET),
         "--budget",
         str(budget),
         "-o",
@@ -47,7 +47,7 @@ def test_headless_search_resumes_the_journal_and_prints_json() -> None:
         "-o",
         "seq_len=128",
         "--steps",
-        str(tune_support.STEPS),
+        str(real_tuning.STEPS),
         "--margin",
         "0.01",
         "--max-trials",
@@ -58,7 +58,7 @@ def test_headless_search_resumes_the_journal_and_prints_json() -> None:
         "--no-tui",
         "--json",
         "--calibrate",
-        ",".join(map(str, tune_support.CALIBRATION)),
+        ",".join(map(str, real_tuning.CALIBRATION)),
     )
     assert run.returncode == 0, run.stdout + run.stderr
     result = json.loads(run.stdout)

@@ -1,7 +1,7 @@
 """The search policy and the tuning loop, without ORT.
 
 ``next_step`` is tested on a hand-made memory model; the ``Tuner`` runs over a FAKE trial
-runner (tests/fake_trials.py) on a real ORT 1.19.2 training graph, so calibration, the
+runner (tests/support/fake_tuning.py) on a real ORT 1.19.2 training graph, so calibration, the
 planner, the journal, cancellation and resume run for real in well under a second each.
 """
 
@@ -11,7 +11,7 @@ import threading
 from pathlib import Path
 
 import pytest
-from fake_trials import FakeRunner, MiB, fake_tuner, prepared_gpt
+from support.fake_tuning import FakeRunner, MiB, fake_tuner, prepared_gpt
 
 from memopt.graph import Polynomial
 from memopt.predict import MemoryModel, Observation, PlanSavings, fit_memory_model
@@ -22,6 +22,8 @@ from memopt.tune import Attempt, Purpose, SearchState, SearchStatus, Stop, TryPl
 SAVINGS = {"A+:1:-1": 40, "B+:1:-1": 20, "C+:1:-1": 10}
 COSTS = {"A+:1:-1": 0.03, "B+:1:-1": 0.01, "C+:1:-1": 0.005}
 A, B, C = SAVINGS
+
+pytestmark = pytest.mark.usefixtures("simulate_sample_once")
 
 
 def model() -> MemoryModel:

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from support.graphs import STEP
+
 from memopt.predict.arena import BFCArena
 from memopt.predict.liveness import simulate
-from tests.test_unit_liveness import STEP
 
 MiB = 1 << 20
 

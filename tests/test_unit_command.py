@@ -18,8 +18,8 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from conftest import assert_one_line_error, memopt
-from processes import assert_gone
+from support.cli import assert_one_line_error, memopt
+from support.processes import assert_gone
 
 from memopt.core import RunStatus, command_target
 from memopt.errors import MemoptError
@@ -95,12 +95,14 @@ def _run(tmp_path: Path, command: str, *, timeout_s: float = 60, cancel: threadi
     return run_target(request, new_run_dir(tmp_path, "job"), cancel)
 
 
+@pytest.mark.subprocess
 def test_command_not_found_names_it(tmp_path: Path) -> None:
     run = _run(tmp_path, "no-such-trainer --batch-size {batch}")
     assert run.status == "recipe_error"
     assert "no ORTModule training step seen" in (run.error or "") and "not found" in (run.error or "")
 
 
+@pytest.mark.subprocess
 def test_job_without_ortmodule_says_so(tmp_path: Path) -> None:
     run = _run(tmp_path, f"{sys.executable} -c \"print('training without ORTModule')\"")
     assert run.status == "recipe_error"
@@ -108,6 +110,7 @@ def test_job_without_ortmodule_says_so(tmp_path: Path) -> None:
     assert "training without ORTModule" in (run.error or "")
 
 
+@pytest.mark.subprocess
 def test_timeout_ends_the_whole_group_with_the_last_output(tmp_path: Path) -> None:
     pid_file = tmp_path / "pids"
     command = f"echo loading data; sleep 60 & echo $! > {pid_file}; wait"
@@ -117,6 +120,7 @@ def test_timeout_ends_the_whole_group_with_the_last_output(tmp_path: Path) -> No
     assert_gone(int(pid_file.read_text()))
 
 
+@pytest.mark.subprocess
 def test_cancel_ends_the_whole_group(tmp_path: Path) -> None:
     pid_file = tmp_path / "pids"
     cancel = threading.Event()
@@ -141,6 +145,7 @@ FAKE_RANK = textwrap.dedent(
 )
 
 
+@pytest.mark.subprocess
 def test_fake_rank_job_ends_once_every_rank_reported(tmp_path: Path) -> None:
     script = tmp_path / "fake_rank_job.py"
     script.write_text(FAKE_RANK)
@@ -153,11 +158,13 @@ def test_fake_rank_job_ends_once_every_rank_reported(tmp_path: Path) -> None:
         assert_gone(int(rank["pid"]))
 
 
+@pytest.mark.subprocess
 def test_cli_rejects_a_recipe_and_a_command_together(tmp_path: Path) -> None:
     run = memopt("trial", "gpt", "--cmd", "python t.py", "--batch", "2", "--runs-dir", str(tmp_path))
     assert_one_line_error(run, "not both")
 
 
+@pytest.mark.subprocess
 def test_cli_trial_after_double_dash_runs_the_command(tmp_path: Path) -> None:
     run = memopt("trial", "--batch", "2", "--runs-dir", str(tmp_path), "--", "sh", "-c", "echo plain job")
     note, error = run.stderr.strip().splitlines()
@@ -167,6 +174,7 @@ def test_cli_trial_after_double_dash_runs_the_command(tmp_path: Path) -> None:
     )
 
 
+@pytest.mark.subprocess
 def test_job_ends_itself_when_memopt_is_gone(tmp_path: Path) -> None:
     """memopt killed outright cannot end the job's group: the hook in each process does."""
     from memopt.run.command import HOOK_PATH
@@ -185,6 +193,7 @@ def test_job_ends_itself_when_memopt_is_gone(tmp_path: Path) -> None:
     assert job.wait(timeout=15) == 1
 
 
+@pytest.mark.subprocess
 def test_every_process_of_the_job_ends_when_memopt_is_killed_outright(tmp_path: Path) -> None:
     """kill -9 of memopt: the guard that leads the job's group ends it, shell and all."""
     pid_file = tmp_path / "pid"
@@ -202,6 +211,7 @@ def test_every_process_of_the_job_ends_when_memopt_is_killed_outright(tmp_path: 
     assert_gone(int(pid_file.read_text()))
 
 
+@pytest.mark.subprocess
 def test_a_timed_out_job_leaves_no_worker_in_a_session_of_its_own(tmp_path: Path) -> None:
     """torchrun starts each worker in a new session, out of reach of the job's group: the
     worker's start-up hook ends it once its launcher is gone."""
@@ -224,6 +234,7 @@ def test_a_timed_out_job_leaves_no_worker_in_a_session_of_its_own(tmp_path: Path
     assert_gone(int(pid_file.read_text()))
 
 
+@pytest.mark.subprocess
 def test_ctrl_c_in_trial_ends_the_job(tmp_path: Path) -> None:
     pid_file = tmp_path / "pid"
     memopt_run = subprocess.Popen(
@@ -242,6 +253,7 @@ def test_ctrl_c_in_trial_ends_the_job(tmp_path: Path) -> None:
     assert_gone(int(pid_file.read_text()))
 
 
+@pytest.mark.subprocess
 def test_an_inherited_config_is_named_as_text_not_markup(tmp_path: Path) -> None:
     run = subprocess.run(
         [sys.executable, "-m", "memopt", "trial", "--batch", "2", "--runs-dir", str(tmp_path / "runs")]

@@ -7,6 +7,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from support.fake_tuning import DIMS, SAMPLE_GRAPH, prepared_gpt
+from support.graphs import STEP
 
 from memopt.core import RunStatus, parse_runnable
 from memopt.predict import MemoryModel, Observation, PreparedTarget, calibrate_on, fit_memory_model
@@ -20,8 +22,6 @@ from memopt.predict.cuda_caching import (
 )
 from memopt.predict.liveness import ActivationSimulator, Timeline, simulate
 from memopt.run import Journal, Outcome, TrialResult
-from tests.fake_trials import DIMS, SAMPLE_GRAPH, prepared_gpt
-from tests.test_unit_liveness import STEP
 
 KiB = 1 << 10
 MiB = 1 << 20

@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import assert_one_line_error, memopt
 from onnx import TensorProto
-from test_unit_savings import stashed_gelu
+from support.cli import assert_one_line_error, memopt
+from support.graphs import stashed_gelu
+from support.logsamples import PLAIN_LOG
 
 from memopt.child.steps import default_loss
 from memopt.core import parse_target
@@ -135,6 +136,7 @@ def test_without_transformers_the_error_names_the_extra(monkeypatch: pytest.Monk
         load_hf_recipe("hf:gpt2", TINY)
 
 
+@pytest.mark.subprocess
 def test_cli_refuses_sdpa_and_hf_flags_on_other_recipes() -> None:
     sdpa = memopt("probe", "hf:gpt2", "--size", "tiny", "-o", "attn_implementation=sdpa", "--batch", "2")
     assert_one_line_error(sdpa, "ORTModule cannot export", "eager")
@@ -254,9 +256,8 @@ def test_the_tuner_hands_back_only_what_ort_applied() -> None:
     assert record.left_off == ("Add+:1:-1",) and record.applied_plans == ("Gelu+:1:-1",)
 
 
+@pytest.mark.subprocess
 def test_config_emit_with_a_log_refuses_unknown_entries(tmp_path: Path) -> None:
-    from test_cli_parse import PLAIN_LOG
-
     refused = memopt("config", "emit", "Gelu+", "Nope+", "--log", str(PLAIN_LOG), "--out", str(tmp_path / "c.json"))
     assert_one_line_error(refused, "Nope+:1:-1: ORT printed no plan by that name", "would ignore this entry")
     assert not (tmp_path / "c.json").exists()

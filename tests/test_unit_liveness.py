@@ -2,40 +2,10 @@
 
 from __future__ import annotations
 
-from memopt.graph.training_graph import Node, TensorInfo, TrainingGraph
+from support.graphs import STEP, node_graph
+
 from memopt.ort.rules import AnalysisOrder
 from memopt.predict.liveness import ActivationSimulator, Recompute, _schedule, simulate
-
-FLOAT = 1  # TensorProto.FLOAT: 4 bytes
-
-
-def graph(
-    nodes: list[tuple[str, str, tuple[str, ...], tuple[str, ...]]],
-    outputs: tuple[str, ...] = (),
-    wide: frozenset[str] = frozenset(),
-    scalars: frozenset[str] = frozenset(),
-) -> TrainingGraph:
-    """Nodes as (name, op, inputs, outputs); every tensor is ``b`` × 256 floats (1 KiB per
-    sample), those in ``wide`` four times that, those in ``scalars`` one float."""
-
-    def dims(name: str) -> tuple[str | int, ...]:
-        return () if name in scalars else ("b", 1024 if name in wide else 256)
-
-    built = [Node(i, name, op, "", 1, inputs, outs) for i, (name, op, inputs, outs) in enumerate(nodes)]
-    tensors = {t: TensorInfo(FLOAT, dims(t)) for n in built for t in (*n.inputs, *n.outputs)}
-    return TrainingGraph(built, tensors, graph_inputs=("x",), graph_outputs=outputs)
-
-
-# forward: x -> a (Gelu) -> c (MatMul) -> yield; backward reads a (stashed) and produces the gradient.
-STEP = graph(
-    [
-        ("gelu", "Gelu", ("x",), ("a",)),
-        ("mm", "MatMul", ("a", "w"), ("c",)),
-        ("yield", "YieldOp", ("c",), ("dc",)),
-        ("mm_grad", "MatMul", ("dc", "a"), ("dw",)),
-    ],
-    outputs=("dw",),
-)
 
 
 def test_tensors_live_from_producer_to_last_consumer() -> None:
@@ -47,7 +17,7 @@ def test_tensors_live_from_producer_to_last_consumer() -> None:
 
 
 # Two layers whose Gelu outputs (4 KiB per sample) are stashed for backward.
-TWO_LAYERS = graph(
+TWO_LAYERS = node_graph(
     [
         ("gelu1", "Gelu", ("x",), ("a1",)),
         ("mm1", "MatMul", ("a1", "w1"), ("h",)),
@@ -71,7 +41,7 @@ def test_recompute_frees_the_stashed_tensor_until_backward() -> None:
 
 
 # A model that computes its own loss (a scalar): PyTorch adds nothing at the YieldOp.
-OWN_LOSS = graph(
+OWN_LOSS = node_graph(
     [
         ("gelu", "Gelu", ("x",), ("a",)),
         ("mm", "MatMul", ("a", "w"), ("c",)),
@@ -98,7 +68,7 @@ def test_a_config_runs_its_recomputed_nodes_just_before_their_first_reader() -> 
 
 
 def test_views_share_their_input_buffer() -> None:
-    viewed = graph(
+    viewed = node_graph(
         [
             ("gelu", "Gelu", ("x",), ("a",)),
             ("view", "Reshape", ("a", "shape"), ("v",)),

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from onnx import TensorProto
-from test_unit_scan_rules import MS, node, training_graph, yield_op
+from support.graphs import MS, node, training_graph, yield_op
 
 from memopt.child.profile import node_seconds
 from memopt.graph import TrainingGraph

@@ -3,7 +3,7 @@ library under concurrent writers, symlinks, timeouts, the child's own watchdog, 
 child's import path, and config files named per tune.
 
 Real files and real processes throughout; the one fake is the trial runner of the two
-tuning sessions sharing a runs folder (tests/fake_trials.py, named so).
+tuning sessions sharing a runs folder (tests/support/fake_tuning.py, named so).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 import pytest
-from fake_trials import FakeRunner, MiB, fake_tuner, prepared_gpt
+from support.fake_tuning import FakeRunner, MiB, fake_tuner, prepared_gpt
 
 from memopt.core import parse_runnable
 from memopt.errors import MemoptError
@@ -71,6 +71,7 @@ def _append_many(folder: str, writer: int) -> None:
         journal.append({"key": f"{writer}-{n}", "padding": "x" * 5000})
 
 
+@pytest.mark.subprocess
 def test_concurrent_threads_and_processes_appending_keep_every_line_whole(tmp_path: Path) -> None:
     script = "import sys; from memopt.run.journal import Journal; journal = Journal.in_folder(sys.argv[1])\n"
     script += (
@@ -122,6 +123,7 @@ def _save_many(folder: str, writer: int) -> None:
         save_model(Path(folder), f"model-{writer}-{n}", small_model(100 + n))
 
 
+@pytest.mark.subprocess
 def test_concurrent_threads_and_processes_lose_no_model(tmp_path: Path) -> None:
     script = f"import sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); "
     script += "from test_unit_reliability import _save_many; _save_many(sys.argv[1], int(sys.argv[2]))"
@@ -170,6 +172,7 @@ def _wait_gone(pid: int, within_s: float) -> bool:
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+@pytest.mark.subprocess
 def test_a_guarded_child_ends_itself_when_its_parent_is_killed(tmp_path: Path) -> None:
     pid_file = tmp_path / "child.pid"
     child = (
@@ -192,6 +195,7 @@ def test_a_guarded_child_ends_itself_when_its_parent_is_killed(tmp_path: Path) -
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+@pytest.mark.subprocess
 def test_a_guarded_child_ends_itself_past_its_timeout(tmp_path: Path) -> None:
     script = (
         "import os, time; from memopt.child import watchdog; watchdog.GRACE_S = 0.0; "
@@ -201,6 +205,7 @@ def test_a_guarded_child_ends_itself_past_its_timeout(tmp_path: Path) -> None:
     assert child.wait(timeout=30) == -signal.SIGKILL
 
 
+@pytest.mark.subprocess
 def test_the_child_does_not_import_modules_lying_in_the_working_directory(tmp_path: Path) -> None:
     ran = tmp_path / "stray-module-ran"
     (tmp_path / "json.py").write_text(f"open({str(ran)!r}, 'w').close()\nraise SystemExit('stray json.py ran')\n")
@@ -219,6 +224,7 @@ def test_the_child_does_not_import_modules_lying_in_the_working_directory(tmp_pa
 # -- two sessions in one runs folder --------------------------------------------------------
 
 
+@pytest.mark.usefixtures("simulate_sample_once")
 def test_two_tuning_sessions_in_one_folder_each_export_the_config_they_verified(tmp_path: Path) -> None:
     """Tuner level, over the FAKE runner: two budgets, two verified configs, two files."""
     runners = [FakeRunner(prepared_gpt()), FakeRunner(prepared_gpt())]

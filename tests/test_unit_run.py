@@ -120,6 +120,7 @@ def test_new_run_dir_never_reuses_an_existing_folder(tmp_path: Path) -> None:
 # launch: timeout and cancel
 
 
+@pytest.mark.subprocess
 def test_timeout_kills_the_child_and_reports_timed_out(tmp_path: Path) -> None:
     request, pid_file = sleeper_request(tmp_path, timeout_s=0.3)
     run_dir = new_run_dir(tmp_path / "runs", "t")
@@ -132,6 +133,7 @@ def test_timeout_kills_the_child_and_reports_timed_out(tmp_path: Path) -> None:
     assert_gone(read_pids(pid_file))
 
 
+@pytest.mark.subprocess
 def test_timeout_also_applies_while_a_cancel_event_is_watched(tmp_path: Path) -> None:
     request, pid_file = sleeper_request(tmp_path, timeout_s=0.25)
     result = launch(request, new_run_dir(tmp_path / "runs", "t"), threading.Event())
@@ -139,6 +141,7 @@ def test_timeout_also_applies_while_a_cancel_event_is_watched(tmp_path: Path) ->
     assert_gone(read_pids(pid_file))
 
 
+@pytest.mark.subprocess
 def test_cancel_from_another_thread_kills_child_and_grandchild(tmp_path: Path) -> None:
     request, pid_file = sleeper_request(tmp_path)
     run_dir = new_run_dir(tmp_path / "runs", "c")
@@ -175,6 +178,7 @@ def test_cancel_already_set_never_starts_the_child(tmp_path: Path) -> None:
     assert sorted(p.name for p in run_dir.iterdir()) == sorted([LOG_NAME, RECORD_NAME])
 
 
+@pytest.mark.subprocess
 def test_run_record_holds_request_and_result(tmp_path: Path) -> None:
     python = fake_python(tmp_path, "#!/bin/sh\nexit 0\n")
     request = RunRequest(target=parse_runnable("x"), batch_size=1, python=str(python), env={"A": "1"}, unset_env=("B",))
@@ -196,6 +200,7 @@ def test_run_record_holds_request_and_result(tmp_path: Path) -> None:
 # launch: what the child reports, and what it leaves in the log
 
 
+@pytest.mark.subprocess
 def test_child_runs_the_child_module_with_request_and_result_paths(tmp_path: Path) -> None:
     args_file = tmp_path / "args"
     request_copy = tmp_path / "request.json"
@@ -222,6 +227,7 @@ def test_child_runs_the_child_module_with_request_and_result_paths(tmp_path: Pat
     }
 
 
+@pytest.mark.subprocess
 def test_child_environment_adds_memopt_variables_and_drops_unset_ones(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -253,6 +259,7 @@ def test_child_environment_adds_memopt_variables_and_drops_unset_ones(
     assert (run_dir / "onnx").is_dir()
 
 
+@pytest.mark.subprocess
 def test_child_that_exits_without_a_result_is_crashed_with_its_last_log_line(tmp_path: Path) -> None:
     python = fake_python(tmp_path, "#!/bin/sh\necho starting\necho 'boom: it broke' >&2\nexit 3\n")
     run_dir = new_run_dir(tmp_path / "runs", "x")
@@ -264,6 +271,7 @@ def test_child_that_exits_without_a_result_is_crashed_with_its_last_log_line(tmp
     assert result.log_path.read_text() == "starting\nboom: it broke\n"  # stderr goes to the log too
 
 
+@pytest.mark.subprocess
 def test_child_with_no_output_is_crashed_with_no_output(tmp_path: Path) -> None:
     python = fake_python(tmp_path, "#!/bin/sh\nexit 1\n")
     result = launch(
@@ -272,6 +280,7 @@ def test_child_with_no_output_is_crashed_with_no_output(tmp_path: Path) -> None:
     assert (result.status, result.error) == ("crashed", "the run exited with status 1: no output")
 
 
+@pytest.mark.subprocess
 def test_child_killed_by_sigkill_is_blamed_on_the_oom_killer(tmp_path: Path) -> None:
     python = fake_python(tmp_path, "#!/bin/sh\nkill -9 $$\n")
     result = launch(
@@ -282,6 +291,7 @@ def test_child_killed_by_sigkill_is_blamed_on_the_oom_killer(tmp_path: Path) -> 
     assert result.error == "the run was killed by SIGKILL (likely the kernel's out-of-memory killer)"
 
 
+@pytest.mark.subprocess
 def test_child_killed_by_another_signal_names_it(tmp_path: Path) -> None:
     python = fake_python(tmp_path, "#!/bin/sh\nkill -SEGV $$\n")
     result = launch(
@@ -297,6 +307,7 @@ def write_result_script(tmp_path: Path, reported: dict) -> Path:
     return fake_python(tmp_path, f'#!/bin/sh\ncp {payload} "$4"\n')
 
 
+@pytest.mark.subprocess
 def test_reported_result_is_collected_into_the_run_result(tmp_path: Path) -> None:
     reported = {
         "status": "ok",
@@ -341,6 +352,7 @@ def test_reported_result_is_collected_into_the_run_result(tmp_path: Path) -> Non
     assert record(run_dir)["result"]["median_step_s"] == pytest.approx(0.3)
 
 
+@pytest.mark.subprocess
 def test_reported_error_status_is_kept(tmp_path: Path) -> None:
     python = write_result_script(tmp_path, {"status": "out_of_memory", "error": "CUDA out of memory"})
     result = launch(
@@ -350,6 +362,7 @@ def test_reported_error_status_is_kept(tmp_path: Path) -> None:
     assert result.median_step_s is None
 
 
+@pytest.mark.subprocess
 def test_child_still_running_in_its_report_is_crashed(tmp_path: Path) -> None:
     """A child that wrote ``running`` and then died: its own status is not believed."""
     python = write_result_script(tmp_path, {"status": "running"})
@@ -360,6 +373,7 @@ def test_child_still_running_in_its_report_is_crashed(tmp_path: Path) -> None:
     assert result.error == "the run exited with status 0: no output"
 
 
+@pytest.mark.subprocess
 def test_unreadable_result_file_is_crashed(tmp_path: Path) -> None:
     python = fake_python(tmp_path, '#!/bin/sh\nprintf "{not json" > "$4"\nexit 2\n')
     result = launch(
@@ -375,6 +389,7 @@ def test_median_step_needs_a_measured_step() -> None:
     assert two.median_step_s == 0.5
 
 
+@pytest.mark.subprocess
 def test_end_all_runs_ends_every_running_child_and_starts_no_new_one(tmp_path: Path) -> None:
     # In a process of its own: after end_all_runs that process starts no run again.
     request, pid_file = sleeper_request(tmp_path)

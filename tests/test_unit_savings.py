@@ -8,26 +8,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from onnx import TensorProto
-from test_unit_scan_rules import MS, keys, node, training_graph, yield_op
+from support.graphs import MS, keys, node, stashed_gelu, training_graph, yield_op
 
 from memopt.graph import Polynomial, TrainingGraph
 from memopt.ort.config import OptimizationType
 from memopt.ort.rules import ProbeLevel
 from memopt.scan import scan_graph
-
-
-def stashed_gelu(
-    elem_type: int = TensorProto.FLOAT, dims: tuple[int | str | None, ...] | None = ("batch", "seq", 64)
-) -> TrainingGraph:
-    """g = Gelu(x) of ``elem_type``/``dims``, used in forward and by the backward pass."""
-    return training_graph(
-        node("Gelu", ["x"], ["g"], domain=MS),
-        node("Mul", ["g", "g"], ["y"]),
-        yield_op("y"),
-        node("Mul", ["dy", "g"], ["dx"]),
-        tensors={"x": (elem_type, dims), "g": (elem_type, dims)},
-    )
-
 
 # --- one plan's saving: the stashed output's bytes ---
 

@@ -5,7 +5,7 @@ statistics outputs ORT types although the saved graph does not (tiny onnx.helper
 from __future__ import annotations
 
 from onnx import TensorProto
-from test_unit_scan_rules import MS, keys, node, training_graph, yield_op
+from support.graphs import MS, keys, node, training_graph, yield_op
 
 from memopt.graph import TrainingGraph
 from memopt.graph.polynomial import Polynomial

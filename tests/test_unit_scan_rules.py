@@ -2,64 +2,20 @@
 
 No ORT: each graph is built with onnx.helper as ORTModule lays one out (forward nodes, a
 com.microsoft YieldOp, backward nodes reading stashed forward activations) and loaded with
-``graph_from_model``. ``training_graph`` is the one builder; the other unit test files import it.
+``graph_from_model`` (``support.graphs.training_graph``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-
-import onnx
 import pytest
-from onnx import TensorProto, helper
+from onnx import TensorProto
+from support.graphs import MS, keys, node, training_graph, yield_op
 
-from memopt.graph import TrainingGraph, graph_from_model
+from memopt.graph import TrainingGraph
 from memopt.ort.rules import SMALL_STATIC_LIMIT, ProbeLevel
-from memopt.scan import ScanError, ScanReport, scan_graph
+from memopt.scan import ScanError, scan_graph
 
-MS = "com.microsoft"
-DEFAULT_TENSOR = (TensorProto.FLOAT, ("batch", 16))
 ALL_RELEASES = ("1.16.3", "1.17.3", "1.18.0", "1.19.2")
-
-
-def training_graph(
-    *nodes: onnx.NodeProto,
-    tensors: Mapping[str, tuple[int, Sequence[int | str | None] | None] | None] | None = None,
-    inputs: Sequence[str] = ("x",),
-    opset: int = 17,
-) -> TrainingGraph:
-    """A graph of ``nodes`` in topological order (forward, YieldOp, backward).
-
-    Every tensor is float32 ``("batch", 16)`` unless ``tensors`` gives ``(elem_type, dims)``
-    (dims None: shape unknown) or None (no type recorded). ``inputs`` are the graph inputs.
-    Unnamed nodes are named ``<OpType>_<order>``.
-    """
-    tensors = tensors or {}
-    for order, node in enumerate(nodes):
-        node.name = node.name or f"{node.op_type}_{order}"
-    names = dict.fromkeys(name for node in nodes for name in (*node.input, *node.output) if name)
-    names.update(dict.fromkeys(inputs))
-
-    def info(name: str) -> onnx.ValueInfoProto | None:
-        spec = tensors.get(name, DEFAULT_TENSOR)
-        return None if spec is None else helper.make_tensor_value_info(name, spec[0], spec[1])
-
-    value_info = [v for name in names if name not in inputs and (v := info(name)) is not None]
-    graph = helper.make_graph(list(nodes), "tiny", [info(name) for name in inputs], [], value_info=value_info)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset), helper.make_opsetid(MS, 1)])
-    return graph_from_model(model)
-
-
-def node(op_type: str, inputs: Sequence[str], outputs: Sequence[str], **kwargs: object) -> onnx.NodeProto:
-    return helper.make_node(op_type, list(inputs), list(outputs), **kwargs)
-
-
-def yield_op(*outputs: str) -> onnx.NodeProto:
-    return node("YieldOp", outputs, [f"d{o}" for o in outputs], domain=MS)
-
-
-def keys(report: ScanReport) -> list[str]:
-    return [p.key for p in report.patterns]
 
 
 def mlp() -> TrainingGraph:

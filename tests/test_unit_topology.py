@@ -1,6 +1,6 @@
 """Fast unit tests of the node orders ORT's memory optimizer walks (memopt.graph.topology).
 
-Tiny graphs as ORTModule lays them out (test_unit_scan_rules.training_graph); no ORT. The
+Tiny graphs as ORTModule lays them out (support.graphs.training_graph); no ORT. The
 rules themselves were read off ORT's VERBOSE search logs (1.17.3, 1.18.0, 1.19.2), which name
 every plan's nodes in ORT's order; tests/test_scan_releases.py checks them on real graphs.
 """
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import onnx
 from onnx import TensorProto, helper
-from test_unit_scan_rules import node, training_graph, yield_op
+from support.graphs import node, training_graph, yield_op
 
 from memopt.graph import TrainingGraph, load_graph, session_input_beside
 from memopt.graph.topology import memory_efficient_backward, memory_efficient_order, priority_order

@@ -20,14 +20,7 @@ from textual.message import Message
 from textual.widgets import Footer, Static
 
 from memopt.errors import MemoptError, one_line
-from memopt.tui.state import SORT_KEYS, Selection, exit_lines, short_plans, sort_rows
-from memopt.tui.widgets import (
-    InfoHeader,
-    MemoryPanel,
-    PlansTable,
-    ResultBar,
-    TrialsPanel,
-)
+from memopt.ort import PlanKey
 from memopt.tune import (
     Note,
     Purpose,
@@ -40,8 +33,18 @@ from memopt.tune import (
     TuneCancelled,
     TuneEvent,
     Tuner,
+    TuneResult,
 )
 from memopt.units import format_bytes
+
+from .state import SORT_KEYS, Selection, exit_lines, short_plans, sort_rows
+from .widgets import (
+    InfoHeader,
+    MemoryPanel,
+    PlansTable,
+    ResultBar,
+    TrialsPanel,
+)
 
 __all__ = ["MIN_SIZE", "TuneApp", "TunerEvent"]
 
@@ -80,7 +83,7 @@ class TuneApp(App[None]):
         self.busy_since: float | None = None
         self.busy_label = ""
         self.searching = False
-        self.finished = None  # the last search's TuneResult
+        self.finished: TuneResult | None = None  # the last search's result
         tuner.subscribe(self._from_worker)
 
     # -- layout -------------------------------------------------------------------------
@@ -159,7 +162,7 @@ class TuneApp(App[None]):
             self._set_idle()
 
     @work(thread=True, exclusive=True, group="tuner")
-    def _trial_worker(self, plans: tuple[str, ...]) -> None:
+    def _trial_worker(self, plans: tuple[PlanKey, ...]) -> None:
         try:
             self.tuner.run_trial(plans, Purpose.MANUAL, "your selection")
         except TuneCancelled:
@@ -330,7 +333,7 @@ class TuneApp(App[None]):
         self._save_worker(best.plans if best is not None else self.selection.plans, best is not None)
 
     @work(thread=True, group="export")
-    def _save_worker(self, plans: tuple[str, ...], verified: bool) -> None:
+    def _save_worker(self, plans: tuple[PlanKey, ...], verified: bool) -> None:
         try:
             path = self.tuner.save_config(plans)
         except MemoptError as err:
@@ -338,7 +341,7 @@ class TuneApp(App[None]):
             return
         self.call_from_thread(self._saved, plans, verified, path)
 
-    def _saved(self, plans: tuple[str, ...], verified: bool, path: Path) -> None:
+    def _saved(self, plans: tuple[PlanKey, ...], verified: bool, path: Path) -> None:
         self.query_one(TrialsPanel).note(
             f"saved {'verified' if verified else 'NOT verified'} config {short_plans(plans)} to {path}", "bold"
         )
@@ -358,7 +361,7 @@ class TuneApp(App[None]):
         self._quit_worker(self.selection.plans)
 
     @work(thread=True, exclusive=True, group="export")
-    def _quit_worker(self, selection: tuple[str, ...]) -> None:
+    def _quit_worker(self, selection: tuple[PlanKey, ...]) -> None:
         try:
             lines = exit_lines(self.tuner, selection)
         except MemoptError as err:

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from memopt.ort import plan_keys
+from memopt.ort import PlanKey, plan_keys
 from memopt.run import TrialResult
 from memopt.tune import PlanRow, TrialRecord, Tuner
 from memopt.units import format_bytes
@@ -28,9 +28,9 @@ SORT_KEYS: tuple[tuple[str, str], ...] = (
 class Selection:
     """The plans switched on in the table, in table order."""
 
-    keys: list[str] = field(default_factory=list)
+    keys: list[PlanKey] = field(default_factory=list)
 
-    def toggle(self, key: str) -> bool:
+    def toggle(self, key: PlanKey) -> bool:
         """Switch ``key``; returns whether it is now on."""
         if key in self.keys:
             self.keys.remove(key)
@@ -39,13 +39,13 @@ class Selection:
         return True
 
     def set(self, keys: Iterable[str]) -> None:
-        self.keys = list(dict.fromkeys(keys))
+        self.keys = list(dict.fromkeys(plan_keys(keys)))
 
     def __contains__(self, key: object) -> bool:
         return key in self.keys
 
     @property
-    def plans(self) -> tuple[str, ...]:
+    def plans(self) -> tuple[PlanKey, ...]:
         return tuple(self.keys)
 
 
@@ -108,7 +108,7 @@ def _peak_cell(result: TrialResult) -> str:
     return format_bytes(result.peak_bytes) + ranks
 
 
-def exit_lines(tuner: Tuner, selection: Sequence[str]) -> list[str]:
+def exit_lines(tuner: Tuner, selection: Sequence[PlanKey]) -> list[str]:
     """What ``memopt tune`` prints on stdout after the screen closes; writes the config file
     the export line names (call it off the UI thread)."""
     lines: list[str] = []

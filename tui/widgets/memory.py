@@ -8,8 +8,9 @@ from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.widgets import Sparkline, Static
 
-from memopt.tui.render import gauge, trials_chart
 from memopt.tune import TrialRecord
+
+from ..render import gauge, trials_chart
 
 __all__ = ["MemoryPanel"]
 

@@ -9,19 +9,21 @@ from textual.binding import Binding
 from textual.message import Message
 from textual.widgets import DataTable
 
-from memopt.tui.state import Selection, plan_cells
+from memopt.ort import PlanKey
 from memopt.tune import PlanRow
+
+from ..state import Selection, plan_cells
 
 __all__ = ["PlansTable"]
 
 COLUMNS = ("state", "pattern", "type", "freq", "saving@target", "est. cost", "where")
 
 
-class PlansTable(DataTable):
+class PlansTable(DataTable[Text]):
     BINDINGS = [Binding("space", "toggle_plan", "Toggle plan", show=True)]
 
     class Toggled(Message):
-        def __init__(self, key: str) -> None:
+        def __init__(self, key: PlanKey) -> None:
             super().__init__()
             self.key = key
 
@@ -53,4 +55,4 @@ class PlansTable(DataTable):
     def action_toggle_plan(self) -> None:
         key = self.current_key
         if key is not None:
-            self.post_message(self.Toggled(key))
+            self.post_message(self.Toggled(PlanKey(key)))  # the table keeps a row's key as text

@@ -5,9 +5,10 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widgets import Static
 
-from memopt.tui.state import short_plans
 from memopt.tune import TrialRecord
 from memopt.units import format_bytes
+
+from ..state import short_plans
 
 __all__ = ["ResultBar"]
 

@@ -7,8 +7,9 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.widgets import DataTable, ProgressBar, RichLog, Static
 
-from memopt.tui.state import trial_cells
 from memopt.tune import TrialRecord
+
+from ..state import trial_cells
 
 __all__ = ["TrialsPanel"]
 

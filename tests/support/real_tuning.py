@@ -1,4 +1,4 @@
-"""One real tuning session shared by test_tui.py and test_tune.py (built once per pytest process).
+"""Tuning sessions over real CPU trials, for test_tui.py and test_tune.py.
 
 The recipe is tests/recipes/wide_gpt.py with 2 layers and 128 tokens: at batch 16 its
 activations are large enough that recompute lowers the CPU peak RSS by tens of MiB, and a
@@ -6,6 +6,11 @@ trial takes seconds. The budget is measured, not guessed: halfway between the pe
 no-config and an every-plan trial at the target batch, run in their own folder (the tuner
 never sees them), so it holds against the machine's noise. The model is calibrated at half
 and all of the target batch, so it interpolates rather than extrapolates.
+
+Each test gets a session of its own (``tuner()``), in one runs folder per pytest process: a
+session resumes the journal, so the calibration trials an earlier one ran come back from it,
+unless it is ``fresh``. What the tests share is never changed: the folder's path, the probe
+and scan (``prepared()``, a frozen record the sessions only read) and the measured budget.
 """
 
 from __future__ import annotations
@@ -16,11 +21,12 @@ from pathlib import Path
 
 from memopt.core import parse_runnable
 from memopt.ort.version import OrtVersion
+from memopt.predict import PreparedTarget
 from memopt.run.budget import parse_budget
 from memopt.run.trials import TrialSpec, parse_trial_config, run_trial
 from memopt.tune import Tuner, TuneSettings
 
-RECIPE = str(Path(__file__).parent / "recipes" / "wide_gpt.py")
+RECIPE = str(Path(__file__).resolve().parent.parent / "recipes" / "wide_gpt.py")
 OPTIONS = {"n_layer": 2, "seq_len": 128}
 TARGET = 16
 STEPS = 1
@@ -33,7 +39,7 @@ def work_dir() -> Path:
     return Path(tempfile.mkdtemp(prefix="memopt-tune-tests-"))
 
 
-def settings(budget: str = PLACEHOLDER_BUDGET) -> TuneSettings:
+def settings(budget: str = PLACEHOLDER_BUDGET, *, resume: bool = True) -> TuneSettings:
     return TuneSettings(
         target=parse_runnable(RECIPE),
         target_batch=TARGET,
@@ -45,12 +51,28 @@ def settings(budget: str = PLACEHOLDER_BUDGET) -> TuneSettings:
         margin=0.01,
         timeout_s=300,
         calibration_batches=CALIBRATION,
+        resume=resume,
     )
 
 
 @functools.cache
-def tuner() -> Tuner:
-    return Tuner(settings())
+def prepared() -> PreparedTarget:
+    """The recipe's probe and scan, from the first session set up in the shared folder (which
+    leaves its calibration trials in the journal for the sessions after it)."""
+    session = Tuner(settings())
+    session.setup()
+    assert session.prepared is not None
+    return session.prepared
+
+
+def tuner(*, fresh: bool = False) -> Tuner:
+    """A new session in the shared folder, not set up yet. A ``fresh`` one probes the recipe and
+    runs its calibration trials itself, as ``memopt tune`` starts without --resume; the others
+    take the shared probe and the calibration trials an earlier session left in the journal."""
+    if fresh:
+        return Tuner(settings(resume=False))
+    shared = prepared()
+    return Tuner(settings(), prepare=lambda cancel: shared)
 
 
 @functools.cache
@@ -61,10 +83,9 @@ def measured() -> tuple[int, int]:
     lowers this recipe's peak by ~30-45 MiB at batch 16, so the budget is reachable but
     only with recompute.
     """
-    session = tuner()
-    session.setup()
-    ort = OrtVersion.parse(session.ready.ort_version)
-    every_plan = parse_trial_config(",".join(p.key for p in session.report.patterns), ort).entries
+    target = prepared()
+    ort = OrtVersion.parse(target.ort_version)
+    every_plan = parse_trial_config(",".join(p.key for p in target.report.patterns), ort).entries
     peaks = []
     for config in ((), tuple(every_plan)):
         result = run_trial(

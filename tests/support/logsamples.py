@@ -1,4 +1,4 @@
-"""The doc's sample summaries as text, shared by the parser and CLI tests."""
+"""The doc's sample summaries as text, and the real sample logs, shared by the parser and CLI tests."""
 
 from __future__ import annotations
 
@@ -9,12 +9,16 @@ __all__ = [
     "FORMAT_A_1_15",
     "FORMAT_B_1_17",
     "PLAN_TABLE_1_17",
+    "PLAIN_LOG",
     "PLAN_TABLE_1_19",
+    "SAMPLE_LOGS",
     "SAMPLE_LOGS_1_19",
     "rewrap_like_1_16",
 ]
 
-SAMPLE_LOGS_1_19 = Path(__file__).resolve().parent.parent / "sample_logs" / "1.19.2"
+SAMPLE_LOGS = Path(__file__).resolve().parent.parent.parent / "sample_logs"
+SAMPLE_LOGS_1_19 = SAMPLE_LOGS / "1.19.2"
+PLAIN_LOG = SAMPLE_LOGS_1_19 / "gpt-tiny_b4_info_no-config.log"  # the tiny GPT at INFO, no config
 
 FORMAT_A_1_15 = (
     "2023-06-01 10:00:00.000 [I:onnxruntime:, memory_optimizer.cc:441 PrintSummary] \n"
