@@ -128,10 +128,24 @@ def simulate(
     file's order and the larger figure kept: which pages the arena's placement touches turns
     on details the graph does not show (kernel scratch buffers among them), and the file's
     order is a second placement of the same live bytes (BENCHMARKS.md, the grid)."""
-    recompute = tuple(recompute)
-    timeline = _play(graph, dims, *_schedule(graph, recompute, order))
+    return _simulate(graph, dims, _schedules(graph, tuple(recompute), order))
+
+
+_Scheduled = tuple[list["_Step"], int | None]  # the steps in order, and the YieldOp's position
+
+
+def _schedules(graph: TrainingGraph, recompute: Sequence[Recompute], order: AnalysisOrder) -> tuple[_Scheduled, ...]:
+    """The orders ``simulate`` plays a config in: the release's, and the file's where that differs."""
+    first = _schedule(graph, recompute, order)
     if recompute and order in _MEMORY_EFFICIENT:
-        other = _play(graph, dims, *_schedule(graph, recompute, AnalysisOrder.FILE))
+        return first, _schedule(graph, recompute, AnalysisOrder.FILE)
+    return (first,)
+
+
+def _simulate(graph: TrainingGraph, dims: Mapping[str, int], schedules: Sequence[_Scheduled]) -> Timeline:
+    timeline = _play(graph, dims, *schedules[0])
+    for steps, yield_index in schedules[1:]:
+        other = _play(graph, dims, steps, yield_index)
         timeline = replace(timeline, resident_bytes=max(timeline.resident_bytes, other.resident_bytes))
     return timeline
 
@@ -148,36 +162,68 @@ def _play(graph: TrainingGraph, dims: Mapping[str, int], steps: list[_Step], yie
     held_names = set(yielded.inputs) if yielded is not None else set()
     # The YieldOp's outputs are the gradients PyTorch hands back: PyTorch allocated them.
     from_torch = set(yielded.outputs) if yielded is not None else set()
-    events, held = _buffer_events(graph, steps, sizes, held_names)
+    named_events, named_held = _buffer_events(graph, steps, sizes, held_names)
     loss_bytes = sizes.torch_loss(yielded) if yielded is not None else 0.0
+
+    # Buffers by number: repeat r's copy of buffer i is i + r * count in the arena.
+    number: dict[str, int] = {}
+    events = [
+        (
+            [(number.setdefault(b, len(number)), size, b in from_torch) for b, size in allocated],
+            [(number.setdefault(b, len(number)), size, b in from_torch) for b, size in freed],
+        )
+        for allocated, freed in named_events
+    ]
+    held = [(number[b], size) for b, size in named_held]
+    count = len(number)
 
     live = 0.0
     peak, peak_index = 0.0, -1
+    for index, (allocated, freed) in enumerate(events):  # the live peak: one step, no arena
+        for _, size, _ in allocated:
+            live += size
+        transient = loss_bytes if index == yield_index else 0.0
+        if live + transient > peak:
+            peak, peak_index = live + transient, index
+        for _, size, _ in freed:
+            live -= size
+
     arena = BFCArena()
+    allocate, free = arena.allocate, arena.free
     outside = 0.0  # live bytes PyTorch allocated (not in ORT's arena)
     resident = 0.0
+    seen: set[tuple[object, ...]] = set()  # the arena's state at the end of each step played
     for repeat in range(_ARENA_STEPS):
+        base, last = repeat * count, (repeat - 1) * count
+        beside: list[tuple[float, float]] = []  # per event, the bytes outside the arena
         for index, (allocated, freed) in enumerate(events):
-            for buffer, size in allocated:
-                if buffer in from_torch:
+            for buffer, size, torch in allocated:
+                if torch:
                     outside += size
                 else:
-                    arena.allocate((repeat, buffer), size)
-                live += size
+                    allocate(base + buffer, size)
             if index == yield_index and repeat > 0:
-                for buffer, size in held:  # the loop drops the last step's outputs when forward returns
-                    arena.free((repeat - 1, buffer))
-                    live -= size
+                for buffer, _ in held:  # the loop drops the last step's outputs when forward returns
+                    free(last + buffer)
             transient = loss_bytes if index == yield_index else 0.0
-            if repeat == 0 and live + transient > peak:
-                peak, peak_index = live + transient, index
+            beside.append((outside, transient))
             resident = max(resident, arena.touched_bytes + outside + transient)
-            for buffer, size in freed:
-                if buffer in from_torch:
+            for buffer, size, torch in freed:
+                if torch:
                     outside -= size
                 else:
-                    arena.free((repeat, buffer))
-                live -= size
+                    free(base + buffer)
+        # Placed as at the end of an earlier step (the placement often alternates between two):
+        # the steps from here repeat the ones after that at the same addresses, so they touch
+        # nothing new and only their bytes outside the arena count.
+        state = (arena.layout(), tuple(arena.address(base + buffer) for buffer, _ in held))
+        if state in seen:
+            if repeat < _ARENA_STEPS - 1:
+                touched = arena.touched_bytes
+                later = max((touched + outside + transient for outside, transient in beside), default=0.0)
+                resident = max(resident, later)
+            break
+        seen.add(state)
     if peak_index < 0:
         return Timeline(0.0, "", "", "forward", None, False, len(steps))
     at = steps[peak_index]
@@ -390,6 +436,8 @@ class ActivationSimulator:
         self.source = source  # the ONNX file the graph was loaded from, when known
         self.order = order  # the order a config runs in: the release's analysis order
         self._cache: dict[tuple[object, ...], Timeline] = {}
+        # A config's schedules do not depend on the dims: one per config, for every batch asked.
+        self._schedules: dict[tuple[object, ...], tuple[_Scheduled, ...]] = {}
 
     def timeline(
         self, dims: Mapping[str, int], plans: Iterable[str] = (), counts: Mapping[str, int] | None = None
@@ -398,12 +446,15 @@ class ActivationSimulator:
         counts = counts or {}
         chosen = tuple(sorted(set(plans)))
         partial = tuple(sorted((key, count) for key, count in counts.items() if key in chosen and count >= 0))
-        memo = (tuple(sorted(dims.items())), chosen, partial)
+        config = (chosen, partial)
+        memo = (tuple(sorted(dims.items())), config)
         if memo not in self._cache:
-            recompute = [
-                r
-                for key in chosen
-                for r in self.plans.get(key, ())[: counts[key] if counts.get(key, -1) >= 0 else None]
-            ]
-            self._cache[memo] = simulate(self.graph, dims, recompute, self.order)
+            if config not in self._schedules:
+                recompute = [
+                    r
+                    for key in chosen
+                    for r in self.plans.get(key, ())[: counts[key] if counts.get(key, -1) >= 0 else None]
+                ]
+                self._schedules[config] = _schedules(self.graph, recompute, self.order)
+            self._cache[memo] = _simulate(self.graph, dims, self._schedules[config])
         return self._cache[memo]

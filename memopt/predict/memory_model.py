@@ -175,22 +175,28 @@ class MemoryModel:
         savings = {key: self.factor(key) * self.raw_saving(key, batch_size, counts.get(key)) for key in plans}
         baseline = self.baseline(batch_size)
         if self.simulator is not None:
-            peak = self.static_bytes + self.activations(batch_size, plans, counts)
-            return Prediction(batch_size, plans, peak, baseline, savings)
+            return Prediction(batch_size, plans, self.peak(batch_size, plans, counts), baseline, savings)
         return Prediction(batch_size, plans, baseline - sum(savings.values()), baseline, savings)
+
+    def peak(self, batch_size: int, plans: Iterable[str] = (), counts: Mapping[str, int] | None = None) -> float:
+        """``predict(…).peak_bytes`` alone: with the graph, one simulation, not one more per plan
+        for its saving."""
+        if self.simulator is not None:
+            return self.static_bytes + self.activations(batch_size, plans, counts)
+        return self.predict(batch_size, plans, counts).peak_bytes
 
     def max_batch(self, limit_bytes: float, plans: Iterable[str] = (), ceiling: int = 1 << 20) -> int:
         """The largest batch whose predicted peak stays within ``limit_bytes`` (0: none)."""
         plans = tuple(plans)
-        if self.predict(1, plans).peak_bytes > limit_bytes:
+        if self.peak(1, plans) > limit_bytes:
             return 0
         low, high = 1, 2
-        while high <= ceiling and self.predict(high, plans).peak_bytes <= limit_bytes:
+        while high <= ceiling and self.peak(high, plans) <= limit_bytes:
             low, high = high, high * 2
         high = min(high, ceiling + 1)
         while high - low > 1:
             middle = (low + high) // 2
-            if self.predict(middle, plans).peak_bytes <= limit_bytes:
+            if self.peak(middle, plans) <= limit_bytes:
                 low = middle
             else:
                 high = middle

@@ -159,7 +159,7 @@ def _choose_simulated(
     cost = {key: max(costs_s.get(key, 0.0), 0.0) for key in keys}
 
     def peak(plans: set[str]) -> float:
-        return model.predict(batch, tuple(plans)).peak_bytes
+        return model.peak(batch, tuple(plans))
 
     chosen: set[str] = set()
     solver = "milp (HiGHS) on simulated savings"
