@@ -77,6 +77,8 @@ _MEMORY_EFFICIENT = (AnalysisOrder.MEMORY_EFFICIENT, AnalysisOrder.MEMORY_EFFICI
 # touched grow for a few steps, now and then after a quiet one, before they settle: measured
 # per mapping on CPU RSS, settled by the fourth or fifth step; simulated, by the fifth.
 _ARENA_STEPS = 8
+# Dims whose tensor sizes a simulator keeps (each holds every tensor's size).
+_SIZES_KEPT = 4
 
 
 @dataclass(frozen=True)
@@ -128,54 +130,91 @@ def simulate(
     file's order and the larger figure kept: which pages the arena's placement touches turns
     on details the graph does not show (kernel scratch buffers among them), and the file's
     order is a second placement of the same live bytes (BENCHMARKS.md, the grid)."""
-    return _simulate(graph, dims, _schedules(graph, tuple(recompute), order))
+    return _simulate(_programs(graph, tuple(recompute), order), dims, {})
 
 
-_Scheduled = tuple[list["_Step"], int | None]  # the steps in order, and the YieldOp's position
-
-
-def _schedules(graph: TrainingGraph, recompute: Sequence[Recompute], order: AnalysisOrder) -> tuple[_Scheduled, ...]:
+def _programs(graph: TrainingGraph, recompute: Sequence[Recompute], order: AnalysisOrder) -> tuple[_Program, ...]:
     """The orders ``simulate`` plays a config in: the release's, and the file's where that differs."""
-    first = _schedule(graph, recompute, order)
+    first = _Program(graph, *_schedule(graph, recompute, order))
     if recompute and order in _MEMORY_EFFICIENT:
-        return first, _schedule(graph, recompute, AnalysisOrder.FILE)
+        return first, _Program(graph, *_schedule(graph, recompute, AnalysisOrder.FILE))
     return (first,)
 
 
-def _simulate(graph: TrainingGraph, dims: Mapping[str, int], schedules: Sequence[_Scheduled]) -> Timeline:
-    timeline = _play(graph, dims, *schedules[0])
-    for steps, yield_index in schedules[1:]:
-        other = _play(graph, dims, steps, yield_index)
+def _simulate(programs: Sequence[_Program], dims: Mapping[str, int], exact: dict[str, float | None]) -> Timeline:
+    """``programs`` played at ``dims``; ``exact``: the tensors' sizes there, as far as known."""
+    timeline = _play(programs[0], _Sizes(programs[0], dims, exact))
+    for program in programs[1:]:
+        other = _play(program, _Sizes(program, dims, exact))
         timeline = replace(timeline, resident_bytes=max(timeline.resident_bytes, other.resident_bytes))
     return timeline
 
 
-def _play(graph: TrainingGraph, dims: Mapping[str, int], steps: list[_Step], yield_index: int | None) -> Timeline:
-    """Run ``steps`` for several training steps through the arena: the live peak of one step,
-    where it is, and the pages the arena touched by the end."""
-    sizes = _Sizes(graph, dims)
-    for step in steps:
-        if step.recomputed:
-            for original, clone in zip(step.node.outputs, step.outputs):
-                sizes.alias(clone, original)
-    yielded = steps[yield_index] if yield_index is not None else None
-    held_names = set(yielded.inputs) if yielded is not None else set()
-    # The YieldOp's outputs are the gradients PyTorch hands back: PyTorch allocated them.
-    from_torch = set(yielded.outputs) if yielded is not None else set()
-    named_events, named_held = _buffer_events(graph, steps, sizes, held_names)
-    loss_bytes = sizes.torch_loss(yielded) if yielded is not None else 0.0
+# How a step's output gets its buffer, as far as the schedule alone tells.
+_NEW, _VIEW, _MAYBE_IN_PLACE = 0, 1, 2
 
-    # Buffers by number: repeat r's copy of buffer i is i + r * count in the arena.
-    number: dict[str, int] = {}
-    events = [
-        (
-            [(number.setdefault(b, len(number)), size, b in from_torch) for b, size in allocated],
-            [(number.setdefault(b, len(number)), size, b in from_torch) for b, size in freed],
-        )
-        for allocated, freed in named_events
-    ]
-    held = [(number[b], size) for b, size in named_held]
-    count = len(number)
+
+class _Program:
+    """A schedule as its plays need it, worked out once for every dims: per step, how each
+    output gets its buffer and when it is last needed.
+
+    A view shares its input's buffer; an in-place op takes over an input that dies there when
+    their sizes match (known only at dims); the graph's outputs (the gradients) and the model's
+    outputs (held by the loop) live to the end of the step."""
+
+    def __init__(self, graph: TrainingGraph, steps: list[_Step], yield_index: int | None) -> None:
+        self.graph = graph
+        self.steps = steps
+        self.yield_index = yield_index
+        self.aliases = {
+            clone: original
+            for step in steps
+            if step.recomputed
+            for original, clone in zip(step.node.outputs, step.outputs)
+            if clone
+        }
+        yielded = steps[yield_index] if yield_index is not None else None
+        self.held_names = set(yielded.inputs) if yielded is not None else set()
+        # The YieldOp's outputs are the gradients PyTorch hands back: PyTorch allocated them.
+        self.from_torch = set(yielded.outputs) if yielded is not None else set()
+        last_use: dict[str, int] = {}
+        for index, step in enumerate(steps):
+            for name in step.inputs:
+                if name:
+                    last_use[name] = index
+        outputs = set(graph.graph_outputs)
+        made: set[str] = set()  # outputs of the steps so far
+        # Per step: (its outputs as (name, how, end of use), its source input, every name it touches).
+        self.rows: list[tuple[tuple[tuple[str, int, int], ...], str, tuple[str, ...]]] = []
+        for index, step in enumerate(steps):
+            source = step.inputs[0] if step.inputs else ""
+            entries = []
+            for position, name in enumerate(step.outputs):
+                if not name:
+                    continue
+                how = _NEW
+                if position == 0 and source in made:
+                    if step.node.op_type in _VIEWS:
+                        how = _VIEW
+                    elif step.node.op_type in _IN_PLACE and source not in outputs and last_use.get(source, -1) == index:
+                        how = _MAYBE_IN_PLACE
+                end = len(steps) if name in outputs or name in self.held_names else last_use.get(name, index)
+                entries.append((name, how, end))
+            made.update(name for name in step.outputs if name)
+            self.rows.append((tuple(entries), source, step.inputs + step.outputs))
+
+
+# A play's events: per step, the buffers allocated before it runs and those freed after it,
+# as (number, bytes, allocated by PyTorch).
+_Events = list[tuple[list[tuple[int, float, bool]], list[tuple[int, float, bool]]]]
+
+
+def _play(program: _Program, sizes: _Sizes) -> Timeline:
+    """Run the program for several training steps through the arena: the live peak of one
+    step, where it is, and the pages the arena touched by the end."""
+    steps, yield_index = program.steps, program.yield_index
+    events, held, count = _buffer_events(program, sizes)
+    loss_bytes = sizes.torch_loss(steps[yield_index]) if yield_index is not None else 0.0
 
     live = 0.0
     peak, peak_index = 0.0, -1
@@ -194,7 +233,7 @@ def _play(graph: TrainingGraph, dims: Mapping[str, int], steps: list[_Step], yie
     resident = 0.0
     seen: set[tuple[object, ...]] = set()  # the arena's state at the end of each step played
     for repeat in range(_ARENA_STEPS):
-        base, last = repeat * count, (repeat - 1) * count
+        base, last = repeat * count, (repeat - 1) * count  # repeat r's copy of buffer i is i + r * count
         beside: list[tuple[float, float]] = []  # per event, the bytes outside the arena
         for index, (allocated, freed) in enumerate(events):
             for buffer, size, torch in allocated:
@@ -203,7 +242,7 @@ def _play(graph: TrainingGraph, dims: Mapping[str, int], steps: list[_Step], yie
                 else:
                     allocate(base + buffer, size)
             if index == yield_index and repeat > 0:
-                for buffer, _ in held:  # the loop drops the last step's outputs when forward returns
+                for buffer in held:  # the loop drops the last step's outputs when forward returns
                     free(last + buffer)
             transient = loss_bytes if index == yield_index else 0.0
             beside.append((outside, transient))
@@ -216,7 +255,7 @@ def _play(graph: TrainingGraph, dims: Mapping[str, int], steps: list[_Step], yie
         # Placed as at the end of an earlier step (the placement often alternates between two):
         # the steps from here repeat the ones after that at the same addresses, so they touch
         # nothing new and only their bytes outside the arena count.
-        state = (arena.layout(), tuple(arena.address(base + buffer) for buffer, _ in held))
+        state = (arena.layout(), tuple(arena.address(base + buffer) for buffer in held))
         if state in seen:
             if repeat < _ARENA_STEPS - 1:
                 touched = arena.touched_bytes
@@ -239,60 +278,45 @@ def _play(graph: TrainingGraph, dims: Mapping[str, int], steps: list[_Step], yie
     )
 
 
-def _buffer_events(
-    graph: TrainingGraph, steps: Sequence[_Step], sizes: _Sizes, held_names: set[str]
-) -> tuple[list[tuple[list[tuple[str, float]], list[tuple[str, float]]]], list[tuple[str, float]]]:
-    """Per step, the buffers allocated before it runs and those freed after it, with their bytes.
-
-    A view shares its input's buffer; an in-place op takes over an input that dies there;
-    the graph's outputs (the gradients) are freed when the step ends."""
-    last_use: dict[str, int] = {}
-    for index, step in enumerate(steps):
-        for name in step.inputs:
-            if name:
-                last_use[name] = index
-    outputs = set(graph.graph_outputs)
+def _buffer_events(program: _Program, sizes: _Sizes) -> tuple[_Events, list[int], int]:
+    """The play's events, the buffers the loop holds into the next step, and how many buffers
+    there are (numbered from 0)."""
+    from_torch = program.from_torch
+    number: dict[str, int] = {}
     buffer_of: dict[str, str] = {}
     buffer_last: dict[str, int] = {}
     buffer_size: dict[str, float] = {}
-    events: list[tuple[list[tuple[str, float]], list[tuple[str, float]]]] = []
-    for index, step in enumerate(steps):
-        allocated: list[tuple[str, float]] = []
-        for position, name in enumerate(step.outputs):
-            if not name:
-                continue
-            source = step.inputs[0] if step.inputs else ""
-            if position == 0 and step.node.op_type in _VIEWS and source in buffer_of:
-                buffer_of[name] = buffer_of[source]
+    events: _Events = []
+    for index, (step, (entries, source, touching)) in enumerate(zip(program.steps, program.rows)):
+        allocated: list[tuple[int, float, bool]] = []
+        for name, how, end in entries:
+            if how == _VIEW:
+                buffer = buffer_of[name] = buffer_of[source]
             elif (
-                position == 0
-                and step.node.op_type in _IN_PLACE
-                and source in buffer_of
-                and source not in outputs
+                how == _MAYBE_IN_PLACE
                 and buffer_last.get(buffer_of[source], -1) <= index
-                and last_use.get(source, -1) == index
                 and buffer_size[buffer_of[source]] == sizes.of(name, step)
             ):
-                buffer_of[name] = buffer_of[source]
+                buffer = buffer_of[name] = buffer_of[source]
             else:
-                buffer_of[name] = name
-                buffer_size[name] = sizes.of(name, step)
-                allocated.append((name, buffer_size[name]))
-            buffer = buffer_of[name]
-            end = len(steps) if name in outputs or name in held_names else last_use.get(name, index)
+                buffer = buffer_of[name] = name
+                size = buffer_size[name] = sizes.of(name, step)
+                allocated.append((number.setdefault(name, len(number)), size, name in from_torch))
             buffer_last[buffer] = max(buffer_last.get(buffer, index), end)
         # Free every buffer whose last use is this step (buffer_last only grows, so check at the end).
-        freed: list[tuple[str, float]] = []
-        for name in step.inputs + step.outputs:
+        freed: list[tuple[int, float, bool]] = []
+        for name in touching:
             dying = buffer_of.get(name)
             if dying is not None and buffer_last.get(dying) == index and dying in buffer_size:
-                freed.append((dying, buffer_size.pop(dying)))
+                freed.append((number[dying], buffer_size.pop(dying), dying in from_torch))
         events.append((allocated, freed))
-    held_buffers = {buffer_of[name] for name in held_names if name in buffer_of}
-    held = [(b, size) for b, size in buffer_size.items() if b in held_buffers]
+    held_buffers = {buffer_of[name] for name in program.held_names if name in buffer_of}
+    held = [number[b] for b in buffer_size if b in held_buffers]
     if events:  # what is left: the gradients, released after the step
-        events[-1][1].extend((b, size) for b, size in buffer_size.items() if b not in held_buffers)
-    return events, held
+        events[-1][1].extend(
+            (number[b], size, b in from_torch) for b, size in buffer_size.items() if b not in held_buffers
+        )
+    return events, held, len(number)
 
 
 def _schedule(
@@ -378,16 +402,12 @@ def _clone_name(name: str) -> str:
 class _Sizes:
     """Bytes of each tensor at the dims; unknown shapes are sized from the node's inputs."""
 
-    def __init__(self, graph: TrainingGraph, dims: Mapping[str, int]) -> None:
-        self._graph = graph
+    def __init__(self, program: _Program, dims: Mapping[str, int], exact: dict[str, float | None]) -> None:
+        self._graph = program.graph
         self._dims = dims
+        self._aliases = program.aliases
         self._known: dict[str, float] = {}
-        self._aliases: dict[str, str] = {}
-        self._yield_inputs: dict[str, float] = {}
-
-    def alias(self, clone: str, original: str) -> None:
-        if clone:
-            self._aliases[clone] = original
+        self._exact_sizes = exact  # shared by every play at these dims: a tensor's size is one
 
     def of(self, name: str, step: _Step) -> float:
         name = self._aliases.get(name, name)
@@ -410,15 +430,16 @@ class _Sizes:
         return 2 * max(known, default=0.0)
 
     def _exact(self, name: str) -> float | None:
+        if name in self._exact_sizes:
+            return self._exact_sizes[name]
         info = self._graph.tensor(name)
-        if info.dims is None:
-            return None
-        size = element_size(info.elem_type) or 4
-        if any(d is None for d in info.dims):
-            return None
-        return float(size) * math.prod(
-            float(d) if isinstance(d, int) else float(self._dims.get(d, 1)) for d in info.dims if d is not None
-        )
+        size: float | None = None
+        if info.dims is not None and all(d is not None for d in info.dims):
+            size = float(element_size(info.elem_type) or 4) * math.prod(
+                float(d) if isinstance(d, int) else float(self._dims.get(d, 1)) for d in info.dims if d is not None
+            )
+        self._exact_sizes[name] = size
+        return size
 
 
 class ActivationSimulator:
@@ -436,8 +457,10 @@ class ActivationSimulator:
         self.source = source  # the ONNX file the graph was loaded from, when known
         self.order = order  # the order a config runs in: the release's analysis order
         self._cache: dict[tuple[object, ...], Timeline] = {}
-        # A config's schedules do not depend on the dims: one per config, for every batch asked.
-        self._schedules: dict[tuple[object, ...], tuple[_Scheduled, ...]] = {}
+        # Neither depends on the other: a config's programs serve every dims, and the tensors'
+        # sizes at some dims every config.
+        self._programs: dict[tuple[object, ...], tuple[_Program, ...]] = {}
+        self._sizes: dict[tuple[tuple[str, int], ...], dict[str, float | None]] = {}
 
     def timeline(
         self, dims: Mapping[str, int], plans: Iterable[str] = (), counts: Mapping[str, int] | None = None
@@ -447,14 +470,17 @@ class ActivationSimulator:
         chosen = tuple(sorted(set(plans)))
         partial = tuple(sorted((key, count) for key, count in counts.items() if key in chosen and count >= 0))
         config = (chosen, partial)
-        memo = (tuple(sorted(dims.items())), config)
+        at = tuple(sorted(dims.items()))
+        memo = (at, config)
         if memo not in self._cache:
-            if config not in self._schedules:
+            if config not in self._programs:
                 recompute = [
                     r
                     for key in chosen
                     for r in self.plans.get(key, ())[: counts[key] if counts.get(key, -1) >= 0 else None]
                 ]
-                self._schedules[config] = _schedules(self.graph, recompute, self.order)
-            self._cache[memo] = _simulate(self.graph, dims, self._schedules[config])
+                self._programs[config] = _programs(self.graph, recompute, self.order)
+            if at not in self._sizes and len(self._sizes) >= _SIZES_KEPT:
+                del self._sizes[next(iter(self._sizes))]  # the oldest: searches move on through the batches
+            self._cache[memo] = _simulate(self._programs[config], dims, self._sizes.setdefault(at, {}))
         return self._cache[memo]
