@@ -21,7 +21,7 @@ in the region, so a free merges without a search either.
 
 from __future__ import annotations
 
-import bisect
+from bisect import bisect_left, bisect_right, insort
 
 __all__ = ["BFCArena"]
 
@@ -32,10 +32,6 @@ _MAX_DOUBLING = 1 << 30
 # Region i starts at -(i + 1) << 40: later regions come from later mmaps, which Linux places
 # at lower addresses, and no region is ever as large as the gap.
 _REGION_SPACING = 40
-# Free chunks sort as one integer, size above the address (made non-negative by the bias).
-_ADDRESS_BITS = 64
-_ADDRESS_BIAS = 1 << 63
-_ADDRESS_MASK = (1 << _ADDRESS_BITS) - 1
 
 
 class _Chunk:
@@ -57,7 +53,7 @@ class BFCArena:
         self._regions = 0
         self._next_region = _INITIAL_REGION
         self._chunks: dict[int, _Chunk] = {}  # address -> chunk
-        self._free: list[int] = []  # every free chunk as _key(size, address), sorted
+        self._free: list[tuple[int, int]] = []  # (size, address) of every free chunk, sorted
         self._where: dict[object, int] = {}  # buffer -> address of its chunk
         # Touched byte ranges [start, end), arena-wide (regions never adjoin): sorted and disjoint.
         self._starts: list[int] = []
@@ -66,44 +62,63 @@ class BFCArena:
         self.reserved_bytes = 0
 
     def allocate(self, buffer: object, size: float) -> None:
-        rounded = max(_MIN_ALLOCATION, -(-int(size) // _MIN_ALLOCATION) * _MIN_ALLOCATION)
+        whole = int(size)
+        rounded = -(-whole // _MIN_ALLOCATION) * _MIN_ALLOCATION or _MIN_ALLOCATION
         free = self._free
-        index = bisect.bisect_left(free, rounded << _ADDRESS_BITS)  # the smallest fitting size, lowest address first
+        index = bisect_left(free, (rounded,))  # the smallest size that fits, the lowest address first
         if index < len(free):
-            key = free.pop(index)
-            found, address = key >> _ADDRESS_BITS, (key & _ADDRESS_MASK) - _ADDRESS_BIAS
+            found, address = free.pop(index)
         else:
             found, address = self._extend(rounded)
-        chunk = self._chunks[address]
+        chunks = self._chunks
+        chunk = chunks[address]
         if found >= 2 * rounded or found - rounded >= _MAX_DEAD_BYTES:
             rest = address + rounded
-            self._chunks[rest] = _Chunk(found - rounded, address, chunk.next)
-            if chunk.next is not None:
-                self._chunks[chunk.next].previous = rest
+            following = chunk.next
+            chunks[rest] = _Chunk(found - rounded, address, following)
+            if following is not None:
+                chunks[following].previous = rest
             chunk.next = rest
             chunk.size = rounded
-            bisect.insort(free, _key(found - rounded, rest))
+            insort(free, (found - rounded, rest))
         chunk.in_use = True
         self._where[buffer] = address
-        self._touch(address, address + max(int(size), 1))
+        end = address + (whole if whole > 1 else 1)
+        starts = self._starts
+        i = bisect_right(starts, address) - 1
+        if i < 0 or self._ends[i] < end:  # not inside pages already touched (the common case)
+            self._touch(i, address, end)
 
     def free(self, buffer: object) -> None:
         address = self._where.pop(buffer, None)
         if address is None:
             return
         chunks = self._chunks
+        free = self._free
         chunk = chunks[address]
         chunk.in_use = False
         following = chunk.next
-        if following is not None and not chunks[following].in_use:
-            self._unlist(following)
-            self._absorb(address, chunk, following)
+        if following is not None:
+            after = chunks[following]
+            if not after.in_use:
+                del free[bisect_left(free, (after.size, following))]
+                del chunks[following]
+                chunk.size += after.size
+                chunk.next = after.next
+                if after.next is not None:
+                    chunks[after.next].previous = address
         previous = chunk.previous
-        if previous is not None and not chunks[previous].in_use:
-            self._unlist(previous)
-            self._absorb(previous, chunks[previous], address)
-            address, chunk = previous, chunks[previous]
-        bisect.insort(self._free, _key(chunk.size, address))
+        if previous is not None:
+            before = chunks[previous]
+            if not before.in_use:
+                del free[bisect_left(free, (before.size, previous))]
+                del chunks[address]
+                before.size += chunk.size
+                before.next = chunk.next
+                if chunk.next is not None:
+                    chunks[chunk.next].previous = previous
+                address, chunk = previous, before
+        insort(free, (chunk.size, address))
 
     def address(self, buffer: object) -> int:
         """Where a live buffer's chunk starts."""
@@ -114,19 +129,6 @@ class BFCArena:
         arenas with one layout, their live buffers at the same addresses, place alike from there."""
         chunks = tuple(sorted((address, c.size, c.in_use) for address, c in self._chunks.items()))
         return self._regions, self._next_region, chunks
-
-    def _absorb(self, address: int, chunk: _Chunk, following: int) -> None:
-        """Merge the free chunk at ``following``, off the free list, into ``chunk`` before it."""
-        absorbed = self._chunks.pop(following)
-        chunk.size += absorbed.size
-        chunk.next = absorbed.next
-        if absorbed.next is not None:
-            self._chunks[absorbed.next].previous = address
-
-    def _unlist(self, address: int) -> None:
-        """Take a free chunk off the free list."""
-        free = self._free
-        del free[bisect.bisect_left(free, _key(self._chunks[address].size, address))]
 
     def _extend(self, rounded: int) -> tuple[int, int]:
         grew = False
@@ -142,12 +144,10 @@ class BFCArena:
             self._next_region = self._next_region * 2 if self._next_region * 2 < _MAX_DOUBLING else _MAX_DOUBLING
         return size, start
 
-    def _touch(self, start: int, end: int) -> None:
+    def _touch(self, i: int, start: int, end: int) -> None:
+        """Add [start, end) to the touched ranges; ``i``: the last range starting at or before ``start``."""
         starts, ends = self._starts, self._ends
-        i = bisect.bisect_right(starts, start) - 1
-        if i >= 0 and ends[i] >= end:  # inside pages already touched: the common case
-            return
-        if i < 0 or ends[i] < start:  # the range before does not reach this one
+        if i < 0 or ends[i] < start:  # that range does not reach this one
             i += 1
         j, covered = i, 0
         while j < len(starts) and starts[j] <= end:
@@ -157,8 +157,3 @@ class BFCArena:
         starts[i:j] = [start]
         ends[i:j] = [end]
         self.touched_bytes += end - start - covered
-
-
-def _key(size: int, address: int) -> int:
-    """A free chunk as one integer that sorts by size, then address."""
-    return size << _ADDRESS_BITS | (address + _ADDRESS_BIAS)

@@ -133,9 +133,12 @@ def simulate(
     return _simulate(_programs(graph, tuple(recompute), order), dims, {})
 
 
-def _programs(graph: TrainingGraph, recompute: Sequence[Recompute], order: AnalysisOrder) -> tuple[_Program, ...]:
-    """The orders ``simulate`` plays a config in: the release's, and the file's where that differs."""
-    first = _Program(graph, *_schedule(graph, recompute, order))
+def _programs(
+    graph: TrainingGraph, recompute: Sequence[Recompute], order: AnalysisOrder, forward: Sequence[int] | None = None
+) -> tuple[_Program, ...]:
+    """The orders ``simulate`` plays a config in: the release's, and the file's where that differs
+    (``forward``: see ``_schedule``)."""
+    first = _Program(graph, *_schedule(graph, recompute, order, forward))
     if recompute and order in _MEMORY_EFFICIENT:
         return first, _Program(graph, *_schedule(graph, recompute, AnalysisOrder.FILE))
     return (first,)
@@ -183,25 +186,27 @@ class _Program:
                 if name:
                     last_use[name] = index
         outputs = set(graph.graph_outputs)
+        kept = outputs | self.held_names  # live to the end of the step
+        end_of_step = len(steps)
         made: set[str] = set()  # outputs of the steps so far
         # Per step: (its outputs as (name, how, end of use), its source input, every name it touches).
         self.rows: list[tuple[tuple[tuple[str, int, int], ...], str, tuple[str, ...]]] = []
         for index, step in enumerate(steps):
             source = step.inputs[0] if step.inputs else ""
-            entries = []
-            for position, name in enumerate(step.outputs):
-                if not name:
-                    continue
-                how = _NEW
-                if position == 0 and source in made:
-                    if step.node.op_type in _VIEWS:
-                        how = _VIEW
-                    elif step.node.op_type in _IN_PLACE and source not in outputs and last_use.get(source, -1) == index:
-                        how = _MAYBE_IN_PLACE
-                end = len(steps) if name in outputs or name in self.held_names else last_use.get(name, index)
-                entries.append((name, how, end))
-            made.update(name for name in step.outputs if name)
-            self.rows.append((tuple(entries), source, step.inputs + step.outputs))
+            op = step.node.op_type
+            first = _NEW
+            if source and source in made:
+                if op in _VIEWS:
+                    first = _VIEW
+                elif op in _IN_PLACE and source not in outputs and last_use.get(source, -1) == index:
+                    first = _MAYBE_IN_PLACE
+            entries = tuple(
+                (name, first if position == 0 else _NEW, end_of_step if name in kept else last_use.get(name, index))
+                for position, name in enumerate(step.outputs)
+                if name
+            )
+            made.update(step.outputs)
+            self.rows.append((entries, source, step.inputs + step.outputs))
 
 
 # A play's events: per step, the buffers allocated before it runs and those freed after it,
@@ -320,14 +325,15 @@ def _buffer_events(program: _Program, sizes: _Sizes) -> tuple[_Events, list[int]
 
 
 def _schedule(
-    graph: TrainingGraph, recompute: Sequence[Recompute], order: AnalysisOrder
+    graph: TrainingGraph, recompute: Sequence[Recompute], order: AnalysisOrder, forward: Sequence[int] | None = None
 ) -> tuple[list[_Step], int | None]:
     """The steps in the order ORT runs them with ``recompute`` applied, and the YieldOp's position.
 
     No config runs in the file's order. A config runs in ``order``, the one the release's
     memory optimizer analyses in: under the memory-efficient sort (1.18, 1.19) a recomputed
     subgraph runs just before the backward node that first reads it; in the other orders it
-    is placed before the stashed tensor's first backward consumer in the file."""
+    is placed before the stashed tensor's first backward consumer in the file. ``forward``:
+    ``_forward_nodes(graph, order)`` where the caller keeps it (it is the same for every config)."""
     nodes = graph.nodes
     yield_order = next((n.order for n in nodes if n.op_type == "YieldOp"), None)
     by_name = {node.name: node for node in nodes}
@@ -364,7 +370,9 @@ def _schedule(
         for node in nodes
     ]
     if clones and yield_order is not None and order in _MEMORY_EFFICIENT:
-        steps = _memory_efficient(graph, originals, clones, yield_order, order)
+        if forward is None:
+            forward = _forward_nodes(graph, order)
+        steps = _memory_efficient(graph, originals, clones, yield_order, forward)
         return steps, next(i for i, step in enumerate(steps) if step.node.order == yield_order and not step.recomputed)
     inserted: dict[int, list[_Step]] = {}
     for clone in clones:
@@ -379,18 +387,24 @@ def _schedule(
     return steps, yield_index
 
 
+def _forward_nodes(graph: TrainingGraph, order: AnalysisOrder) -> list[int]:
+    """The forward nodes (before the YieldOp) in the memory-efficient ``order``."""
+    sequence = memory_efficient_order(graph, deepest_first=order is AnalysisOrder.MEMORY_EFFICIENT_DEEPEST_FIRST)
+    yield_order = next((n.order for n in graph.nodes if n.op_type == "YieldOp"), None)
+    return sequence[: sequence.index(yield_order)] if yield_order is not None else sequence
+
+
 def _memory_efficient(
-    graph: TrainingGraph, originals: list[_Step], clones: list[_Step], yield_order: int, order: AnalysisOrder
+    graph: TrainingGraph, originals: list[_Step], clones: list[_Step], yield_order: int, forward: Sequence[int]
 ) -> list[_Step]:
-    """``originals`` and ``clones`` in ORT's memory-efficient order (``memopt.graph.topology``)."""
+    """``originals`` and ``clones`` in ORT's memory-efficient order (``memopt.graph.topology``),
+    the forward nodes as ``forward`` lists them."""
     steps = [*originals, *clones]
     made_by = {name: position for position, step in enumerate(steps) for name in step.outputs if name}
     producers = [[made_by[name] for name in step.inputs if name in made_by] for step in steps]
     # ORT adds the recomputed nodes after every node of the graph, so their indices come last.
     last = max((graph.session_index(step.node.order) for step in originals), default=-1)
     node_index = [graph.session_index(s.node.order) for s in originals] + [last + 1 + i for i in range(len(clones))]
-    sequence = memory_efficient_order(graph, deepest_first=order is AnalysisOrder.MEMORY_EFFICIENT_DEEPEST_FIRST)
-    forward = sequence[: sequence.index(yield_order)]
     backward = memory_efficient_backward(yield_order, forward, producers, node_index)
     return [steps[position] for position in (*forward, *backward)]
 
@@ -461,6 +475,7 @@ class ActivationSimulator:
         # sizes at some dims every config.
         self._programs: dict[tuple[object, ...], tuple[_Program, ...]] = {}
         self._sizes: dict[tuple[tuple[str, int], ...], dict[str, float | None]] = {}
+        self._forward: list[int] | None = None  # _schedule's forward: the same for every config
 
     def timeline(
         self, dims: Mapping[str, int], plans: Iterable[str] = (), counts: Mapping[str, int] | None = None
@@ -479,7 +494,9 @@ class ActivationSimulator:
                     for key in chosen
                     for r in self.plans.get(key, ())[: counts[key] if counts.get(key, -1) >= 0 else None]
                 ]
-                self._programs[config] = _programs(self.graph, recompute, self.order)
+                if self._forward is None and self.order in _MEMORY_EFFICIENT:
+                    self._forward = _forward_nodes(self.graph, self.order)
+                self._programs[config] = _programs(self.graph, recompute, self.order, self._forward)
             if at not in self._sizes and len(self._sizes) >= _SIZES_KEPT:
                 del self._sizes[next(iter(self._sizes))]  # the oldest: searches move on through the batches
             self._cache[memo] = _simulate(self._programs[config], dims, self._sizes.setdefault(at, {}))

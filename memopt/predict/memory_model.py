@@ -186,7 +186,11 @@ class MemoryModel:
         return self.predict(batch_size, plans, counts).peak_bytes
 
     def max_batch(self, limit_bytes: float, plans: Iterable[str] = (), ceiling: int = 1 << 20) -> int:
-        """The largest batch whose predicted peak stays within ``limit_bytes`` (0: none)."""
+        """The largest batch whose predicted peak stays within ``limit_bytes`` (0: none).
+
+        Doubling, then halving: the arena's placement makes the peak grow with the batch only
+        roughly (a batch can fit where a smaller one does not), so the batches tried are part of
+        the answer; each costs one simulation (``peak``)."""
         plans = tuple(plans)
         if self.peak(1, plans) > limit_bytes:
             return 0
