@@ -29,6 +29,8 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
+import numpy as np
+
 from memopt.graph.topology import memory_efficient_backward, memory_efficient_order
 from memopt.graph.training_graph import Node, TrainingGraph
 from memopt.ort.rules import AnalysisOrder
@@ -221,51 +223,55 @@ def _play(program: _Program, sizes: _Sizes) -> Timeline:
     events, held, count = _buffer_events(program, sizes)
     loss_bytes = sizes.torch_loss(steps[yield_index]) if yield_index is not None else 0.0
 
-    live = 0.0
+    # One pass without the arena: the live peak, and what each event holds outside the arena
+    # (PyTorch's gradients, and its loss at the YieldOp), the same in every step.
+    live = outside = 0.0
     peak, peak_index = 0.0, -1
-    for index, (allocated, freed) in enumerate(events):  # the live peak: one step, no arena
-        for _, size, _ in allocated:
+    beside: list[float] = []
+    in_arena: list[tuple[list[tuple[int, float]], list[int]]] = []  # per event, what the arena allocates and frees
+    for index, (allocated, freed) in enumerate(events):
+        for _, size, torch in allocated:
             live += size
+            if torch:
+                outside += size
         transient = loss_bytes if index == yield_index else 0.0
         if live + transient > peak:
             peak, peak_index = live + transient, index
-        for _, size, _ in freed:
+        beside.append(outside + transient)
+        for _, size, torch in freed:
             live -= size
+            if torch:
+                outside -= size
+        in_arena.append(
+            ([(b, size) for b, size, torch in allocated if not torch], [b for b, _, torch in freed if not torch])
+        )
+    outside_bytes = np.array(beside)
 
     arena = BFCArena()
     allocate, free = arena.allocate, arena.free
-    outside = 0.0  # live bytes PyTorch allocated (not in ORT's arena)
     resident = 0.0
     seen: set[tuple[object, ...]] = set()  # the arena's state at the end of each step played
     for repeat in range(_ARENA_STEPS):
         base, last = repeat * count, (repeat - 1) * count  # repeat r's copy of buffer i is i + r * count
-        beside: list[tuple[float, float]] = []  # per event, the bytes outside the arena
-        for index, (allocated, freed) in enumerate(events):
-            for buffer, size, torch in allocated:
-                if torch:
-                    outside += size
-                else:
-                    allocate(base + buffer, size)
+        touched: list[int] = []  # per event, the pages touched while it runs
+        for index, (allocating, freeing) in enumerate(in_arena):
+            for buffer, size in allocating:
+                allocate(base + buffer, size)
             if index == yield_index and repeat > 0:
                 for buffer in held:  # the loop drops the last step's outputs when forward returns
                     free(last + buffer)
-            transient = loss_bytes if index == yield_index else 0.0
-            beside.append((outside, transient))
-            resident = max(resident, arena.touched_bytes + outside + transient)
-            for buffer, size, torch in freed:
-                if torch:
-                    outside -= size
-                else:
-                    free(base + buffer)
+            touched.append(arena.touched_bytes)
+            for buffer in freeing:
+                free(base + buffer)
+        if touched:
+            resident = max(resident, float((np.array(touched, dtype=float) + outside_bytes).max()))
         # Placed as at the end of an earlier step (the placement often alternates between two):
         # the steps from here repeat the ones after that at the same addresses, so they touch
         # nothing new and only their bytes outside the arena count.
         state = (arena.layout(), tuple(arena.address(base + buffer) for buffer in held))
         if state in seen:
-            if repeat < _ARENA_STEPS - 1:
-                touched = arena.touched_bytes
-                later = max((touched + outside + transient for outside, transient in beside), default=0.0)
-                resident = max(resident, later)
+            if repeat < _ARENA_STEPS - 1 and touched:
+                resident = max(resident, float((arena.touched_bytes + outside_bytes).max()))
             break
         seen.add(state)
     if peak_index < 0:
