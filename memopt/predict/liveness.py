@@ -79,8 +79,11 @@ _MEMORY_EFFICIENT = (AnalysisOrder.MEMORY_EFFICIENT, AnalysisOrder.MEMORY_EFFICI
 # touched grow for a few steps, now and then after a quiet one, before they settle: measured
 # per mapping on CPU RSS, settled by the fourth or fifth step; simulated, by the fifth.
 _ARENA_STEPS = 8
-# Dims whose tensor sizes a simulator keeps (each holds every tensor's size).
+# What a simulator keeps of its work besides timelines, each as large as the graph: the
+# tensor sizes at this many dims, the programs of this many configs (a search asks for one
+# config at many batches, or for many configs at one batch).
 _SIZES_KEPT = 4
+_PROGRAMS_KEPT = 4
 
 
 @dataclass(frozen=True)
@@ -463,7 +466,10 @@ class _Sizes:
 
 
 class ActivationSimulator:
-    """``simulate`` for one graph and its plans, memoised: the planner asks for many configs."""
+    """``simulate`` for one graph and its plans, memoised: the planner, ``tune`` and the tune
+    screen ask for many configs at one batch and for one config at many batches. Each
+    (dims, config) is simulated once; a config's programs serve every dims, and the tensors'
+    sizes at some dims every config."""
 
     def __init__(
         self,
@@ -494,7 +500,8 @@ class ActivationSimulator:
         at = tuple(sorted(dims.items()))
         memo = (at, config)
         if memo not in self._cache:
-            if config not in self._programs:
+            programs = self._programs.pop(config, None)  # kept most recent last
+            if programs is None:
                 recompute = [
                     r
                     for key in chosen
@@ -502,8 +509,11 @@ class ActivationSimulator:
                 ]
                 if self._forward is None and self.order in _MEMORY_EFFICIENT:
                     self._forward = _forward_nodes(self.graph, self.order)
-                self._programs[config] = _programs(self.graph, recompute, self.order, self._forward)
+                programs = _programs(self.graph, recompute, self.order, self._forward)
+                if len(self._programs) >= _PROGRAMS_KEPT:
+                    del self._programs[next(iter(self._programs))]
+            self._programs[config] = programs
             if at not in self._sizes and len(self._sizes) >= _SIZES_KEPT:
                 del self._sizes[next(iter(self._sizes))]  # the oldest: searches move on through the batches
-            self._cache[memo] = _simulate(self._programs[config], dims, self._sizes.setdefault(at, {}))
+            self._cache[memo] = _simulate(programs, dims, self._sizes.setdefault(at, {}))
         return self._cache[memo]
