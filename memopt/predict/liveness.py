@@ -28,6 +28,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from typing import NamedTuple
 
 import numpy as np
 
@@ -114,8 +115,7 @@ class Timeline:
         return f"{self.phase}{place}, at {self.peak_op}{clone}"
 
 
-@dataclass(frozen=True)
-class _Step:
+class _Step(NamedTuple):  # a tuple: a schedule makes one per node, for every config
     node: Node
     inputs: tuple[str, ...]
     outputs: tuple[str, ...]
@@ -375,7 +375,9 @@ def _schedule(
         for name in sorted(insert_at, key=lambda n: by_name[n].order)
     ]
     originals = [
-        _Step(node, tuple(rewired.get(node.order, {}).get(name, name) for name in node.inputs), node.outputs, False)
+        _Step(node, node.inputs, node.outputs, False)
+        if node.order not in rewired
+        else _Step(node, tuple(rewired[node.order].get(name, name) for name in node.inputs), node.outputs, False)
         for node in nodes
     ]
     if clones and yield_order is not None and order in _MEMORY_EFFICIENT:
