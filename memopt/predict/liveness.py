@@ -21,6 +21,12 @@ What ORT's allocator adds is modelled where it is structural:
 The same allocations and frees, played through ORT's BFC arena over several steps
 (``memopt.predict.arena``), give ``resident_bytes``: the pages the arena handed out, which
 is what the process holds; the memory model predicts from that figure.
+
+The work is split by what it depends on: a config's schedule and how each output gets its
+buffer (a ``_Program``) do not depend on the dims, so a config is scheduled once for every
+batch; the tensors' sizes at some dims serve every config; a play at some dims walks the
+program once for its events, then the arena step by step, and stops early once the arena's
+placement repeats itself (the steps after it touch nothing new).
 """
 
 from __future__ import annotations
