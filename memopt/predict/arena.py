@@ -86,7 +86,7 @@ class BFCArena:
         end = address + (whole if whole > 1 else 1)
         starts = self._starts
         i = bisect_right(starts, address) - 1
-        if i < 0 or self._ends[i] < end:  # not inside pages already touched (the common case)
+        if i < 0 or self._ends[i] < end:  # pages not touched before: rare after the first step
             self._touch(i, address, end)
 
     def free(self, buffer: object) -> None:
