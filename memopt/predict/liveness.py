@@ -220,6 +220,8 @@ class _Program:
             self.rows.append((entries, source, step.inputs + step.outputs))
 
 
+_ALLOCATE, _FREE, _MARK, _FREE_LAST = 0, 1, 2, 3  # a play's operations on the arena
+
 # A play's events: per step, the buffers allocated before it runs and those freed after it,
 # as (number, bytes, allocated by PyTorch).
 _Events = list[tuple[list[tuple[int, float, bool]], list[tuple[int, float, bool]]]]
@@ -237,23 +239,34 @@ def _play(program: _Program, sizes: _Sizes) -> Timeline:
     live = outside = 0.0
     peak, peak_index = 0.0, -1
     beside: list[float] = []
-    in_arena: list[tuple[list[tuple[int, float]], list[int]]] = []  # per event, what the arena allocates and frees
+    # The arena's part of a step as one list of operations: (_ALLOCATE, buffer, bytes),
+    # (_FREE, buffer, 0), (_MARK, 0, 0) where the event's pages touched are read; in the
+    # steps after the first, (_FREE_LAST, buffer, 0) frees the step before's held outputs.
+    first: list[tuple[int, int, float]] = []
+    later: list[tuple[int, int, float]] = []
     for index, (allocated, freed) in enumerate(events):
-        for _, size, torch in allocated:
+        for buffer, size, torch in allocated:
             live += size
             if torch:
                 outside += size
+            else:
+                first.append((_ALLOCATE, buffer, size))
+                later.append((_ALLOCATE, buffer, size))
         transient = loss_bytes if index == yield_index else 0.0
         if live + transient > peak:
             peak, peak_index = live + transient, index
         beside.append(outside + transient)
-        for _, size, torch in freed:
+        if index == yield_index:  # the loop drops the last step's outputs when forward returns
+            later.extend((_FREE_LAST, buffer, 0.0) for buffer in held)
+        first.append((_MARK, 0, 0.0))
+        later.append((_MARK, 0, 0.0))
+        for buffer, size, torch in freed:
             live -= size
             if torch:
                 outside -= size
-        in_arena.append(
-            ([(b, size) for b, size, torch in allocated if not torch], [b for b, _, torch in freed if not torch])
-        )
+            else:
+                first.append((_FREE, buffer, 0.0))
+                later.append((_FREE, buffer, 0.0))
     outside_bytes = np.array(beside)
 
     arena = BFCArena()
@@ -263,15 +276,16 @@ def _play(program: _Program, sizes: _Sizes) -> Timeline:
     for repeat in range(_ARENA_STEPS):
         base, last = repeat * count, (repeat - 1) * count  # repeat r's copy of buffer i is i + r * count
         touched: list[int] = []  # per event, the pages touched while it runs
-        for index, (allocating, freeing) in enumerate(in_arena):
-            for buffer, size in allocating:
+        mark = touched.append
+        for kind, buffer, size in first if repeat == 0 else later:
+            if kind == _ALLOCATE:
                 allocate(base + buffer, size)
-            if index == yield_index and repeat > 0:
-                for buffer in held:  # the loop drops the last step's outputs when forward returns
-                    free(last + buffer)
-            touched.append(arena.touched_bytes)
-            for buffer in freeing:
+            elif kind == _FREE:
                 free(base + buffer)
+            elif kind == _MARK:
+                mark(arena.touched_bytes)
+            else:
+                free(last + buffer)
         if touched:
             resident = max(resident, float((np.array(touched, dtype=float) + outside_bytes).max()))
         # Placed as at the end of an earlier step (the placement often alternates between two):
