@@ -451,17 +451,17 @@ class _Sizes:
         self._graph = program.graph
         self._dims = dims
         self._aliases = program.aliases
-        self._known: dict[str, float] = {}
+        self._known: dict[str, float] = {}  # sizes inferred for tensors of unknown shape
         self._exact_sizes = exact  # shared by every play at these dims: a tensor's size is one
 
     def of(self, name: str, step: _Step) -> float:
         name = self._aliases.get(name, name)
+        exact = self._exact(name)
+        if exact is not None:
+            return exact
         if name not in self._known:
-            exact = self._exact(name)
-            if exact is None:
-                inputs = [self._exact(self._aliases.get(i, i)) or self._known.get(i, 0.0) for i in step.inputs if i]
-                exact = sum(inputs) if step.node.op_type in _CONCATS else max(inputs, default=0.0)
-            self._known[name] = exact
+            inputs = [self._exact(self._aliases.get(i, i)) or self._known.get(i, 0.0) for i in step.inputs if i]
+            self._known[name] = sum(inputs) if step.node.op_type in _CONCATS else max(inputs, default=0.0)
         return self._known[name]
 
     def torch_loss(self, step: _Step) -> float:
@@ -475,16 +475,20 @@ class _Sizes:
         return 2 * max(known, default=0.0)
 
     def _exact(self, name: str) -> float | None:
-        if name in self._exact_sizes:
-            return self._exact_sizes[name]
+        size = self._exact_sizes.get(name, _UNKNOWN)
+        if size is not _UNKNOWN:
+            return size
         info = self._graph.tensor(name)
-        size: float | None = None
+        size = None
         if info.dims is not None and all(d is not None for d in info.dims):
             size = float(element_size(info.elem_type) or 4) * math.prod(
                 float(d) if isinstance(d, int) else float(self._dims.get(d, 1)) for d in info.dims if d is not None
             )
         self._exact_sizes[name] = size
         return size
+
+
+_UNKNOWN = -1.0  # not a size: _Sizes has not looked this tensor up yet
 
 
 class ActivationSimulator:
