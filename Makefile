@@ -48,6 +48,7 @@ bench: setup
 	$(BIN)/python bench/bench_scan.py
 	$(BIN)/python bench/bench_parse.py
 	$(BIN)/python bench/bench_memory_model.py
+	$(BIN)/python bench/bench_planning.py
 	$(BIN)/python bench/bench_tuning.py --runs-dir runs/bench-tuning
 
 $(BIN)/python:

@@ -85,3 +85,28 @@ def test_recompute_cost_benchmark(tmp_path: Path) -> None:
     assert "| case | batch | config | estimated s | step increase s | ± s | error % | kernel increase s |" in out
     assert "recomputed nodes' kernel time: median" in out
     assert "configs measured no step-time increase" in out
+
+
+def test_planning_benchmark(tmp_path: Path) -> None:
+    out = _run(
+        str(BENCH / "bench_planning.py"),
+        *("--cases", "gpt:n_layer=1", "--batch", "4", "--seq", "32", "--steps", "2", "--runs-dir", str(tmp_path)),
+    )
+    assert "| gpt n_layer=1 | this |" in out
+
+
+def test_tui_toggle_benchmark(tmp_path: Path) -> None:
+    out = _run(
+        str(BENCH / "bench_tui_toggle.py"),
+        *("--target", "gpt", "-o", "n_layer=1", "--batch", "4", "--seq", "32", "--toggles", "2"),
+        *("--runs-dir", str(tmp_path)),
+    )
+    assert "| off again (seen before) | 1 |" in out
+
+
+def test_predictions_snapshot(tmp_path: Path) -> None:
+    graph = str(Path(__file__).parent.parent / "sample_logs" / "graphs" / "1.19.2" / "mlp.onnx")
+    _run(str(BENCH / "predictions_snapshot.py"), graph, "--write", str(tmp_path / "mlp.json"))
+    assert "1 graphs, 0 differences" in _run(
+        str(BENCH / "predictions_snapshot.py"), graph, "--compare", str(tmp_path / "mlp.json")
+    )

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from support.graphs import STEP
 
 from memopt.predict.arena import BFCArena
@@ -62,3 +64,79 @@ def test_fragmented_free_bytes_make_the_arena_grow() -> None:
 def test_the_step_simulation_reports_the_arena_high_water_mark() -> None:
     timeline = simulate(STEP, {"b": 1024})  # 1 MiB per tensor: every allocation a chunk of its own
     assert timeline.resident_bytes >= timeline.peak_bytes
+
+
+class ScanningArena:
+    """The arena's rules as plainly as they can be written: every free chunk of every region
+    scanned for the best fit, pages tracked one 256-byte granule at a time."""
+
+    def __init__(self) -> None:
+        self.regions: list[tuple[int, list[list[int]]]] = []  # (start, [[offset, size, in use]])
+        self.next_region = MiB
+        self.where: dict[str, tuple[int, int]] = {}  # buffer -> (region, offset)
+        self.touched: set[int] = set()  # byte addresses, as granules of 1 byte at the chunk's head
+        self.touched_bytes = 0
+        self.reserved_bytes = 0
+
+    def allocate(self, buffer: str, size: int) -> None:
+        rounded = max(256, -(-size // 256) * 256)
+        fits = [
+            (chunk[1], start + chunk[0], r, i)
+            for r, (start, chunks) in enumerate(self.regions)
+            for i, chunk in enumerate(chunks)
+            if not chunk[2] and chunk[1] >= rounded
+        ]
+        if fits:
+            _, _, r, i = min(fits)
+        else:
+            grew = rounded > self.next_region
+            while rounded > self.next_region:
+                self.next_region *= 2
+            self.regions.append((-(len(self.regions) + 1) << 40, [[0, self.next_region, 0]]))
+            self.reserved_bytes += self.next_region
+            if not grew:
+                self.next_region = min(self.next_region * 2, 1 << 30)
+            r, i = len(self.regions) - 1, 0
+        start, chunks = self.regions[r]
+        chunk = chunks[i]
+        if chunk[1] >= 2 * rounded or chunk[1] - rounded >= 128 * MiB:
+            chunks.insert(i + 1, [chunk[0] + rounded, chunk[1] - rounded, 0])
+            chunk[1] = rounded
+        chunk[2] = 1
+        self.where[buffer] = (r, chunk[0])
+        # Sizes here are multiples of 64: count touched bytes in 64-byte granules.
+        granules = {(start + chunk[0]) // 64 + k for k in range(-(-max(size, 1) // 64))}
+        self.touched_bytes += 64 * len(granules - self.touched)
+        self.touched |= granules
+
+    def free(self, buffer: str) -> None:
+        r, offset = self.where.pop(buffer)
+        chunks = self.regions[r][1]
+        i = next(i for i, chunk in enumerate(chunks) if chunk[0] == offset)
+        chunks[i][2] = 0
+        if i + 1 < len(chunks) and not chunks[i + 1][2]:
+            chunks[i][1] += chunks.pop(i + 1)[1]
+        if i > 0 and not chunks[i - 1][2]:
+            chunks[i - 1][1] += chunks.pop(i)[1]
+
+
+# Requests in 64-byte steps up to 4 MiB (small enough to share regions, large enough to grow them).
+_OPERATIONS = st.lists(st.tuples(st.booleans(), st.integers(1, 1 << 16)), min_size=1, max_size=120)
+
+
+@settings(max_examples=150, deadline=None)
+@given(_OPERATIONS)
+def test_placement_matches_a_scan_over_every_free_chunk(operations: list[tuple[bool, int]]) -> None:
+    arena, reference = BFCArena(), ScanningArena()
+    live: list[str] = []
+    for number, (allocate, granules) in enumerate(operations):
+        if allocate or not live:
+            name = f"t{number}"
+            arena.allocate(name, 64 * granules)
+            reference.allocate(name, 64 * granules)
+            live.append(name)
+        else:
+            name = live.pop(granules % len(live))
+            arena.free(name)
+            reference.free(name)
+        assert (arena.touched_bytes, arena.reserved_bytes) == (reference.touched_bytes, reference.reserved_bytes)

@@ -13,12 +13,15 @@ handed out: freed chunks stay resident, and a request that fits no free chunk gr
 arena although enough bytes are free in pieces. ``BFCArena.touched_bytes`` is that
 figure; it is what a CPU trial's peak RSS sees of ORT's activations (on CUDA the arena's
 reserved bytes play that part).
+
+The free chunks are kept sorted by (size, address), so the best fit is one bisection, not a
+scan (ORT's size-binned free lists answer the same question); chunks know their neighbours
+in the region, so a free merges without a search either.
 """
 
 from __future__ import annotations
 
-import bisect
-from dataclasses import dataclass, field
+from bisect import bisect_left, bisect_right, insort
 
 __all__ = ["BFCArena"]
 
@@ -26,92 +29,131 @@ _MIN_ALLOCATION = 256
 _INITIAL_REGION = 1 << 20
 _MAX_DEAD_BYTES = 128 << 20
 _MAX_DOUBLING = 1 << 30
+# Region i starts at -(i + 1) << 40: later regions come from later mmaps, which Linux places
+# at lower addresses, and no region is ever as large as the gap.
+_REGION_SPACING = 40
 
 
-@dataclass
-class _Region:
-    start: int  # arena-wide address of the region's first byte
-    size: int
-    # Chunks in address order as [offset, size, in_use]; they tile the region.
-    chunks: list[list[int]] = field(default_factory=list)
-    # Touched byte ranges [start, end) in the region, sorted and disjoint.
-    touched: list[list[int]] = field(default_factory=list)
+class _Chunk:
+    """A piece of a region; ``previous`` and ``next``: its neighbours' addresses in the region."""
+
+    __slots__ = ("in_use", "next", "previous", "size")
+
+    def __init__(self, size: int, previous: int | None, following: int | None) -> None:
+        self.size = size
+        self.in_use = False
+        self.previous = previous
+        self.next = following
 
 
 class BFCArena:
     """Best-fit-with-coalescing placement, tracking the bytes ever handed out."""
 
     def __init__(self) -> None:
-        self._regions: list[_Region] = []
+        self._regions = 0
         self._next_region = _INITIAL_REGION
-        self._where: dict[object, tuple[_Region, int]] = {}  # buffer -> (region, chunk offset)
+        self._chunks: dict[int, _Chunk] = {}  # address -> chunk
+        self._free: list[tuple[int, int]] = []  # (size, address) of every free chunk, sorted
+        self._where: dict[object, int] = {}  # buffer -> address of its chunk
+        # Touched byte ranges [start, end), arena-wide (regions never adjoin): sorted and disjoint.
+        self._starts: list[int] = []
+        self._ends: list[int] = []
         self.touched_bytes = 0
         self.reserved_bytes = 0
 
     def allocate(self, buffer: object, size: float) -> None:
-        rounded = max(_MIN_ALLOCATION, -(-int(size) // _MIN_ALLOCATION) * _MIN_ALLOCATION)
-        found = self._best_fit(rounded)
-        if found is None:
-            found = self._extend(rounded)
-        region, index = found
-        chunk = region.chunks[index]
-        if chunk[1] >= 2 * rounded or chunk[1] - rounded >= _MAX_DEAD_BYTES:
-            region.chunks.insert(index + 1, [chunk[0] + rounded, chunk[1] - rounded, 0])
-            chunk[1] = rounded
-        chunk[2] = 1
-        self._where[buffer] = (region, chunk[0])
-        self._touch(region, chunk[0], chunk[0] + max(int(size), 1))
+        whole = int(size)
+        rounded = -(-whole // _MIN_ALLOCATION) * _MIN_ALLOCATION or _MIN_ALLOCATION
+        free = self._free
+        index = bisect_left(free, (rounded,))  # the smallest size that fits, the lowest address first
+        if index < len(free):
+            found, address = free.pop(index)
+        else:
+            found, address = self._extend(rounded)
+        chunks = self._chunks
+        chunk = chunks[address]
+        if found >= 2 * rounded or found - rounded >= _MAX_DEAD_BYTES:
+            rest = address + rounded
+            following = chunk.next
+            chunks[rest] = _Chunk(found - rounded, address, following)
+            if following is not None:
+                chunks[following].previous = rest
+            chunk.next = rest
+            chunk.size = rounded
+            insort(free, (found - rounded, rest))
+        chunk.in_use = True
+        self._where[buffer] = address
+        end = address + (whole if whole > 1 else 1)
+        starts = self._starts
+        i = bisect_right(starts, address) - 1
+        if i < 0 or self._ends[i] < end:  # pages not touched before: rare after the first step
+            self._touch(i, address, end)
 
     def free(self, buffer: object) -> None:
-        placed = self._where.pop(buffer, None)
-        if placed is None:
+        address = self._where.pop(buffer, None)
+        if address is None:
             return
-        region, offset = placed
-        offsets = [c[0] for c in region.chunks]
-        index = bisect.bisect_left(offsets, offset)
-        chunks = region.chunks
-        chunks[index][2] = 0
-        if index + 1 < len(chunks) and not chunks[index + 1][2]:
-            chunks[index][1] += chunks.pop(index + 1)[1]
-        if index > 0 and not chunks[index - 1][2]:
-            chunks[index - 1][1] += chunks.pop(index)[1]
+        chunks = self._chunks
+        free = self._free
+        chunk = chunks[address]
+        chunk.in_use = False
+        following = chunk.next
+        if following is not None:
+            after = chunks[following]
+            if not after.in_use:
+                del free[bisect_left(free, (after.size, following))]
+                del chunks[following]
+                chunk.size += after.size
+                chunk.next = after.next
+                if after.next is not None:
+                    chunks[after.next].previous = address
+        previous = chunk.previous
+        if previous is not None:
+            before = chunks[previous]
+            if not before.in_use:
+                del free[bisect_left(free, (before.size, previous))]
+                del chunks[address]
+                before.size += chunk.size
+                before.next = chunk.next
+                if chunk.next is not None:
+                    chunks[chunk.next].previous = previous
+                address, chunk = previous, before
+        insort(free, (chunk.size, address))
 
-    def _best_fit(self, rounded: int) -> tuple[_Region, int] | None:
-        best: tuple[int, int] | None = None
-        found: tuple[_Region, int] | None = None
-        for region in self._regions:
-            for index, (offset, size, in_use) in enumerate(region.chunks):
-                if in_use or size < rounded:
-                    continue
-                key = (size, region.start + offset)
-                if best is None or key < best:
-                    best, found = key, (region, index)
-        return found
+    def address(self, buffer: object) -> int:
+        """Where a live buffer's chunk starts."""
+        return self._where[buffer]
 
-    def _extend(self, rounded: int) -> tuple[_Region, int]:
+    def layout(self) -> tuple[object, ...]:
+        """The state placement depends on: regions, chunks, the size of the next region. Two
+        arenas with one layout, their live buffers at the same addresses, place alike from there."""
+        chunks = tuple(sorted((address, c.size, c.in_use) for address, c in self._chunks.items()))
+        return self._regions, self._next_region, chunks
+
+    def _extend(self, rounded: int) -> tuple[int, int]:
         grew = False
         while rounded > self._next_region:
             self._next_region *= 2
             grew = True
         size = self._next_region
-        # Later regions come from later mmaps, which Linux places at lower addresses.
-        start = -(len(self._regions) + 1) << 40
-        region = _Region(start, size, [[0, size, 0]])
-        self._regions.append(region)
+        self._regions += 1
+        start = -self._regions << _REGION_SPACING
+        self._chunks[start] = _Chunk(size, None, None)
         self.reserved_bytes += size
         if not grew:  # ORT doubles the next region, up to the cap, and from there stays at it
             self._next_region = self._next_region * 2 if self._next_region * 2 < _MAX_DOUBLING else _MAX_DOUBLING
-        return region, 0
+        return size, start
 
-    def _touch(self, region: _Region, start: int, end: int) -> None:
-        ranges = region.touched
-        i = bisect.bisect_left(ranges, [start, start])
-        if i > 0 and ranges[i - 1][1] >= start:
-            i -= 1
+    def _touch(self, i: int, start: int, end: int) -> None:
+        """Add [start, end) to the touched ranges; ``i``: the last range starting at or before ``start``."""
+        starts, ends = self._starts, self._ends
+        if i < 0 or ends[i] < start:  # that range does not reach this one
+            i += 1
         j, covered = i, 0
-        while j < len(ranges) and ranges[j][0] <= end:
-            covered += ranges[j][1] - ranges[j][0]
-            start, end = min(ranges[j][0], start), max(ranges[j][1], end)
+        while j < len(starts) and starts[j] <= end:
+            covered += ends[j] - starts[j]
+            start, end = min(starts[j], start), max(ends[j], end)
             j += 1
-        ranges[i:j] = [[start, end]]
+        starts[i:j] = [start]
+        ends[i:j] = [end]
         self.touched_bytes += end - start - covered

@@ -319,14 +319,13 @@ def plan_savings(report: ScanReport, graph: TrainingGraph) -> tuple[PlanSavings,
 
 
 def simulator_for(
-    plans: Sequence[PlanSavings], graph: TrainingGraph, source: Path | None, ort_version: str, device: str
+    plans: Sequence[PlanSavings], graph: TrainingGraph, source: Path | None, ort_version: str
 ) -> ActivationSimulator:
     return ActivationSimulator(
         graph,
         {p.key: p.recomputes for p in plans},
         str(source) if source else None,
         rules_for(ort_version).analysis_order,
-        device,
     )
 
 
@@ -377,7 +376,7 @@ def fit_calibration(
         symbols,
         fixed,
         single_batch=target.fixed_batch,
-        simulator=simulator_for(plans, loaded.graph, loaded.graph_path, prepared.ort_version, device_used),
+        simulator=simulator_for(plans, loaded.graph, loaded.graph_path, prepared.ort_version),
     )
     save_model(runs_dir, identity, model)
 

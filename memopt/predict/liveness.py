@@ -18,14 +18,15 @@ What ORT's allocator adds is modelled where it is structural:
   returned its own (a scalar among them): two copies of the largest (a cross-entropy's
   log-softmax and its gradient) are live there, outside ORT's arena, as are the gradients
   PyTorch hands back (the YieldOp's outputs) until ORT's backward is done with them.
-The same allocations and frees, played through the device's allocator over several steps,
-give ``resident_bytes``, what a trial's peak reads and the memory model predicts from. On
-CPU that allocator is ORT's BFC arena (``memopt.predict.arena``) and the figure the pages it
-handed out, which is what the process holds. On CUDA it is PyTorch's caching allocator
-(``memopt.predict.cuda_caching``): ORTModule hands ORT's allocations to it, so PyTorch's
-loss and the gradients it hands back go through it too; the figure is its peak of
-allocated bytes (``torch.cuda.max_memory_allocated``), and ``reserved_bytes`` its peak of
-reserved segments, what the device holds for it.
+The same allocations and frees, played through ORT's BFC arena over several steps
+(``memopt.predict.arena``), give ``resident_bytes``: the pages the arena handed out, which
+is what the process holds; the memory model predicts from that figure.
+
+The work is split by what it depends on: a config's schedule and how each output gets its
+buffer (a ``_Program``) do not depend on the dims, so a config is scheduled once for every
+batch; the tensors' sizes at some dims serve every config; a play at some dims walks the
+program once for its events, then the arena step by step, and stops early once the arena's
+placement repeats itself (the steps after it touch nothing new).
 """
 
 from __future__ import annotations
@@ -33,18 +34,18 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Protocol
+from typing import NamedTuple
+
+import numpy as np
 
 from memopt.graph.topology import memory_efficient_backward, memory_efficient_order
 from memopt.graph.training_graph import Node, TrainingGraph
-from memopt.ort.config import PlanKey
 from memopt.ort.rules import AnalysisOrder
 from memopt.predict.arena import BFCArena
-from memopt.predict.cuda_caching import CudaCachingAllocator
 from memopt.scan.detect import element_size
 from memopt.scan.modules import module_path
 
-__all__ = ["RECOMPUTED_SUFFIX", "ActivationSimulator", "Allocator", "Recompute", "Timeline", "simulate"]
+__all__ = ["RECOMPUTED_SUFFIX", "ActivationSimulator", "Recompute", "Timeline", "simulate"]
 
 RECOMPUTED_SUFFIX = "_recompute"  # ORT names a node's recomputed clone <node>_recompute
 
@@ -85,21 +86,11 @@ _MEMORY_EFFICIENT = (AnalysisOrder.MEMORY_EFFICIENT, AnalysisOrder.MEMORY_EFFICI
 # touched grow for a few steps, now and then after a quiet one, before they settle: measured
 # per mapping on CPU RSS, settled by the fourth or fifth step; simulated, by the fifth.
 _ARENA_STEPS = 8
-_LOSS = "<loss>"  # PyTorch's loss buffers, where they go through the simulated allocator
-
-
-class Allocator(Protocol):
-    """What a simulated step's buffers are played through: ORT's BFC arena on CPU, PyTorch's
-    caching allocator on CUDA."""
-
-    def allocate(self, buffer: object, size: float) -> None: ...
-
-    def free(self, buffer: object) -> None: ...
-
-    @property
-    def touched_bytes(self) -> int:
-        """The memory the allocator holds of the device now."""
-        ...
+# What a simulator keeps of its work besides timelines, each as large as the graph: the
+# tensor sizes at this many dims, the programs of this many configs (a search asks for one
+# config at many batches, or for many configs at one batch).
+_SIZES_KEPT = 4
+_PROGRAMS_KEPT = 4
 
 
 @dataclass(frozen=True)
@@ -121,10 +112,8 @@ class Timeline:
     module: str | None  # the torch module of the node at the peak, when its name tells
     recomputed_at_peak: bool  # the node at the peak is a recompute clone
     step_count: int
-    # What a trial's peak reads of the repeated steps: on CPU the arena's high-water mark, the
-    # pages it handed out (see arena.py); on CUDA the caching allocator's peak allocated bytes.
+    # The arena's high-water mark over repeated steps: the pages it handed out (see arena.py).
     resident_bytes: float = 0.0
-    reserved_bytes: float = 0.0  # CUDA: the caching allocator's peak reserved bytes (0 on CPU)
 
     def where(self) -> str:
         place = f" in {self.module}" if self.module else ""
@@ -132,8 +121,7 @@ class Timeline:
         return f"{self.phase}{place}, at {self.peak_op}{clone}"
 
 
-@dataclass(frozen=True)
-class _Step:
+class _Step(NamedTuple):  # a tuple: a schedule makes one per node, for every config
     node: Node
     inputs: tuple[str, ...]
     outputs: tuple[str, ...]
@@ -145,87 +133,172 @@ def simulate(
     dims: Mapping[str, int],
     recompute: Iterable[Recompute] = (),
     order: AnalysisOrder = AnalysisOrder.MEMORY_EFFICIENT_DEEPEST_FIRST,
-    device: str = "cpu",
 ) -> Timeline:
     """The activation timeline of one training step of ``graph`` at ``dims`` with ``recompute``
-    applied, a config running in the execution ``order`` of the release (``OrtRules.analysis_order``),
-    its allocations played through ``device``'s allocator.
+    applied, a config running in the execution ``order`` of the release (``OrtRules.analysis_order``).
 
     Where the page use of the arena's placement is concerned, a config is also played in the
     file's order and the larger figure kept: which pages the arena's placement touches turns
     on details the graph does not show (kernel scratch buffers among them), and the file's
     order is a second placement of the same live bytes (BENCHMARKS.md, the grid)."""
-    recompute = tuple(recompute)
-    timeline = _play(graph, dims, *_schedule(graph, recompute, order), device)
+    return _simulate(_programs(graph, tuple(recompute), order), dims, {})
+
+
+def _programs(
+    graph: TrainingGraph, recompute: Sequence[Recompute], order: AnalysisOrder, forward: Sequence[int] | None = None
+) -> tuple[_Program, ...]:
+    """The orders ``simulate`` plays a config in: the release's, and the file's where that differs
+    (``forward``: see ``_schedule``)."""
+    first = _Program(graph, *_schedule(graph, recompute, order, forward))
     if recompute and order in _MEMORY_EFFICIENT:
-        other = _play(graph, dims, *_schedule(graph, recompute, AnalysisOrder.FILE), device)
-        timeline = replace(
-            timeline,
-            resident_bytes=max(timeline.resident_bytes, other.resident_bytes),
-            reserved_bytes=max(timeline.reserved_bytes, other.reserved_bytes),
-        )
+        return first, _Program(graph, *_schedule(graph, recompute, AnalysisOrder.FILE))
+    return (first,)
+
+
+def _simulate(programs: Sequence[_Program], dims: Mapping[str, int], exact: dict[str, float | None]) -> Timeline:
+    """``programs`` played at ``dims``; ``exact``: the tensors' sizes there, as far as known."""
+    timeline = _play(programs[0], _Sizes(programs[0], dims, exact))
+    for program in programs[1:]:
+        other = _play(program, _Sizes(program, dims, exact))
+        timeline = replace(timeline, resident_bytes=max(timeline.resident_bytes, other.resident_bytes))
     return timeline
 
 
-def _play(
-    graph: TrainingGraph, dims: Mapping[str, int], steps: list[_Step], yield_index: int | None, device: str
-) -> Timeline:
-    """Run ``steps`` for several training steps through ``device``'s allocator: the live peak of
-    one step, where it is, and what a trial's peak reads of the allocator by the end."""
-    sizes = _Sizes(graph, dims)
-    for step in steps:
-        if step.recomputed:
-            for original, clone in zip(step.node.outputs, step.outputs):
-                sizes.alias(clone, original)
-    yielded = steps[yield_index] if yield_index is not None else None
-    held_names = set(yielded.inputs) if yielded is not None else set()
-    # The YieldOp's outputs are the gradients PyTorch hands back: PyTorch allocated them.
-    from_torch = set(yielded.outputs) if yielded is not None else set()
-    events, held = _buffer_events(graph, steps, sizes, held_names)
-    loss_bytes = sizes.torch_loss(yielded) if yielded is not None else 0.0
+# How a step's output gets its buffer, as far as the schedule alone tells.
+_NEW, _VIEW, _MAYBE_IN_PLACE = 0, 1, 2
 
-    live = 0.0
+
+class _Program:
+    """A schedule as its plays need it, worked out once for every dims: per step, how each
+    output gets its buffer and when it is last needed.
+
+    A view shares its input's buffer; an in-place op takes over an input that dies there when
+    their sizes match (known only at dims); the graph's outputs (the gradients) and the model's
+    outputs (held by the loop) live to the end of the step."""
+
+    def __init__(self, graph: TrainingGraph, steps: list[_Step], yield_index: int | None) -> None:
+        self.graph = graph
+        self.steps = steps
+        self.yield_index = yield_index
+        self.aliases = {
+            clone: original
+            for step in steps
+            if step.recomputed
+            for original, clone in zip(step.node.outputs, step.outputs)
+            if clone
+        }
+        yielded = steps[yield_index] if yield_index is not None else None
+        self.held_names = set(yielded.inputs) if yielded is not None else set()
+        # The YieldOp's outputs are the gradients PyTorch hands back: PyTorch allocated them.
+        self.from_torch = set(yielded.outputs) if yielded is not None else set()
+        last_use: dict[str, int] = {}
+        for index, step in enumerate(steps):
+            for name in step.inputs:
+                if name:
+                    last_use[name] = index
+        outputs = set(graph.graph_outputs)
+        kept = outputs | self.held_names  # live to the end of the step
+        end_of_step = len(steps)
+        made: set[str] = set()  # outputs of the steps so far
+        # Per step: (its outputs as (name, how, end of use), its source input, every name it touches).
+        self.rows: list[tuple[tuple[tuple[str, int, int], ...], str, tuple[str, ...]]] = []
+        for index, step in enumerate(steps):
+            source = step.inputs[0] if step.inputs else ""
+            op = step.node.op_type
+            first = _NEW
+            if source and source in made:
+                if op in _VIEWS:
+                    first = _VIEW
+                elif op in _IN_PLACE and source not in outputs and last_use.get(source, -1) == index:
+                    first = _MAYBE_IN_PLACE
+            entries = tuple(
+                (name, first if position == 0 else _NEW, end_of_step if name in kept else last_use.get(name, index))
+                for position, name in enumerate(step.outputs)
+                if name
+            )
+            made.update(step.outputs)
+            self.rows.append((entries, source, step.inputs + step.outputs))
+
+
+_ALLOCATE, _FREE, _MARK, _FREE_LAST = 0, 1, 2, 3  # a play's operations on the arena
+
+# A play's events: per step, the buffers allocated before it runs and those freed after it,
+# as (number, bytes, allocated by PyTorch).
+_Events = list[tuple[list[tuple[int, float, bool]], list[tuple[int, float, bool]]]]
+
+
+def _play(program: _Program, sizes: _Sizes) -> Timeline:
+    """Run the program for several training steps through the arena: the live peak of one
+    step, where it is, and the pages the arena touched by the end."""
+    steps, yield_index = program.steps, program.yield_index
+    events, held, count = _buffer_events(program, sizes)
+    loss_bytes = sizes.torch_loss(steps[yield_index]) if yield_index is not None else 0.0
+
+    # One pass without the arena: the live peak, and what each event holds outside the arena
+    # (PyTorch's gradients, and its loss at the YieldOp), the same in every step.
+    live = outside = 0.0
     peak, peak_index = 0.0, -1
-    # On CUDA one allocator holds ORT's and PyTorch's tensors alike.
-    cuda = CudaCachingAllocator() if device == "cuda" else None
-    arena: Allocator = BFCArena() if cuda is None else cuda
-    outside = 0.0  # live bytes PyTorch allocated (not in ORT's arena)
+    beside: list[float] = []
+    # The arena's part of a step as one list of operations: (_ALLOCATE, buffer, bytes),
+    # (_FREE, buffer, 0), (_MARK, 0, 0) where the event's pages touched are read; in the
+    # steps after the first, (_FREE_LAST, buffer, 0) frees the step before's held outputs.
+    first: list[tuple[int, int, float]] = []
+    later: list[tuple[int, int, float]] = []
+    for index, (allocated, freed) in enumerate(events):
+        for buffer, size, torch in allocated:
+            live += size
+            if torch:
+                outside += size
+            else:
+                first.append((_ALLOCATE, buffer, size))
+                later.append((_ALLOCATE, buffer, size))
+        transient = loss_bytes if index == yield_index else 0.0
+        if live + transient > peak:
+            peak, peak_index = live + transient, index
+        beside.append(outside + transient)
+        if index == yield_index:  # the loop drops the last step's outputs when forward returns
+            later.extend((_FREE_LAST, buffer, 0.0) for buffer in held)
+        first.append((_MARK, 0, 0.0))
+        later.append((_MARK, 0, 0.0))
+        for buffer, size, torch in freed:
+            live -= size
+            if torch:
+                outside -= size
+            else:
+                first.append((_FREE, buffer, 0.0))
+                later.append((_FREE, buffer, 0.0))
+    outside_bytes = np.array(beside)
+
+    arena = BFCArena()
+    allocate, free = arena.allocate, arena.free
     resident = 0.0
+    seen: set[tuple[object, ...]] = set()  # the arena's state at the end of each step played
     for repeat in range(_ARENA_STEPS):
-        if cuda is not None and repeat == 1:
-            cuda.reset_peaks()  # as a trial does after the warm-up step
-        for index, (allocated, freed) in enumerate(events):
-            for buffer, size in allocated:
-                if buffer in from_torch and cuda is None:
-                    outside += size
-                else:
-                    arena.allocate((repeat, buffer), size)
-                live += size
-            if index == yield_index and repeat > 0:
-                for buffer, size in held:  # the loop drops the last step's outputs when forward returns
-                    arena.free((repeat - 1, buffer))
-                    live -= size
-            transient = loss_bytes if index == yield_index else 0.0
-            if repeat == 0 and live + transient > peak:
-                peak, peak_index = live + transient, index
-            if cuda is None:
-                resident = max(resident, arena.touched_bytes + outside + transient)
-            elif transient:  # the loss's two copies, allocated and freed around the YieldOp
-                for copy in (0, 1):
-                    cuda.allocate((repeat, _LOSS, copy), transient / 2)
-                for copy in (0, 1):
-                    cuda.free((repeat, _LOSS, copy))
-            for buffer, size in freed:
-                if buffer in from_torch and cuda is None:
-                    outside -= size
-                else:
-                    arena.free((repeat, buffer))
-                live -= size
+        base, last = repeat * count, (repeat - 1) * count  # repeat r's copy of buffer i is i + r * count
+        touched: list[int] = []  # per event, the pages touched while it runs
+        mark = touched.append
+        for kind, buffer, size in first if repeat == 0 else later:
+            if kind == _ALLOCATE:
+                allocate(base + buffer, size)
+            elif kind == _FREE:
+                free(base + buffer)
+            elif kind == _MARK:
+                mark(arena.touched_bytes)
+            else:
+                free(last + buffer)
+        if touched:
+            resident = max(resident, float((np.array(touched, dtype=float) + outside_bytes).max()))
+        # Placed as at the end of an earlier step (the placement often alternates between two):
+        # the steps from here repeat the ones after that at the same addresses, so they touch
+        # nothing new and only their bytes outside the arena count.
+        state = (arena.layout(), tuple(arena.address(base + buffer) for buffer in held))
+        if state in seen:
+            if repeat < _ARENA_STEPS - 1 and touched:
+                resident = max(resident, float((arena.touched_bytes + outside_bytes).max()))
+            break
+        seen.add(state)
     if peak_index < 0:
         return Timeline(0.0, "", "", "forward", None, False, len(steps))
-    reserved = 0.0
-    if cuda is not None:
-        resident, reserved = float(cuda.peak_allocated_bytes), float(cuda.peak_reserved_bytes)
     at = steps[peak_index]
     phase = (
         "forward"
@@ -235,83 +308,61 @@ def _play(
         else "backward"
     )
     return Timeline(
-        peak,
-        at.node.name,
-        at.node.op_type,
-        phase,
-        module_path(at.node.name),
-        at.recomputed,
-        len(steps),
-        resident,
-        reserved,
+        peak, at.node.name, at.node.op_type, phase, module_path(at.node.name), at.recomputed, len(steps), resident
     )
 
 
-def _buffer_events(
-    graph: TrainingGraph, steps: Sequence[_Step], sizes: _Sizes, held_names: set[str]
-) -> tuple[list[tuple[list[tuple[str, float]], list[tuple[str, float]]]], list[tuple[str, float]]]:
-    """Per step, the buffers allocated before it runs and those freed after it, with their bytes.
-
-    A view shares its input's buffer; an in-place op takes over an input that dies there;
-    the graph's outputs (the gradients) are freed when the step ends."""
-    last_use: dict[str, int] = {}
-    for index, step in enumerate(steps):
-        for name in step.inputs:
-            if name:
-                last_use[name] = index
-    outputs = set(graph.graph_outputs)
+def _buffer_events(program: _Program, sizes: _Sizes) -> tuple[_Events, list[int], int]:
+    """The play's events, the buffers the loop holds into the next step, and how many buffers
+    there are (numbered from 0)."""
+    from_torch = program.from_torch
+    number: dict[str, int] = {}
     buffer_of: dict[str, str] = {}
     buffer_last: dict[str, int] = {}
     buffer_size: dict[str, float] = {}
-    events: list[tuple[list[tuple[str, float]], list[tuple[str, float]]]] = []
-    for index, step in enumerate(steps):
-        allocated: list[tuple[str, float]] = []
-        for position, name in enumerate(step.outputs):
-            if not name:
-                continue
-            source = step.inputs[0] if step.inputs else ""
-            if position == 0 and step.node.op_type in _VIEWS and source in buffer_of:
-                buffer_of[name] = buffer_of[source]
+    events: _Events = []
+    for index, (step, (entries, source, touching)) in enumerate(zip(program.steps, program.rows)):
+        allocated: list[tuple[int, float, bool]] = []
+        for name, how, end in entries:
+            if how == _VIEW:
+                buffer = buffer_of[name] = buffer_of[source]
             elif (
-                position == 0
-                and step.node.op_type in _IN_PLACE
-                and source in buffer_of
-                and source not in outputs
+                how == _MAYBE_IN_PLACE
                 and buffer_last.get(buffer_of[source], -1) <= index
-                and last_use.get(source, -1) == index
                 and buffer_size[buffer_of[source]] == sizes.of(name, step)
             ):
-                buffer_of[name] = buffer_of[source]
+                buffer = buffer_of[name] = buffer_of[source]
             else:
-                buffer_of[name] = name
-                buffer_size[name] = sizes.of(name, step)
-                allocated.append((name, buffer_size[name]))
-            buffer = buffer_of[name]
-            end = len(steps) if name in outputs or name in held_names else last_use.get(name, index)
+                buffer = buffer_of[name] = name
+                size = buffer_size[name] = sizes.of(name, step)
+                allocated.append((number.setdefault(name, len(number)), size, name in from_torch))
             buffer_last[buffer] = max(buffer_last.get(buffer, index), end)
         # Free every buffer whose last use is this step (buffer_last only grows, so check at the end).
-        freed: list[tuple[str, float]] = []
-        for name in step.inputs + step.outputs:
+        freed: list[tuple[int, float, bool]] = []
+        for name in touching:
             dying = buffer_of.get(name)
             if dying is not None and buffer_last.get(dying) == index and dying in buffer_size:
-                freed.append((dying, buffer_size.pop(dying)))
+                freed.append((number[dying], buffer_size.pop(dying), dying in from_torch))
         events.append((allocated, freed))
-    held_buffers = {buffer_of[name] for name in held_names if name in buffer_of}
-    held = [(b, size) for b, size in buffer_size.items() if b in held_buffers]
+    held_buffers = {buffer_of[name] for name in program.held_names if name in buffer_of}
+    held = [number[b] for b in buffer_size if b in held_buffers]
     if events:  # what is left: the gradients, released after the step
-        events[-1][1].extend((b, size) for b, size in buffer_size.items() if b not in held_buffers)
-    return events, held
+        events[-1][1].extend(
+            (number[b], size, b in from_torch) for b, size in buffer_size.items() if b not in held_buffers
+        )
+    return events, held, len(number)
 
 
 def _schedule(
-    graph: TrainingGraph, recompute: Sequence[Recompute], order: AnalysisOrder
+    graph: TrainingGraph, recompute: Sequence[Recompute], order: AnalysisOrder, forward: Sequence[int] | None = None
 ) -> tuple[list[_Step], int | None]:
     """The steps in the order ORT runs them with ``recompute`` applied, and the YieldOp's position.
 
     No config runs in the file's order. A config runs in ``order``, the one the release's
     memory optimizer analyses in: under the memory-efficient sort (1.18, 1.19) a recomputed
     subgraph runs just before the backward node that first reads it; in the other orders it
-    is placed before the stashed tensor's first backward consumer in the file."""
+    is placed before the stashed tensor's first backward consumer in the file. ``forward``:
+    ``_forward_nodes(graph, order)`` where the caller keeps it (it is the same for every config)."""
     nodes = graph.nodes
     yield_order = next((n.order for n in nodes if n.op_type == "YieldOp"), None)
     by_name = {node.name: node for node in nodes}
@@ -344,11 +395,15 @@ def _schedule(
         for name in sorted(insert_at, key=lambda n: by_name[n].order)
     ]
     originals = [
-        _Step(node, tuple(rewired.get(node.order, {}).get(name, name) for name in node.inputs), node.outputs, False)
+        _Step(node, node.inputs, node.outputs, False)
+        if node.order not in rewired
+        else _Step(node, tuple(rewired[node.order].get(name, name) for name in node.inputs), node.outputs, False)
         for node in nodes
     ]
     if clones and yield_order is not None and order in _MEMORY_EFFICIENT:
-        steps = _memory_efficient(graph, originals, clones, yield_order, order)
+        if forward is None:
+            forward = _forward_nodes(graph, order)
+        steps = _memory_efficient(graph, originals, clones, yield_order, forward)
         return steps, next(i for i, step in enumerate(steps) if step.node.order == yield_order and not step.recomputed)
     inserted: dict[int, list[_Step]] = {}
     for clone in clones:
@@ -363,18 +418,24 @@ def _schedule(
     return steps, yield_index
 
 
+def _forward_nodes(graph: TrainingGraph, order: AnalysisOrder) -> list[int]:
+    """The forward nodes (before the YieldOp) in the memory-efficient ``order``."""
+    sequence = memory_efficient_order(graph, deepest_first=order is AnalysisOrder.MEMORY_EFFICIENT_DEEPEST_FIRST)
+    yield_order = next((n.order for n in graph.nodes if n.op_type == "YieldOp"), None)
+    return sequence[: sequence.index(yield_order)] if yield_order is not None else sequence
+
+
 def _memory_efficient(
-    graph: TrainingGraph, originals: list[_Step], clones: list[_Step], yield_order: int, order: AnalysisOrder
+    graph: TrainingGraph, originals: list[_Step], clones: list[_Step], yield_order: int, forward: Sequence[int]
 ) -> list[_Step]:
-    """``originals`` and ``clones`` in ORT's memory-efficient order (``memopt.graph.topology``)."""
+    """``originals`` and ``clones`` in ORT's memory-efficient order (``memopt.graph.topology``),
+    the forward nodes as ``forward`` lists them."""
     steps = [*originals, *clones]
     made_by = {name: position for position, step in enumerate(steps) for name in step.outputs if name}
     producers = [[made_by[name] for name in step.inputs if name in made_by] for step in steps]
     # ORT adds the recomputed nodes after every node of the graph, so their indices come last.
     last = max((graph.session_index(step.node.order) for step in originals), default=-1)
     node_index = [graph.session_index(s.node.order) for s in originals] + [last + 1 + i for i in range(len(clones))]
-    sequence = memory_efficient_order(graph, deepest_first=order is AnalysisOrder.MEMORY_EFFICIENT_DEEPEST_FIRST)
-    forward = sequence[: sequence.index(yield_order)]
     backward = memory_efficient_backward(yield_order, forward, producers, node_index)
     return [steps[position] for position in (*forward, *backward)]
 
@@ -386,25 +447,21 @@ def _clone_name(name: str) -> str:
 class _Sizes:
     """Bytes of each tensor at the dims; unknown shapes are sized from the node's inputs."""
 
-    def __init__(self, graph: TrainingGraph, dims: Mapping[str, int]) -> None:
-        self._graph = graph
+    def __init__(self, program: _Program, dims: Mapping[str, int], exact: dict[str, float | None]) -> None:
+        self._graph = program.graph
         self._dims = dims
-        self._known: dict[str, float] = {}
-        self._aliases: dict[str, str] = {}
-        self._yield_inputs: dict[str, float] = {}
-
-    def alias(self, clone: str, original: str) -> None:
-        if clone:
-            self._aliases[clone] = original
+        self._aliases = program.aliases
+        self._known: dict[str, float] = {}  # sizes inferred for tensors of unknown shape
+        self._exact_sizes = exact  # shared by every play at these dims: a tensor's size is one
 
     def of(self, name: str, step: _Step) -> float:
         name = self._aliases.get(name, name)
+        exact = self._exact(name)
+        if exact is not None:
+            return exact
         if name not in self._known:
-            exact = self._exact(name)
-            if exact is None:
-                inputs = [self._exact(self._aliases.get(i, i)) or self._known.get(i, 0.0) for i in step.inputs if i]
-                exact = sum(inputs) if step.node.op_type in _CONCATS else max(inputs, default=0.0)
-            self._known[name] = exact
+            inputs = [self._exact(self._aliases.get(i, i)) or self._known.get(i, 0.0) for i in step.inputs if i]
+            self._known[name] = sum(inputs) if step.node.op_type in _CONCATS else max(inputs, default=0.0)
         return self._known[name]
 
     def torch_loss(self, step: _Step) -> float:
@@ -418,19 +475,27 @@ class _Sizes:
         return 2 * max(known, default=0.0)
 
     def _exact(self, name: str) -> float | None:
+        size = self._exact_sizes.get(name, _UNKNOWN)
+        if size is not _UNKNOWN:
+            return size
         info = self._graph.tensor(name)
-        if info.dims is None:
-            return None
-        size = element_size(info.elem_type) or 4
-        if any(d is None for d in info.dims):
-            return None
-        return float(size) * math.prod(
-            float(d) if isinstance(d, int) else float(self._dims.get(d, 1)) for d in info.dims if d is not None
-        )
+        size = None
+        if info.dims is not None and all(d is not None for d in info.dims):
+            size = float(element_size(info.elem_type) or 4) * math.prod(
+                float(d) if isinstance(d, int) else float(self._dims.get(d, 1)) for d in info.dims if d is not None
+            )
+        self._exact_sizes[name] = size
+        return size
+
+
+_UNKNOWN = -1.0  # not a size: _Sizes has not looked this tensor up yet
 
 
 class ActivationSimulator:
-    """``simulate`` for one graph and its plans, memoised: the planner asks for many configs."""
+    """``simulate`` for one graph and its plans, memoised: the planner, ``tune`` and the tune
+    screen ask for many configs at one batch and for one config at many batches. Each
+    (dims, config) is simulated once; a config's programs serve every dims, and the tensors'
+    sizes at some dims every config."""
 
     def __init__(
         self,
@@ -438,28 +503,43 @@ class ActivationSimulator:
         plans: Mapping[str, Sequence[Recompute]],
         source: str | None = None,
         order: AnalysisOrder = AnalysisOrder.MEMORY_EFFICIENT_DEEPEST_FIRST,
-        device: str = "cpu",
     ):
         self.graph = graph
         self.plans = {key: tuple(recomputes) for key, recomputes in plans.items()}
         self.source = source  # the ONNX file the graph was loaded from, when known
         self.order = order  # the order a config runs in: the release's analysis order
-        self.device = device  # whose allocator the steps are played through: "cuda" or CPU's
         self._cache: dict[tuple[object, ...], Timeline] = {}
+        # Neither depends on the other: a config's programs serve every dims, and the tensors'
+        # sizes at some dims every config.
+        self._programs: dict[tuple[object, ...], tuple[_Program, ...]] = {}
+        self._sizes: dict[tuple[tuple[str, int], ...], dict[str, float | None]] = {}
+        self._forward: list[int] | None = None  # _schedule's forward: the same for every config
 
     def timeline(
-        self, dims: Mapping[str, int], plans: Iterable[PlanKey] = (), counts: Mapping[PlanKey, int] | None = None
+        self, dims: Mapping[str, int], plans: Iterable[str] = (), counts: Mapping[str, int] | None = None
     ) -> Timeline:
         """The step at ``dims`` with ``plans`` on (the first ``counts[key]`` occurrences where given)."""
         counts = counts or {}
         chosen = tuple(sorted(set(plans)))
         partial = tuple(sorted((key, count) for key, count in counts.items() if key in chosen and count >= 0))
-        memo = (tuple(sorted(dims.items())), chosen, partial)
+        config = (chosen, partial)
+        at = tuple(sorted(dims.items()))
+        memo = (at, config)
         if memo not in self._cache:
-            recompute = [
-                r
-                for key in chosen
-                for r in self.plans.get(key, ())[: counts[key] if counts.get(key, -1) >= 0 else None]
-            ]
-            self._cache[memo] = simulate(self.graph, dims, recompute, self.order, self.device)
+            programs = self._programs.pop(config, None)  # kept most recent last
+            if programs is None:
+                recompute = [
+                    r
+                    for key in chosen
+                    for r in self.plans.get(key, ())[: counts[key] if counts.get(key, -1) >= 0 else None]
+                ]
+                if self._forward is None and self.order in _MEMORY_EFFICIENT:
+                    self._forward = _forward_nodes(self.graph, self.order)
+                programs = _programs(self.graph, recompute, self.order, self._forward)
+                if len(self._programs) >= _PROGRAMS_KEPT:
+                    del self._programs[next(iter(self._programs))]
+            self._programs[config] = programs
+            if at not in self._sizes and len(self._sizes) >= _SIZES_KEPT:
+                del self._sizes[next(iter(self._sizes))]  # the oldest: searches move on through the batches
+            self._cache[memo] = _simulate(programs, dims, self._sizes.setdefault(at, {}))
         return self._cache[memo]

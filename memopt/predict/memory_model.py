@@ -7,16 +7,11 @@ With the training graph (the normal case):
 ``activations`` is the simulated resident activation memory of a step
 (``memopt.predict.liveness``: ORT's execution order, each tensor live from its producer to
 its last consumer, the config's recompute applied as ORT rewrites the graph, the
-allocations played through the device's allocator: ORT's BFC arena on CPU, PyTorch's
-caching allocator on CUDA, where it is the peak of allocated bytes a CUDA trial measures).
-``fixed`` (runtime, weights, gradients' holders, optimizer state) is what a no-config trial
-measures beyond the simulation;
+allocations played through ORT's BFC arena). ``fixed`` (runtime, weights, gradients'
+holders, optimizer state) is what a no-config trial measures beyond the simulation;
 ``scale`` is what the simulation still misses (kernel workspaces, PyTorch's side of the
 loss), 1.0 until trials with different simulated figures fit it by least squares. A plan's
-saving is what it takes off the simulated figure, not the bytes it stashes. On CUDA the
-prediction also carries the caching allocator's reserved bytes, ``fixed + scale · reserved``
-(the fixed part's tensors assumed to fill their segments): with the memory outside the
-allocator (CUDA context, library workspaces), what the device runs out of.
+saving is what it takes off the simulated figure, not the bytes it stashes.
 
 Without a graph (a saved model whose graph file is gone), the linear form:
 
@@ -105,7 +100,6 @@ class Prediction:
     peak_bytes: float
     baseline_bytes: float  # no config
     savings: Mapping[PlanKey, float]  # effective bytes per enabled plan
-    reserved_bytes: float | None = None  # CUDA: what the caching allocator reserves at the peak
 
 
 @dataclass(frozen=True)
@@ -125,17 +119,13 @@ class MemoryModel:
     def simulated(self) -> bool:
         return self.simulator is not None
 
-    def timeline(
-        self, batch_size: int, plans: Iterable[PlanKey] = (), counts: Mapping[PlanKey, int] | None = None
-    ) -> Timeline:
+    def timeline(self, batch_size: int, plans: Iterable[PlanKey] = (), counts: Mapping[PlanKey, int] | None = None) -> Timeline:
         """The simulated step (activation peak and where it is); needs the graph."""
         if self.simulator is None:
             raise ModelError("this memory model has no training graph to simulate")
         return self.simulator.timeline(self.dims(batch_size), plans, counts)
 
-    def activations(
-        self, batch_size: int, plans: Iterable[PlanKey] = (), counts: Mapping[PlanKey, int] | None = None
-    ) -> float:
+    def activations(self, batch_size: int, plans: Iterable[PlanKey] = (), counts: Mapping[PlanKey, int] | None = None) -> float:
         """Predicted activation bytes at the peak (the prediction less the fixed part)."""
         if self.simulator is None:
             return self.predict(batch_size, plans, counts).peak_bytes - self.static_bytes
@@ -193,26 +183,32 @@ class MemoryModel:
         savings = {key: self.factor(key) * self.raw_saving(key, batch_size, counts.get(key)) for key in plans}
         baseline = self.baseline(batch_size)
         if self.simulator is not None:
-            peak = self.static_bytes + self.activations(batch_size, plans, counts)
-            reserved = None
-            if self.simulator.device == "cuda":
-                simulated = self.timeline(batch_size, plans, counts).reserved_bytes
-                reserved = self.static_bytes + self.activation_scale * simulated
-            return Prediction(batch_size, plans, peak, baseline, savings, reserved)
+            return Prediction(batch_size, plans, self.peak(batch_size, plans, counts), baseline, savings)
         return Prediction(batch_size, plans, baseline - sum(savings.values()), baseline, savings)
 
+    def peak(self, batch_size: int, plans: Iterable[PlanKey] = (), counts: Mapping[PlanKey, int] | None = None) -> float:
+        """``predict(…).peak_bytes`` alone: with the graph, one simulation, not one more per plan
+        for its saving."""
+        if self.simulator is not None:
+            return self.static_bytes + self.activations(batch_size, plans, counts)
+        return self.predict(batch_size, plans, counts).peak_bytes
+
     def max_batch(self, limit_bytes: float, plans: Iterable[PlanKey] = (), ceiling: int = 1 << 20) -> int:
-        """The largest batch whose predicted peak stays within ``limit_bytes`` (0: none)."""
+        """The largest batch whose predicted peak stays within ``limit_bytes`` (0: none).
+
+        Doubling, then halving: the arena's placement makes the peak grow with the batch only
+        roughly (a batch can fit where a smaller one does not), so the batches tried are part of
+        the answer; each costs one simulation (``peak``)."""
         plans = tuple(plans)
-        if self.predict(1, plans).peak_bytes > limit_bytes:
+        if self.peak(1, plans) > limit_bytes:
             return 0
         low, high = 1, 2
-        while high <= ceiling and self.predict(high, plans).peak_bytes <= limit_bytes:
+        while high <= ceiling and self.peak(high, plans) <= limit_bytes:
             low, high = high, high * 2
         high = min(high, ceiling + 1)
         while high - low > 1:
             middle = (low + high) // 2
-            if self.predict(middle, plans).peak_bytes <= limit_bytes:
+            if self.peak(middle, plans) <= limit_bytes:
                 low = middle
             else:
                 high = middle
@@ -241,7 +237,6 @@ class MemoryModel:
             "activation_scale": self.activation_scale,
             "graph": self.simulator.source if self.simulator is not None else None,
             "config_order": self.simulator.order.value if self.simulator is not None else None,
-            "device": self.simulator.device if self.simulator is not None else None,
             "plans": [
                 {
                     "key": p.key,
@@ -290,16 +285,13 @@ class MemoryModel:
             dict(data.get("effectiveness", {})),
             float(data.get("global_effectiveness", 1.0)),
             observations,
-            _reload_simulator(data.get("graph"), plans, data.get("config_order"), data.get("device")),
+            _reload_simulator(data.get("graph"), plans, data.get("config_order")),
             float(data.get("activation_scale", 1.0)),
         )
 
 
-def _reload_simulator(
-    source: Any, plans: tuple[PlanSavings, ...], order: Any, device: Any
-) -> ActivationSimulator | None:
-    """The simulator of a saved model, if its graph file is still there (and it names a known order);
-    a model saved before it named its device was simulated as on CPU."""
+def _reload_simulator(source: Any, plans: tuple[PlanSavings, ...], order: Any) -> ActivationSimulator | None:
+    """The simulator of a saved model, if its graph file is still there (and it names a known order)."""
     if not isinstance(source, str) or not any(p.recomputes for p in plans):
         return None
     try:
@@ -307,8 +299,7 @@ def _reload_simulator(
         graph = load_graph(source)
     except (MemoptError, ValueError):
         return None
-    simulated_on = device if isinstance(device, str) else "cpu"
-    return ActivationSimulator(graph, {p.key: p.recomputes for p in plans}, source, config_order, simulated_on)
+    return ActivationSimulator(graph, {p.key: p.recomputes for p in plans}, source, config_order)
 
 
 def fit_memory_model(

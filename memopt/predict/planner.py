@@ -167,7 +167,7 @@ def _choose_simulated(
     cost = {key: max(costs_s.get(key, 0.0), 0.0) for key in keys}
 
     def peak(plans: set[PlanKey]) -> float:
-        return model.predict(batch, tuple(plans)).peak_bytes
+        return model.peak(batch, tuple(plans))
 
     chosen: set[PlanKey] = set()
     solver = "milp (HiGHS) on simulated savings"
