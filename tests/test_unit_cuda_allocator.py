@@ -3,15 +3,8 @@ of ``c10/cuda/CUDACachingAllocator.cpp`` (the test names say which)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from pathlib import Path
-
 import pytest
-from support.fake_tuning import DIMS, SAMPLE_GRAPH, prepared_gpt
-from support.graphs import STEP
 
-from memopt.core import RunStatus, parse_runnable
-from memopt.predict import MemoryModel, Observation, PreparedTarget, calibrate_on, fit_memory_model
 from memopt.predict.cuda_caching import (
     K_LARGE_BUFFER,
     K_SMALL_BUFFER,
@@ -20,8 +13,6 @@ from memopt.predict.cuda_caching import (
     round_size,
     segment_size,
 )
-from memopt.predict.liveness import ActivationSimulator, Timeline, simulate
-from memopt.run import Journal, Outcome, TrialResult
 
 KiB = 1 << 10
 MiB = 1 << 20

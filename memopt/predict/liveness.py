@@ -40,6 +40,7 @@ import numpy as np
 
 from memopt.graph.topology import memory_efficient_backward, memory_efficient_order
 from memopt.graph.training_graph import Node, TrainingGraph
+from memopt.ort.config import PlanKey
 from memopt.ort.rules import AnalysisOrder
 from memopt.predict.arena import BFCArena
 from memopt.scan.detect import element_size
@@ -516,7 +517,7 @@ class ActivationSimulator:
         self._forward: list[int] | None = None  # _schedule's forward: the same for every config
 
     def timeline(
-        self, dims: Mapping[str, int], plans: Iterable[str] = (), counts: Mapping[str, int] | None = None
+        self, dims: Mapping[str, int], plans: Iterable[PlanKey] = (), counts: Mapping[PlanKey, int] | None = None
     ) -> Timeline:
         """The step at ``dims`` with ``plans`` on (the first ``counts[key]`` occurrences where given)."""
         counts = counts or {}

@@ -119,13 +119,17 @@ class MemoryModel:
     def simulated(self) -> bool:
         return self.simulator is not None
 
-    def timeline(self, batch_size: int, plans: Iterable[PlanKey] = (), counts: Mapping[PlanKey, int] | None = None) -> Timeline:
+    def timeline(
+        self, batch_size: int, plans: Iterable[PlanKey] = (), counts: Mapping[PlanKey, int] | None = None
+    ) -> Timeline:
         """The simulated step (activation peak and where it is); needs the graph."""
         if self.simulator is None:
             raise ModelError("this memory model has no training graph to simulate")
         return self.simulator.timeline(self.dims(batch_size), plans, counts)
 
-    def activations(self, batch_size: int, plans: Iterable[PlanKey] = (), counts: Mapping[PlanKey, int] | None = None) -> float:
+    def activations(
+        self, batch_size: int, plans: Iterable[PlanKey] = (), counts: Mapping[PlanKey, int] | None = None
+    ) -> float:
         """Predicted activation bytes at the peak (the prediction less the fixed part)."""
         if self.simulator is None:
             return self.predict(batch_size, plans, counts).peak_bytes - self.static_bytes
@@ -186,7 +190,9 @@ class MemoryModel:
             return Prediction(batch_size, plans, self.peak(batch_size, plans, counts), baseline, savings)
         return Prediction(batch_size, plans, baseline - sum(savings.values()), baseline, savings)
 
-    def peak(self, batch_size: int, plans: Iterable[PlanKey] = (), counts: Mapping[PlanKey, int] | None = None) -> float:
+    def peak(
+        self, batch_size: int, plans: Iterable[PlanKey] = (), counts: Mapping[PlanKey, int] | None = None
+    ) -> float:
         """``predict(…).peak_bytes`` alone: with the graph, one simulation, not one more per plan
         for its saving."""
         if self.simulator is not None:
