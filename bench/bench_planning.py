@@ -31,6 +31,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from memopt.core import parse_runnable
 from memopt.recipes import parse_option_value
 from memopt.run.journal import Journal
 from memopt.run.trials import TrialSpec, run_trial
@@ -83,7 +84,7 @@ def bench_case(
     recorded = folder / "reference_cpu.json"
     before = children_cpu()
     reference = run_trial(
-        TrialSpec(recipe, args.batch, options, (), args.steps),
+        TrialSpec(parse_runnable(recipe), args.batch, options, (), args.steps),
         reference_dir,
         journal=Journal.in_folder(reference_dir),
         resume=recorded.exists(),

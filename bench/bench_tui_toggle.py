@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from memopt.core import parse_runnable
 from memopt.recipes import parse_option_value
 from memopt.run.budget import parse_budget
 from memopt.tui.app import TuneApp
@@ -47,7 +48,7 @@ def main() -> int:
     options: dict[str, Any] = {"size": "tiny", "seq_len": args.seq}
     options.update({key: parse_option_value(value) for key, value in (pair.split("=", 1) for pair in pairs)})
     settings = TuneSettings(
-        recipe=args.target,
+        target=parse_runnable(args.target),
         target_batch=args.batch,
         budget=parse_budget("64GiB"),  # the prediction does not depend on it
         options=options,

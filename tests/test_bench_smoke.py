@@ -87,6 +87,7 @@ def test_recompute_cost_benchmark(tmp_path: Path) -> None:
     assert "configs measured no step-time increase" in out
 
 
+@pytest.mark.ort
 def test_planning_benchmark(tmp_path: Path) -> None:
     out = _run(
         str(BENCH / "bench_planning.py"),
@@ -95,6 +96,7 @@ def test_planning_benchmark(tmp_path: Path) -> None:
     assert "| gpt n_layer=1 | this |" in out
 
 
+@pytest.mark.ort
 def test_tui_toggle_benchmark(tmp_path: Path) -> None:
     out = _run(
         str(BENCH / "bench_tui_toggle.py"),
@@ -104,6 +106,7 @@ def test_tui_toggle_benchmark(tmp_path: Path) -> None:
     assert "| off again (seen before) | 1 |" in out
 
 
+@pytest.mark.subprocess
 def test_predictions_snapshot(tmp_path: Path) -> None:
     graph = str(Path(__file__).parent.parent / "sample_logs" / "graphs" / "1.19.2" / "mlp.onnx")
     _run(str(BENCH / "predictions_snapshot.py"), graph, "--write", str(tmp_path / "mlp.json"))
