@@ -10,10 +10,10 @@ import typer
 from rich.markup import escape
 
 from memopt.cli import error_console
-from memopt.core import Command, HfConfig, RecipeTarget, Target, command_target, parse_target
+from memopt.core import Command, HfConfig, RecipeTarget, RunnableTarget, Target, command_target, parse_target
 from memopt.errors import MemoptError
 from memopt.recipes import DEFAULT_RECIPE, parse_option_value
-from memopt.run import check_device, inherited_config_note
+from memopt.run import RunSettings, check_device, inherited_config_note
 
 __all__ = [
     "BudgetOption",
@@ -38,6 +38,7 @@ __all__ = [
     "command_notes",
     "check_device",
     "recipe_options",
+    "run_settings",
 ]
 
 
@@ -196,6 +197,34 @@ def recipe_options(
     for note in target.check(options):
         error_console.print(f"note: {target}: {note}", markup=False, highlight=False, soft_wrap=True)
     return options
+
+
+def run_settings(
+    target: RunnableTarget,
+    batch: int,
+    *,
+    seq: int | None,
+    size: str | None,
+    pairs: list[str],
+    hf_task: str | None,
+    target_seq: int | None,
+    steps: int,
+    device: str,
+    timeout: float,
+    python: str | None,
+    runs_dir: Path,
+) -> RunSettings:
+    """The runs a command asks for: its recipe options checked and its notes said (see
+    ``command_notes``, at ``batch``), every setting checked once by ``RunSettings``."""
+    return RunSettings(
+        target=target,
+        options=recipe_options(target, seq, size, pairs, hf_task, target_seq),
+        steps=steps,
+        device=device,
+        timeout_s=timeout,
+        python=command_notes(target, python, batch),
+        runs_dir=runs_dir,
+    )
 
 
 def calibration_batches(text: str | None) -> tuple[int, ...] | None:

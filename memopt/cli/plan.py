@@ -32,8 +32,7 @@ from memopt.cli.options import (
     TimeoutOption,
     calibration_batches,
     choose_target,
-    command_notes,
-    recipe_options,
+    run_settings,
 )
 from memopt.cli.show import print_trial
 from memopt.core import RunnableTarget, runnable
@@ -42,7 +41,7 @@ from memopt.ort.config import export_line, takes_json_file
 from memopt.ort.version import OrtVersion
 from memopt.predict.calibrate import Calibration, calibrate, learn_from_trial, save_model
 from memopt.predict.planner import DEFAULT_MARGIN, PlanResult, choose_plans
-from memopt.run import DEFAULT_RUNS_DIR, DEFAULT_STEPS, DEFAULT_TIMEOUT_S, RunSettings, check_batch
+from memopt.run import DEFAULT_RUNS_DIR, DEFAULT_STEPS, DEFAULT_TIMEOUT_S, check_batch
 from memopt.run.budget import parse_budget, require_budget, resolve_budget
 from memopt.run.journal import Journal
 from memopt.run.trials import TrialResult, TrialSpec, run_trial, stack_versions
@@ -88,13 +87,18 @@ def plan_command(
     if not 0 <= margin < 1:
         raise MemoptError(f"--margin must be a fraction in [0, 1), not {margin:g}")
     target = runnable(choose_target(recipe, command, default=None))
-    settings = RunSettings(
-        target=target,
-        options=recipe_options(target, seq, size, option, hf_task, target_seq),
+    settings = run_settings(
+        target,
+        target_batch,
+        seq=seq,
+        size=size,
+        pairs=option,
+        hf_task=hf_task,
+        target_seq=target_seq,
         steps=steps,
         device=device,
-        timeout_s=timeout,
-        python=command_notes(target, python, target_batch),
+        timeout=timeout,
+        python=python,
         runs_dir=runs_dir,
     )
     batches = calibration_batches(calibrate_at)

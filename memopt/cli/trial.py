@@ -26,8 +26,7 @@ from memopt.cli.options import (
     TargetSeqOption,
     TimeoutOption,
     choose_target,
-    command_notes,
-    recipe_options,
+    run_settings,
 )
 from memopt.cli.show import print_trial
 from memopt.core import RunnableTarget, runnable
@@ -36,7 +35,7 @@ from memopt.ort.config import ConfigEntry, PlanKey
 from memopt.ort.version import OrtVersion
 from memopt.predict.calibrate import learn_from_trial, load_saved_model, model_identity, save_model
 from memopt.predict.memory_model import MemoryModel, ModelError
-from memopt.run import DEFAULT_RUNS_DIR, DEFAULT_STEPS, DEFAULT_TIMEOUT_S, RunSettings, check_batch
+from memopt.run import DEFAULT_RUNS_DIR, DEFAULT_STEPS, DEFAULT_TIMEOUT_S, check_batch
 from memopt.run.budget import parse_budget
 from memopt.run.journal import Journal
 from memopt.run.trials import (
@@ -95,13 +94,18 @@ def trial_command(
     target = _target(words or [], command)
     check_batch(batch)
     parsed_budget = parse_budget(budget) if budget is not None else None
-    settings = RunSettings(
-        target=target,
-        options=recipe_options(target, seq, size, option, hf_task, target_seq),
+    settings = run_settings(
+        target,
+        batch,
+        seq=seq,
+        size=size,
+        pairs=option,
+        hf_task=hf_task,
+        target_seq=target_seq,
         steps=steps,
         device=device,
-        timeout_s=timeout,
-        python=command_notes(target, python, batch),
+        timeout=timeout,
+        python=python,
         runs_dir=runs_dir,
     )
     options = settings.options
