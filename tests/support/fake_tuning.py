@@ -53,15 +53,14 @@ def simulate_once(
     dims: Mapping[str, int],
     recompute: Iterable[Recompute] = (),
     order: AnalysisOrder = AnalysisOrder.MEMORY_EFFICIENT_DEEPEST_FIRST,
-    device: str = "cpu",
 ) -> Timeline:
     """``liveness.simulate``, each step of the sample graph played once (other graphs every time)."""
     recompute = tuple(recompute)
     if graph is not sample_graph():
-        return _simulate(graph, dims, recompute, order, device)
-    key = (tuple(sorted(dims.items())), recompute, order, device)
+        return _simulate(graph, dims, recompute, order)
+    key = (tuple(sorted(dims.items())), recompute, order)
     if key not in _played:
-        _played[key] = _simulate(graph, dims, recompute, order, device)
+        _played[key] = _simulate(graph, dims, recompute, order)
     return _played[key]
 
 
