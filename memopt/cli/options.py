@@ -13,7 +13,7 @@ from memopt.cli import error_console
 from memopt.core import Command, HfConfig, RecipeTarget, RunnableTarget, Target, command_target, parse_target
 from memopt.errors import MemoptError
 from memopt.recipes import DEFAULT_RECIPE, parse_option_value
-from memopt.run import RunSettings, check_device, inherited_config_note
+from memopt.run import RunSettings, check_device, check_options, inherited_config_note
 
 __all__ = [
     "BudgetOption",
@@ -190,8 +190,7 @@ def recipe_options(
             if not isinstance(target, HfConfig):
                 raise MemoptError(f"{flag} applies to hf: targets, not to {target}")
             options[name] = given
-    if isinstance(target, Command) and options:
-        raise MemoptError("recipe options (--size, --seq, -o) do not apply to a command: put them in the command")
+    check_options(target, options)
     if not isinstance(target, RecipeTarget):
         return options
     for note in target.check(options):

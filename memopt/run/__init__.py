@@ -42,6 +42,7 @@ from memopt.run.settings import (
     RunSettings,
     check_batch,
     check_device,
+    check_options,
     check_steps,
     check_timeout,
 )
@@ -98,6 +99,7 @@ __all__ = [
     "TrialSpec",
     "check_batch",
     "check_device",
+    "check_options",
     "check_steps",
     "check_timeout",
     "config_key",

@@ -29,13 +29,14 @@ from typing import Any
 import memopt
 from memopt.child import CHILD_MODULE, ONNX_PREFIX, PARENT_PID_VAR, RUN_DIR_VAR, TIMEOUT_VAR, ChildRequest
 from memopt.child.memory import Memory
-from memopt.core import Command, RunnableTarget, RunStatus
+from memopt.core import RunnableTarget, RunStatus
 from memopt.errors import MemoptError
 from memopt.run.settings import (
     DEFAULT_STEPS,
     DEFAULT_TIMEOUT_S,
     check_batch,
     check_device,
+    check_options,
     check_steps,
     check_timeout,
 )
@@ -107,8 +108,7 @@ class RunRequest:
         check_device(self.device)
         check_batch(self.batch_size)
         check_steps(self.steps)
-        if isinstance(self.target, Command) and self.options:
-            raise MemoptError("recipe options (--size, --seq, -o) do not apply to a command: put them in the command")
+        check_options(self.target, self.options)
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from memopt.core import Command, RunnableTarget
+from memopt.core import Command, RunnableTarget, Target
 from memopt.errors import MemoptError
 
 __all__ = [
@@ -20,6 +20,7 @@ __all__ = [
     "RunSettings",
     "check_batch",
     "check_device",
+    "check_options",
     "check_steps",
     "check_timeout",
 ]
@@ -49,8 +50,13 @@ class RunSettings:
         check_steps(self.steps)
         check_device(self.device)
         check_timeout(self.timeout_s)
-        if isinstance(self.target, Command) and self.options:
-            raise MemoptError("recipe options (--size, --seq, -o) do not apply to a command: put them in the command")
+        check_options(self.target, self.options)
+
+
+def check_options(target: Target, options: Mapping[str, Any]) -> None:
+    """Recipe options go to a recipe: a command takes its own on its command line."""
+    if isinstance(target, Command) and options:
+        raise MemoptError("recipe options (--size, --seq, -o) do not apply to a command: put them in the command")
 
 
 def check_batch(batch_size: int, flag: str = "--batch") -> None:
