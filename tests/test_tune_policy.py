@@ -84,7 +84,7 @@ def test_a_plan_ort_left_off_is_dropped_from_later_selections() -> None:
 def test_nothing_fits_suggests_the_largest_batch_predicted_to_fit() -> None:
     # every plan saves 70 MiB/sample: 1000 + 30·b ≤ 1400 MiB up to batch 13
     first = next_step(state(1400))
-    assert isinstance(first, TryPlans) and set(first.plans) == {A, B, C} and "even every plan" in first.reason
+    assert isinstance(first, TryPlans) and set(first.plans) == {A, B, C} and "lowest predicted peak" in first.reason
     stop = next_step(state(1400, Attempt((A, B, C), Outcome.OVER_BUDGET, number=1)))
     assert isinstance(stop, Stop) and stop.status is SearchStatus.IMPOSSIBLE
     assert stop.largest_batch == 13 and "batch 13" in stop.message

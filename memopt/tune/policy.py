@@ -1,6 +1,6 @@
 """The search policy, a pure function of what is known: ``next_step(state)``.
 
-    first: the planner's cheapest selection predicted to fit (every plan when none is)
+    first: the planner's cheapest selection predicted to fit (else the lowest predicted peak, to check)
     after a fit: a cheaper selection still predicted to fit, else stop verified
     after an overshoot (over budget, out of memory, crashed): a selection predicted to
     save more, else stop (nothing fits: the largest batch predicted to fit is said)
@@ -159,9 +159,9 @@ def _first(state: SearchState) -> TryPlans | Stop:
             (), f"planner: no config predicted {format_mib(plan.baseline_bytes)} ≤ limit {format_mib(limit)}; verifying"
         )
     return TryPlans(
-        state.useful_plans(),
-        f"planner: even every plan is predicted at {format_mib(plan.predicted_bytes)}"
-        f" > limit {format_mib(limit)}; trying every plan once to check",
+        plan.plans or state.useful_plans(),
+        f"planner: no selection is predicted to fit; the lowest predicted peak is {format_mib(plan.predicted_bytes)}"
+        f" ({names(plan.plans)}) > limit {format_mib(limit)}; trying it once to check",
     )
 
 
