@@ -49,7 +49,7 @@ def model_for(path: Path) -> tuple[MemoryModel, str]:
     fixed = {symbol: FIXED_DIM for symbol in sorted(report.symbols) if symbol not in symbols}
     plans = plan_savings(report, graph)
     observations = [Observation(8, (), 1024 * MiB), Observation(32, (), 1536 * MiB)]
-    simulator = simulator_for(plans, graph, path, release)
+    simulator = simulator_for(plans, graph, path, release, "cpu")
     return fit_memory_model(observations, plans, symbols, fixed, simulator=simulator), release
 
 

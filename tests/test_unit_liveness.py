@@ -83,3 +83,23 @@ def test_simulator_memoises_and_honours_counts() -> None:
     full = simulator.timeline({"b": 1}, ["Gelu+:1:-1"])
     assert simulator.timeline({"b": 1}, ["Gelu+:1:-1"]) is full
     assert simulator.timeline({"b": 1}, ["Gelu+:1:-1"], {"Gelu+:1:-1": 0}).peak_bytes == 5 * 1024
+
+
+def test_on_cuda_every_buffer_goes_through_pytorchs_caching_allocator() -> None:
+    # Hand-worked from PyTorch's rules: at b=1 every tensor is 1 KiB (small pool, 2 MiB
+    # segments). After the warm-up step the loop still holds the last step's c when the next
+    # c is made; at the YieldOp: a, c, the old c until the loop drops it, dc, then the loss's
+    # two copies of c: 5 KiB allocated at most, in one small segment.
+    small = simulate(STEP, {"b": 1}, device="cuda")
+    assert (small.peak_bytes, small.resident_bytes, small.reserved_bytes) == (5 * 1024, 5 * 1024, 2 * 2**20)
+    # At b=2048 each tensor is 2 MiB: the large pool, whose first request below 10 MiB gets a
+    # 20 MiB segment that every later one is split from.
+    large = simulate(STEP, {"b": 2048}, device="cuda")
+    assert (large.resident_bytes, large.reserved_bytes) == (10 * 2**20, 20 * 2**20)
+    # On CPU the same step's figure is ORT's arena's pages, and nothing is reserved.
+    assert simulate(STEP, {"b": 2048}).reserved_bytes == 0.0
+
+
+def test_the_simulator_plays_the_device_it_was_made_for() -> None:
+    cuda = ActivationSimulator(STEP, {}, device="cuda").timeline({"b": 2048})
+    assert cuda.reserved_bytes == 20 * 2**20

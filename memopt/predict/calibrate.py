@@ -319,13 +319,14 @@ def plan_savings(report: ScanReport, graph: TrainingGraph) -> tuple[PlanSavings,
 
 
 def simulator_for(
-    plans: Sequence[PlanSavings], graph: TrainingGraph, source: Path | None, ort_version: str
+    plans: Sequence[PlanSavings], graph: TrainingGraph, source: Path | None, ort_version: str, device: str
 ) -> ActivationSimulator:
     return ActivationSimulator(
         graph,
         {p.key: p.recomputes for p in plans},
         str(source) if source else None,
         rules_for(ort_version).analysis_order,
+        device,
     )
 
 
@@ -376,7 +377,7 @@ def fit_calibration(
         symbols,
         fixed,
         single_batch=target.fixed_batch,
-        simulator=simulator_for(plans, loaded.graph, loaded.graph_path, prepared.ort_version),
+        simulator=simulator_for(plans, loaded.graph, loaded.graph_path, prepared.ort_version, device_used),
     )
     save_model(runs_dir, identity, model)
 

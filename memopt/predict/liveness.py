@@ -18,9 +18,14 @@ What ORT's allocator adds is modelled where it is structural:
   returned its own (a scalar among them): two copies of the largest (a cross-entropy's
   log-softmax and its gradient) are live there, outside ORT's arena, as are the gradients
   PyTorch hands back (the YieldOp's outputs) until ORT's backward is done with them.
-The same allocations and frees, played through ORT's BFC arena over several steps
-(``memopt.predict.arena``), give ``resident_bytes``: the pages the arena handed out, which
-is what the process holds; the memory model predicts from that figure.
+The same allocations and frees, played through the device's allocator over several steps,
+give ``resident_bytes``, what a trial's peak reads and the memory model predicts from. On CPU
+that allocator is ORT's BFC arena (``memopt.predict.arena``) and the figure the pages it
+handed out, which is what the process holds. On CUDA it is PyTorch's caching allocator
+(``memopt.predict.cuda_caching``): ORTModule hands ORT's allocations to it, so PyTorch's loss
+and the gradients it hands back go through it too; the figure is its peak of allocated bytes
+after the warm-up step (``torch.cuda.max_memory_allocated``), and ``reserved_bytes`` its peak
+of reserved segments, what the device holds for it.
 
 The work is split by what it depends on: a config's schedule and how each output gets its
 buffer (a ``_Program``) do not depend on the dims, so a config is scheduled once for every
@@ -43,6 +48,7 @@ from memopt.graph.training_graph import Node, TrainingGraph
 from memopt.ort.config import PlanKey
 from memopt.ort.rules import AnalysisOrder
 from memopt.predict.arena import BFCArena
+from memopt.predict.cuda_caching import CudaCachingAllocator
 from memopt.scan.detect import element_size
 from memopt.scan.modules import module_path
 
@@ -113,8 +119,10 @@ class Timeline:
     module: str | None  # the torch module of the node at the peak, when its name tells
     recomputed_at_peak: bool  # the node at the peak is a recompute clone
     step_count: int
-    # The arena's high-water mark over repeated steps: the pages it handed out (see arena.py).
+    # What a trial's peak reads of the repeated steps: on CPU the arena's high-water mark, the
+    # pages it handed out (see arena.py); on CUDA the caching allocator's peak allocated bytes.
     resident_bytes: float = 0.0
+    reserved_bytes: float = 0.0  # CUDA: the caching allocator's peak reserved bytes (0 on CPU)
 
     def where(self) -> str:
         place = f" in {self.module}" if self.module else ""
@@ -134,15 +142,17 @@ def simulate(
     dims: Mapping[str, int],
     recompute: Iterable[Recompute] = (),
     order: AnalysisOrder = AnalysisOrder.MEMORY_EFFICIENT_DEEPEST_FIRST,
+    device: str = "cpu",
 ) -> Timeline:
     """The activation timeline of one training step of ``graph`` at ``dims`` with ``recompute``
-    applied, a config running in the execution ``order`` of the release (``OrtRules.analysis_order``).
+    applied, a config running in the execution ``order`` of the release (``OrtRules.analysis_order``),
+    its allocations played through ``device``'s allocator.
 
     Where the page use of the arena's placement is concerned, a config is also played in the
     file's order and the larger figure kept: which pages the arena's placement touches turns
     on details the graph does not show (kernel scratch buffers among them), and the file's
     order is a second placement of the same live bytes (BENCHMARKS.md, the grid)."""
-    return _simulate(_programs(graph, tuple(recompute), order), dims, {})
+    return _simulate(_programs(graph, tuple(recompute), order), dims, {}, device)
 
 
 def _programs(
@@ -156,12 +166,20 @@ def _programs(
     return (first,)
 
 
-def _simulate(programs: Sequence[_Program], dims: Mapping[str, int], exact: dict[str, float | None]) -> Timeline:
-    """``programs`` played at ``dims``; ``exact``: the tensors' sizes there, as far as known."""
-    timeline = _play(programs[0], _Sizes(programs[0], dims, exact))
+def _simulate(
+    programs: Sequence[_Program], dims: Mapping[str, int], exact: dict[str, float | None], device: str
+) -> Timeline:
+    """``programs`` played at ``dims`` through ``device``'s allocator; ``exact``: the tensors'
+    sizes there, as far as known."""
+    play = _play_cuda if device == "cuda" else _play
+    timeline = play(programs[0], _Sizes(programs[0], dims, exact))
     for program in programs[1:]:
-        other = _play(program, _Sizes(program, dims, exact))
-        timeline = replace(timeline, resident_bytes=max(timeline.resident_bytes, other.resident_bytes))
+        other = play(program, _Sizes(program, dims, exact))
+        timeline = replace(
+            timeline,
+            resident_bytes=max(timeline.resident_bytes, other.resident_bytes),
+            reserved_bytes=max(timeline.reserved_bytes, other.reserved_bytes),
+        )
     return timeline
 
 
@@ -298,6 +316,52 @@ def _play(program: _Program, sizes: _Sizes) -> Timeline:
                 resident = max(resident, float((arena.touched_bytes + outside_bytes).max()))
             break
         seen.add(state)
+    return _timeline(program, peak, peak_index, resident)
+
+
+# A CUDA trial's peaks start after its warm-up step; the caching allocator never gives a
+# segment back, so the steps after the second reuse what it holds.
+_CUDA_STEPS = 3
+
+
+def _play_cuda(program: _Program, sizes: _Sizes) -> Timeline:
+    """Run the program for a warm-up step and measured steps through PyTorch's caching
+    allocator, which holds ORT's buffers, PyTorch's gradients and its loss's two copies alike:
+    the live peak of one step, where it is, and the allocator's peaks after the warm-up."""
+    yield_index = program.yield_index
+    events, held, count = _buffer_events(program, sizes)
+    loss_bytes = sizes.torch_loss(program.steps[yield_index]) if yield_index is not None else 0.0
+    allocator = CudaCachingAllocator()
+    live, peak, peak_index = 0.0, 0.0, -1
+    for repeat in range(_CUDA_STEPS):
+        if repeat == 1:
+            allocator.reset_peaks()
+        base, last = repeat * count, (repeat - 1) * count
+        for index, (allocated, freed) in enumerate(events):
+            for buffer, size, _ in allocated:
+                allocator.allocate(base + buffer, size)
+                live += size if repeat == 0 else 0.0
+            if index == yield_index:
+                for buffer in held if repeat else ():  # the loop drops the last step's outputs
+                    allocator.free(last + buffer)
+                for copy in (0, 1):
+                    allocator.allocate((repeat, "loss", copy), loss_bytes / 2)
+                for copy in (0, 1):
+                    allocator.free((repeat, "loss", copy))
+            transient = loss_bytes if index == yield_index else 0.0
+            if repeat == 0 and live + transient > peak:
+                peak, peak_index = live + transient, index
+            for buffer, size, _ in freed:
+                allocator.free(base + buffer)
+                live -= size if repeat == 0 else 0.0
+    return _timeline(
+        program, peak, peak_index, float(allocator.peak_allocated_bytes), float(allocator.peak_reserved_bytes)
+    )
+
+
+def _timeline(program: _Program, peak: float, peak_index: int, resident: float, reserved: float = 0.0) -> Timeline:
+    """The timeline of a play whose live peak ``peak`` came at step ``peak_index``."""
+    steps, yield_index = program.steps, program.yield_index
     if peak_index < 0:
         return Timeline(0.0, "", "", "forward", None, False, len(steps))
     at = steps[peak_index]
@@ -309,7 +373,15 @@ def _play(program: _Program, sizes: _Sizes) -> Timeline:
         else "backward"
     )
     return Timeline(
-        peak, at.node.name, at.node.op_type, phase, module_path(at.node.name), at.recomputed, len(steps), resident
+        peak,
+        at.node.name,
+        at.node.op_type,
+        phase,
+        module_path(at.node.name),
+        at.recomputed,
+        len(steps),
+        resident,
+        reserved,
     )
 
 
@@ -504,11 +576,13 @@ class ActivationSimulator:
         plans: Mapping[str, Sequence[Recompute]],
         source: str | None = None,
         order: AnalysisOrder = AnalysisOrder.MEMORY_EFFICIENT_DEEPEST_FIRST,
+        device: str = "cpu",
     ):
         self.graph = graph
         self.plans = {key: tuple(recomputes) for key, recomputes in plans.items()}
         self.source = source  # the ONNX file the graph was loaded from, when known
         self.order = order  # the order a config runs in: the release's analysis order
+        self.device = device  # whose allocator a step is played through: "cuda", else ORT's CPU arena
         self._cache: dict[tuple[object, ...], Timeline] = {}
         # Neither depends on the other: a config's programs serve every dims, and the tensors'
         # sizes at some dims every config.
@@ -542,5 +616,5 @@ class ActivationSimulator:
             self._programs[config] = programs
             if at not in self._sizes and len(self._sizes) >= _SIZES_KEPT:
                 del self._sizes[next(iter(self._sizes))]  # the oldest: searches move on through the batches
-            self._cache[memo] = _simulate(programs, dims, self._sizes.setdefault(at, {}))
+            self._cache[memo] = _simulate(programs, dims, self._sizes.setdefault(at, {}), self.device)
         return self._cache[memo]

@@ -243,6 +243,7 @@ class MemoryModel:
             "activation_scale": self.activation_scale,
             "graph": self.simulator.source if self.simulator is not None else None,
             "config_order": self.simulator.order.value if self.simulator is not None else None,
+            "device": self.simulator.device if self.simulator is not None else None,
             "plans": [
                 {
                     "key": p.key,
@@ -291,12 +292,14 @@ class MemoryModel:
             dict(data.get("effectiveness", {})),
             float(data.get("global_effectiveness", 1.0)),
             observations,
-            _reload_simulator(data.get("graph"), plans, data.get("config_order")),
+            _reload_simulator(data.get("graph"), plans, data.get("config_order"), data.get("device")),
             float(data.get("activation_scale", 1.0)),
         )
 
 
-def _reload_simulator(source: Any, plans: tuple[PlanSavings, ...], order: Any) -> ActivationSimulator | None:
+def _reload_simulator(
+    source: Any, plans: tuple[PlanSavings, ...], order: Any, device: Any
+) -> ActivationSimulator | None:
     """The simulator of a saved model, if its graph file is still there (and it names a known order)."""
     if not isinstance(source, str) or not any(p.recomputes for p in plans):
         return None
@@ -305,7 +308,9 @@ def _reload_simulator(source: Any, plans: tuple[PlanSavings, ...], order: Any) -
         graph = load_graph(source)
     except (MemoptError, ValueError):
         return None
-    return ActivationSimulator(graph, {p.key: p.recomputes for p in plans}, source, config_order)
+    return ActivationSimulator(
+        graph, {p.key: p.recomputes for p in plans}, source, config_order, "cuda" if device == "cuda" else "cpu"
+    )
 
 
 def fit_memory_model(
