@@ -11,6 +11,7 @@ from memopt.graph.training_graph import load_graph
 from memopt.logparse import Plan, parse_file
 from memopt.scan import scan_graph
 from memopt.scan.patterns import Pattern
+from memopt.scan.savings import UNKNOWN_DIM_PREFIX
 
 __all__ = ["SCENARIOS", "SESSION_INPUTS", "PlanParity", "Parity", "captured_cases", "captured_parity", "compare_plans"]
 
@@ -20,6 +21,8 @@ SCENARIOS = {"no-config": False, "level1": True, "level2": True}
 # Beside each release's graphs: the graph ORTModule handed its session in the same run (its
 # node positions are ORT's node indices, which break ties in some releases' node order).
 SESSION_INPUTS = "session-input"
+# The value an unknown dim takes when savings naming it are compared (any size ORT could see).
+_UNKNOWN_DIM_VALUE = 7919
 
 
 @dataclass(frozen=True)
@@ -80,11 +83,12 @@ def compare_plans(patterns: Iterable[Pattern], logged: Iterable[Plan], dims: Map
             rows.append(PlanParity(key[0], True, True, pattern.frequency, plan.frequency, matches, None))
             continue
         renamed = logged_saving.symbols != pattern.exact.symbols
-        at = (
-            dims
-            if renamed and dims is not None and logged_saving.symbols | pattern.exact.symbols <= set(dims)
-            else None
-        )
+        # ORT numbers unknown dims in its own call order: any number names the same unknown dim.
+        placeholders = {
+            s: _UNKNOWN_DIM_VALUE for s in logged_saving.symbols | pattern.exact.symbols if s.startswith(UNKNOWN_DIM_PREFIX)
+        }
+        known = {**(dims or {}), **placeholders}
+        at = known if renamed and logged_saving.symbols | pattern.exact.symbols <= set(known) else None
         rows.append(
             PlanParity(
                 key[0],
