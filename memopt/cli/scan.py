@@ -34,8 +34,9 @@ from memopt.graph.sizes import resolve_dims
 from memopt.ort.stack import inspect_stack
 from memopt.recipes import DEFAULT_RECIPE
 from memopt.run import DEFAULT_RUNS_DIR
-from memopt.run.target import load_target
+from memopt.run.target import ScanTarget, load_target
 from memopt.scan import ProbeLevel, ScanReport, fold_layers, scan_graph
+from memopt.scan.parity import logged_parity
 from memopt.scan.patterns import Pattern, order_patterns
 from memopt.units import format_bytes
 
@@ -127,7 +128,8 @@ def scan_command(
     )
     report = replace(report, patterns=order_patterns(report.patterns, values))
     missing = sorted(report.symbols - set(values))
-    for warning in report.warnings:
+    differences = _differences_from_probe(report, loaded, version, level)
+    for warning in (*report.warnings, *differences):
         error_console.print(f"[yellow]warning:[/] {escape(warning)}", highlight=False, soft_wrap=True)
     if not report.patterns and report.analysis.yield_order is None:
         raise MemoptError(f"{chosen}: {report.warnings[0] if report.warnings else 'nothing to scan'}")
@@ -140,7 +142,7 @@ def scan_command(
         )
     frame = plans_frame(report, values if not missing else None)
     if as_json:
-        sys.stdout.write(json.dumps(_json(report, values, loaded.description, version), indent=2) + "\n")
+        sys.stdout.write(json.dumps(_json(report, values, loaded.description, version, differences), indent=2) + "\n")
     elif as_csv:
         sys.stdout.write(frame.to_csv(index=False))
     else:
@@ -152,6 +154,20 @@ def scan_command(
 
         plot_scan(report, values, plot)
         status.print(f"plot written to {plot}", markup=False, highlight=False)
+
+
+def _differences_from_probe(report: ScanReport, loaded: ScanTarget, version: str, level: ProbeLevel) -> list[str]:
+    """One line per row where the scan differs from the Plan table ORT printed in the probe
+    that built the graph (compared only where both analysed alike: same release, ORTModule's
+    probe level, no layer boundaries)."""
+    if loaded.log_path is None or loaded.ort_version != version or level is not ProbeLevel.ADVANCED:
+        return []
+    if report.layer_boundary:  # the probe analysed without them
+        return []
+    parity = logged_parity(report.patterns, loaded.log_path)
+    if parity is None:
+        return []
+    return [f"differs from ORT's Plan table in the probe ({loaded.log_path}): {line}" for line in parity.differences()]
 
 
 def _check_plot_path(plot: Path) -> None:
@@ -243,7 +259,9 @@ def _print_table(
                 )
 
 
-def _json(report: ScanReport, dims: dict[str, int], source: str, version: str) -> dict[str, Any]:
+def _json(
+    report: ScanReport, dims: dict[str, int], source: str, version: str, differences: list[str]
+) -> dict[str, Any]:
     known = report.symbols <= set(dims)
     return {
         "source": source,
@@ -264,4 +282,5 @@ def _json(report: ScanReport, dims: dict[str, int], source: str, version: str) -
             for p in report.patterns
         ],
         "warnings": list(report.warnings),
+        "differences_from_ort": differences,
     }
