@@ -37,8 +37,12 @@ def test_bare_1_17_graph_estimates_ort_node_order_and_says_so() -> None:
     by an estimate of ORT's node indices: BERT's mask subgraph still comes out in ORT's order."""
     graph = SAMPLES / "graphs" / "1.17.3" / "bert.onnx"
     bare = scan_graph(load_graph(graph), "1.17.3")
-    assert {p.key: p.frequency for p in bare.patterns}["Unsqueeze+Unsqueeze+Cast+Sub+Mul+FusedMatMul+Add+Softmax+:1:-1"] == 2
+    assert {p.key: p.frequency for p in bare.patterns}[
+        "Unsqueeze+Unsqueeze+Cast+Sub+Mul+FusedMatMul+Add+Softmax+:1:-1"
+    ] == 2
     assert ESTIMATED_ORDER_WARNING in bare.warnings
-    exact = scan_graph(load_graph(graph, session_input=SAMPLES / "graphs" / "1.17.3" / SESSION_INPUTS / "bert.onnx"), "1.17.3")
+    exact = scan_graph(
+        load_graph(graph, session_input=SAMPLES / "graphs" / "1.17.3" / SESSION_INPUTS / "bert.onnx"), "1.17.3"
+    )
     assert ESTIMATED_ORDER_WARNING not in exact.warnings
     assert ESTIMATED_ORDER_WARNING not in scan_graph(load_graph(graph), "1.19.2").warnings

@@ -250,7 +250,7 @@ def _infer_with_onnx(model: onnx.ModelProto, tensors: dict[str, TensorInfo]) -> 
             )
     try:
         inferred = onnx.shape_inference.infer_shapes(light).graph.value_info
-    except Exception:  # noqa: BLE001  the file's own types stand; inference is best effort
+    except Exception:  # the file's own types stand: the inference is best effort
         return
     named = {d for info in tensors.values() for d in info.dims or () if isinstance(d, str)}
     for value in inferred:
@@ -258,7 +258,11 @@ def _infer_with_onnx(model: onnx.ModelProto, tensors: dict[str, TensorInfo]) -> 
             continue
         info = _tensor_info(value.type)
         if info.elem_type:
-            dims = None if info.dims is None else tuple(d if not isinstance(d, str) or d in named else None for d in info.dims)
+            dims = (
+                None
+                if info.dims is None
+                else tuple(d if not isinstance(d, str) or d in named else None for d in info.dims)
+            )
             tensors[value.name] = TensorInfo(info.elem_type, dims)
 
 

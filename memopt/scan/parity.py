@@ -109,15 +109,24 @@ def compare_plans(patterns: Iterable[Pattern], logged: Iterable[Plan], dims: Map
             matches = logged_elements is not None and _same(logged_elements, pattern.elements, dims)
             rows.append(
                 PlanParity(
-                    key[0], True, True, pattern.frequency, plan.frequency, matches, None,
-                    str(pattern.elements), str(logged_elements) if logged_elements is not None else None,
+                    key[0],
+                    True,
+                    True,
+                    pattern.frequency,
+                    plan.frequency,
+                    matches,
+                    None,
+                    str(pattern.elements),
+                    str(logged_elements) if logged_elements is not None else None,
                 )
             )
             continue
         renamed = logged_saving.symbols != pattern.exact.symbols
         # ORT numbers unknown dims in its own call order: any number names the same unknown dim.
         placeholders = {
-            s: _UNKNOWN_DIM_VALUE for s in logged_saving.symbols | pattern.exact.symbols if s.startswith(UNKNOWN_DIM_PREFIX)
+            s: _UNKNOWN_DIM_VALUE
+            for s in logged_saving.symbols | pattern.exact.symbols
+            if s.startswith(UNKNOWN_DIM_PREFIX)
         }
         known = {**(dims or {}), **placeholders}
         at = known if renamed and logged_saving.symbols | pattern.exact.symbols <= set(known) else None
