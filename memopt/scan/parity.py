@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from memopt.graph.polynomial import NotPolynomialError, Polynomial
@@ -104,22 +104,12 @@ def compare_plans(patterns: Iterable[Pattern], logged: Iterable[Plan], dims: Map
             )
             continue
         logged_saving = _polynomial(plan)
+        both = PlanParity(key[0], True, True, pattern.frequency, plan.frequency)
         if logged_saving is None:  # Format A (<= 1.16) prints stashed shapes, not bytes
             logged_elements = _logged_elements(plan)
             matches = logged_elements is not None and _same(logged_elements, pattern.elements, dims)
-            rows.append(
-                PlanParity(
-                    key[0],
-                    True,
-                    True,
-                    pattern.frequency,
-                    plan.frequency,
-                    matches,
-                    None,
-                    str(pattern.elements),
-                    str(logged_elements) if logged_elements is not None else None,
-                )
-            )
+            shapes = str(logged_elements) if logged_elements is not None else None
+            rows.append(replace(both, saving_matches=matches, scan_saving=str(pattern.elements), log_saving=shapes))
             continue
         renamed = logged_saving.symbols != pattern.exact.symbols
         # ORT numbers unknown dims in its own call order: any number names the same unknown dim.
@@ -131,12 +121,8 @@ def compare_plans(patterns: Iterable[Pattern], logged: Iterable[Plan], dims: Map
         known = {**(dims or {}), **placeholders}
         at = known if renamed and logged_saving.symbols | pattern.exact.symbols <= set(known) else None
         rows.append(
-            PlanParity(
-                key[0],
-                True,
-                True,
-                pattern.frequency,
-                plan.frequency,
+            replace(
+                both,
                 saving_matches=pattern.ort_matches(logged_saving, at),
                 saving_exact=logged_saving == pattern.exact,
                 scan_saving=str(pattern.ort),
