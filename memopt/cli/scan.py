@@ -160,11 +160,8 @@ def _differences_from_probe(report: ScanReport, loaded: ScanTarget, version: str
     """One line per row where the scan differs from the Plan table ORT printed in the probe
     that built the graph (compared only where both analysed alike: same release, ORTModule's
     probe level, no layer boundaries)."""
-    if loaded.log_path is None or loaded.ort_version != version or level is not ProbeLevel.ADVANCED:
-        return []
-    if report.layer_boundary:  # the probe analysed without them
-        return []
-    parity = logged_parity(report.patterns, loaded.log_path)
+    alike = loaded.ort_version == version and level is ProbeLevel.ADVANCED and not report.layer_boundary
+    parity = logged_parity(report.patterns, loaded.log_path) if loaded.log_path is not None and alike else None
     if parity is None:
         return []
     return [f"differs from ORT's Plan table in the probe ({loaded.log_path}): {line}" for line in parity.differences()]
