@@ -28,6 +28,11 @@ SAMPLES = Path(__file__).parent.parent / "sample_logs"
 
 # Plan rows at the boundary to the loss, as each release printed them: config cell -> frequency.
 LOSS_BOUNDARY_ROWS: dict[str, dict[str, dict[str, int]]] = {
+    "1.17.3": {
+        "gpt-lossonly": {"Gelu+Reshape+:1:-1": 1},
+        "hf-bert-lossonly": {"Gelu+Reshape+:1:-1": 1},
+        "hf-gpt2-lossonly": {"LayerNormalization+Reshape+Slice+Reshape+:1:-1": 1},
+    },
     "1.18.0": {
         "gpt-lossonly": {"LayerNormalization+Reshape+:1:-1": 1},
         "bert-lossonly": {"Reshape+Sub+NonZero+Squeeze+:1:-1": 1},
