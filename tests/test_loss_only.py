@@ -129,3 +129,15 @@ def test_scan_of_a_loss_only_recipe_checks_itself_against_its_probe(tmp_path: Pa
     assert report["differences_from_ort"] == []
     if inspect_stack().ort_version == "1.19.2":
         assert "LayerNormalization+:1:-1,Reshape+:1:-1" in {plan["config"] for plan in report["plans"]}
+
+
+@pytest.mark.subprocess
+def test_a_dim_ort_leaves_unnamed_keeps_only_its_plans_symbolic() -> None:
+    graph = SAMPLES / "graphs" / "1.19.2" / "hf-gpt2-lossonly.onnx"
+    run = memopt("scan", str(graph), "--ort-version", "1.19.2", "--batch", "4", "--seq", "16", "--json")
+    assert run.returncode == 0, run.stderr
+    assert "ORT knows no size for empty_dim_param0" in run.stderr
+    savings = {plan["config"]: plan["saving_bytes"] for plan in json.loads(run.stdout)["plans"]}
+    assert savings.pop("Reshape+Slice+Reshape+:1:-1") is None
+    assert savings["Slice+Reshape+:1:-1"] == 8 * 4 * 15  # the labels shifted by one, int64
+    assert all(value is not None for value in savings.values())
