@@ -5,8 +5,9 @@
 Reads sample_logs/ (real graphs and logs of ORT 1.15.1–1.19.2, see its README) and prints
 one markdown row per release, model and scenario: plans memopt reproduces exactly (same
 key and type, same frequency, savings ORT could print for memopt's plan) out of all plans
-either side has (``hf-*``: tiny Hugging Face models, sample_logs/hf_tiny.py).
-tests/test_scan_releases.py asserts the same, with its known gaps.
+either side has (``hf-*``: tiny Hugging Face models, sample_logs/hf_tiny.py; ``*-lossonly``:
+the same models with ``forward`` returning only the loss, on 1.17.3–1.19.2).
+tests/test_scan_releases.py asserts the same; tests/test_loss_only.py the rows at the loss.
 """
 
 from __future__ import annotations

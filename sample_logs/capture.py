@@ -65,8 +65,16 @@ RECIPES: dict[str, list[str]] = {
     "castmask": ["sample_logs/castmask.py", "--size", SIZE],
     **{f"hf-{arch}": ["sample_logs/hf_tiny.py", "-o", f"arch={arch}"] for arch in HF_ARCHITECTURES},
 }
-# no-config run only (the HF models are evidence for scan parity, not for the parser)
-CHEAP = {"mlp", *(f"hf-{arch}" for arch in HF_ARCHITECTURES)}
+# The same models trained the way users who bundle model and loss do: forward returns the
+# scalar loss, so the loss runs (and fuses) inside ORT's graph.
+LOSS_ONLY = "-lossonly"
+RECIPES.update({
+    f"{name}{LOSS_ONLY}": [*args, "-o", "loss_only=true"]
+    for name, args in {**RECIPES, "cnn": ["cnn", "--size", SIZE]}.items()
+    if name != "castmask"
+})
+# no-config run only (the HF and loss-only models are evidence for scan parity, not for the parser)
+CHEAP = {"mlp", *(f"hf-{arch}" for arch in HF_ARCHITECTURES), *(name for name in RECIPES if name.endswith(LOSS_ONLY))}
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 

@@ -39,7 +39,9 @@ def test_parser_recovers_what_the_log_says(entry: dict) -> None:
     for row in facts["plans"]:
         plan = table[row["plan"]]
         assert (plan.enabled, plan.key, plan.frequency) == (row["on"], row["config"], row["freq"])
-        assert plan.max_saving_bytes == int(row["max_saving"].replace(",", ""))
+        # ORT prints the expression itself where a dim is unknown (empty_dim_param<k>).
+        printed = row["max_saving"].replace(",", "")
+        assert plan.max_saving_bytes == (int(printed) if printed.isdigit() else None)
     if len(table) == facts["plan_rows"]:
         assert sum(plan.enabled for plan in table.values()) == facts["plans_on"]
 

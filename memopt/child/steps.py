@@ -89,10 +89,20 @@ class TrainingStep:
         self.device = device
         self.inputs = _to_device(inputs, device)
         self.target = target.to(device) if target is not None else None
-        self.ort_model = ORTModule(model.to(device), debug_options)
-        self.optimizer = _call_recipe("optimizer", lambda: _make_optimizer(recipe, self.ort_model.parameters()))
         self.loss_fn = recipe.loss or default_loss
         self.loss_name = "loss()" if recipe.loss else "the default loss"
+        if recipe.loss_only:
+            model = LossOnly(model, self.loss_fn, takes_target=self.target is not None)
+            if self.target is not None:  # the target becomes a model input, as the loss needs it inside
+                self.inputs = (
+                    {**self.inputs, "target": self.target}
+                    if isinstance(self.inputs, dict)
+                    else (*self.inputs, self.target)
+                )
+            self.target = None
+            self.loss_fn, self.loss_name = _returned_loss, "the model's returned loss"
+        self.ort_model = ORTModule(model.to(device), debug_options)
+        self.optimizer = _call_recipe("optimizer", lambda: _make_optimizer(recipe, self.ort_model.parameters()))
         # A training loop's variables hold the last step's output and loss until the next
         # forward returns; ORT's arena places that step's tensors around them, so a trial
         # holds them too.
@@ -178,6 +188,33 @@ def _profile(recipe: Recipe, batch_size: int, device: str, folder: Path) -> None
         write_node_times(step.ort_model, folder)
     except Exception as err:  # whatever went wrong, the measured steps stand
         print(f"[memopt] profiling the kernels failed ({one_line(err)}); costs fall back to FLOPs", file=sys.stderr)
+
+
+class LossOnly(nn.Module):
+    """A model whose ``forward`` returns only its scalar loss: the loss runs inside ORT's graph.
+
+    With ``takes_target``, a dict batch passes the target as ``target``, a tuple batch as its
+    last input.
+    """
+
+    def __init__(self, model: nn.Module, loss_fn: Callable[[Any, Any], Any], takes_target: bool) -> None:
+        super().__init__()
+        self.model = model
+        self.loss_fn = loss_fn
+        self.takes_target = takes_target
+
+    def forward(self, *inputs: Any, **named: Any) -> Any:
+        target = None
+        if self.takes_target and named:
+            target = named.pop("target")
+        elif self.takes_target:
+            *inputs, target = inputs  # type: ignore[assignment]  # a tuple's unpacked rest is a list
+        return self.loss_fn(self.model(*inputs, **named), target)
+
+
+def _returned_loss(output: Any, target: None) -> Any:
+    del target  # the model computed its loss, with the target as an input
+    return output
 
 
 def default_loss(output: Any, target: torch.Tensor | None) -> torch.Tensor:

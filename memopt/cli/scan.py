@@ -30,13 +30,16 @@ from memopt.cli.options import (
 )
 from memopt.core import RecipeTarget
 from memopt.errors import MemoptError
+from memopt.graph.polynomial import Polynomial
 from memopt.graph.sizes import resolve_dims
 from memopt.ort.stack import inspect_stack
 from memopt.recipes import DEFAULT_RECIPE
 from memopt.run import DEFAULT_RUNS_DIR
-from memopt.run.target import load_target
+from memopt.run.target import ScanTarget, load_target
 from memopt.scan import ProbeLevel, ScanReport, fold_layers, scan_graph
+from memopt.scan.parity import logged_parity
 from memopt.scan.patterns import Pattern, order_patterns
+from memopt.scan.savings import UNKNOWN_DIM_PREFIX
 from memopt.units import format_bytes
 
 __all__ = ["scan_command"]
@@ -126,8 +129,12 @@ def scan_command(
         defaults=loaded.logged_dims,
     )
     report = replace(report, patterns=order_patterns(report.patterns, values))
-    missing = sorted(report.symbols - set(values))
-    for warning in report.warnings:
+    # ORT names a dim its shape inference cannot tell empty_dim_param<k>, with no value anywhere:
+    # the plans that name one stay symbolic, as in ORT's own table; the others get bytes.
+    unnamed = sorted(s for s in report.symbols - set(values) if s.startswith(UNKNOWN_DIM_PREFIX))
+    missing = sorted(report.symbols - set(values) - set(unnamed))
+    differences = _differences_from_probe(report, loaded, version, level)
+    for warning in (*report.warnings, *differences):
         error_console.print(f"[yellow]warning:[/] {escape(warning)}", highlight=False, soft_wrap=True)
     if not report.patterns and report.analysis.yield_order is None:
         raise MemoptError(f"{chosen}: {report.warnings[0] if report.warnings else 'nothing to scan'}")
@@ -138,20 +145,38 @@ def scan_command(
             highlight=False,
             soft_wrap=True,
         )
+    if unnamed:
+        error_console.print(
+            f"[yellow]warning:[/] ORT knows no size for {escape(', '.join(unnamed))} (a dim its shape inference "
+            "leaves unnamed): the plans naming it stay symbolic, as ORT prints them",
+            highlight=False,
+            soft_wrap=True,
+        )
     frame = plans_frame(report, values if not missing else None)
     if as_json:
-        sys.stdout.write(json.dumps(_json(report, values, loaded.description, version), indent=2) + "\n")
+        sys.stdout.write(json.dumps(_json(report, values, loaded.description, version, differences), indent=2) + "\n")
     elif as_csv:
         sys.stdout.write(frame.to_csv(index=False))
     else:
         _print_table(report, frame, values, loaded.description, version, details)
     if plot is not None:
-        if missing:
-            raise MemoptError(f"--plot needs values for {', '.join(missing)}")
+        if missing or unnamed:
+            raise MemoptError(f"--plot needs values for {', '.join(missing or unnamed)}")
         from memopt.scan.plot import plot_scan
 
         plot_scan(report, values, plot)
         status.print(f"plot written to {plot}", markup=False, highlight=False)
+
+
+def _differences_from_probe(report: ScanReport, loaded: ScanTarget, version: str, level: ProbeLevel) -> list[str]:
+    """One line per row where the scan differs from the Plan table ORT printed in the probe
+    that built the graph (compared only where both analysed alike: same release, ORTModule's
+    probe level, no layer boundaries)."""
+    alike = loaded.ort_version == version and level is ProbeLevel.ADVANCED and not report.layer_boundary
+    parity = logged_parity(report.patterns, loaded.log_path) if loaded.log_path is not None and alike else None
+    if parity is None:
+        return []
+    return [f"differs from ORT's Plan table in the probe ({loaded.log_path}): {line}" for line in parity.differences()]
 
 
 def _check_plot_path(plot: Path) -> None:
@@ -187,7 +212,7 @@ def plans_frame(report: ScanReport, dims: dict[str, int] | None) -> pd.DataFrame
 
 
 def _plan_fields(pattern: Pattern, dims: dict[str, int] | None) -> dict[str, object]:
-    """A plan as a table or JSON row; byte figures only when ``dims`` give every symbol."""
+    """A plan as a table or JSON row; byte figures only where ``dims`` give every symbol."""
     return {
         "config": pattern.key,
         "subgraph": pattern.subgraph,
@@ -195,15 +220,18 @@ def _plan_fields(pattern: Pattern, dims: dict[str, int] | None) -> dict[str, obj
         "frequency": pattern.frequency,
         "saving_symbolic": str(pattern.exact),
         "ort_saving_symbolic": str(pattern.ort),
-        "saving_bytes": pattern.exact.evaluate(dims) if dims is not None else None,
-        "ort_saving_bytes": pattern.ort.evaluate(dims) if dims is not None else None,
+        "saving_bytes": _bytes(pattern.exact, dims),
+        "ort_saving_bytes": _bytes(pattern.ort, dims),
     }
+
+
+def _bytes(polynomial: Polynomial, dims: dict[str, int] | None) -> float | None:
+    return polynomial.evaluate(dims) if dims is not None and polynomial.symbols <= set(dims) else None
 
 
 def _print_table(
     report: ScanReport, frame: pd.DataFrame, dims: dict[str, int], source: str, version: str, details: bool
 ) -> None:
-    known = all(v is not None for v in frame["saving_bytes"])
     shown = ", ".join(f"{k}={v}" for k, v in sorted(dims.items())) or "symbolic"
     console.print(
         f"[bold]memopt scan[/] {escape(source)}: ORT {version} rules (family {report.family})"
@@ -217,13 +245,13 @@ def _print_table(
         table.add_column(column, justify="right", overflow="fold")
     table.add_column("Where", overflow="fold")
     for index, row in frame.iterrows():
-        saving = format_bytes(row.saving_bytes) if known else row.saving_symbolic
-        ort = format_bytes(row.ort_saving_bytes) if known else row.ort_saving_symbolic
+        saving = format_bytes(row.saving_bytes) if pd.notna(row.saving_bytes) else row.saving_symbolic
+        ort = format_bytes(row.ort_saving_bytes) if pd.notna(row.ort_saving_bytes) else row.ort_saving_symbolic
         cells = (str(index + 1), row.config, str(row.frequency), saving, ort, row.modules.replace(";", ", ") or "-")
         table.add_row(*(Text(str(cell)) for cell in cells))
     console.print(table)
-    if known and report.patterns:
-        stashed = report.stashed.evaluate(dims)
+    stashed = _bytes(report.stashed, dims)
+    if stashed is not None and report.patterns:
         console.print(
             f"Stashed activations without recompute: {format_bytes(stashed)}; "
             f"'Saving' counts every stashed output, 'ORT prints' what ORT's Plan table shows.",
@@ -243,8 +271,9 @@ def _print_table(
                 )
 
 
-def _json(report: ScanReport, dims: dict[str, int], source: str, version: str) -> dict[str, Any]:
-    known = report.symbols <= set(dims)
+def _json(
+    report: ScanReport, dims: dict[str, int], source: str, version: str, differences: list[str]
+) -> dict[str, Any]:
     return {
         "source": source,
         "ort_version": version,
@@ -252,10 +281,10 @@ def _json(report: ScanReport, dims: dict[str, int], source: str, version: str) -
         "layerwise": report.layer_boundary,
         "dims": dims,
         "stashed_symbolic": str(report.stashed),
-        "stashed_bytes": report.stashed.evaluate(dims) if known else None,
+        "stashed_bytes": _bytes(report.stashed, dims),
         "plans": [
             {
-                **_plan_fields(p, dims if known else None),
+                **_plan_fields(p, dims),
                 "occurrences": [
                     {"entry": o.entry, "module": o.module, "nodes": list(o.nodes), "saving_symbolic": str(o.exact)}
                     for o in p.occurrences
@@ -264,4 +293,5 @@ def _json(report: ScanReport, dims: dict[str, int], source: str, version: str) -
             for p in report.patterns
         ],
         "warnings": list(report.warnings),
+        "differences_from_ort": differences,
     }

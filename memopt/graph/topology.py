@@ -22,7 +22,8 @@ the Plan table, and which nodes count as forward (those before the YieldOp), fol
 
 Node indices are those of ORT's session: the positions in the graph ORTModule handed it
 (``TrainingGraph.session_indices``, from ``*_optimized_training.onnx``). Without that graph
-the file position stands in (on 1.19, the earlier node first). Checked against the VERBOSE
+an estimate stands in: on 1.17, the distance from the graph's sources, then the file position
+(all 1.17.3 captures agree with it); on 1.19, the file position, the earlier node first. Checked against the VERBOSE
 search logs of 1.17.3, 1.18.0 and 1.19.2 (every plan's node names in ORT's order) on tiny
 GPT-2, Llama, T5 and BERT, and Qwen2 on 1.19.2.
 """
@@ -169,10 +170,11 @@ def priority_order(graph: TrainingGraph) -> list[int]:
         for producer in inputs:
             consumers[producer].append(order)
     waiting = [len(inputs) for inputs in producers]
+    index = list(graph.session_indices) if graph.session_indices is not None else _index_estimate(graph, producers)
 
     def rank(order: int) -> tuple[bool, bool, int, int]:
         node = graph.nodes[order]
-        return node.op_type not in _SHAPE_OPS, node.backward_pass, graph.session_index(order), order
+        return node.op_type not in _SHAPE_OPS, node.backward_pass, index[order], order
 
     ready = [rank(order) for order, count in enumerate(waiting) if count == 0]
     heapq.heapify(ready)
@@ -185,6 +187,19 @@ def priority_order(graph: TrainingGraph) -> list[int]:
             if waiting[consumer] == 0:
                 heapq.heappush(ready, rank(consumer))
     return found
+
+
+def _index_estimate(graph: TrainingGraph, producers: Sequence[Sequence[int]]) -> list[int]:
+    """Stand-ins for ORT's node indices when the session's graph is not at hand: the exported
+    graph lists nodes as the model's forward runs, so a node near the inputs (a mask built
+    from them) got a lower index than a deep one joining it (the attention scores), which
+    the saved file places first. By distance from the graph's sources, then file position."""
+    distance = _longest_distance(graph, producers)
+    ranked = sorted(range(len(graph.nodes)), key=lambda order: (distance[order], order))
+    index = [0] * len(graph.nodes)
+    for estimate, order in enumerate(ranked):
+        index[order] = estimate
+    return index
 
 
 def _reverse_dfs(

@@ -46,6 +46,8 @@ _BACKWARD_PASS = "__backwardpass"
 
 # Normalizations whose outputs after the first are per-row statistics (mean, 1/std).
 _NORMS_WITH_STATISTICS = frozenset({"LayerNormalization", "SimplifiedLayerNormalization"})
+# Integer initializers up to this size are kept for ONNX's shape inference (shape constants).
+_SHAPE_CONSTANT_LIMIT = 64
 
 
 class GraphError(MemoptError):
@@ -175,6 +177,7 @@ def graph_from_model(model: onnx.ModelProto) -> TrainingGraph:
         tensors.setdefault(initializer.name, TensorInfo(initializer.data_type, tuple(initializer.dims)))
     for node in graph.node:
         _infer_untyped_outputs(node, tensors)
+    _infer_with_onnx(model, tensors)
     nodes = [
         Node(
             order=order,
@@ -221,6 +224,46 @@ def _infer_untyped_outputs(node: onnx.NodeProto, tensors: dict[str, TensorInfo])
                 tensors[node.output[index]] = TensorInfo(statistics_type, dims)
     elif node.op_type == "ConcatTraining" and 1 in missing:  # per_input_length
         tensors[node.output[1]] = TensorInfo(onnx.TensorProto.INT64, (sum(1 for name in node.input if name),))
+
+
+def _infer_with_onnx(model: onnx.ModelProto, tensors: dict[str, TensorInfo]) -> None:
+    """Types and shapes of ONNX-op outputs the saved graph leaves untyped, by ONNX's own
+    shape inference (the one ORT runs on its session's graph).
+
+    ORT's graph transformers make new tensors (``…_token_<k>``: a Reshape moved before a
+    MatMul, a label Slice) that the saved graph carries no value_info for, while ORT's
+    memory optimizer types and sizes them. A dim the inference cannot tell stays unknown
+    (None) rather than taking the name the inference invents for it.
+    """
+    graph = model.graph
+    if all(name in tensors for node in graph.node for name in node.output if name):
+        return
+    light = onnx.ModelProto()
+    light.CopyFrom(model)
+    del light.graph.initializer[:]
+    for initializer in graph.initializer:
+        if initializer.data_type == onnx.TensorProto.INT64 and math.prod(initializer.dims) <= _SHAPE_CONSTANT_LIMIT:
+            light.graph.initializer.append(initializer)  # shape constants: what Reshape's inference reads
+        else:
+            light.graph.input.append(
+                onnx.helper.make_tensor_value_info(initializer.name, initializer.data_type, list(initializer.dims))
+            )
+    try:
+        inferred = onnx.shape_inference.infer_shapes(light).graph.value_info
+    except Exception:  # the file's own types stand: the inference is best effort
+        return
+    named = {d for info in tensors.values() for d in info.dims or () if isinstance(d, str)}
+    for value in inferred:
+        if value.name in tensors:
+            continue
+        info = _tensor_info(value.type)
+        if info.elem_type:
+            dims = (
+                None
+                if info.dims is None
+                else tuple(d if not isinstance(d, str) or d in named else None for d in info.dims)
+            )
+            tensors[value.name] = TensorInfo(info.elem_type, dims)
 
 
 def _tensor_info(type_proto: onnx.TypeProto) -> TensorInfo:

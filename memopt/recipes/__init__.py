@@ -17,6 +17,11 @@ inside one (``package.module:attr``) that provides:
 Options (``--seq``, ``--size``, ``-o key=value``) reach each function that declares a
 parameter of that name; an option no function declares is an error.
 
+``-o loss_only=true`` (any recipe, ``hf:`` ones included) trains the model the way users
+who bundle model and loss do: its ``forward`` returns the scalar loss alone (the recipe's
+``loss``, or the default one, computed inside it), so ORT exports the loss into its graph
+where it fuses and plans differ; a model whose output carries a loss returns that loss.
+
 ``hf:NAME`` and ``hf:PATH`` name a Hugging Face model by its config (``memopt.recipes.hf``,
 ``load_hf_recipe``): a recipe whose model computes its own loss. Which loader a spec takes is
 ``memopt.core``'s to say (``RecipeTarget.load``).
@@ -41,6 +46,7 @@ from memopt.errors import MemoptError
 __all__ = [
     "BUILTIN_RECIPES",
     "DEFAULT_RECIPE",
+    "LOSS_ONLY_OPTION",
     "Recipe",
     "RecipeError",
     "check_hf_recipe",
@@ -58,6 +64,8 @@ BUILTIN_RECIPES: dict[str, str] = {
 }
 DEFAULT_RECIPE = "gpt"
 REQUIRED = ("build_model", "make_batch")
+# The option every recipe takes: forward returns the scalar loss (the loss runs inside ORT's graph).
+LOSS_ONLY_OPTION = "loss_only"
 
 
 class RecipeError(MemoptError):
@@ -76,6 +84,7 @@ class Recipe:
     options: Mapping[str, Any] = field(default_factory=dict)
     files: Mapping[str, str] = field(default_factory=dict)  # kept in the run folder: name -> text
     notes: tuple[str, ...] = ()  # what memopt chose for the user, said once
+    loss_only: bool = False  # forward returns the loss: the loss is computed inside the model
 
     def model(self) -> Any:
         return self.build_model(**_accepted(self.build_model, self.options))
@@ -99,7 +108,7 @@ def parse_option_value(text: str) -> bool | int | float | str:
 
 def load_recipe(spec: str, options: Mapping[str, Any] | None = None) -> Recipe:
     """Import the recipe named by ``spec`` and check it against the contract."""
-    options = dict(options or {})
+    options, loss_only = _loss_only(spec, options)
     source = _import_source(spec)
     missing = [name for name in REQUIRED if not callable(getattr(source, name, None))]
     if missing:
@@ -116,20 +125,22 @@ def load_recipe(spec: str, options: Mapping[str, Any] | None = None) -> Recipe:
     if unknown:
         takes = ", ".join(sorted(declared - {"batch_size"})) or "none"
         raise RecipeError(f"recipe {spec!r} takes no option {', '.join(unknown)} (its options: {takes})")
-    return Recipe(spec=spec, options=options, **functions)  # type: ignore[arg-type]  # required ones checked above
+    return Recipe(spec=spec, options=options, loss_only=loss_only, **functions)  # type: ignore[arg-type]  # required ones checked above
 
 
 def load_hf_recipe(spec: str, options: Mapping[str, Any] | None = None) -> Recipe:
     """The recipe of a Hugging Face config (``hf:NAME`` or ``hf:PATH``): a model computing its own loss."""
     from memopt.recipes.hf import resolve_hf_target
 
-    target = resolve_hf_target(spec, dict(options or {}))
+    options, loss_only = _loss_only(spec, options)
+    target = resolve_hf_target(spec, options)
     return Recipe(
         spec=spec,
         build_model=target.build_model,
         make_batch=target.make_batch,
         files={"config.json": target.config_json()},
         notes=target.notes,
+        loss_only=loss_only,
     )
 
 
@@ -138,7 +149,7 @@ def check_hf_recipe(spec: str, options: Mapping[str, Any]) -> tuple[str, ...]:
     here); returns the notes to say."""
     from memopt.recipes.hf import resolve_hf_target
 
-    return resolve_hf_target(spec, options).notes
+    return resolve_hf_target(spec, _loss_only(spec, options)[0]).notes
 
 
 def check_recipe(spec: str) -> None:
@@ -207,6 +218,15 @@ def _import_file(path: Path) -> ModuleType:
     sys.modules[name] = module
     spec.loader.exec_module(module)
     return module
+
+
+def _loss_only(spec: str, options: Mapping[str, Any] | None) -> tuple[dict[str, Any], bool]:
+    """The options without ``loss_only``, and its value (a boolean, or an error)."""
+    rest = dict(options or {})
+    value = rest.pop(LOSS_ONLY_OPTION, False)
+    if not isinstance(value, bool):
+        raise RecipeError(f"recipe {spec!r}: -o {LOSS_ONLY_OPTION}={value} is not true or false")
+    return rest, value
 
 
 def _parameters(function: Callable[..., Any]) -> set[str]:

@@ -33,6 +33,7 @@ class ScanTarget:
     ort_plans: frozenset[str] | None = None
     # The probe's own no-config measurement (batch, steady peak bytes, device): a free calibration point.
     probe_peak: tuple[int, int, str] | None = None
+    log_path: Path | None = None  # the probe's log, whose Plan table a scan checks itself against
 
 
 def load_target(
@@ -87,4 +88,5 @@ def load_target(
         run.stack.get("ort_version"),
         frozenset(cell for plan in with_plans[-1].plans for cell in plan.key.cells) if with_plans else None,
         (probe_batch, run.memory.peak_bytes, run.device or "cpu") if run.memory.peak_bytes else None,
+        run.log_path,
     )

@@ -15,7 +15,17 @@ from memopt.scan.modules import fold_layers
 from memopt.scan.patterns import Pattern, group_patterns
 from memopt.scan.savings import UnknownDims, plan_saving, stashed_bytes
 
-__all__ = ["ProbeLevel", "ScanError", "ScanReport", "fold_layers", "scan_graph"]
+__all__ = ["ESTIMATED_ORDER_WARNING", "ProbeLevel", "ScanError", "ScanReport", "fold_layers", "scan_graph"]
+
+
+# ORT 1.17 breaks ties in its node order by its session's node indices, which only the graph
+# ORTModule handed its session records.
+ESTIMATED_ORDER_WARNING = (
+    "ORT's node indices are not known (no *_optimized_training.onnx beside the graph): the node order inside "
+    "a subgraph name is estimated and may differ from ORT's; for the exact order, keep ORTModule's "
+    "<prefix>_optimized_training.onnx of the same run beside <prefix>_execution_model_training.onnx "
+    "(DebugOptions(save_onnx=True) saves both)"
+)
 
 
 @dataclass(frozen=True)
@@ -46,11 +56,14 @@ def scan_graph(
 ) -> ScanReport:
     """Analyse ``graph`` with the rules of ``ort_version``; order patterns by saving at ``dims``."""
     rules = rules_for(ort_version)
+    estimated_order = rules.analysis_order is AnalysisOrder.PRIORITY_BASED and graph.session_indices is None
     graph = _in_analysis_order(graph, rules.analysis_order)
     analysis = analyse(graph, rules, level, layer_boundary)
     unknown_dims = UnknownDims()
     savings = [plan_saving(graph, plan, unknown_dims) for plan in analysis.plans]
     warnings = [*analysis.warnings, *(w for s in savings for w in s.warnings)]
+    if estimated_order and analysis.plans:
+        warnings.append(ESTIMATED_ORDER_WARNING)
     inputs = {
         name: graph.tensor(name)
         for name in graph.graph_inputs

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from memopt.graph.polynomial import NotPolynomialError, Polynomial
@@ -11,8 +11,18 @@ from memopt.graph.training_graph import load_graph
 from memopt.logparse import Plan, parse_file
 from memopt.scan import scan_graph
 from memopt.scan.patterns import Pattern
+from memopt.scan.savings import UNKNOWN_DIM_PREFIX
 
-__all__ = ["SCENARIOS", "SESSION_INPUTS", "PlanParity", "Parity", "captured_cases", "captured_parity", "compare_plans"]
+__all__ = [
+    "SCENARIOS",
+    "SESSION_INPUTS",
+    "Parity",
+    "PlanParity",
+    "captured_cases",
+    "captured_parity",
+    "compare_plans",
+    "logged_parity",
+]
 
 # The captured runs memopt is compared with (sample_logs/README.md): the scenario's name in
 # the log file, and whether ORT analysed with transformer layer boundaries (LEVEL=1/2).
@@ -20,6 +30,8 @@ SCENARIOS = {"no-config": False, "level1": True, "level2": True}
 # Beside each release's graphs: the graph ORTModule handed its session in the same run (its
 # node positions are ORT's node indices, which break ties in some releases' node order).
 SESSION_INPUTS = "session-input"
+# The value an unknown dim takes when savings naming it are compared (any size ORT could see).
+_UNKNOWN_DIM_VALUE = 7919
 
 
 @dataclass(frozen=True)
@@ -31,10 +43,24 @@ class PlanParity:
     log_frequency: int | None = None
     saving_matches: bool | None = None  # ORT's expression is one ORT could print for the scan's plan
     saving_exact: bool | None = None  # ... and equals the exact saving (no one-output-per-node quirk)
+    scan_saving: str | None = None  # memopt's figure ORT would print, as an expression
+    log_saving: str | None = None  # ORT's printed expression
 
     @property
     def agrees(self) -> bool:
         return self.in_scan and self.in_log and self.scan_frequency == self.log_frequency and bool(self.saving_matches)
+
+    def difference(self) -> str | None:
+        """Where this row differs, in one line; None when it agrees."""
+        if self.agrees:
+            return None
+        if not self.in_log:
+            return f"{self.key}: in memopt's table (frequency {self.scan_frequency}), not in ORT's"
+        if not self.in_scan:
+            return f"{self.key}: in ORT's table (frequency {self.log_frequency}), not in memopt's"
+        if self.scan_frequency != self.log_frequency:
+            return f"{self.key}: frequency {self.scan_frequency} in memopt's table, {self.log_frequency} in ORT's"
+        return f"{self.key}: saving {self.scan_saving} in memopt's table, {self.log_saving} in ORT's"
 
 
 @dataclass(frozen=True)
@@ -48,6 +74,10 @@ class Parity:
     @property
     def complete(self) -> bool:
         return bool(self.plans) and self.agreeing == len(self.plans)
+
+    def differences(self) -> list[str]:
+        """One line per row that differs."""
+        return [line for plan in self.plans if (line := plan.difference()) is not None]
 
 
 def compare_plans(patterns: Iterable[Pattern], logged: Iterable[Plan], dims: Mapping[str, int] | None = None) -> Parity:
@@ -74,26 +104,29 @@ def compare_plans(patterns: Iterable[Pattern], logged: Iterable[Plan], dims: Map
             )
             continue
         logged_saving = _polynomial(plan)
+        both = PlanParity(key[0], True, True, pattern.frequency, plan.frequency)
         if logged_saving is None:  # Format A (<= 1.16) prints stashed shapes, not bytes
             logged_elements = _logged_elements(plan)
             matches = logged_elements is not None and _same(logged_elements, pattern.elements, dims)
-            rows.append(PlanParity(key[0], True, True, pattern.frequency, plan.frequency, matches, None))
+            shapes = str(logged_elements) if logged_elements is not None else None
+            rows.append(replace(both, saving_matches=matches, scan_saving=str(pattern.elements), log_saving=shapes))
             continue
         renamed = logged_saving.symbols != pattern.exact.symbols
-        at = (
-            dims
-            if renamed and dims is not None and logged_saving.symbols | pattern.exact.symbols <= set(dims)
-            else None
-        )
+        # ORT numbers unknown dims in its own call order: any number names the same unknown dim.
+        placeholders = {
+            s: _UNKNOWN_DIM_VALUE
+            for s in logged_saving.symbols | pattern.exact.symbols
+            if s.startswith(UNKNOWN_DIM_PREFIX)
+        }
+        known = {**(dims or {}), **placeholders}
+        at = known if renamed and logged_saving.symbols | pattern.exact.symbols <= set(known) else None
         rows.append(
-            PlanParity(
-                key[0],
-                True,
-                True,
-                pattern.frequency,
-                plan.frequency,
+            replace(
+                both,
                 saving_matches=pattern.ort_matches(logged_saving, at),
                 saving_exact=logged_saving == pattern.exact,
+                scan_saving=str(pattern.ort),
+                log_saving=str(logged_saving),
             )
         )
     return Parity(tuple(rows))
@@ -110,12 +143,16 @@ def captured_cases(samples: Path) -> list[tuple[str, str, str]]:
     return cases
 
 
+def logged_parity(patterns: Iterable[Pattern], log_path: Path) -> Parity | None:
+    """``patterns`` against the last Plan table ORT printed in ``log_path``; None when it printed none."""
+    summaries = [s for s in parse_file(log_path).summaries if s.plans]
+    if not summaries:
+        return None
+    return compare_plans(patterns, summaries[-1].plans, dict(summaries[-1].dims))
+
+
 def captured_parity(samples: Path, release: str, model: str, scenario: str) -> Parity:
     """memopt's scan of a release's captured graph against the Plan table that release printed."""
-    summaries = [s for s in parse_file(samples / release / f"{model}-{scenario}-info.log").summaries if s.plans]
-    if not summaries:
-        return Parity(())
-    logged = summaries[-1]
     session_input = samples / "graphs" / release / SESSION_INPUTS / f"{model}.onnx"
     report = scan_graph(
         load_graph(
@@ -123,10 +160,9 @@ def captured_parity(samples: Path, release: str, model: str, scenario: str) -> P
             session_input=session_input if session_input.is_file() else None,
         ),
         release,
-        dims=dict(logged.dims),
         layer_boundary=SCENARIOS[scenario],
     )
-    return compare_plans(report.patterns, logged.plans, dict(logged.dims))
+    return logged_parity(report.patterns, samples / release / f"{model}-{scenario}-info.log") or Parity(())
 
 
 def _logged_elements(plan: Plan) -> Polynomial | None:

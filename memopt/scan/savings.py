@@ -18,9 +18,18 @@ from memopt.graph.training_graph import Dim, TrainingGraph
 from memopt.scan.detect import NodePlan, element_size
 from memopt.scan.modules import module_path
 
-__all__ = ["OutputSaving", "NodePlanSaving", "UNKNOWN_SHAPE_SYMBOL", "UnknownDims", "plan_saving", "stashed_bytes"]
+__all__ = [
+    "UNKNOWN_DIM_PREFIX",
+    "UNKNOWN_SHAPE_SYMBOL",
+    "NodePlanSaving",
+    "OutputSaving",
+    "UnknownDims",
+    "plan_saving",
+    "stashed_bytes",
+]
 
 UNKNOWN_SHAPE_SYMBOL = "unknown"
+UNKNOWN_DIM_PREFIX = "empty_dim_param"
 
 
 @dataclass(frozen=True)
@@ -63,14 +72,16 @@ class NodePlanSaving:
 
 
 class UnknownDims:
-    """ORT names dims it knows nothing about ``empty_dim_param<k>`` from a process-wide counter."""
+    """ORT names dims it knows nothing about ``empty_dim_param<k>`` from a process-wide
+    counter that starts at 0 (and also advances when ORT merely checks a shape for unknown
+    dims): which number a dim gets is ORT's call order, so compare such names as placeholders."""
 
     def __init__(self) -> None:
         self.count = 0
 
     def name(self) -> str:
         self.count += 1
-        return f"empty_dim_param{self.count}"
+        return f"{UNKNOWN_DIM_PREFIX}{self.count - 1}"
 
 
 def plan_saving(graph: TrainingGraph, plan: NodePlan, unknown_dims: UnknownDims | None = None) -> NodePlanSaving:
