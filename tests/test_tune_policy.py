@@ -84,10 +84,20 @@ def test_a_plan_ort_left_off_is_dropped_from_later_selections() -> None:
 def test_nothing_fits_suggests_the_largest_batch_predicted_to_fit() -> None:
     # every plan saves 70 MiB/sample: 1000 + 30·b ≤ 1400 MiB up to batch 13
     first = next_step(state(1400))
-    assert isinstance(first, TryPlans) and set(first.plans) == {A, B, C} and "even every plan" in first.reason
+    assert isinstance(first, TryPlans) and set(first.plans) == {A, B, C}
+    # before any search trial: the lowest peak the plans reach, the budget that would do, the batch that fits
+    assert "the lowest peak at batch 16 is 1,480.0 MiB with every plan (no config 2,600.0 MiB)" in first.reason
+    assert "a budget of 1,480.0 MiB or more, or batch 13, is predicted to fit" in first.reason
     stop = next_step(state(1400, Attempt((A, B, C), Outcome.OVER_BUDGET, number=1)))
     assert isinstance(stop, Stop) and stop.status is SearchStatus.IMPOSSIBLE
     assert stop.largest_batch == 13 and "batch 13" in stop.message
+    assert "tried 3 of 3 plans: A+, B+, C+" in stop.message
+
+
+def test_impossible_names_the_plans_left_out_and_why() -> None:
+    stop = next_step(state(1400, Attempt((A, B, C), Outcome.OVER_BUDGET, left_off=(A,), number=1)))
+    assert isinstance(stop, Stop) and stop.status is SearchStatus.IMPOSSIBLE, stop
+    assert "tried 2 of 3 plans: B+, C+; left out (ORT left them OFF): A+" in stop.message
 
 
 def test_a_broken_recipe_stops_the_search() -> None:
