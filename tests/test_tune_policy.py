@@ -7,6 +7,7 @@ planner, the journal, cancellation and resume run for real in well under a secon
 
 from __future__ import annotations
 
+import json
 import threading
 from pathlib import Path
 
@@ -168,6 +169,26 @@ def test_tuner_drops_a_plan_ort_leaves_off(tmp_path: Path) -> None:
     result = tuner.auto_search()
     later = [r for r in result.trials if r.purpose is Purpose.SEARCH][1:]
     assert later and all(not (ignored & set(r.plans)) for r in later)
+
+
+def test_tune_json_carries_what_ort_ran_on_and_left_off(tmp_path: Path) -> None:
+    prepared = prepared_gpt()
+    planning = fake_tuner(tmp_path / "plan", FakeRunner(prepared), budget_between(FakeRunner(prepared)))
+    planning.setup()
+    first = next_step(planning.search_state())
+    assert isinstance(first, TryPlans) and first.plans
+    ignored = first.plans[0]
+    runner = FakeRunner(prepared, ignored=frozenset({ignored}))
+    tuner = fake_tuner(tmp_path / "run", runner, budget_between(runner))
+    summary = json.loads(json.dumps(tuner.summary(tuner.auto_search()), default=str))
+    trials = summary["trials"]
+    assert all("plans_on" in t and "plans_off" in t for t in trials)
+    assert trials[0]["plans_on"] == trials[0]["plans_off"] == []  # the no-config calibration
+    search = trials[1]
+    assert ignored not in search["plans_on"] and any(ignored in entry for entry in search["plans_off"])
+    assert set(search["plans_on"]) == set(search["plans"]) - {ignored}
+    best = summary["best"]
+    assert best is not None and best["plans_on"] == best["plans"] and best["plans_off"] == []
 
 
 def test_tuner_says_which_batch_fits_when_none_does(tmp_path: Path) -> None:

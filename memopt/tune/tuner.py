@@ -526,6 +526,7 @@ class Tuner:
                 "trial": best.number,
                 "plans": list(best.plans),
                 "config": list(best.result.config),
+                **_ort_plans(best.result),
                 "peak_bytes": best.peak_bytes,
                 "median_step_s": best.step_s,
                 "run_dir": best.result.run_dir,
@@ -538,6 +539,7 @@ class Tuner:
                     "purpose": str(r.purpose),
                     "batch_size": r.batch_size,
                     "plans": list(r.plans),
+                    **_ort_plans(r.result),
                     "outcome": str(r.outcome),
                     "peak_bytes": r.peak_bytes,
                     "ranks": [{"rank": k.get("rank"), "peak_bytes": k.get("peak_bytes")} for k in r.result.ranks],
@@ -550,6 +552,11 @@ class Tuner:
                 for r in result.trials
             ],
         }
+
+
+def _ort_plans(result: TrialResult) -> dict[str, list[str]]:
+    """What ORT's Plan table said of a trial's config: the plans it ran ON, the entries it left OFF."""
+    return {"plans_on": list(result.plans_on), "plans_off": list(result.plans_off)}
 
 
 def _error_line(result: TrialResult) -> str | None:
