@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from support import real_tuning
-from support.screens import assert_snapshot, screen_text
+from support.screens import assert_snapshot, drawn_screen, screen_text
 
 from memopt.ort.config import ENV_VAR
 from memopt.tui.app import TuneApp
@@ -113,8 +113,7 @@ def test_main_screen_snapshot() -> None:
     async def scenario() -> tuple[str, str]:
         app = TuneApp(tuner, auto=False)
         async with app.run_test(size=SIZE) as pilot:
-            await pilot.pause(0.3)
-            svg, text = app.export_screenshot(), screen_text(app)
+            svg, text = await drawn_screen(app, pilot)
             await pilot.press("q")
         return svg, text
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 from support.fake_tuning import FakeRunner, fake_tuner, prepared_gpt
-from support.screens import assert_snapshot, screen_text
+from support.screens import assert_snapshot, drawn_screen
 
 from memopt.tui.app import TuneApp
 from memopt.tui.state import plan_cells
@@ -25,11 +25,7 @@ def test_plans_keep_their_saving_and_cost_at_100_columns(tmp_path: Path) -> None
     async def scenario() -> tuple[str, str]:
         app = TuneApp(tuner, auto=False)
         async with app.run_test(size=(100, 30)) as pilot:
-            for _ in range(50):  # until the footer is drawn too: the last widget to render
-                await pilot.pause(0.1)
-                if "Toggle plan" in screen_text(app):
-                    break
-            svg, text = app.export_screenshot(), screen_text(app)
+            svg, text = await drawn_screen(app, pilot)
             await pilot.press("q")
         return svg, text
 

@@ -7,9 +7,11 @@ import os
 import re
 from pathlib import Path
 
+from textual.pilot import Pilot
+
 from memopt.tui.app import TuneApp
 
-__all__ = ["assert_snapshot", "normalise", "screen_text"]
+__all__ = ["assert_snapshot", "drawn_screen", "normalise", "screen_text"]
 
 SNAPSHOTS = Path(__file__).resolve().parent.parent / "snapshots"
 
@@ -25,6 +27,15 @@ def screen_text(app: TuneApp) -> str:
         line.replace("&#160;", " ").replace("&amp;", "&").replace("&lt;", "<").replace("&gt;", ">").rstrip()
         for line in lines
     )
+
+
+async def drawn_screen(app: TuneApp, pilot: Pilot[None]) -> tuple[str, str]:
+    """The SVG screenshot and its text once the footer, the last widget to render, is drawn."""
+    for _ in range(50):
+        await pilot.pause(0.1)
+        if "Toggle plan" in screen_text(app):
+            break
+    return app.export_screenshot(), screen_text(app)
 
 
 def normalise(text: str) -> str:
