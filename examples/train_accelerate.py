@@ -11,25 +11,15 @@ memopt tune --cmd "accelerate launch --cpu --num_processes 1 examples/train_acce
 
 from __future__ import annotations
 
-import argparse
-
 import torch
 from accelerate import Accelerator
 from onnxruntime.training.ortmodule import ORTModule
 from torch.nn import functional as F
-from train_ddp import TinyLM  # the script's own folder is on the import path
+from train_ddp import TinyLM, parse_arguments  # the script's own folder is on the import path
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--batch-size", type=int, default=4)
-    parser.add_argument("--seq", type=int, default=512)
-    parser.add_argument("--width", type=int, default=128)
-    parser.add_argument("--layers", type=int, default=4)
-    parser.add_argument("--heads", type=int, default=8)
-    parser.add_argument("--vocab", type=int, default=512)
-    parser.add_argument("--max-steps", type=int, default=0, help="Stop after this many steps (0: train until stopped).")
-    args = parser.parse_args()
+    args = parse_arguments(__doc__.splitlines()[0])
 
     accelerator = Accelerator()
     torch.manual_seed(0)

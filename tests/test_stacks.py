@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from support.cli import memopt
+from support.cli import headless_tune, memopt
 
 pytestmark = pytest.mark.ort  # real ORTModule training jobs
 
@@ -61,23 +61,7 @@ def test_headless_tune_of_the_stack_ends_verified(command: str, ranks: int, tmp_
     assert len(measured["ranks"]) == ranks and measured["plans_seen"]
     # Recompute saves a few percent of these small jobs' peak: most of it is Python, torch and ORT.
     budget = int(measured["peak_bytes"] * 0.97)
-    run = memopt(
-        "tune",
-        "--cmd",
-        command,
-        "--target-batch",
-        "8",
-        "--budget",
-        f"{budget}B",
-        "--margin",
-        "0",
-        "--no-tui",
-        "--json",
-        "--runs-dir",
-        str(tmp_path),
-        cwd=ROOT,
-        timeout=1500,
-    )
+    run = headless_tune(command, 8, budget, tmp_path, "--margin", "0", cwd=ROOT)
     assert run.returncode == 0, run.stderr
     summary = json.loads(run.stdout)
     assert summary["status"] == "verified", summary["message"]
