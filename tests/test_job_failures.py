@@ -51,6 +51,7 @@ def test_the_failing_ranks_exception_replaces_torchruns_summary(tmp_path: Path) 
     assert run.returncode != 0
     error = run.stderr.strip().splitlines()[-1]
     assert "rank 1: RuntimeError: Found no NVIDIA driver on your system" in error, error
+    assert "(at " + str(script) + ":5 in <module>)" in error  # the job's own line, not torch's
     assert "To enable traceback" not in error and "host      :" not in error
     assert "torch.cuda.set_device on a machine without CUDA" in error and "ORTTrainer" in error
 

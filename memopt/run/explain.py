@@ -22,6 +22,9 @@ _EXCEPTION = re.compile(r"^((?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception|Ex
 _TRACEBACK = "Traceback (most recent call last):"
 # torchrun's own exception, raised after a worker failed: it names no cause.
 _LAUNCHER_ERRORS = ("ChildFailedError",)
+# A traceback's frame line, and the libraries whose frames say nothing of where a job went wrong.
+_FRAME = re.compile(r'^\s+File "([^"]+)", line (\d+), in (\S+)')
+_LIBRARIES = ("site-packages/torch/", "site-packages/onnxruntime/", "<frozen ")
 # torchrun's summary names the first failing rank.
 _ROOT_CAUSE_RANK = re.compile(r"^\s*rank\s*:\s*(\d+)", re.MULTILINE)
 
@@ -74,11 +77,11 @@ def failing_line(text: str) -> str | None:
         prefixed = _RANK_PREFIX.match(line.strip())
         if prefixed and _EXCEPTION.match(prefixed.group(2).strip()):
             return f"rank {prefixed.group(1)}: {_shorten(prefixed.group(2).strip())}"
-    for exception in _traceback_ends(lines):
+    for exception, caller in _traceback_ends(lines):
         if not exception.startswith(_LAUNCHER_ERRORS) and ".ChildFailedError" not in exception:
             rank = _ROOT_CAUSE_RANK.search(text)
-            where = f"rank {rank.group(1)}: " if rank else ""
-            return where + _shorten(exception)
+            who = f"rank {rank.group(1)}: " if rank else ""
+            return who + _shorten(exception) + (f" (at {caller})" if caller else "")
     return None
 
 
@@ -89,18 +92,28 @@ def known_fix(text: str) -> str | None:
     return None
 
 
-def _traceback_ends(lines: list[str]) -> list[str]:
-    """The exception line that ends each traceback, in the order they were printed."""
-    ends = []
+def _traceback_ends(lines: list[str]) -> list[tuple[str, str | None]]:
+    """Each traceback's exception line and its innermost frame outside torch and ORT (the
+    code that called into them), in the order they were printed."""
+    ends: list[tuple[str, str | None]] = []
     inside = False
+    caller: str | None = None
     for line in lines:
         if line.strip() == _TRACEBACK:
-            inside = True
+            inside, caller = True, None
+        elif inside and (frame := _FRAME.match(line)):
+            if not any(library in frame.group(1) for library in _LIBRARIES):
+                caller = f"{_short_path(frame.group(1))}:{frame.group(2)} in {frame.group(3)}"
         elif inside and line and not line[0].isspace():
             if _EXCEPTION.match(line.strip()):
-                ends.append(line.strip())
+                ends.append((line.strip(), caller))
             inside = False
     return ends
+
+
+def _short_path(path: str) -> str:
+    """A file inside an installed package from its package folder on; others as printed."""
+    return path.split("site-packages/", 1)[-1]
 
 
 def _shorten(line: str) -> str:
