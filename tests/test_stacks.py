@@ -25,30 +25,29 @@ TORCHRUN = f"{sys.executable} -m torch.distributed.run --standalone --nproc_per_
 ACCELERATE = shutil.which("accelerate", path=str(Path(sys.executable).parent)) or "accelerate"
 
 
-def _needs(*modules: str) -> pytest.MarkDecorator:
+def _needs(install: str, *modules: str) -> pytest.MarkDecorator:
     missing = [m for m in modules if importlib.util.find_spec(m) is None]
-    return pytest.mark.skipif(
-        bool(missing),
-        reason=f"needs {', '.join(missing)}: pip install 'memopt[optimum]' && pip install --no-deps torch-ort==1.19.2",
-    )
+    return pytest.mark.skipif(bool(missing), reason=f"needs {', '.join(missing)}: {install}")
 
 
+OPTIMUM = _needs("pip install 'memopt[optimum]' && pip install --no-deps torch-ort==1.19.2", "optimum", "torch_ort")
+ACCELERATE_INSTALLED = _needs("pip install 'memopt[accelerate]'", "accelerate")
 ORTTRAINER = "examples/train_ortrainer.py --seq 512 --batch-size {batch}"
 ACCELERATED = "examples/train_accelerate.py --seq 256 --layers 2 --batch-size {batch}"
 COMMANDS = [
-    pytest.param(f"{sys.executable} {ORTTRAINER}", 1, id="ortrainer-single", marks=_needs("optimum", "torch_ort")),
-    pytest.param(f"{TORCHRUN} {ORTTRAINER}", 2, id="ortrainer-torchrun-2", marks=_needs("optimum", "torch_ort")),
+    pytest.param(f"{sys.executable} {ORTTRAINER}", 1, id="ortrainer-single", marks=OPTIMUM),
+    pytest.param(f"{TORCHRUN} {ORTTRAINER}", 2, id="ortrainer-torchrun-2", marks=OPTIMUM),
     pytest.param(
         f"{ACCELERATE} launch --cpu --num_processes 1 {ACCELERATED}",
         1,
         id="accelerate-single",
-        marks=_needs("accelerate"),
+        marks=ACCELERATE_INSTALLED,
     ),
     pytest.param(
         f"{ACCELERATE} launch --multi_gpu --num_processes 2 {ACCELERATED}",
         2,
         id="accelerate-2",
-        marks=_needs("accelerate"),
+        marks=ACCELERATE_INSTALLED,
     ),
 ]
 
