@@ -33,7 +33,8 @@ def _needs(install: str, *modules: str) -> pytest.MarkDecorator:
 OPTIMUM = _needs("pip install 'memopt[optimum]' && pip install --no-deps torch-ort==1.19.2", "optimum", "torch_ort")
 ACCELERATE_INSTALLED = _needs("pip install 'memopt[accelerate]'", "accelerate")
 ORTTRAINER = "examples/train_ortrainer.py --seq 512 --batch-size {batch}"
-ACCELERATED = "examples/train_accelerate.py --seq 512 --layers 2 --batch-size {batch}"
+# examples/train_ddp.py's model at its own defaults, as test_command.py tunes it under torchrun.
+ACCELERATED = "examples/train_accelerate.py --batch-size {batch}"
 COMMANDS = [
     pytest.param(f"{sys.executable} {ORTTRAINER}", 1, id="ortrainer-single", marks=OPTIMUM),
     pytest.param(f"{TORCHRUN} {ORTTRAINER}", 2, id="ortrainer-torchrun-2", marks=OPTIMUM),
