@@ -95,6 +95,13 @@ def test_nothing_fits_suggests_the_largest_batch_predicted_to_fit() -> None:
     assert "tried 3 of 3 plans: A+, B+, C+" in stop.message
 
 
+def test_impossible_without_a_plan_that_saves_does_not_claim_every_plan() -> None:
+    stop = next_step(state(1400, Attempt((A, B, C), Outcome.OVER_BUDGET, left_off=(A, B, C), number=1)))
+    assert isinstance(stop, Stop) and stop.status is SearchStatus.IMPOSSIBLE, stop
+    assert "and no plan is predicted to lower its peak" in stop.message and "every plan" not in stop.message
+    assert "tried 0 of 3 plans: none; left out (ORT left them OFF): A+, B+, C+" in stop.message
+
+
 def test_impossible_names_the_plans_left_out_and_why() -> None:
     stop = next_step(state(1400, Attempt((A, B, C), Outcome.OVER_BUDGET, left_off=(A,), number=1)))
     assert isinstance(stop, Stop) and stop.status is SearchStatus.IMPOSSIBLE, stop

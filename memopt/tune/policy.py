@@ -283,10 +283,13 @@ def _stop(state: SearchState, status: SearchStatus, message: str) -> Stop:
     """The stop as the user sees it: verified only when some trial fits."""
     verified = best_verified(state) is not None
     if status is SearchStatus.IMPOSSIBLE:
-        largest = state.model.max_batch(state.limit_bytes, state.useful_plans())
+        useful = state.useful_plans()
+        largest = state.model.max_batch(state.limit_bytes, useful)
+        # With no plan predicted to save, "even with every plan" would claim plans were tried.
+        how = "even with every plan" if useful else "and no plan is predicted to lower its peak"
         message = (
-            f"batch {state.target_batch} does not fit in {format_mib(state.budget_bytes)} even with every "
-            f"plan; predicted to fit: batch {largest} with every plan; {_plans_line(state)}"
+            f"batch {state.target_batch} does not fit in {format_mib(state.budget_bytes)} {how}; predicted to "
+            f"fit: batch {largest}{' with every plan' if useful else ''}; {_plans_line(state)}"
         )
         return Stop(SearchStatus.VERIFIED if verified else SearchStatus.IMPOSSIBLE, message, largest)
     if not verified:
