@@ -58,8 +58,9 @@ class TinyLM(nn.Module):
         return self.head(self.ln_f(x))
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def parse_arguments(description: str) -> argparse.Namespace:
+    """The batch size, the model's shape and the step count, as every example loop takes them."""
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--batch-size", type=int, default=4)
     parser.add_argument("--seq", type=int, default=512)
     parser.add_argument("--width", type=int, default=128)
@@ -67,7 +68,11 @@ def main() -> None:
     parser.add_argument("--heads", type=int, default=8)
     parser.add_argument("--vocab", type=int, default=512)
     parser.add_argument("--max-steps", type=int, default=0, help="Stop after this many steps (0: train until stopped).")
-    args = parser.parse_args()
+    return parser.parse_args()
+
+
+def main() -> None:
+    args = parse_arguments(__doc__.splitlines()[0])
 
     distributed = "RANK" in os.environ
     device = "cuda" if torch.cuda.is_available() else "cpu"

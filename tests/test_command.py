@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from support.cli import memopt
+from support.cli import headless_tune, memopt
 from support.processes import assert_gone
 
 pytestmark = pytest.mark.ort  # real ORTModule training jobs
@@ -95,21 +95,7 @@ def test_headless_tune_of_a_command_ends_verified(command: str, tmp_path: Path) 
     baseline = memopt("trial", "--cmd", command, "--batch", "8", "--json", "--runs-dir", str(tmp_path), cwd=ROOT)
     assert baseline.returncode == 0, baseline.stderr
     budget = int(json.loads(baseline.stdout)["peak_bytes"] * 0.9)
-    run = memopt(
-        "tune",
-        "--cmd",
-        command,
-        "--target-batch",
-        "8",
-        "--budget",
-        f"{budget}B",
-        "--no-tui",
-        "--json",
-        "--runs-dir",
-        str(tmp_path),
-        cwd=ROOT,
-        timeout=1200,
-    )
+    run = headless_tune(command, 8, budget, tmp_path, cwd=ROOT)
     assert run.returncode == 0, run.stderr
     summary = json.loads(run.stdout)
     assert summary["status"] == "verified", summary

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import os
-import re
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from support import real_tuning
+from support.screens import assert_snapshot, drawn_screen, screen_text
 
 from memopt.ort.config import ENV_VAR
 from memopt.tui.app import TuneApp
@@ -20,7 +19,6 @@ from memopt.tune import Tuner
 
 pytestmark = pytest.mark.ort  # real ORTModule runs or ORT sessions
 
-SNAPSHOTS = Path(__file__).parent / "snapshots"
 SIZE = (130, 40)
 
 
@@ -30,19 +28,6 @@ async def wait_for(pilot, condition: Callable[[], bool], timeout: float, what: s
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
         await pilot.pause(0.2)
-
-
-def screen_text(app: TuneApp) -> str:
-    """The screen as plain text, read off Textual's SVG screenshot (one line per row)."""
-    svg = app.export_screenshot()
-    rows: dict[float, list[tuple[float, str]]] = {}
-    for x, y, text in re.findall(r'<text[^>]*\bx="([\d.]+)"[^>]*\by="([\d.]+)"[^>]*>([^<]*)</text>', svg):
-        rows.setdefault(float(y), []).append((float(x), text))
-    lines = ["".join(t for _, t in sorted(parts)) for _, parts in sorted(rows.items())]
-    return "\n".join(
-        line.replace("&#160;", " ").replace("&amp;", "&").replace("&lt;", "<").replace("&gt;", ">").rstrip()
-        for line in lines
-    )
 
 
 def test_startup_then_auto_search_fits_a_budget_the_no_config_run_exceeds() -> None:
@@ -128,37 +113,12 @@ def test_main_screen_snapshot() -> None:
     async def scenario() -> tuple[str, str]:
         app = TuneApp(tuner, auto=False)
         async with app.run_test(size=SIZE) as pilot:
-            await pilot.pause(0.3)
-            svg, text = app.export_screenshot(), screen_text(app)
+            svg, text = await drawn_screen(app, pilot)
             await pilot.press("q")
         return svg, text
 
     svg, text = asyncio.run(scenario())
-    normalised = _normalise(text)
-    golden = SNAPSHOTS / "tune_main.txt"
-    if os.environ.get("MEMOPT_UPDATE_SNAPSHOTS") == "1":  # a deliberate change: review tune_main.svg, commit both
-        golden.write_text(normalised)
-        (SNAPSHOTS / "tune_main.svg").write_text(svg)
-    assert golden.is_file(), "no committed snapshot: record one with MEMOPT_UPDATE_SNAPSHOTS=1 and commit it"
-    if normalised != golden.read_text():
-        (SNAPSHOTS / "tune_main.last.svg").write_text(svg)
-        raise AssertionError(
-            "main screen changed: compare tests/snapshots/tune_main.last.svg with tune_main.svg "
-            "(a deliberate change: rerun with MEMOPT_UPDATE_SNAPSHOTS=1)"
-        )
-
-
-def _normalise(text: str) -> str:
-    """Numbers, bar lengths, paths and spacing vary between runs; the layout and labels must not."""
-    out = []
-    for line in text.splitlines():
-        line = re.sub(r"[█·▁▂▃▄▅▆▇]+", "▮", line)
-        line = re.sub(r"\d+(\.\d+)?", "9", line)
-        line = re.sub(r"(MiB|GiB|KiB|B)\b", "U", line)
-        line = re.sub(r"/\S+", "/PATH", line)
-        line = re.sub(r"[ ─━]{2,}", " ", line)
-        out.append(line.rstrip())
-    return "\n".join(out) + "\n"
+    assert_snapshot("tune_main", svg, text)
 
 
 def test_too_small_terminal_shows_a_readable_message() -> None:

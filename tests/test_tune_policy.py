@@ -7,6 +7,7 @@ planner, the journal, cancellation and resume run for real in well under a secon
 
 from __future__ import annotations
 
+import json
 import threading
 from pathlib import Path
 
@@ -84,10 +85,27 @@ def test_a_plan_ort_left_off_is_dropped_from_later_selections() -> None:
 def test_nothing_fits_suggests_the_largest_batch_predicted_to_fit() -> None:
     # every plan saves 70 MiB/sample: 1000 + 30·b ≤ 1400 MiB up to batch 13
     first = next_step(state(1400))
-    assert isinstance(first, TryPlans) and set(first.plans) == {A, B, C} and "lowest predicted peak" in first.reason
+    assert isinstance(first, TryPlans) and set(first.plans) == {A, B, C}
+    # before any search trial: the lowest peak the plans reach, the budget that would do, the batch that fits
+    assert "the lowest peak at batch 16 is 1,480.0 MiB (A+, B+, C+; no config 2,600.0 MiB)" in first.reason
+    assert "a budget of 1,480.0 MiB or more, or batch 13, is predicted to fit" in first.reason
     stop = next_step(state(1400, Attempt((A, B, C), Outcome.OVER_BUDGET, number=1)))
     assert isinstance(stop, Stop) and stop.status is SearchStatus.IMPOSSIBLE
     assert stop.largest_batch == 13 and "batch 13" in stop.message
+    assert "tried 3 of 3 plans: A+, B+, C+" in stop.message
+
+
+def test_impossible_without_a_plan_that_saves_does_not_claim_every_plan() -> None:
+    stop = next_step(state(1400, Attempt((A, B, C), Outcome.OVER_BUDGET, left_off=(A, B, C), number=1)))
+    assert isinstance(stop, Stop) and stop.status is SearchStatus.IMPOSSIBLE, stop
+    assert "and no plan is predicted to lower its peak" in stop.message and "every plan" not in stop.message
+    assert "tried 0 of 3 plans: none; left out (ORT left them OFF): A+, B+, C+" in stop.message
+
+
+def test_impossible_names_the_plans_left_out_and_why() -> None:
+    stop = next_step(state(1400, Attempt((A, B, C), Outcome.OVER_BUDGET, left_off=(A,), number=1)))
+    assert isinstance(stop, Stop) and stop.status is SearchStatus.IMPOSSIBLE, stop
+    assert "tried 2 of 3 plans: B+, C+; left out (ORT left them OFF): A+" in stop.message
 
 
 def test_a_broken_recipe_stops_the_search() -> None:
@@ -177,6 +195,26 @@ def test_tuner_drops_a_plan_ort_leaves_off(tmp_path: Path) -> None:
     result = tuner.auto_search()
     later = [r for r in result.trials if r.purpose is Purpose.SEARCH][1:]
     assert later and all(not (ignored & set(r.plans)) for r in later)
+
+
+def test_tune_json_carries_what_ort_ran_on_and_left_off(tmp_path: Path) -> None:
+    prepared = prepared_gpt()
+    planning = fake_tuner(tmp_path / "plan", FakeRunner(prepared), budget_between(FakeRunner(prepared)))
+    planning.setup()
+    first = next_step(planning.search_state())
+    assert isinstance(first, TryPlans) and first.plans
+    ignored = first.plans[0]
+    runner = FakeRunner(prepared, ignored=frozenset({ignored}))
+    tuner = fake_tuner(tmp_path / "run", runner, budget_between(runner))
+    summary = json.loads(json.dumps(tuner.summary(tuner.auto_search()), default=str))
+    trials = summary["trials"]
+    assert all("plans_on" in t and "plans_off" in t for t in trials)
+    assert trials[0]["plans_on"] == trials[0]["plans_off"] == []  # the no-config calibration
+    search = trials[1]
+    assert ignored not in search["plans_on"] and any(ignored in entry for entry in search["plans_off"])
+    assert set(search["plans_on"]) == set(search["plans"]) - {ignored}
+    best = summary["best"]
+    assert best is not None and best["plans_on"] == best["plans"] and best["plans_off"] == []
 
 
 def test_tuner_says_which_batch_fits_when_none_does(tmp_path: Path) -> None:

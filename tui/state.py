@@ -64,15 +64,16 @@ def short_plans(plans: Iterable[str]) -> str:
 
 
 def plan_cells(row: PlanRow, on: bool) -> tuple[str, ...]:
-    """State, pattern, type, frequency, saving at the target batch, cost, where."""
+    """State, saving at the target batch, cost, pattern, frequency, type, where: what a choice
+    rests on first, so a narrow panel cuts the names, never the figures."""
     state = ("on" if on else "off") + (f" ×{row.frequency}" if on and row.counts_honoured else (" (all)" if on else ""))
     return (
         state,
-        row.subgraph,
-        row.kind.label,
-        str(row.frequency),
         format_bytes(row.saving_bytes),
         f"{row.cost_s * 1000:.0f} ms",
+        row.subgraph,
+        str(row.frequency),
+        row.kind.label,
         ", ".join(row.modules) or "-",
     )
 

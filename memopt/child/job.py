@@ -236,7 +236,10 @@ def _stack() -> dict[str, Any]:
     import onnxruntime
     import torch
 
-    return {"ort_version": onnxruntime.__version__, "torch_version": torch.__version__}
+    # Which build of ORT training the job runs: onnxruntime-training-cpu or the CUDA one.
+    info = importlib.import_module("onnxruntime.capi.build_and_package_info")
+    package = getattr(info, "package_name", None)
+    return {"ort_version": onnxruntime.__version__, "ort_package": package, "torch_version": torch.__version__}
 
 
 def _peaks(cuda: bool) -> dict[str, Any]:

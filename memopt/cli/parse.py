@@ -19,6 +19,7 @@ from rich.text import Text
 
 from memopt.cli import app, console, error_console
 from memopt.cli.dims import config_version, parse_dims_option
+from memopt.cli.tables import add_entry_column, print_table
 from memopt.errors import MemoptError
 from memopt.graph.expr import Expression, ExpressionError
 from memopt.logparse import (
@@ -173,7 +174,7 @@ def _print_result(result: ParseResult, evaluation: _Evaluation) -> None:
             )
             console.print(Text(f"  recomputed nodes: {count}"))
         if summary.plans:
-            console.print(_plan_table(summary, evaluation))
+            print_table(_plan_table(summary, evaluation))
     if result.step_memory:
         console.print(Text.assemble((result.source, "bold"), ": ORT per-step memory (MiB)"))
         console.print(_step_memory_table(result.step_memory))
@@ -183,11 +184,11 @@ def _plan_table(summary: Summary, evaluation: _Evaluation) -> Table:
     table = Table(show_edge=False, pad_edge=False)
     table.add_column("Plan", justify="right", no_wrap=True)
     table.add_column("State", no_wrap=True)
-    table.add_column("Config", overflow="fold", min_width=20)
+    add_entry_column(table, "Config", (plan.key for plan in summary.plans))
     table.add_column("Freq", justify="right", no_wrap=True)
     table.add_column("Saving" + (" at --dims" if evaluation.user_dims else ""), justify="right", no_wrap=True)
     table.add_column("ORT Max Saving", justify="right", no_wrap=True)
-    table.add_column("Saving Symbolic", overflow="fold")
+    table.add_column("Saving Symbolic", overflow="fold", min_width=20)
     for plan, saving in _sorted_plans(summary, evaluation):
         cells = (
             "" if plan.plan_number is None else str(plan.plan_number),

@@ -35,6 +35,7 @@ from memopt.cli.options import (
     run_settings,
 )
 from memopt.cli.show import print_trial
+from memopt.cli.tables import add_entry_column, print_table
 from memopt.core import RunnableTarget, runnable
 from memopt.errors import MemoptError
 from memopt.ort.config import export_line, takes_json_file
@@ -174,8 +175,9 @@ def _print(result: PlanResult, cal: Calibration, config_value: str | None, targe
     console.print(f"  no config    predicted peak {format_mib(result.baseline_bytes)}{where}", highlight=False)
     if result.choices:
         table = Table(show_edge=False, pad_edge=False, box=None)
-        for column in ("plan", "count", "saving", "cost/step"):
-            table.add_column(column, justify="left" if column == "plan" else "right")
+        add_entry_column(table, "plan", (choice.key for choice in result.choices))
+        for column in ("count", "saving", "cost/step"):
+            table.add_column(column, justify="right", no_wrap=True)
         for choice in result.choices:
             table.add_row(
                 Text(choice.key),
@@ -183,7 +185,7 @@ def _print(result: PlanResult, cal: Calibration, config_value: str | None, targe
                 format_bytes(choice.saving_bytes),
                 f"{choice.cost_s * 1000:.1f} ms",
             )
-        console.print(table)
+        print_table(table)
     overhead = (
         f" (~{result.overhead * 100:.1f}% of a {result.baseline_step_s:.3f} s step)"
         if result.overhead is not None

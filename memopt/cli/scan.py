@@ -11,6 +11,7 @@ from typing import Any
 
 import pandas as pd
 import typer
+from rich import box
 from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
@@ -28,6 +29,7 @@ from memopt.cli.options import (
     command_notes,
     recipe_options,
 )
+from memopt.cli.tables import add_entry_column, print_table
 from memopt.core import RecipeTarget
 from memopt.errors import MemoptError
 from memopt.graph.polynomial import Polynomial
@@ -238,18 +240,13 @@ def _print_table(
         f"{', layer-wise' if report.layer_boundary else ''}; sizes {shown}",
         highlight=False,
     )
-    table = Table(show_lines=False)
-    table.add_column("#", justify="right")
-    table.add_column("ORT config entry", overflow="fold")  # copied into configs: folded, never cut
-    for column in ("Freq", "Saving", "ORT prints"):
-        table.add_column(column, justify="right", overflow="fold")
-    table.add_column("Where", overflow="fold")
+    rows: list[tuple[str, ...]] = []
     for index, row in frame.iterrows():
         saving = format_bytes(row.saving_bytes) if pd.notna(row.saving_bytes) else row.saving_symbolic
         ort = format_bytes(row.ort_saving_bytes) if pd.notna(row.ort_saving_bytes) else row.ort_saving_symbolic
-        cells = (str(index + 1), row.config, str(row.frequency), saving, ort, row.modules.replace(";", ", ") or "-")
-        table.add_row(*(Text(str(cell)) for cell in cells))
-    console.print(table)
+        cells = (index + 1, row.config, row.frequency, saving, ort, row.modules.replace(";", ", ") or "-")
+        rows.append(tuple(str(cell) for cell in cells))
+    print_table(_plans_table(rows))
     stashed = _bytes(report.stashed, dims)
     if stashed is not None and report.patterns:
         console.print(
@@ -269,6 +266,20 @@ def _print_table(
                     highlight=False,
                     soft_wrap=True,
                 )
+
+
+def _plans_table(rows: list[tuple[str, ...]]) -> Table:
+    """Entries and figures whole on one line; only ``Where`` folds."""
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
+    table.add_column("#", justify="right", no_wrap=True)
+    add_entry_column(table, "ORT config entry", (row[1] for row in rows))
+    for index, header in enumerate(("Freq", "Saving", "ORT prints"), start=2):
+        width = max(len(header), *(len(row[index]) for row in rows)) if rows else len(header)
+        table.add_column(header, justify="right", no_wrap=True, min_width=width)
+    table.add_column("Where", overflow="fold", min_width=12)
+    for row in rows:
+        table.add_row(*(Text(cell) for cell in row))
+    return table
 
 
 def _json(

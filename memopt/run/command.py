@@ -35,6 +35,7 @@ from memopt.child import (
 )
 from memopt.child.memory import Memory
 from memopt.core import Command, RunStatus
+from memopt.run.explain import explain_failure
 from memopt.run.launch import (
     LOG_NAME,
     ONNX_DIR,
@@ -53,6 +54,8 @@ STEPS_FILE = "steps.jsonl"
 HOOK_PATH = str(Path(memopt.child.__file__).resolve().parent / HOOK_DIR)
 # Lines of the job's output an error quotes.
 _TAIL_LINES = 6
+# How much of the log's end is searched for the failing rank's error.
+_FAILURE_BYTES = 1 << 20
 
 
 def run_target(request: RunRequest, run_dir: Path, cancel: threading.Event | None = None) -> RunResult:
@@ -173,6 +176,7 @@ def _status(
     if ending is Ending.CANCELLED:
         return RunStatus.CANCELLED, "cancelled: the job's process group was ended"
     tail = _tail(log)
+    said = _failure(log) or tail
     seen = any(r.get("event") == "ortmodule" for r in records)
     reached = max((int(r.get("step") or 0) for r in steps), default=0)
     progress = f"reached step {reached} of {wanted}" if seen else "no ORTModule training step seen"
@@ -187,14 +191,16 @@ def _status(
     if not seen:
         return (
             RunStatus.RECIPE_ERROR,
-            f"{progress}: the job {_exit_words(returncode)} before ORTModule trained; last output: {tail}",
+            f"{progress}: the job {_exit_words(returncode)} before ORTModule trained: {said}",
         )
     if returncode == 0:
         return (
             RunStatus.RECIPE_ERROR,
-            f"the job ended after {reached} of the {wanted} steps memopt needs; lower --steps",
+            f"the job ended by itself after {reached} training steps; memopt measures {wanted} (a warm-up step "
+            f"and --steps {wanted - 1}): raise the job's own step count (its max steps, epochs or data) "
+            f"to {wanted} or more",
         )
-    return RunStatus.STEP_ERROR, f"the job {_exit_words(returncode)} ({progress}): {tail}"
+    return RunStatus.STEP_ERROR, f"the job {_exit_words(returncode)} ({progress}): {said}"
 
 
 def _exit_words(returncode: int | None) -> str:
@@ -203,6 +209,16 @@ def _exit_words(returncode: int | None) -> str:
     if returncode < 0:
         return f"was killed by {signal.Signals(-returncode).name}" if -returncode in signal.valid_signals() else "died"
     return f"exited with status {returncode}"
+
+
+def _failure(log: Path) -> str | None:
+    """The failing rank's own error, read from the log's end (where a failure's tracebacks are)."""
+    try:
+        with log.open("rb") as file:
+            file.seek(max(0, file.seek(0, os.SEEK_END) - _FAILURE_BYTES))
+            return explain_failure(file.read().decode(errors="replace"))
+    except OSError:
+        return None
 
 
 def _tail(log: Path) -> str:

@@ -187,10 +187,19 @@ def _first(state: SearchState) -> TryPlans | Stop:
         return TryPlans(
             (), f"planner: no config predicted {format_mib(plan.baseline_bytes)} ≤ limit {format_mib(limit)}; verifying"
         )
-    return TryPlans(
-        plan.plans or state.useful_plans(),
-        f"planner: no selection is predicted to fit; the lowest predicted peak is {format_mib(plan.predicted_bytes)}"
-        f" ({names(plan.plans)}) > limit {format_mib(limit)}; trying it once to check",
+    return TryPlans(plan.plans or state.useful_plans(), f"{_floor_line(state, plan)}; trying it once to check")
+
+
+def _floor_line(state: SearchState, plan: PlanResult) -> str:
+    """The lowest peak any selection is predicted at when the limit is below it, and what would fit instead."""
+    floor = plan.predicted_bytes
+    largest = state.model.max_batch(state.limit_bytes, state.useful_plans())
+    return (
+        f"planner: no selection is predicted to fit; the lowest peak at batch {state.target_batch} is "
+        f"{format_mib(floor)} ({names(plan.plans)}; no config {format_mib(plan.baseline_bytes)}), above the "
+        f"limit {format_mib(state.limit_bytes)} (budget {format_mib(state.budget_bytes)} less the "
+        f"{state.margin:.0%} margin): a budget of {format_mib(floor / (1.0 - state.margin))} or more, or batch "
+        f"{largest}, is predicted to fit"
     )
 
 
@@ -274,10 +283,13 @@ def _stop(state: SearchState, status: SearchStatus, message: str) -> Stop:
     """The stop as the user sees it: verified only when some trial fits."""
     verified = best_verified(state) is not None
     if status is SearchStatus.IMPOSSIBLE:
-        largest = state.model.max_batch(state.limit_bytes, state.useful_plans())
+        useful = state.useful_plans()
+        largest = state.model.max_batch(state.limit_bytes, useful)
+        # With no plan predicted to save, "even with every plan" would claim plans were tried.
+        how = "even with every plan" if useful else "and no plan is predicted to lower its peak"
         message = (
-            f"batch {state.target_batch} does not fit in {format_mib(state.budget_bytes)} even with every "
-            f"plan; predicted to fit: batch {largest} with every plan"
+            f"batch {state.target_batch} does not fit in {format_mib(state.budget_bytes)} {how}; predicted to "
+            f"fit: batch {largest}{' with every plan' if useful else ''}; {_plans_line(state)}"
         )
         return Stop(SearchStatus.VERIFIED if verified else SearchStatus.IMPOSSIBLE, message, largest)
     if not verified:
@@ -285,6 +297,22 @@ def _stop(state: SearchState, status: SearchStatus, message: str) -> Stop:
             SearchStatus.FAILED if status is SearchStatus.VERIFIED else status, f"{message}; no verified config"
         )
     return Stop(status, message)
+
+
+def _plans_line(state: SearchState) -> str:
+    """Which plans the search tried and which it left out, with why."""
+    ignored = state.left_off
+    tried = {key for attempt in state.attempts for key in attempt.plans if key not in ignored}
+    useful = set(state.useful_plans())
+    left = [p.key for p in state.model.plans if p.key not in tried]
+    reasons = {
+        key: "ORT left them OFF" if key in ignored else "not tried" if key in useful else "they save nothing here"
+        for key in left
+    }
+    parts = [f"tried {len(tried)} of {len(state.model.plans)} plans: {names(sorted(tried)) or 'none'}"]
+    for reason in dict.fromkeys(reasons.values()):
+        parts.append(f"left out ({reason}): {names(key for key in left if reasons[key] == reason)}")
+    return "; ".join(parts)
 
 
 def _without(model: MemoryModel, keys: frozenset[PlanKey]) -> MemoryModel:

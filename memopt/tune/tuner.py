@@ -544,6 +544,7 @@ class Tuner:
                 "trial": best.number,
                 "plans": list(best.plans),
                 "config": list(best.result.config),
+                **_ort_plans(best.result),
                 "peak_bytes": best.peak_bytes,
                 "whole_run_peak_bytes": best.result.memory.whole_run_peak,
                 "binding_phase": _phase(best.result),
@@ -559,6 +560,7 @@ class Tuner:
                     "purpose": str(r.purpose),
                     "batch_size": r.batch_size,
                     "plans": list(r.plans),
+                    **_ort_plans(r.result),
                     "outcome": str(r.outcome),
                     "peak_bytes": r.peak_bytes,
                     "whole_run_peak_bytes": r.result.memory.whole_run_peak,
@@ -573,6 +575,11 @@ class Tuner:
                 for r in result.trials
             ],
         }
+
+
+def _ort_plans(result: TrialResult) -> dict[str, list[str]]:
+    """What ORT's Plan table said of a trial's config: the plans it ran ON, the entries it left OFF."""
+    return {"plans_on": list(result.plans_on), "plans_off": list(result.plans_off)}
 
 
 def _phase(result: TrialResult) -> str | None:

@@ -9,7 +9,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["CliRun", "assert_one_line_error", "memopt"]
+__all__ = ["CliRun", "assert_one_line_error", "headless_tune", "memopt"]
 
 
 @dataclass(frozen=True)
@@ -51,6 +51,28 @@ def memopt(*args: str, cwd: Path | None = None, env: dict[str, str] | None = Non
         timeout=timeout,
     )
     return CliRun(completed.returncode, completed.stdout, completed.stderr)
+
+
+def headless_tune(
+    command: str, target_batch: int, budget_bytes: int, runs_dir: Path, *options: str, cwd: Path
+) -> CliRun:
+    """``memopt tune --cmd COMMAND … --no-tui --json``, as a script would run it."""
+    return memopt(
+        "tune",
+        "--cmd",
+        command,
+        "--target-batch",
+        str(target_batch),
+        "--budget",
+        f"{budget_bytes}B",
+        *options,
+        "--no-tui",
+        "--json",
+        "--runs-dir",
+        str(runs_dir),
+        cwd=cwd,
+        timeout=1500,
+    )
 
 
 def assert_one_line_error(run: CliRun, *fragments: str) -> None:

@@ -30,6 +30,7 @@ from memopt.ort.rules import AnalysisOrder
 from memopt.predict import PreparedTarget, liveness, prepare_target
 from memopt.predict.liveness import Recompute, Timeline
 from memopt.run import Outcome, ScanTarget, StackVersions, TrialResult, TrialSpec
+from memopt.run.trials import requested_off
 from memopt.tune import Tuner, TuneSettings
 
 SAMPLE_GRAPH = Path(__file__).resolve().parent.parent.parent / "sample_logs" / "graphs" / "1.19.2" / "gpt.onnx"
@@ -138,6 +139,7 @@ class FakeRunner:
             step_times_s=(1.0, step_s, step_s) if ran else (),
             median_step_s=step_s if ran else None,
             plans_on=on if ran else (),
+            plans_off=requested_off(spec.config, on) if ran else (),
             plans_seen=10 if ran else None,
             budget_bytes=budget_bytes,
             predicted_peak_bytes=predicted_peak_bytes,

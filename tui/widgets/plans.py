@@ -16,7 +16,7 @@ from ..state import Selection, plan_cells
 
 __all__ = ["PlansTable"]
 
-COLUMNS = ("state", "pattern", "type", "freq", "saving@target", "est. cost", "where")
+COLUMNS = ("state", "saving", "cost", "pattern", "freq", "type", "where")
 
 
 class PlansTable(DataTable[Text]):
