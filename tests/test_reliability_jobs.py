@@ -1,0 +1,74 @@
+"""Jobs that misbehave without training: one that floods its output, one that leaves a daemon.
+
+Real `memopt trial --cmd` runs of real processes (tests/recipes/flood_forever.py,
+tests/recipes/forks_a_daemon.py); nothing is faked.
+"""
+
+from __future__ import annotations
+
+import resource
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from support import RECIPES
+from support.cli import memopt
+from support.processes import running
+
+from memopt.run.output import HEAD_BYTES, TAIL_BYTES
+
+pytestmark = pytest.mark.subprocess
+
+
+def test_a_job_that_never_stops_printing_keeps_a_bounded_log_and_its_timeout(tmp_path: Path) -> None:
+    started = time.monotonic()
+    run = memopt(
+        "trial",
+        "--cmd",
+        f"{sys.executable} {RECIPES / 'flood_forever.py'} --batch-size {{batch}}",
+        "--batch",
+        "2",
+        "--steps",
+        "1",
+        "--timeout",
+        "4",
+        "--runs-dir",
+        str(tmp_path),
+    )
+    took = time.monotonic() - started
+    assert run.returncode == 1 and "killed after 4 s" in run.stdout, run.stdout
+    assert took < 30, took  # the timeout, the stop's grace and memopt's own start-up
+    # memopt's own memory (and the flood's) stays far below the output's size.
+    assert resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024 < 1024 * 2**20
+    log = run.log_path
+    size = log.stat().st_size
+    assert HEAD_BYTES < size <= HEAD_BYTES + TAIL_BYTES + 4096, size
+    with open(log, "rb") as handle:
+        assert handle.readline().startswith(b"[memopt] $ ")
+        handle.seek(HEAD_BYTES)
+        middle = handle.read(4096 * 1024)
+    assert b"[memopt] output cut: " in middle and b" bytes left out here" in middle
+    assert not run.stderr and "Traceback" not in run.stdout
+
+
+def test_a_forked_daemon_of_the_job_is_gone_when_the_trial_returns(tmp_path: Path) -> None:
+    pid_file = tmp_path / "daemon.pid"
+    started = time.monotonic()
+    run = memopt(
+        "trial",
+        "--cmd",
+        f"{sys.executable} {RECIPES / 'forks_a_daemon.py'} {pid_file} --batch-size {{batch}}",
+        "--batch",
+        "2",
+        "--steps",
+        "1",
+        "--timeout",
+        "60",
+        "--runs-dir",
+        str(tmp_path / "runs"),
+    )
+    assert run.returncode == 2 and "before ORTModule trained" in run.stderr, run.stderr
+    assert time.monotonic() - started < 60  # the daemon holds the job's output open for 120 s
+    pid = int(pid_file.read_text())
+    assert not running(pid)
