@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from support import RECIPES
-from support.cli import memopt
+from support.cli import assert_one_line_error, memopt
 from support.processes import running
 
 from memopt.run.output import HEAD_BYTES, TAIL_BYTES
@@ -72,3 +72,15 @@ def test_a_forked_daemon_of_the_job_is_gone_when_the_trial_returns(tmp_path: Pat
     assert time.monotonic() - started < 60  # the daemon holds the job's output open for 120 s
     pid = int(pid_file.read_text())
     assert not running(pid)
+
+
+def test_plan_never_overwrites_the_users_file_without_force(tmp_path: Path) -> None:
+    mine = tmp_path / "train.json"
+    mine.write_text('{"my": "precious training config"}')
+    mine.chmod(0o644)
+    runs = tmp_path / "runs"
+    run = memopt("plan", "gpt", "--target-batch", "4", "--out", str(mine), "--runs-dir", str(runs))
+    assert_one_line_error(run, f"{mine} exists; pass --force to overwrite it")
+    assert mine.read_text() == '{"my": "precious training config"}'
+    assert mine.stat().st_mode & 0o777 == 0o644
+    assert not runs.exists()  # refused before anything ran

@@ -33,6 +33,7 @@ __all__ = [
     "cell_subgraph",
     "export_line",
     "format_config_string",
+    "mode_for",
     "parse_config_json",
     "parse_config_string",
     "plan_cell",
@@ -220,6 +221,7 @@ def write_json_config(
             handle.write(content)
             handle.flush()
             os.fsync(handle.fileno())
+            os.fchmod(handle.fileno(), mode_for(path))
         if overwrite:
             os.replace(temporary, path)
         else:
@@ -227,6 +229,17 @@ def write_json_config(
     finally:
         temporary.unlink(missing_ok=True)
     return path.resolve()
+
+
+def mode_for(path: Path) -> int:
+    """The mode a file written at ``path`` gets: the mode of the file it replaces, else what the
+    user's umask gives a new file (a temporary file starts private)."""
+    try:
+        return path.stat().st_mode & 0o7777
+    except OSError:
+        umask = os.umask(0)
+        os.umask(umask)
+        return 0o666 & ~umask
 
 
 def export_line(value: str) -> str:

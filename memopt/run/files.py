@@ -17,6 +17,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from memopt.errors import MemoptError
+from memopt.ort.config import mode_for
 
 __all__ = ["exclusive_lock", "replace_atomically"]
 
@@ -49,6 +50,7 @@ def replace_atomically(target: Path, text: str) -> Path:
             handle.write(text)
             handle.flush()
             os.fsync(handle.fileno())
+            os.fchmod(handle.fileno(), mode_for(target))
         os.replace(name, target)
     except OSError as err:
         raise MemoptError(f"cannot write {target}: {err.strerror or err}") from None
