@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
-__all__ = ["MemoptError", "one_line"]
+__all__ = ["DamagedRecord", "MemoptError", "one_line"]
 
 
 class MemoptError(Exception):
     """A problem the user can act on; ``str(err)`` is the whole message, one line."""
+
+
+class DamagedRecord(UserWarning):
+    """A record read from disk that does not hold what memopt wrote: it is skipped, and said so."""
 
 
 def one_line(err: BaseException, limit: int = 300) -> str:

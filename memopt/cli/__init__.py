@@ -14,6 +14,7 @@ from __future__ import annotations
 import importlib
 import signal
 import sys
+import warnings
 from types import FrameType
 
 import typer
@@ -81,6 +82,7 @@ def end_all_runs() -> None:
 def main() -> None:
     for stop in _STOP_SIGNALS:
         signal.signal(stop, _on_stop_signal)
+    warnings.showwarning = _show_warning
     # Each module registers its command. A command named on the command line needs only its
     # own (``memopt parse`` starts without the planner's scipy or the scanner's onnx); help
     # and errors in the command name need them all.
@@ -115,6 +117,11 @@ def _stopped() -> None:
     name = signal.Signals(_stopped_by[0]).name
     _say(Text(f"interrupted by {name}: every process memopt started for this command was ended"))
     sys.exit(128 + _stopped_by[0])
+
+
+def _show_warning(message: Warning | str, category: type[Warning], *_: object, **__: object) -> None:
+    """Python's warnings (a damaged record skipped, ...) as memopt's own one-line warnings."""
+    _say(Text.assemble(("warning: ", "yellow"), str(message)))
 
 
 def _say(line: Text) -> None:

@@ -34,6 +34,12 @@ class JournalEntry:
     line_number: int
     key: str
     record: Mapping[str, Any]
+    path: Path
+
+    @property
+    def where(self) -> str:
+        """The line, as a message names it."""
+        return f"{self.path} line {self.line_number}"
 
 
 class Journal:
@@ -110,7 +116,7 @@ class Journal:
                 except ValueError:
                     continue
                 if isinstance(record, dict) and isinstance(record.get("key"), str) and record.get("kind") == kind:
-                    yield JournalEntry(number, record["key"], record)
+                    yield JournalEntry(number, record["key"], record, self.path)
 
     def latest(self, key: str, usable: tuple[str, ...] | None = None, kind: str | None = None) -> JournalEntry | None:
         """The newest entry of ``kind`` with ``key`` (whose ``status`` is in ``usable``, when given)."""
