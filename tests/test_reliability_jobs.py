@@ -6,9 +6,12 @@ tests/recipes/forks_a_daemon.py); nothing is faked.
 
 from __future__ import annotations
 
+import contextlib
 import resource
+import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -16,7 +19,11 @@ from support import RECIPES
 from support.cli import assert_one_line_error, memopt
 from support.processes import running
 
+from memopt.errors import MemoptError
+from memopt.ort import ConfigEntry, OptimizationType, OrtVersion
+from memopt.run import Journal
 from memopt.run.output import HEAD_BYTES, TAIL_BYTES
+from memopt.tune import ConfigExport, write_config
 
 pytestmark = pytest.mark.subprocess
 
@@ -84,3 +91,54 @@ def test_plan_never_overwrites_the_users_file_without_force(tmp_path: Path) -> N
     assert mine.read_text() == '{"my": "precious training config"}'
     assert mine.stat().st_mode & 0o777 == 0o644
     assert not runs.exists()  # refused before anything ran
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A real 1 MiB tmpfs, mounted for the test (root only) and unmounted after it."""
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(disk)], capture_output=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.decode().strip()}")
+    try:
+        yield disk
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], check=False)
+
+
+def test_a_run_that_fills_the_disk_says_so_and_leaves_no_temporary_file(small_disk: Path) -> None:
+    started = time.monotonic()
+    run = memopt(
+        "trial",
+        "--cmd",
+        f"{sys.executable} {RECIPES / 'flood_forever.py'} --batch-size {{batch}}",
+        "--batch",
+        "2",
+        "--steps",
+        "1",
+        "--timeout",
+        "120",
+        "--runs-dir",
+        str(small_disk / "runs"),
+    )
+    assert time.monotonic() - started < 60  # ended at the full disk, not at its timeout
+    assert_one_line_error(run, "the disk is full: cannot write", "ort.log")
+    assert not [path for path in small_disk.rglob("*") if path.name.endswith(".tmp")]
+
+
+def test_the_journal_and_a_config_on_a_full_disk_say_so_and_leave_no_temporary_file(small_disk: Path) -> None:
+    (small_disk / "filler").write_bytes(b"\0" * (1024 * 1024 - 4096))  # what a page leaves
+    with contextlib.suppress(OSError):
+        with open(small_disk / "filler", "ab") as filler:
+            filler.write(b"\0" * 8192)
+    with pytest.raises(MemoptError, match="the disk is full: cannot write the journal"):
+        Journal.in_folder(small_disk).append({"key": "k", "padding": "x" * 8192})
+    export = ConfigExport(
+        tuple(ConfigEntry(f"Gelu{n}+", OptimizationType.RECOMPUTE) for n in range(400)),
+        OrtVersion.parse("1.19.2"),
+        small_disk / "cfg.json",
+    )
+    with pytest.raises(MemoptError, match="the disk is full: cannot write"):
+        write_config(export)
+    assert sorted(path.name for path in small_disk.iterdir()) == ["filler", "journal.jsonl"]

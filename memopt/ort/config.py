@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from enum import IntEnum
 from pathlib import Path
 
-from memopt.errors import MemoptError
+from memopt.errors import MemoptError, write_failure
 from memopt.ort.version import OrtVersion
 
 __all__ = [
@@ -214,7 +214,7 @@ def write_json_config(
             "w", encoding="utf-8", dir=path.parent, prefix=f".{path.name}.", suffix=".tmp", delete=False
         )
     except OSError as err:
-        raise ConfigError(f"cannot write in {path.parent}: {err.strerror or err}") from None
+        raise ConfigError(write_failure(path, err)) from None
     temporary = Path(handle.name)
     try:
         with handle:
@@ -226,6 +226,8 @@ def write_json_config(
             os.replace(temporary, path)
         else:
             _link_without_overwriting(temporary, path)
+    except OSError as err:
+        raise ConfigError(write_failure(path, err)) from None
     finally:
         temporary.unlink(missing_ok=True)
     return path.resolve()

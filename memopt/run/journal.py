@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from memopt.errors import MemoptError
+from memopt.errors import MemoptError, write_failure
 
 __all__ = ["JOURNAL_NAME", "Journal", "JournalEntry"]
 
@@ -96,7 +96,7 @@ class Journal:
     def _error(self, err: OSError) -> MemoptError:
         if err.errno == errno.ELOOP:
             return MemoptError(f"the journal {self.path} is a symlink; memopt does not write through one")
-        return MemoptError(f"cannot write the journal {self.path}: {err.strerror or err}")
+        return MemoptError(write_failure(f"the journal {self.path}", err))
 
     def entries(self, kind: str | None = None) -> Iterator[JournalEntry]:
         """Every complete line of ``kind``, oldest first; unreadable lines are skipped.

@@ -31,9 +31,9 @@ import memopt
 from memopt.child import CHILD_MODULE, ONNX_PREFIX, PARENT_PID_VAR, RUN_DIR_VAR, TIMEOUT_VAR, ChildRequest
 from memopt.child.memory import Memory
 from memopt.core import RunnableTarget, RunStatus
-from memopt.errors import MemoptError
+from memopt.errors import MemoptError, write_failure
 from memopt.run.marked import end_marked
-from memopt.run.output import LogPump, disk_full, full_disk_in, last_lines
+from memopt.run.output import LogPump, full_disk_in, last_lines
 from memopt.run.settings import (
     DEFAULT_STEPS,
     DEFAULT_TIMEOUT_S,
@@ -62,7 +62,6 @@ __all__ = [
     "RunResult",
     "launch",
     "new_run_dir",
-    "write_failure",
     "write_new",
     "LOG_NAME",
     "RECORD_NAME",
@@ -168,7 +167,7 @@ def new_run_dir(base: Path, label: str) -> Path:
     except FileExistsError:
         raise MemoptError(f"the runs folder {base} is a file, not a folder; pass another --runs-dir") from None
     except OSError as err:
-        raise MemoptError(f"cannot create a run folder in {base}: {err.strerror or err}") from None
+        raise MemoptError(write_failure(f"a run folder in {base}", err)) from None
     raise MemoptError(f"no free run folder name under {base}")
 
 
@@ -216,15 +215,16 @@ def launch(request: RunRequest, run_dir: Path, cancel: threading.Event | None = 
     argv = [request.python, "-c", _CHILD_BOOT, str(request_path), str(result_path)]
     try:
         outcome = _run_child(argv, run_dir, _child_env(request, run_dir), None, cancel, request.timeout_s, "wb")
+        if outcome is None:
+            ending = Ending.CANCELLED
+        else:
+            returncode, ending = outcome
+        result = _collect(result_path, run_dir, returncode, ending, time.monotonic() - started, request)
     except OSError as err:
         raise MemoptError(f"cannot start {request.python}: {err.strerror or err}") from None
-    if outcome is None:
-        ending = Ending.CANCELLED
-    else:
-        returncode, ending = outcome
-    result = _collect(result_path, run_dir, returncode, ending, time.monotonic() - started, request)
-    request_path.unlink(missing_ok=True)
-    result_path.unlink(missing_ok=True)
+    finally:  # the child's temporary file too, where it died mid-write (a full disk)
+        for leftover in (request_path, result_path, result_path.with_name(result_path.name + ".tmp")):
+            leftover.unlink(missing_ok=True)
     _write_record(run_dir, request, result)
     return result
 
@@ -291,14 +291,14 @@ def _run_child(
     """Start ``argv`` and wait for it as ``_wait`` does; return only once every process of the
     run is gone: its group, and whatever carries the run's mark in a group or session of its
     own. Its output goes through a ``LogPump`` into the folder's log. None: cancelled first."""
-    with open(run_dir / LOG_NAME, log_mode) as log:
+    with open(run_dir / LOG_NAME, log_mode, buffering=0) as log:  # the pump's writes, each to disk as is
         child = _start_registered(argv, env, cwd, cancel)
         if child is None:
             return None
         assert child.stdout is not None
         pump = LogPump(child.stdout, log)
         try:
-            return _wait(child, timeout_s, cancel, done, gentle=gentle)
+            return _wait(child, timeout_s, cancel, done, gentle=gentle, failed=pump.failed)
         finally:  # Ctrl-C and the caller's own shutdown included: leave no process behind
             if child.returncode is None:
                 _kill_group(child)
@@ -310,13 +310,6 @@ def _run_child(
             child.stdout.close()
             if pump.write_error is not None:
                 raise MemoptError(write_failure(run_dir / LOG_NAME, pump.write_error))
-
-
-def write_failure(path: Path, err: OSError) -> str:
-    """The one line for a failed write of ``path``: a full disk named as such."""
-    if disk_full(err):
-        return f"the disk is full: cannot write {path}"
-    return f"cannot write {path}: {err.strerror or err}"
 
 
 def write_new(path: Path, text: str) -> None:
@@ -366,10 +359,12 @@ def _wait(
     done: Callable[[], bool] | None = None,
     *,
     gentle: bool = False,
+    failed: threading.Event | None = None,
 ) -> tuple[int, Ending]:
     """Wait for ``child``; end its group on timeout or cancel (``gentle``: SIGTERM first, which
     launchers such as torchrun pass on to workers in sessions of their own; else SIGKILL), and
-    once ``done()``. Returns (returncode, how it ended)."""
+    once ``done()``; a set ``failed`` (its log cannot be written) ends it as a cancel does.
+    Returns (returncode, how it ended)."""
     deadline = time.monotonic() + timeout_s
     while True:
         if child.poll() is not None:  # finished just as the deadline or a cancel came: it finished
@@ -379,7 +374,7 @@ def _wait(
         left = deadline - time.monotonic()
         if left <= 0:
             return _stop(child, gentle), Ending.TIMED_OUT
-        if _ending.is_set() or (cancel is not None and cancel.is_set()):
+        if _ending.is_set() or any(event is not None and event.is_set() for event in (cancel, failed)):
             return _stop(child, gentle), Ending.CANCELLED
         try:
             returncode = child.wait(timeout=min(left, _CANCEL_POLL_S))

@@ -15,7 +15,7 @@ import threading
 from pathlib import Path
 from typing import IO
 
-__all__ = ["HEAD_BYTES", "TAIL_BYTES", "LogPump", "disk_full", "full_disk_in", "last_lines"]
+__all__ = ["HEAD_BYTES", "TAIL_BYTES", "LogPump", "full_disk_in", "last_lines"]
 
 HEAD_BYTES = 64 * 1024 * 1024
 TAIL_BYTES = 16 * 1024 * 1024
@@ -27,7 +27,7 @@ _TAIL_WINDOW = 256 * 1024
 
 
 class LogPump:
-    """Copy ``source`` (a pipe's read end) into ``log`` on a thread of its own, bounded."""
+    """Copy ``source`` (a pipe's read end) into ``log`` (unbuffered) on a thread of its own, bounded."""
 
     def __init__(self, source: IO[bytes], log: IO[bytes], head_bytes: int = HEAD_BYTES, tail_bytes: int = TAIL_BYTES):
         self._source = source
@@ -37,6 +37,7 @@ class LogPump:
         self._tail = bytearray()
         self._dropped = 0
         self.write_error: OSError | None = None
+        self.failed = threading.Event()  # set on the first failed write: the run cannot be kept
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="memopt-log", daemon=True)
         self._thread.start()
@@ -89,10 +90,14 @@ class LogPump:
         if not data or self.write_error is not None:
             return
         try:
-            self._log.write(data)
-            self._log.flush()
+            while data:  # an unbuffered file may take part of it
+                written = self._log.write(data)
+                if not written:
+                    raise OSError(errno.EIO, "the log takes no more")
+                data = data[written:]
         except OSError as err:  # a full disk: keep draining the pipe so the job is not blocked
             self.write_error = err
+            self.failed.set()
 
 
 def last_lines(path: Path, count: int) -> list[str]:
@@ -106,11 +111,6 @@ def last_lines(path: Path, count: int) -> list[str]:
         return []
     lines = [line.strip() for line in data.decode(errors="replace").splitlines() if line.strip()]
     return lines[-count:]
-
-
-def disk_full(err: BaseException | None) -> bool:
-    """Whether ``err`` is the file system saying it has no room left (or the user's quota is spent)."""
-    return isinstance(err, OSError) and err.errno in (errno.ENOSPC, errno.EDQUOT)
 
 
 # How Python and the C library word a full disk in a traceback or an error line.
