@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import resource
+import shutil
 import subprocess
 import sys
 import time
@@ -142,3 +143,14 @@ def test_the_journal_and_a_config_on_a_full_disk_say_so_and_leave_no_temporary_f
     with pytest.raises(MemoptError, match="the disk is full: cannot write"):
         write_config(export)
     assert sorted(path.name for path in small_disk.iterdir()) == ["filler", "journal.jsonl"]
+
+
+@pytest.mark.ort
+def test_a_recipe_at_any_legal_path_runs(tmp_path: Path) -> None:
+    folder = tmp_path / "exp:2024-06"  # a ':' in a .py path is part of the path
+    folder.mkdir()
+    recipe = folder / f"{'a_very_long_recipe_name_' * 9}x.py"  # 220 characters, a legal file name
+    shutil.copy(RECIPES / "user_mlp.py", recipe)
+    run = memopt("trial", str(recipe), "--batch", "2", "--steps", "1", "--runs-dir", str(tmp_path / "runs"))
+    assert run.returncode == 0, run.stderr
+    assert len(run.run_dir.name) < 100

@@ -48,6 +48,7 @@ __all__ = [
     "load_hf_recipe",
     "load_recipe",
     "parse_option_value",
+    "recipe_source",
 ]
 
 BUILTIN_RECIPES: dict[str, str] = {
@@ -141,12 +142,21 @@ def check_hf_recipe(spec: str, options: Mapping[str, Any]) -> tuple[str, ...]:
     return resolve_hf_target(spec, options).notes
 
 
+def recipe_source(spec: str) -> tuple[str, str]:
+    """The file or module a recipe spec names, and the attribute after its ``:`` ("" for none).
+    A file is named whole, ``:`` included; only a ``:`` after it (or after a module) names an attribute."""
+    if spec.endswith(".py") or Path(spec).is_file():
+        return spec, ""
+    source, _, attr = spec.rpartition(":")
+    return (source, attr) if source else (spec, "")
+
+
 def check_recipe(spec: str) -> None:
     """Refuse a recipe that names no built-in, no file and no module, without importing it
     (recipe code runs only in the child). The child looks in the working directory last."""
     if spec in BUILTIN_RECIPES:
         return
-    module_name = spec.partition(":")[0]
+    module_name = recipe_source(spec)[0]
     if Path(module_name).is_file():
         return
     if module_name.endswith(".py") or "/" in module_name:
@@ -166,7 +176,7 @@ def check_recipe(spec: str) -> None:
 def _import_source(spec: str) -> ModuleType | Any:
     if spec in BUILTIN_RECIPES:
         return importlib.import_module(BUILTIN_RECIPES[spec])
-    module_name, _, attr = spec.partition(":")
+    module_name, attr = recipe_source(spec)
     path = Path(module_name)
     try:
         if module_name.endswith(".py") or "/" in module_name or path.is_file():
