@@ -154,3 +154,39 @@ def test_a_recipe_at_any_legal_path_runs(tmp_path: Path) -> None:
     run = memopt("trial", str(recipe), "--batch", "2", "--steps", "1", "--runs-dir", str(tmp_path / "runs"))
     assert run.returncode == 0, run.stderr
     assert len(run.run_dir.name) < 100
+
+
+@pytest.mark.parametrize(
+    ("args", "fragments"),
+    [
+        (("-o", "n_layer=0"), ["recipe 'gpt': n_layer must be a whole number of at least 1, not 0"]),
+        (("-o", "n_layer=-1"), ["n_layer must be a whole number of at least 1, not -1"]),
+        (
+            ("-o", "nonexistent=1"),
+            ["recipe 'gpt' takes no option nonexistent (its options: n_layer, seq_len, size, tied)"],
+        ),
+        (("--seq", "0"), ["Invalid value for '--seq'", "(see memopt trial --help)"]),
+        (("--bogus",), ["No such option: --bogus"]),
+    ],
+)
+def test_impossible_options_are_refused_before_anything_runs(
+    tmp_path: Path, args: tuple[str, ...], fragments: list[str]
+) -> None:
+    runs = tmp_path / "runs"
+    run = memopt("trial", "gpt", "--batch", "2", *args, "--runs-dir", str(runs))
+    assert_one_line_error(run, *fragments)
+    assert not runs.exists() and not run.stdout
+
+
+def test_a_dim_written_otherwise_than_in_digits_is_named_as_such(tmp_path: Path) -> None:
+    run = memopt("scan", "gpt", "--dims", "x=1e29", "--runs-dir", str(tmp_path / "runs"))
+    assert_one_line_error(run, "--dims x=1e29: write a size in digits, a whole number (e.g. x=512)")
+    run = memopt("scan", "gpt", "--dims", "x=" + "9" * 30, "--runs-dir", str(tmp_path / "runs"))
+    assert_one_line_error(run, "too large; a size has at most 18 digits")
+
+
+@pytest.mark.ort
+def test_a_batch_too_large_to_describe_is_out_of_memory(tmp_path: Path) -> None:
+    run = memopt("trial", "gpt", "--size", "tiny", "--batch", "9" * 20, "--budget", "8GiB", "--runs-dir", str(tmp_path))
+    assert run.returncode == 3, (run.stdout, run.stderr)  # does not fit
+    assert "make_batch() ran out of memory" in run.stdout and "broken" not in run.stdout

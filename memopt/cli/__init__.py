@@ -90,7 +90,16 @@ def main() -> None:
     for command in (named,) if named in _COMMANDS else _COMMANDS:
         importlib.import_module(f"memopt.cli.{command}")
     try:
-        app()
+        code = app(standalone_mode=False, prog_name="memopt")
+    except typer.TyperException as err:  # an unknown or malformed option or command: one line too
+        # No arguments at all: typer has shown the help, as no_args_is_help asks.
+        if type(err).__name__ != "NoArgsIsHelpError":
+            _say(Text.assemble(("error: ", "bold red"), _usage_text(err)))
+        sys.exit(EXIT_ERROR)
+    except typer.Abort:  # typer's word for an interrupt
+        if _stopped_by:
+            _stopped()
+        sys.exit(130)
     except (MemoptError, OSError) as err:
         if _stopped_by:
             _stopped()
@@ -102,6 +111,13 @@ def main() -> None:
         raise
     finally:
         end_all_runs()
+    if isinstance(code, int) and code:  # an exit click or typer asked for (typer.Exit)
+        sys.exit(code)
+
+
+def _usage_text(err: typer.TyperException) -> str:
+    command = getattr(getattr(err, "ctx", None), "command_path", None) or "memopt"
+    return f"{err.format_message()} (see {command} --help)"
 
 
 def _error_text(err: Exception) -> str:

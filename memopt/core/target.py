@@ -93,7 +93,7 @@ class RecipeTarget(RunnableTarget):
 
     def check(self, options: Mapping[str, Any]) -> tuple[str, ...]:
         """What can be checked before a run, without importing the user's code; the notes to say."""
-        check_recipe(self.spec)
+        check_recipe(self.spec, options)
         return ()
 
 

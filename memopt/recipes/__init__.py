@@ -24,6 +24,7 @@ parameter of that name; an option no function declares is an error.
 
 from __future__ import annotations
 
+import ast
 import importlib
 import importlib.machinery
 import importlib.util
@@ -37,6 +38,7 @@ from types import ModuleType
 from typing import Any, cast
 
 from memopt.errors import MemoptError
+from memopt.recipes.transformer import check_shape_options
 
 __all__ = [
     "BUILTIN_RECIPES",
@@ -58,6 +60,7 @@ BUILTIN_RECIPES: dict[str, str] = {
     "cnn": "memopt.recipes.cnn",
 }
 DEFAULT_RECIPE = "gpt"
+_TRANSFORMERS = ("gpt", "bert")  # built-ins whose shape options memopt checks before a run
 REQUIRED = ("build_model", "make_batch")
 
 
@@ -151,13 +154,22 @@ def recipe_source(spec: str) -> tuple[str, str]:
     return (source, attr) if source else (spec, "")
 
 
-def check_recipe(spec: str) -> None:
-    """Refuse a recipe that names no built-in, no file and no module, without importing it
-    (recipe code runs only in the child). The child looks in the working directory last."""
+def check_recipe(spec: str, options: Mapping[str, Any] | None = None) -> None:
+    """Refuse a recipe that names no built-in, no file and no module, or ``options`` it does
+    not take, without importing it (recipe code runs only in the child). The child looks in
+    the working directory last."""
     if spec in BUILTIN_RECIPES:
+        origin = importlib.util.find_spec(BUILTIN_RECIPES[spec])
+        _check_options(spec, Path(origin.origin) if origin and origin.origin else None, options)
+        if spec in _TRANSFORMERS:
+            try:
+                check_shape_options(options or {})
+            except ValueError as err:
+                raise RecipeError(f"recipe {spec!r}: {err}") from None
         return
-    module_name = recipe_source(spec)[0]
+    module_name, attr = recipe_source(spec)
     if Path(module_name).is_file():
+        _check_options(spec, None if attr else Path(module_name), options)
         return
     if module_name.endswith(".py") or "/" in module_name:
         if not Path(module_name).is_file():
@@ -171,6 +183,36 @@ def check_recipe(spec: str) -> None:
     if importlib.machinery.PathFinder.find_spec(top, [*sys.path, os.getcwd()]) is None and top not in sys.modules:
         builtins = ", ".join(BUILTIN_RECIPES)
         raise RecipeError(f"recipe {spec!r} not found: not a built-in ({builtins}), a .py file or an importable module")
+
+
+def _check_options(spec: str, source: Path | None, options: Mapping[str, Any] | None) -> None:
+    """Refuse options that ``source``'s build_model() and make_batch() do not take, read from its
+    text (nothing is run); a recipe whose functions cannot be read so, or take ``**``, is left
+    to the child."""
+    declared = _declared_options(source) if source is not None else None
+    if declared is None:
+        return
+    unknown = sorted(set(options or {}) - declared)
+    if unknown:
+        takes = ", ".join(sorted(declared - {"batch_size"})) or "none"
+        raise RecipeError(f"recipe {spec!r} takes no option {', '.join(unknown)} (its options: {takes})")
+
+
+def _declared_options(source: Path) -> set[str] | None:
+    try:
+        tree = ast.parse(source.read_text(encoding="utf-8", errors="replace"))
+    except (OSError, SyntaxError, ValueError):
+        return None
+    functions = {node.name: node for node in tree.body if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    if not all(name in functions for name in REQUIRED):
+        return None  # defined some other way (an import, an assignment): only the child can tell
+    declared: set[str] = set()
+    for name in REQUIRED:
+        arguments = functions[name].args
+        if arguments.kwarg is not None:
+            return None
+        declared.update(a.arg for a in (*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs))
+    return declared
 
 
 def _import_source(spec: str) -> ModuleType | Any:
