@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 from support import RECIPES
-from support.cli import assert_one_line_error, memopt
+from support.cli import CliRun, assert_one_line_error, memopt
 from support.processes import running
 
 from memopt.errors import MemoptError
@@ -29,21 +29,17 @@ from memopt.tune import ConfigExport, write_config
 pytestmark = pytest.mark.subprocess
 
 
+def flood(runs: Path, timeout_s: float) -> CliRun:
+    """A trial of a job that prints without end (and never trains)."""
+    job = f"{sys.executable} {RECIPES / 'flood_forever.py'} --batch-size {{batch}}"
+    return memopt(
+        "trial", "--cmd", job, "--batch", "2", "--steps", "1", "--timeout", f"{timeout_s:g}", "--runs-dir", str(runs)
+    )
+
+
 def test_a_job_that_never_stops_printing_keeps_a_bounded_log_and_its_timeout(tmp_path: Path) -> None:
     started = time.monotonic()
-    run = memopt(
-        "trial",
-        "--cmd",
-        f"{sys.executable} {RECIPES / 'flood_forever.py'} --batch-size {{batch}}",
-        "--batch",
-        "2",
-        "--steps",
-        "1",
-        "--timeout",
-        "4",
-        "--runs-dir",
-        str(tmp_path),
-    )
+    run = flood(tmp_path, timeout_s=4)
     took = time.monotonic() - started
     assert run.returncode == 1 and "killed after 4 s" in run.stdout, run.stdout
     assert took < 30, took  # the timeout, the stop's grace and memopt's own start-up
@@ -110,19 +106,7 @@ def small_disk(tmp_path: Path) -> Iterator[Path]:
 
 def test_a_run_that_fills_the_disk_says_so_and_leaves_no_temporary_file(small_disk: Path) -> None:
     started = time.monotonic()
-    run = memopt(
-        "trial",
-        "--cmd",
-        f"{sys.executable} {RECIPES / 'flood_forever.py'} --batch-size {{batch}}",
-        "--batch",
-        "2",
-        "--steps",
-        "1",
-        "--timeout",
-        "120",
-        "--runs-dir",
-        str(small_disk / "runs"),
-    )
+    run = flood(small_disk / "runs", timeout_s=120)
     assert time.monotonic() - started < 60  # ended at the full disk, not at its timeout
     assert_one_line_error(run, "the disk is full: cannot write", "ort.log")
     assert not [path for path in small_disk.rglob("*") if path.name.endswith(".tmp")]

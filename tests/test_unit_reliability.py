@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 from support.fake_tuning import FakeRunner, MiB, fake_tuner, prepared_gpt
+from support.processes import running
 
 from memopt.core import parse_runnable
 from memopt.errors import MemoptError
@@ -158,19 +159,11 @@ def test_atomic_replacement_replaces_a_symlink_instead_of_writing_through_it(tmp
 # -- the child's guard and import path ------------------------------------------------------
 
 
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return False
-    return state != "Z"
-
-
 def _wait_gone(pid: int, within_s: float) -> bool:
     deadline = time.monotonic() + within_s
-    while _alive(pid) and time.monotonic() < deadline:
+    while running(pid) and time.monotonic() < deadline:
         time.sleep(0.05)
-    return not _alive(pid)
+    return not running(pid)
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
