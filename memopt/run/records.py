@@ -12,20 +12,22 @@ import warnings
 from collections.abc import Mapping
 from typing import Annotated, Any
 
-from pydantic import Field, TypeAdapter, ValidationError
+from pydantic import Field, Strict, TypeAdapter, ValidationError
 from typing_extensions import TypedDict
 
 from memopt.errors import DamagedRecord
 
 __all__ = ["checked_trial_record"]
 
-_Count = Annotated[int, Field(ge=0)]
-_Seconds = Annotated[float, Field(ge=0, allow_inf_nan=False)]
+# Numbers strictly (no "12" for 12, no 1.5 for a count); a tuple for a list, as a record
+# built in memory holds, is fine.
+_Count = Annotated[int, Strict(), Field(ge=0)]
+_Seconds = Annotated[float, Strict(), Field(ge=0, allow_inf_nan=False)]
 
 
 class _Rank(TypedDict, total=False):
     rank: _Count
-    pid: int | None
+    pid: Annotated[int, Strict()] | None
     steps: _Count
     memory_kind: str | None
     static_bytes: _Count | None
@@ -38,7 +40,7 @@ class _TrialRecord(TypedDict, total=False):
     key: str
     recipe: str
     options: dict[str, Any]
-    batch_size: Annotated[int, Field(gt=0)]
+    batch_size: Annotated[int, Strict(), Field(gt=0)]
     config: list[str]
     config_value: str | None
     outcome: str
@@ -68,8 +70,8 @@ class _TrialRecord(TypedDict, total=False):
     predicted_peak_bytes: _Count | None
     config_warnings: list[str]
     wall_s: _Seconds
-    finished_at: Annotated[float, Field(allow_inf_nan=False)]
-    reused: bool
+    finished_at: Annotated[float, Strict(), Field(allow_inf_nan=False)]
+    reused: Annotated[bool, Strict()]
     ranks: list[_Rank]
 
 
@@ -80,7 +82,7 @@ def checked_trial_record(record: Mapping[str, Any], where: str) -> dict[str, Any
     """``record``'s fields, checked against the trial schema; None (with a ``DamagedRecord``
     warning naming ``where`` and the first bad field) when one does not hold."""
     try:
-        return dict(_TRIAL_RECORD.validate_python(dict(record), strict=True))
+        return dict(_TRIAL_RECORD.validate_python(dict(record)))
     except ValidationError as err:
         first = err.errors()[0]
         field = ".".join(str(part) for part in first["loc"]) or "the record"
