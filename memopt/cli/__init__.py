@@ -96,22 +96,23 @@ def main() -> None:
         if type(err).__name__ != "NoArgsIsHelpError":
             _say(Text.assemble(("error: ", "bold red"), _usage_text(err)))
         sys.exit(EXIT_ERROR)
-    except typer.Abort:  # typer's word for an interrupt
-        if _stopped_by:
-            _stopped()
-        sys.exit(130)
+    except typer.Abort:  # an end of input, as typer reports it
+        _say(Text.assemble(("error: ", "bold red"), "the input ended"))
+        sys.exit(EXIT_ERROR)
     except (MemoptError, OSError) as err:
         if _stopped_by:
             _stopped()
         _say(Text.assemble(("error: ", "bold red"), _error_text(err)))
         sys.exit(EXIT_ERROR)
-    except (KeyboardInterrupt, SystemExit):  # typer turns an interrupt into exit status 130
+    except (KeyboardInterrupt, SystemExit):
         if _stopped_by:
             _stopped()
         raise
     finally:
         end_all_runs()
-    if isinstance(code, int) and code:  # an exit click or typer asked for (typer.Exit)
+    if _stopped_by:  # typer turned the stop signal's interrupt into exit status 130
+        _stopped()
+    if isinstance(code, int) and code:  # an exit typer asked for (typer.Exit)
         sys.exit(code)
 
 
