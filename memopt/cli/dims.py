@@ -23,9 +23,10 @@ def parse_dims_option(text: str | None) -> dict[str, int]:
         name, value = name.strip(), value.strip()
         if not sep or not name.isidentifier():
             raise MemoptError(f"--dims takes name=size pairs separated by commas, not {pair.strip()[:80]!r}")
-        if not (value.isascii() and value.isdigit()):
+        digits = value.removeprefix("-")  # a negative size is told as such below
+        if not (digits.isascii() and digits.isdigit()):
             raise MemoptError(f"--dims {name}={value[:40]}: write a size in digits, a whole number (e.g. {name}=512)")
-        if len(value) > _MAX_DIM_DIGITS:
+        if len(digits) > _MAX_DIM_DIGITS:
             raise MemoptError(f"--dims {name}={value[:40]}: too large; a size has at most {_MAX_DIM_DIGITS} digits")
         dims[name] = int(value)
         if dims[name] < 1:
