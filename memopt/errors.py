@@ -2,14 +2,33 @@
 
 from __future__ import annotations
 
-__all__ = ["MemoptError", "one_line"]
+import errno
+from pathlib import Path
+
+__all__ = ["DamagedRecord", "MemoptError", "disk_full", "one_line", "write_failure"]
 
 
 class MemoptError(Exception):
     """A problem the user can act on; ``str(err)`` is the whole message, one line."""
 
 
+class DamagedRecord(UserWarning):
+    """A record read from disk that does not hold what memopt wrote: it is skipped, and said so."""
+
+
 def one_line(err: BaseException, limit: int = 300) -> str:
     """``Type: first line of the message``, for errors whose full text goes to a log."""
     lines = [line.strip() for line in str(err).splitlines() if line.strip()]
     return f"{type(err).__name__}: {(lines[0] if lines else '')[:limit]}"
+
+
+def disk_full(err: BaseException | None) -> bool:
+    """Whether ``err`` is the file system saying it has no room left (or the user's quota is spent)."""
+    return isinstance(err, OSError) and err.errno in (errno.ENOSPC, errno.EDQUOT)
+
+
+def write_failure(path: Path | str, err: OSError) -> str:
+    """The one line for a failed write of ``path``: a full disk named as such."""
+    if disk_full(err):
+        return f"the disk is full: cannot write {path}"
+    return f"cannot write {path}: {err.strerror or err}"

@@ -113,3 +113,9 @@ def test_predictions_snapshot(tmp_path: Path) -> None:
     assert "1 graphs, 0 differences" in _run(
         str(BENCH / "predictions_snapshot.py"), graph, "--compare", str(tmp_path / "mlp.json")
     )
+
+
+@pytest.mark.ort
+def test_torchrun_leftovers_benchmark(tmp_path: Path) -> None:
+    out = _run(str(BENCH / "bench_torchrun_leftovers.py"), "--trials", "1", "--runs-dir", str(tmp_path / "runs"))
+    assert "| 1 | 0 | 0 |" in out

@@ -87,7 +87,8 @@ def test_trial_record_keeps_ranks() -> None:
     )
     record = result.to_record()
     assert record["ranks"] == [{"rank": 0, "peak_bytes": 5}, {"rank": 1, "peak_bytes": 7}]
-    assert TrialResult.from_record(record).ranks == result.ranks
+    back = TrialResult.from_record(record, "test journal line")
+    assert back is not None and back.ranks == result.ranks
 
 
 def _run(tmp_path: Path, command: str, *, timeout_s: float = 60, cancel: threading.Event | None = None, steps: int = 2):

@@ -19,6 +19,7 @@ from memopt.core import (
     parse_target,
 )
 from memopt.errors import MemoptError
+from memopt.recipes import recipe_source
 from memopt.run import RunRequest, TrialSpec
 from memopt.tune import TuneSettings
 
@@ -114,3 +115,15 @@ def test_the_highest_memory_over_ranks_takes_each_figure_on_its_own() -> None:
 def test_every_run_setting_is_checked_with_one_wording(build: object, message: str) -> None:
     with pytest.raises(MemoptError, match=message.replace("(", r"\(").replace(")", r"\)")):
         build()  # type: ignore[operator]
+
+
+def test_a_recipe_path_keeps_its_colons_and_a_long_name_gives_a_short_safe_label(tmp_path: Path) -> None:
+    assert recipe_source("exp:1/train.py") == ("exp:1/train.py", "")
+    assert recipe_source("exp:1/train.py:Recipe") == ("exp:1/train.py", "Recipe")
+    assert recipe_source("package.module:attr") == ("package.module", "attr")
+    long = tmp_path / f"{'x' * 230}.py"
+    long.write_text("")
+    label = parse_target(str(long)).label
+    assert len(label) <= 64 and label.startswith("xxx")
+    assert label != parse_target(str(tmp_path / f"{'x' * 229}.py")).label  # the digest tells them apart
+    assert parse_target("cmd:python 'my run: v2.py'").label == "my-run--v2"

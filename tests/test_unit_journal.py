@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -191,12 +193,18 @@ def test_records_are_written_as_sorted_compact_json(tmp_path: Path) -> None:
 # TrialResult records
 
 
+def read_back(record: Mapping[str, Any]) -> TrialResult:
+    trial = TrialResult.from_record(record, "test journal line")
+    assert trial is not None
+    return trial
+
+
 def test_record_round_trip_through_json_keeps_every_field_and_the_enum() -> None:
     original = result(peak=900 * MiB).judged(800 * MiB)
     record = json.loads(json.dumps(original.to_record()))
     assert record["outcome"] == "over_budget"
     assert record["prediction_error"] == pytest.approx(original.prediction_error)
-    back = TrialResult.from_record(record)
+    back = read_back(record)
     assert back == original
     assert back.outcome is Outcome.OVER_BUDGET
     assert isinstance(back.config, tuple) and isinstance(back.step_times_s, tuple)
@@ -208,7 +216,7 @@ def test_from_record_ignores_unknown_fields_and_defaults_missing_ones() -> None:
     record["added_by_a_newer_memopt"] = 1
     for name in ("config", "plans_on", "outcome"):
         del record[name]
-    back = TrialResult.from_record(record)
+    back = read_back(record)
     assert back.config == () and back.plans_on == ()
     assert back.outcome is Outcome.CRASHED
 
@@ -293,7 +301,7 @@ def test_every_result_is_journaled_under_the_trial_key(tmp_path: Path) -> None:
         (first.key, "over_budget"),
         (second.key, "out_of_memory"),
     ]
-    assert TrialResult.from_record(journal.latest(first.key).record) == first  # type: ignore[union-attr]
+    assert read_back(journal.latest(first.key).record) == first  # type: ignore[union-attr,arg-type]
     assert len(inner.calls) == 2
 
 
@@ -393,4 +401,4 @@ def test_percentage_budget_leaves_a_cuda_run_that_died_before_its_first_step_as_
 def test_an_unknown_outcome_word_in_a_damaged_journal_reads_as_crashed() -> None:
     record = result().to_record()
     record["outcome"] = "exploded"
-    assert TrialResult.from_record(record).outcome is Outcome.CRASHED
+    assert read_back(record).outcome is Outcome.CRASHED

@@ -19,15 +19,18 @@ from pathlib import Path
 
 import pytest
 from support.fake_tuning import FakeRunner, MiB, fake_tuner, prepared_gpt
+from support.processes import running
 
 from memopt.core import parse_runnable
 from memopt.errors import MemoptError
 from memopt.graph import Polynomial
+from memopt.ort import ConfigEntry, ConfigError, OptimizationType, OrtVersion
 from memopt.predict import MemoryModel, Observation, PlanSavings, fit_memory_model
 from memopt.predict.calibrate import MODEL_FILE, load_saved_model, save_model
 from memopt.run import Journal, RunRequest, TrialSpec, check_timeout
 from memopt.run.files import replace_atomically
 from memopt.run.launch import _CHILD_BOOT, PACKAGE_ROOT
+from memopt.tune import ConfigExport, write_config
 
 WRITERS = 6  # threads or processes writing at once
 PROCESSES = 2  # of the writers; the rest are threads (a process takes seconds to import memopt)
@@ -156,19 +159,11 @@ def test_atomic_replacement_replaces_a_symlink_instead_of_writing_through_it(tmp
 # -- the child's guard and import path ------------------------------------------------------
 
 
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return False
-    return state != "Z"
-
-
 def _wait_gone(pid: int, within_s: float) -> bool:
     deadline = time.monotonic() + within_s
-    while _alive(pid) and time.monotonic() < deadline:
+    while running(pid) and time.monotonic() < deadline:
         time.sleep(0.05)
-    return not _alive(pid)
+    return not running(pid)
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
@@ -254,3 +249,26 @@ def test_two_tuning_sessions_in_one_folder_each_export_the_config_they_verified(
         assert json.loads(path.read_text()) == [str(e) for e in tuner.entries(best.plans)]
         verified.append((best.plans, path))
     assert verified[0][0] != verified[1][0] and verified[0][1] != verified[1][1]
+
+
+def test_a_config_written_over_a_file_keeps_its_mode_and_refuses_without_overwrite(tmp_path: Path) -> None:
+    version = OrtVersion.parse("1.19.2")
+    target = tmp_path / "cfg.json"
+    target.write_text("[]")
+    target.chmod(0o640)
+    export = ConfigExport((ConfigEntry("Gelu+", OptimizationType.RECOMPUTE),), version, target)
+    with pytest.raises(ConfigError, match="exists; pass --force"):
+        write_config(export, overwrite=False)
+    assert target.read_text() == "[]"
+    write_config(export, overwrite=True)
+    assert json.loads(target.read_text()) == ["Gelu+:1:-1"]
+    assert target.stat().st_mode & 0o777 == 0o640
+    fresh = write_config(ConfigExport(export.entries, version, tmp_path / "new.json"), overwrite=False)
+    assert fresh.stat().st_mode & 0o777 == 0o666 & ~current_umask()
+    assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")] == []
+
+
+def current_umask() -> int:
+    umask = os.umask(0)
+    os.umask(umask)
+    return umask

@@ -85,7 +85,7 @@ class TrainingStep:
         model = _call_recipe("build_model", recipe.model)
         if not isinstance(model, nn.Module):
             raise RecipeError(f"build_model() returned {type(model).__name__}; expected a torch.nn.Module")
-        inputs, target = _split_batch(_call_recipe("make_batch", lambda: recipe.batch(batch_size)))
+        inputs, target = _split_batch(_call_recipe("make_batch", lambda: recipe.batch(batch_size), sized=True))
         self.device = device
         self.inputs = _to_device(inputs, device)
         self.target = target.to(device) if target is not None else None
@@ -275,13 +275,16 @@ def _make_optimizer(recipe: Recipe, parameters: Any) -> Optimizer:
     return optimizer
 
 
-def _call_recipe(name: str, call: Callable[[], Any]) -> Any:
+def _call_recipe(name: str, call: Callable[[], Any], *, sized: bool = False) -> Any:
+    """``sized``: the call allocates the batch, so a size beyond what torch can even describe
+    (an overflow of its 64-bit sizes) is one that does not fit either."""
     try:
         return call()
     except RecipeError:
         raise
     except Exception as err:
-        if is_out_of_memory(err):  # a batch too large for the device is not a broken recipe
+        too_large = sized and (isinstance(err, OverflowError) or "overflow" in str(err).lower())
+        if too_large or is_out_of_memory(err):  # a batch too large for the device is not a broken recipe
             raise StepFailure(f"{name}() ran out of memory: {one_line(err)}", out_of_memory=True) from err
         raise RecipeError(f"{name}() failed: {one_line(err)}") from err
 

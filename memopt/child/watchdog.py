@@ -58,7 +58,10 @@ def _watch(parent_pid: int, deadline: float | None) -> None:
 
 
 def _end_group(why: str) -> None:
-    print(f"[memopt] ending this run: {why}", file=sys.stderr, flush=True)
+    try:
+        print(f"[memopt] ending this run: {why}", file=sys.stderr, flush=True)
+    except OSError:  # the output went to the parent, which is gone: end the run all the same
+        pass
     # The child leads its own session (the parent starts it so); anywhere else, only itself.
     if os.getpgrp() == os.getpid():
         os.killpg(os.getpgrp(), signal.SIGKILL)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import importlib
 import signal
 import sys
+import warnings
 from types import FrameType
 
 import typer
@@ -81,6 +82,7 @@ def end_all_runs() -> None:
 def main() -> None:
     for stop in _STOP_SIGNALS:
         signal.signal(stop, _on_stop_signal)
+    warnings.showwarning = _show_warning
     # Each module registers its command. A command named on the command line needs only its
     # own (``memopt parse`` starts without the planner's scipy or the scanner's onnx); help
     # and errors in the command name need them all.
@@ -88,18 +90,35 @@ def main() -> None:
     for command in (named,) if named in _COMMANDS else _COMMANDS:
         importlib.import_module(f"memopt.cli.{command}")
     try:
-        app()
+        code = app(standalone_mode=False, prog_name="memopt")
+    except typer.TyperException as err:  # an unknown or malformed option or command: one line too
+        # No arguments at all: typer has shown the help, as no_args_is_help asks.
+        if type(err).__name__ != "NoArgsIsHelpError":
+            _say(Text.assemble(("error: ", "bold red"), _usage_text(err)))
+        sys.exit(EXIT_ERROR)
+    except typer.Abort:  # an end of input, as typer reports it
+        _say(Text.assemble(("error: ", "bold red"), "the input ended"))
+        sys.exit(EXIT_ERROR)
     except (MemoptError, OSError) as err:
         if _stopped_by:
             _stopped()
         _say(Text.assemble(("error: ", "bold red"), _error_text(err)))
         sys.exit(EXIT_ERROR)
-    except (KeyboardInterrupt, SystemExit):  # typer turns an interrupt into exit status 130
+    except (KeyboardInterrupt, SystemExit):
         if _stopped_by:
             _stopped()
         raise
     finally:
         end_all_runs()
+    if _stopped_by:  # typer turned the stop signal's interrupt into exit status 130
+        _stopped()
+    if isinstance(code, int) and code:  # an exit typer asked for (typer.Exit)
+        sys.exit(code)
+
+
+def _usage_text(err: typer.TyperException) -> str:
+    command = getattr(getattr(err, "ctx", None), "command_path", None) or "memopt"
+    return f"{err.format_message()} (see {command} --help)"
 
 
 def _error_text(err: Exception) -> str:
@@ -115,6 +134,11 @@ def _stopped() -> None:
     name = signal.Signals(_stopped_by[0]).name
     _say(Text(f"interrupted by {name}: every process memopt started for this command was ended"))
     sys.exit(128 + _stopped_by[0])
+
+
+def _show_warning(message: Warning | str, category: type[Warning], *_: object, **__: object) -> None:
+    """Python's warnings (a damaged record skipped, ...) as memopt's own one-line warnings."""
+    _say(Text.assemble(("warning: ", "yellow"), str(message)))
 
 
 def _say(line: Text) -> None:

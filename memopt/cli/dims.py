@@ -9,6 +9,10 @@ from memopt.ort.version import OrtVersion
 __all__ = ["config_version", "parse_dims_option"]
 
 
+# Larger sizes overflow the 64-bit products of the shapes they enter.
+_MAX_DIM_DIGITS = 18
+
+
 def parse_dims_option(text: str | None) -> dict[str, int]:
     """``--dims ids_dim0=32,ids_dim1=512`` as a dict; each value a positive integer (a size)."""
     dims: dict[str, int] = {}
@@ -17,10 +21,13 @@ def parse_dims_option(text: str | None) -> dict[str, int]:
             continue
         name, sep, value = pair.partition("=")
         name, value = name.strip(), value.strip()
-        if not sep or not name.isidentifier() or not (value.isascii() and value.isdigit()) or len(value) > 18:
-            raise MemoptError(
-                f"--dims takes name=positive integer pairs separated by commas, not {pair.strip()[:80]!r}"
-            )
+        if not sep or not name.isidentifier():
+            raise MemoptError(f"--dims takes name=size pairs separated by commas, not {pair.strip()[:80]!r}")
+        digits = value.removeprefix("-")  # a negative size is told as such below
+        if not (digits.isascii() and digits.isdigit()):
+            raise MemoptError(f"--dims {name}={value[:40]}: write a size in digits, a whole number (e.g. {name}=512)")
+        if len(digits) > _MAX_DIM_DIGITS:
+            raise MemoptError(f"--dims {name}={value[:40]}: too large; a size has at most {_MAX_DIM_DIGITS} digits")
         dims[name] = int(value)
         if dims[name] < 1:
             raise MemoptError(f"--dims {name}={value}: a dim is a size, at least 1")

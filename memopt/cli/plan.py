@@ -46,7 +46,7 @@ from memopt.run import DEFAULT_RUNS_DIR, DEFAULT_STEPS, DEFAULT_TIMEOUT_S, check
 from memopt.run.budget import parse_budget, require_budget, resolve_budget
 from memopt.run.journal import Journal
 from memopt.run.trials import TrialResult, TrialSpec, run_trial, stack_versions
-from memopt.tune.export import plan_export, write_config
+from memopt.tune.export import plan_export, refuse_existing, write_config
 from memopt.units import format_bytes, format_mib
 
 __all__ = ["plan_command"]
@@ -79,6 +79,7 @@ def plan_command(
     out: Path | None = typer.Option(
         None, "--out", help="ORT 1.19: where to write the JSON config (default: in --runs-dir)."
     ),
+    force: bool = typer.Option(False, "--force", help="Overwrite --out if it exists."),
     python: PythonOption = None,
     timeout: TimeoutOption = DEFAULT_TIMEOUT_S,
     as_json: bool = typer.Option(False, "--json", help="Print the plan as JSON."),
@@ -87,6 +88,8 @@ def plan_command(
     check_batch(target_batch, "--target-batch")
     if not 0 <= margin < 1:
         raise MemoptError(f"--margin must be a fraction in [0, 1), not {margin:g}")
+    if out is not None and not force:
+        refuse_existing(out)  # before any run: a user's file is never replaced unasked
     target = runnable(choose_target(recipe, command, default=None))
     settings = run_settings(
         target,
@@ -121,7 +124,7 @@ def plan_command(
         baseline_step_s=cal.baseline_step_s,
     )
     # A config that is not predicted to fit is no answer: nothing is written or exported.
-    config_value = _write_config(result, cal, runs_dir, target, out) if result.feasible else None
+    config_value = _write_config(result, cal, runs_dir, target, out, force) if result.feasible else None
     trial = None
     if verify and result.feasible:
         predicted = int(result.predicted_bytes)
@@ -148,14 +151,14 @@ def plan_command(
 
 
 def _write_config(
-    result: PlanResult, cal: Calibration, runs_dir: Path, target: RunnableTarget, out: Path | None
+    result: PlanResult, cal: Calibration, runs_dir: Path, target: RunnableTarget, out: Path | None, force: bool
 ) -> str | None:
     if not result.entries:
         return None
     version = OrtVersion.parse(cal.ort_version)
     export = plan_export(result.entries, version, runs_dir, target, result.target_batch, out, kind="plan")
     if takes_json_file(version):
-        write_config(export)
+        write_config(export, overwrite=out is None or force)
     return export.value
 
 

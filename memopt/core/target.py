@@ -18,7 +18,15 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from memopt.errors import MemoptError
-from memopt.recipes import BUILTIN_RECIPES, Recipe, check_hf_recipe, check_recipe, load_hf_recipe, load_recipe
+from memopt.recipes import (
+    BUILTIN_RECIPES,
+    Recipe,
+    check_hf_recipe,
+    check_recipe,
+    load_hf_recipe,
+    load_recipe,
+    recipe_source,
+)
 from memopt.recipes.hf import HF_PREFIX
 from memopt.recipes.hf import PRESETS as HF_PRESETS
 
@@ -77,7 +85,7 @@ class RecipeTarget(RunnableTarget):
 
     @property
     def label(self) -> str:
-        return Path(self.spec.partition(":")[0]).stem.replace(".", "-") or "recipe"
+        return _label(Path(recipe_source(self.spec)[0]).stem, "recipe")
 
     def load(self, options: Mapping[str, Any]) -> Recipe:
         """The recipe, imported and checked against the contract (in the child process)."""
@@ -85,7 +93,7 @@ class RecipeTarget(RunnableTarget):
 
     def check(self, options: Mapping[str, Any]) -> tuple[str, ...]:
         """What can be checked before a run, without importing the user's code; the notes to say."""
-        check_recipe(self.spec)
+        check_recipe(self.spec, options)
         return ()
 
 
@@ -99,7 +107,7 @@ class RecipeSource(RecipeTarget):
     """The user's recipe: a ``.py`` file or an importable module, ``:attr`` optional."""
 
     def identity(self) -> str:
-        path = Path(self.spec.partition(":")[0])
+        path = Path(recipe_source(self.spec)[0])
         if path.suffix == ".py" and path.is_file():
             return f"{path.resolve()}#{_digest(path.read_bytes())}"
         return self.spec
@@ -118,7 +126,7 @@ class HfConfig(RecipeTarget):
         name = self.name.rstrip("/")
         if name.endswith("config.json"):
             name = str(Path(name).parent)
-        return f"hf-{Path(name).name or 'model'}"
+        return f"hf-{_label(Path(name).name, 'model')}"
 
     def load(self, options: Mapping[str, Any]) -> Recipe:
         return load_hf_recipe(self.spec, options)
@@ -151,8 +159,7 @@ class Command(RunnableTarget):
         """The script the command runs, else its program."""
         words = self.words()
         scripts = [w for w in words if w.endswith(".py")]
-        name = Path(scripts[0] if scripts else (words[0] if words else "cmd")).stem
-        return "".join(c if c.isalnum() or c in "-_" else "-" for c in name) or "cmd"
+        return _label(Path(scripts[0] if scripts else (words[0] if words else "cmd")).stem, "cmd")
 
     def identity(self) -> str:
         """The command, where it runs, and its scripts' content."""
@@ -218,7 +225,7 @@ class GraphFile(Target):
 
     @property
     def label(self) -> str:
-        return self.path.stem or "graph"
+        return _label(self.path.stem, "graph")
 
 
 def command_target(command: str) -> Command:
@@ -227,6 +234,10 @@ def command_target(command: str) -> Command:
     if not command:
         raise MemoptError("--cmd needs a command, e.g. --cmd 'python train.py --batch-size {batch}'")
     return Command(COMMAND_PREFIX + command)
+
+
+# A label's longest: a run folder's name adds a date, a batch, a config digest.
+_LABEL_CHARS = 64
 
 
 def parse_target(spec: str) -> Target:
@@ -252,6 +263,15 @@ def runnable(target: Target) -> RunnableTarget:
 def parse_runnable(spec: str) -> RunnableTarget:
     """The target a spec names, which must be one memopt can train."""
     return runnable(parse_target(spec))
+
+
+def _label(name: str, fallback: str) -> str:
+    """``name`` as part of a file name on any file system: letters, digits, ``-`` and ``_``
+    only, and short (a long name keeps its start and gains a digest of the whole)."""
+    safe = "".join(c if c.isascii() and (c.isalnum() or c in "-_") else "-" for c in name) or fallback
+    if len(safe) <= _LABEL_CHARS:
+        return safe
+    return f"{safe[: _LABEL_CHARS - 13]}-{_digest(name.encode())[:12]}"
 
 
 def _digest(content: bytes) -> str:

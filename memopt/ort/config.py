@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from enum import IntEnum
 from pathlib import Path
 
-from memopt.errors import MemoptError
+from memopt.errors import MemoptError, write_failure
 from memopt.ort.version import OrtVersion
 
 __all__ = [
@@ -33,6 +33,7 @@ __all__ = [
     "cell_subgraph",
     "export_line",
     "format_config_string",
+    "mode_for",
     "parse_config_json",
     "parse_config_string",
     "plan_cell",
@@ -213,20 +214,34 @@ def write_json_config(
             "w", encoding="utf-8", dir=path.parent, prefix=f".{path.name}.", suffix=".tmp", delete=False
         )
     except OSError as err:
-        raise ConfigError(f"cannot write in {path.parent}: {err.strerror or err}") from None
+        raise ConfigError(write_failure(path, err)) from None
     temporary = Path(handle.name)
     try:
         with handle:
             handle.write(content)
             handle.flush()
             os.fsync(handle.fileno())
+            os.fchmod(handle.fileno(), mode_for(path))
         if overwrite:
             os.replace(temporary, path)
         else:
             _link_without_overwriting(temporary, path)
+    except OSError as err:
+        raise ConfigError(write_failure(path, err)) from None
     finally:
         temporary.unlink(missing_ok=True)
     return path.resolve()
+
+
+def mode_for(path: Path) -> int:
+    """The mode a file written at ``path`` gets: the mode of the file it replaces, else what the
+    user's umask gives a new file (a temporary file starts private)."""
+    try:
+        return path.stat().st_mode & 0o7777
+    except OSError:
+        umask = os.umask(0)
+        os.umask(umask)
+        return 0o666 & ~umask
 
 
 def export_line(value: str) -> str:

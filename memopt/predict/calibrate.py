@@ -21,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import json
 import threading
+import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -30,6 +31,7 @@ import numpy as np
 
 from memopt.child import NODE_TIMES_FILE
 from memopt.core import RunnableTarget, RunStatus, parse_target
+from memopt.errors import DamagedRecord, one_line
 from memopt.graph.sizes import batch_symbols
 from memopt.graph.training_graph import TrainingGraph
 from memopt.ort.config import PlanKey
@@ -122,10 +124,19 @@ def model_identity(target: RunnableTarget, options: Mapping[str, Any], versions:
 
 
 def load_saved_model(runs_dir: Path, identity: str) -> MemoryModel | None:
+    """The model saved for ``identity``; None where there is none, or (reported as a
+    ``DamagedRecord`` warning) where the saved one is damaged."""
+    path = Path(runs_dir) / MODEL_FILE
     try:
-        saved = json.loads((Path(runs_dir) / MODEL_FILE).read_text())
-        return MemoryModel.from_json(saved[identity])
+        saved = json.loads(path.read_text())[identity]
     except (OSError, ValueError, KeyError, TypeError):
+        return None
+    try:
+        return MemoryModel.from_json(saved)
+    except (ModelError, ValueError, KeyError, TypeError, ZeroDivisionError) as err:
+        warnings.warn(
+            DamagedRecord(f"{path}: skipped the damaged model of this target ({one_line(err)})"), stacklevel=2
+        )
         return None
 
 
@@ -451,7 +462,9 @@ def _history(
             continue
         if record.get("ort_version") != versions.ort_version or record.get("torch_version") != versions.torch_version:
             continue
-        latest[entry.key] = TrialResult.from_record(record)
+        trial = TrialResult.from_record(record, entry.where)
+        if trial is not None:
+            latest[entry.key] = trial
     return list(latest.values()), last
 
 

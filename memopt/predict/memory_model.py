@@ -28,6 +28,7 @@ factor after every trial (``with_observation``).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
@@ -268,11 +269,12 @@ class MemoryModel:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> MemoryModel:
+        """The model ``to_json`` wrote; ``ModelError`` where a number is not a finite one of its kind."""
         plans = tuple(
             PlanSavings(
                 p["key"],
                 tuple(p["entries"]),
-                int(p["frequency"]),
+                _count(p["frequency"]),
                 polynomial_from_json(p["saving"]),
                 tuple(polynomial_from_json(o) for o in p.get("occurrences", ())),
                 tuple(Recompute(str(entry), tuple(nodes)) for entry, nodes in p.get("recomputes", ())),
@@ -280,21 +282,39 @@ class MemoryModel:
             for p in data["plans"]
         )
         observations = tuple(
-            Observation(int(o["batch_size"]), tuple(o["plans"]), int(o["peak_bytes"]), dict(o.get("counts", {})))
+            Observation(
+                _count(o["batch_size"]),
+                tuple(o["plans"]),
+                _count(o["peak_bytes"]),
+                {PlanKey(key): _count(count) for key, count in dict(o.get("counts", {})).items()},
+            )
             for o in data.get("observations", ())
         )
         return cls(
             tuple(data["batch_symbols"]),
-            dict(data["fixed_dims"]),
+            {str(name): _count(size) for name, size in dict(data["fixed_dims"]).items()},
             plans,
-            float(data["static_bytes"]),
-            float(data["per_sample_bytes"]),
-            dict(data.get("effectiveness", {})),
-            float(data.get("global_effectiveness", 1.0)),
+            _finite(data["static_bytes"]),
+            _finite(data["per_sample_bytes"]),
+            {PlanKey(key): _finite(value) for key, value in dict(data.get("effectiveness", {})).items()},
+            _finite(data.get("global_effectiveness", 1.0)),
             observations,
             _reload_simulator(data.get("graph"), plans, data.get("config_order"), data.get("device")),
-            float(data.get("activation_scale", 1.0)),
+            _finite(data.get("activation_scale", 1.0)),
         )
+
+
+def _finite(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ModelError(f"{value!r:.40} is not a finite number")
+    return float(value)
+
+
+def _count(value: Any) -> int:
+    number = _finite(value)
+    if number < 0 or number != int(number):
+        raise ModelError(f"{value!r:.40} is not a count")
+    return int(number)
 
 
 def _reload_simulator(

@@ -29,6 +29,7 @@ where it fuses and plans differ; a model whose output carries a loss returns tha
 
 from __future__ import annotations
 
+import ast
 import importlib
 import importlib.machinery
 import importlib.util
@@ -42,6 +43,7 @@ from types import ModuleType
 from typing import Any, cast
 
 from memopt.errors import MemoptError
+from memopt.recipes.transformer import check_shape_options
 
 __all__ = [
     "BUILTIN_RECIPES",
@@ -54,6 +56,7 @@ __all__ = [
     "load_hf_recipe",
     "load_recipe",
     "parse_option_value",
+    "recipe_source",
 ]
 
 BUILTIN_RECIPES: dict[str, str] = {
@@ -63,6 +66,7 @@ BUILTIN_RECIPES: dict[str, str] = {
     "cnn": "memopt.recipes.cnn",
 }
 DEFAULT_RECIPE = "gpt"
+_TRANSFORMERS = ("gpt", "bert")  # built-ins whose shape options memopt checks before a run
 REQUIRED = ("build_model", "make_batch")
 # The option every recipe takes: forward returns the scalar loss (the loss runs inside ORT's graph).
 LOSS_ONLY_OPTION = "loss_only"
@@ -152,13 +156,31 @@ def check_hf_recipe(spec: str, options: Mapping[str, Any]) -> tuple[str, ...]:
     return resolve_hf_target(spec, _loss_only(spec, options)[0]).notes
 
 
-def check_recipe(spec: str) -> None:
-    """Refuse a recipe that names no built-in, no file and no module, without importing it
-    (recipe code runs only in the child). The child looks in the working directory last."""
+def recipe_source(spec: str) -> tuple[str, str]:
+    """The file or module a recipe spec names, and the attribute after its ``:`` ("" for none).
+    A file is named whole, ``:`` included; only a ``:`` after it (or after a module) names an attribute."""
+    if spec.endswith(".py") or Path(spec).is_file():
+        return spec, ""
+    source, _, attr = spec.rpartition(":")
+    return (source, attr) if source else (spec, "")
+
+
+def check_recipe(spec: str, options: Mapping[str, Any] | None = None) -> None:
+    """Refuse a recipe that names no built-in, no file and no module, or ``options`` it does
+    not take, without importing it (recipe code runs only in the child). The child looks in
+    the working directory last."""
     if spec in BUILTIN_RECIPES:
+        origin = importlib.util.find_spec(BUILTIN_RECIPES[spec])
+        _check_options(spec, Path(origin.origin) if origin and origin.origin else None, options)
+        if spec in _TRANSFORMERS:
+            try:
+                check_shape_options(options or {})
+            except ValueError as err:
+                raise RecipeError(f"recipe {spec!r}: {err}") from None
         return
-    module_name = spec.partition(":")[0]
+    module_name, attr = recipe_source(spec)
     if Path(module_name).is_file():
+        _check_options(spec, None if attr else Path(module_name), options)
         return
     if module_name.endswith(".py") or "/" in module_name:
         if not Path(module_name).is_file():
@@ -174,10 +196,40 @@ def check_recipe(spec: str) -> None:
         raise RecipeError(f"recipe {spec!r} not found: not a built-in ({builtins}), a .py file or an importable module")
 
 
+def _check_options(spec: str, source: Path | None, options: Mapping[str, Any] | None) -> None:
+    """Refuse options that ``source``'s build_model() and make_batch() do not take, read from its
+    text (nothing is run); a recipe whose functions cannot be read so, or take ``**``, is left
+    to the child."""
+    declared = _declared_options(source) if source is not None else None
+    if declared is None:
+        return
+    unknown = sorted(set(options or {}) - declared)
+    if unknown:
+        takes = ", ".join(sorted(declared - {"batch_size"})) or "none"
+        raise RecipeError(f"recipe {spec!r} takes no option {', '.join(unknown)} (its options: {takes})")
+
+
+def _declared_options(source: Path) -> set[str] | None:
+    try:
+        tree = ast.parse(source.read_text(encoding="utf-8", errors="replace"))
+    except (OSError, SyntaxError, ValueError):
+        return None
+    functions = {node.name: node for node in tree.body if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    if not all(name in functions for name in REQUIRED):
+        return None  # defined some other way (an import, an assignment): only the child can tell
+    declared: set[str] = set()
+    for name in REQUIRED:
+        arguments = functions[name].args
+        if arguments.kwarg is not None:
+            return None
+        declared.update(a.arg for a in (*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs))
+    return declared
+
+
 def _import_source(spec: str) -> ModuleType | Any:
     if spec in BUILTIN_RECIPES:
         return importlib.import_module(BUILTIN_RECIPES[spec])
-    module_name, _, attr = spec.partition(":")
+    module_name, attr = recipe_source(spec)
     path = Path(module_name)
     try:
         if module_name.endswith(".py") or "/" in module_name or path.is_file():

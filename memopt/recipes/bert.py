@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-from dataclasses import replace
 
 import torch
 from torch import nn
@@ -88,7 +87,7 @@ class Bert(nn.Module):
 def build_model(size: str = "base", n_layer: int | None = None) -> Bert:
     """``n_layer`` overrides the size's depth."""
     cfg = SIZES[size]
-    return Bert(replace(cfg, n_layer=n_layer) if n_layer else cfg)
+    return Bert(cfg.with_layers(n_layer))
 
 
 def make_batch(

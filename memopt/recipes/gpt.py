@@ -7,7 +7,6 @@ symbolic shape inference cannot follow the latter's exported graph.
 from __future__ import annotations
 
 import math
-from dataclasses import replace
 
 import torch
 from torch import nn
@@ -108,7 +107,7 @@ def _init_weights(module: nn.Module) -> None:
 def build_model(size: str = "small", tied: bool = True, n_layer: int | None = None) -> GPT:
     """``n_layer`` overrides the size's depth (e.g. 48 GPT-2-XL layers at tiny width)."""
     cfg = SIZES[size]
-    return GPT(replace(cfg, n_layer=n_layer) if n_layer else cfg, tied=tied)
+    return GPT(cfg.with_layers(n_layer), tied=tied)
 
 
 def make_batch(

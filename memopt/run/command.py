@@ -46,7 +46,9 @@ from memopt.run.launch import (
     RunResult,
     launch,
     run_process,
+    write_new,
 )
+from memopt.run.output import full_disk_in, last_lines
 
 __all__ = ["STEPS_FILE", "run_target"]
 
@@ -70,7 +72,7 @@ def _run_command(request: RunRequest, run_dir: Path, cancel: threading.Event | N
     assert isinstance(request.target, Command)
     steps_file = run_dir / STEPS_FILE
     command = request.target.render(request.batch_size)
-    (run_dir / LOG_NAME).write_text(f"[memopt] $ {command}\n")
+    write_new(run_dir / LOG_NAME, f"[memopt] $ {command}\n")
     if request.save_onnx:
         (run_dir / ONNX_DIR).mkdir(exist_ok=True)
     wanted = request.steps + 1
@@ -86,7 +88,8 @@ def _run_command(request: RunRequest, run_dir: Path, cancel: threading.Event | N
     records = _read_steps(steps_file)
     status, error = _status(records, wanted, end.ending, end.returncode, run_dir / LOG_NAME, request.timeout_s)
     result = _result(records, status, error, run_dir, end.wall_s, end.returncode)
-    (run_dir / RECORD_NAME).write_text(
+    write_new(
+        run_dir / RECORD_NAME,
         json.dumps(
             {
                 "memopt_version": memopt.__version__,
@@ -95,7 +98,7 @@ def _run_command(request: RunRequest, run_dir: Path, cancel: threading.Event | N
             },
             indent=2,
             default=str,
-        )
+        ),
     )
     return result
 
@@ -222,12 +225,9 @@ def _failure(log: Path) -> str | None:
 
 
 def _tail(log: Path) -> str:
-    try:
-        lines = [line.strip() for line in log.read_text(errors="replace").splitlines() if line.strip()]
-    except OSError:
-        return "no output"
-    lines = [line for line in lines if not line.startswith("[memopt]")]
-    return " | ".join(line[:200] for line in lines[-_TAIL_LINES:]) or "no output"
+    lines = [line for line in last_lines(log, 4 * _TAIL_LINES) if not line.startswith("[memopt]")]
+    tail = " | ".join(line[:200] for line in lines[-_TAIL_LINES:]) or "no output"
+    return f"the disk is full: {tail}" if full_disk_in(lines) else tail
 
 
 def _result(

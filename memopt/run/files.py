@@ -16,7 +16,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from memopt.errors import MemoptError
+from memopt.errors import MemoptError, write_failure
+from memopt.ort.config import mode_for
 
 __all__ = ["exclusive_lock", "replace_atomically"]
 
@@ -43,15 +44,16 @@ def replace_atomically(target: Path, text: str) -> Path:
         target.parent.mkdir(parents=True, exist_ok=True)
         fd, name = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
     except OSError as err:
-        raise MemoptError(f"cannot write {target}: {err.strerror or err}") from None
+        raise MemoptError(write_failure(target, err)) from None
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             handle.write(text)
             handle.flush()
             os.fsync(handle.fileno())
+            os.fchmod(handle.fileno(), mode_for(target))
         os.replace(name, target)
     except OSError as err:
-        raise MemoptError(f"cannot write {target}: {err.strerror or err}") from None
+        raise MemoptError(write_failure(target, err)) from None
     finally:
         Path(name).unlink(missing_ok=True)
     return target

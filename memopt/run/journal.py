@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from memopt.errors import MemoptError
+from memopt.errors import MemoptError, write_failure
 
 __all__ = ["JOURNAL_NAME", "Journal", "JournalEntry"]
 
@@ -34,6 +34,12 @@ class JournalEntry:
     line_number: int
     key: str
     record: Mapping[str, Any]
+    path: Path
+
+    @property
+    def where(self) -> str:
+        """The line, as a message names it."""
+        return f"{self.path} line {self.line_number}"
 
 
 class Journal:
@@ -90,7 +96,7 @@ class Journal:
     def _error(self, err: OSError) -> MemoptError:
         if err.errno == errno.ELOOP:
             return MemoptError(f"the journal {self.path} is a symlink; memopt does not write through one")
-        return MemoptError(f"cannot write the journal {self.path}: {err.strerror or err}")
+        return MemoptError(write_failure(f"the journal {self.path}", err))
 
     def entries(self, kind: str | None = None) -> Iterator[JournalEntry]:
         """Every complete line of ``kind``, oldest first; unreadable lines are skipped.
@@ -110,7 +116,7 @@ class Journal:
                 except ValueError:
                     continue
                 if isinstance(record, dict) and isinstance(record.get("key"), str) and record.get("kind") == kind:
-                    yield JournalEntry(number, record["key"], record)
+                    yield JournalEntry(number, record["key"], record, self.path)
 
     def latest(self, key: str, usable: tuple[str, ...] | None = None, kind: str | None = None) -> JournalEntry | None:
         """The newest entry of ``kind`` with ``key`` (whose ``status`` is in ``usable``, when given)."""

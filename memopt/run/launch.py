@@ -11,6 +11,7 @@ the child watches its parent (``memopt.child.watchdog``).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -30,7 +31,9 @@ import memopt
 from memopt.child import CHILD_MODULE, ONNX_PREFIX, PARENT_PID_VAR, RUN_DIR_VAR, TIMEOUT_VAR, ChildRequest
 from memopt.child.memory import Memory
 from memopt.core import RunnableTarget, RunStatus
-from memopt.errors import MemoptError
+from memopt.errors import MemoptError, write_failure
+from memopt.run.marked import end_marked
+from memopt.run.output import LogPump, full_disk_in, last_lines
 from memopt.run.settings import (
     DEFAULT_STEPS,
     DEFAULT_TIMEOUT_S,
@@ -59,6 +62,7 @@ __all__ = [
     "RunResult",
     "launch",
     "new_run_dir",
+    "write_new",
     "LOG_NAME",
     "RECORD_NAME",
     "ONNX_DIR",
@@ -163,7 +167,7 @@ def new_run_dir(base: Path, label: str) -> Path:
     except FileExistsError:
         raise MemoptError(f"the runs folder {base} is a file, not a folder; pass another --runs-dir") from None
     except OSError as err:
-        raise MemoptError(f"cannot create a run folder in {base}: {err.strerror or err}") from None
+        raise MemoptError(write_failure(f"a run folder in {base}", err)) from None
     raise MemoptError(f"no free run folder name under {base}")
 
 
@@ -204,27 +208,23 @@ def launch(request: RunRequest, run_dir: Path, cancel: threading.Event | None = 
         save_onnx=request.save_onnx,
         options=dict(request.options),
     )
-    request_path.write_text(json.dumps(asdict(child_request)))
+    write_new(request_path, json.dumps(asdict(child_request)))
     started = time.monotonic()
     ending = Ending.FINISHED
     returncode: int | None = None  # stays None when a cancel came before the start
-    with open(run_dir / LOG_NAME, "wb") as log:
-        child = _start(request, run_dir, request_path, result_path, log, cancel)
-        if child is None:
+    argv = [request.python, "-c", _CHILD_BOOT, str(request_path), str(result_path)]
+    try:
+        outcome = _run_child(argv, run_dir, _child_env(request, run_dir), None, cancel, request.timeout_s, "wb")
+        if outcome is None:
             ending = Ending.CANCELLED
         else:
-            try:
-                returncode, ending = _wait(child, request.timeout_s, cancel)
-            except BaseException:  # Ctrl-C or the caller's own shutdown: leave no child behind
-                _kill_group(child)
-                child.wait()
-                raise
-            finally:
-                with _live_lock:
-                    _live.pop(child.pid, None)
-    result = _collect(result_path, run_dir, returncode, ending, time.monotonic() - started, request)
-    request_path.unlink(missing_ok=True)
-    result_path.unlink(missing_ok=True)
+            returncode, ending = outcome
+        result = _collect(result_path, run_dir, returncode, ending, time.monotonic() - started, request)
+    except OSError as err:
+        raise MemoptError(f"cannot start {request.python}: {err.strerror or err}") from None
+    finally:  # the child's temporary file too, where it died mid-write (a full disk)
+        for leftover in (request_path, result_path, result_path.with_name(result_path.name + ".tmp")):
+            leftover.unlink(missing_ok=True)
     _write_record(run_dir, request, result)
     return result
 
@@ -265,36 +265,78 @@ def run_process(
     ``end_all_runs`` and the caller's own interruption end the group as ``launch`` does.
     """
     started = time.monotonic()
-    with open(run_dir / LOG_NAME, "ab") as log:
-        try:
-            child = _start_registered(list(argv), log, dict(env), cwd, cancel)
-        except OSError as err:
-            log.write(f"{err}\n".encode())
-            return ProcessEnd(None, Ending.NOT_STARTED, time.monotonic() - started)
-        if child is None:
-            return ProcessEnd(None, Ending.CANCELLED, 0.0)
-        try:
-            returncode, ending = _wait(child, timeout_s, cancel, done, gentle=True)
-        except BaseException:
-            _kill_group(child)
-            child.wait()
-            raise
-        finally:
-            with _live_lock:
-                _live.pop(child.pid, None)
+    try:
+        outcome = _run_child(list(argv), run_dir, dict(env), cwd, cancel, timeout_s, "ab", done, gentle=True)
+    except OSError as err:
+        _note(run_dir, f"{err}\n")
+        return ProcessEnd(None, Ending.NOT_STARTED, time.monotonic() - started)
+    if outcome is None:
+        return ProcessEnd(None, Ending.CANCELLED, 0.0)
+    returncode, ending = outcome
     return ProcessEnd(returncode, ending, time.monotonic() - started)
 
 
+def _run_child(
+    argv: list[str],
+    run_dir: Path,
+    env: dict[str, str],
+    cwd: Path | None,
+    cancel: threading.Event | None,
+    timeout_s: float,
+    log_mode: str,
+    done: Callable[[], bool] | None = None,
+    *,
+    gentle: bool = False,
+) -> tuple[int, Ending] | None:
+    """Start ``argv`` and wait for it as ``_wait`` does; return only once every process of the
+    run is gone: its group, and whatever carries the run's mark in a group or session of its
+    own. Its output goes through a ``LogPump`` into the folder's log. None: cancelled first."""
+    with open(run_dir / LOG_NAME, log_mode, buffering=0) as log:  # the pump's writes, each to disk as is
+        child = _start_registered(argv, env, cwd, cancel)
+        if child is None:
+            return None
+        assert child.stdout is not None
+        pump = LogPump(child.stdout, log)
+        try:
+            return _wait(child, timeout_s, cancel, done, gentle=gentle, failed=pump.failed)
+        finally:  # Ctrl-C and the caller's own shutdown included: leave no process behind
+            if child.returncode is None:
+                _kill_group(child)
+                child.wait()
+            end_marked(RUN_DIR_VAR, env[RUN_DIR_VAR])
+            with _live_lock:
+                _live.pop(child.pid, None)
+            pump.close()
+            child.stdout.close()
+            if pump.write_error is not None:
+                raise MemoptError(write_failure(run_dir / LOG_NAME, pump.write_error))
+
+
+def write_new(path: Path, text: str) -> None:
+    """Write a file of memopt's own; a failed write leaves no part of it behind."""
+    try:
+        path.write_text(text)
+    except OSError as err:
+        path.unlink(missing_ok=True)
+        raise MemoptError(write_failure(path, err)) from None
+
+
+def _note(run_dir: Path, text: str) -> None:
+    with contextlib.suppress(OSError), open(run_dir / LOG_NAME, "a") as log:
+        log.write(text)
+
+
 def _start_registered(
-    argv: list[str], log: Any, env: dict[str, str], cwd: Path | None, cancel: threading.Event | None
+    argv: list[str], env: dict[str, str], cwd: Path | None, cancel: threading.Event | None
 ) -> subprocess.Popen[bytes] | None:
-    """Start ``argv`` in a session of its own, registered for ``end_all_runs``; None: cancelled first."""
+    """Start ``argv`` in a session of its own, its output on a pipe, registered for
+    ``end_all_runs``; None: cancelled first."""
     with _live_lock:  # no child starts after end_all_runs has looked at the live ones
         if _ending.is_set() or (cancel is not None and cancel.is_set()):
             return None
         child = subprocess.Popen(
             argv,
-            stdout=log,
+            stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
             env=env,
@@ -310,22 +352,6 @@ def _start_registered(
         return child
 
 
-def _start(
-    request: RunRequest,
-    run_dir: Path,
-    request_path: Path,
-    result_path: Path,
-    log: Any,
-    cancel: threading.Event | None,
-) -> subprocess.Popen[bytes] | None:
-    """Start the child; None: cancelled first."""
-    argv = [request.python, "-c", _CHILD_BOOT, str(request_path), str(result_path)]
-    try:
-        return _start_registered(argv, log, _child_env(request, run_dir), None, cancel)
-    except OSError as err:
-        raise MemoptError(f"cannot start {request.python}: {err.strerror or err}") from None
-
-
 def _wait(
     child: subprocess.Popen[bytes],
     timeout_s: float,
@@ -333,10 +359,12 @@ def _wait(
     done: Callable[[], bool] | None = None,
     *,
     gentle: bool = False,
+    failed: threading.Event | None = None,
 ) -> tuple[int, Ending]:
     """Wait for ``child``; end its group on timeout or cancel (``gentle``: SIGTERM first, which
     launchers such as torchrun pass on to workers in sessions of their own; else SIGKILL), and
-    once ``done()``. Returns (returncode, how it ended)."""
+    once ``done()``; a set ``failed`` (its log cannot be written) ends it as a cancel does.
+    Returns (returncode, how it ended)."""
     deadline = time.monotonic() + timeout_s
     while True:
         if child.poll() is not None:  # finished just as the deadline or a cancel came: it finished
@@ -346,7 +374,7 @@ def _wait(
         left = deadline - time.monotonic()
         if left <= 0:
             return _stop(child, gentle), Ending.TIMED_OUT
-        if _ending.is_set() or (cancel is not None and cancel.is_set()):
+        if _ending.is_set() or any(event is not None and event.is_set() for event in (cancel, failed)):
             return _stop(child, gentle), Ending.CANCELLED
         try:
             returncode = child.wait(timeout=min(left, _CANCEL_POLL_S))
@@ -445,8 +473,9 @@ def _crash_reason(log_path: Path, returncode: int) -> str:
         name = signal.Signals(-returncode).name if -returncode in signal.Signals._value2member_map_ else returncode
         cause = " (likely the kernel's out-of-memory killer)" if returncode == -signal.SIGKILL else ""
         return f"the run was killed by {name}{cause}"
-    lines = [line for line in log_path.read_text(errors="replace").splitlines() if line.strip()]
-    return f"the run exited with status {returncode}: {lines[-1].strip()[:300] if lines else 'no output'}"
+    lines = last_lines(log_path, 20)
+    last = lines[-1][:300] if lines else "no output"
+    return f"{'the disk is full: ' if full_disk_in(lines) else ''}the run exited with status {returncode}: {last}"
 
 
 def _write_record(run_dir: Path, request: RunRequest, result: RunResult) -> None:
@@ -468,4 +497,4 @@ def _write_record(run_dir: Path, request: RunRequest, result: RunResult) -> None
             "median_step_s": result.median_step_s,
         },
     }
-    (run_dir / RECORD_NAME).write_text(json.dumps(record, indent=2, default=str))
+    write_new(run_dir / RECORD_NAME, json.dumps(record, indent=2, default=str))

@@ -50,6 +50,7 @@ from memopt.run.budget import Budget, total_ram
 from memopt.run.command import run_target
 from memopt.run.journal import Journal
 from memopt.run.launch import PACKAGE_ROOT, RunRequest, RunResult, new_run_dir
+from memopt.run.records import checked_trial_record
 from memopt.run.settings import (
     DEFAULT_STEPS,
     DEFAULT_TIMEOUT_S,
@@ -289,14 +290,18 @@ class TrialResult:
         return record
 
     @classmethod
-    def from_record(cls, record: Mapping[str, Any]) -> TrialResult:
+    def from_record(cls, record: Mapping[str, Any], where: str) -> TrialResult | None:
+        """The trial a journal record holds; None (reported as a ``DamagedRecord`` warning naming
+        ``where``) when the record does not hold a trial."""
+        checked = checked_trial_record(record, where)
+        if checked is None:
+            return None
         known = {f.name for f in fields(cls)}
-        values = {name: value for name, value in record.items() if name in known}
-        values["target"] = parse_target(str(record.get("recipe")))
+        values = {name: value for name, value in checked.items() if name in known}
+        values["target"] = parse_target(str(checked.get("recipe")))
         values["status"] = RunStatus.read(values.get("status"))
-        for name in ("config", "step_times_s", "plans_on", "plans_off", "config_warnings"):
+        for name in ("config", "step_times_s", "plans_on", "plans_off", "config_warnings", "ranks"):
             values[name] = tuple(values.get(name) or ())
-        values["ranks"] = tuple(dict(rank) for rank in values.get("ranks") or () if isinstance(rank, Mapping))
         # A record from a damaged journal may hold any word: it says nothing reliable.
         values["outcome"] = _OUTCOME_WORDS.get(str(values.get("outcome")), Outcome.CRASHED)
         return cls(**values)
@@ -585,8 +590,8 @@ class JournaledRunner:
         key = trial_key(spec, self.versions)
         if self.resume:
             previous = self.journal.latest(key, REUSABLE_STATUSES)
-            if previous is not None:
-                result = TrialResult.from_record(previous.record)
+            result = None if previous is None else TrialResult.from_record(previous.record, previous.where)
+            if result is not None:
                 return replace(
                     self._judged(result, budget_bytes),
                     reused=True,

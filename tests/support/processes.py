@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import time
+from pathlib import Path
 
 
 def assert_gone(pid: int, within_s: float = 5.0) -> None:
@@ -15,3 +16,12 @@ def assert_gone(pid: int, within_s: float = 5.0) -> None:
             return
         time.sleep(0.05)
     raise AssertionError(f"process {pid} is still running")
+
+
+def running(pid: int) -> bool:
+    """Whether ``pid`` is alive: a zombie waiting for its reaper is not."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
