@@ -16,7 +16,7 @@ import os
 import signal
 import sys
 import threading
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +41,7 @@ from memopt.run.launch import (
     PACKAGE_ROOT,
     RECORD_NAME,
     Ending,
+    ProcessEnd,
     RunRequest,
     RunResult,
     launch,
@@ -81,8 +82,8 @@ def _run_command(request: RunRequest, run_dir: Path, cancel: threading.Event | N
         cwd=Path.cwd(),
     )
     records = _read_steps(steps_file)
-    status, error = _status(records, wanted, end.ending, end.returncode, run_dir / LOG_NAME, request.timeout_s)
-    result = _result(records, status, error, run_dir, end.wall_s, end.returncode)
+    status, error, oom = _status(records, wanted, end, run_dir / LOG_NAME, request.timeout_s)
+    result = replace(_result(records, status, error, run_dir, end.wall_s, end.returncode), oom_evidence=oom)
     (run_dir / RECORD_NAME).write_text(
         json.dumps(
             {
@@ -165,36 +166,44 @@ def _all_ranks_done(records: list[dict[str, Any]], wanted: int) -> bool:
 
 
 def _status(
-    records: list[dict[str, Any]], wanted: int, ending: Ending, returncode: int | None, log: Path, timeout_s: float
-) -> tuple[RunStatus, str | None]:
+    records: list[dict[str, Any]], wanted: int, end: ProcessEnd, log: Path, timeout_s: float
+) -> tuple[RunStatus, str | None, str | None]:
+    """The job's status, its error, and (out of memory) the evidence: the job's own message or the
+    kernel's OOM record. A rank killed by SIGKILL with neither was killed by someone else."""
+    ending, returncode = end.ending, end.returncode
     steps = [r for r in records if r.get("event") == "step"]
     if ending is Ending.DONE or _all_ranks_done(records, wanted):
-        return RunStatus.OK, None
+        return RunStatus.OK, None, None
     if ending is Ending.CANCELLED:
-        return RunStatus.CANCELLED, "cancelled: the job's process group was ended"
+        return RunStatus.CANCELLED, "cancelled: the job's process group was ended", None
     tail = _tail(log)
     seen = any(r.get("event") == "ortmodule" for r in records)
     reached = max((int(r.get("step") or 0) for r in steps), default=0)
     progress = f"reached step {reached} of {wanted}" if seen else "no ORTModule training step seen"
     if ending is Ending.NOT_STARTED:
-        return RunStatus.RECIPE_ERROR, f"the command could not start: {tail}"
+        return RunStatus.RECIPE_ERROR, f"the command could not start: {tail}", None
     if ending is Ending.TIMED_OUT:
-        return RunStatus.TIMED_OUT, f"killed after {timeout_s:g} s: {progress}; last output: {tail}"
-    # A rank killed outright (torchrun reports "Signal 9 (SIGKILL)") is most likely the kernel's OOM killer.
-    killed = returncode in (-signal.SIGKILL, 128 + signal.SIGKILL) or "signal 9 (sigkill)" in tail.lower()
-    if killed or any(marker in tail.lower() for marker in OOM_MARKERS):
-        return RunStatus.OUT_OF_MEMORY, f"the job ran out of memory ({progress}): {tail}"
+        return RunStatus.TIMED_OUT, f"killed after {timeout_s:g} s: {progress}; last output: {tail}", None
+    if end.oom_evidence is not None:
+        return RunStatus.OUT_OF_MEMORY, f"the job ran out of memory ({progress}): {end.oom_evidence}", end.oom_evidence
+    if any(marker in tail.lower() for marker in OOM_MARKERS):
+        return RunStatus.OUT_OF_MEMORY, f"the job ran out of memory ({progress}): {tail}", f"its own output: {tail}"
+    # torchrun reports a worker's SIGKILL as "Signal 9 (SIGKILL)" and exits 1.
+    if returncode in (-signal.SIGKILL, 128 + signal.SIGKILL) or "signal 9 (sigkill)" in tail.lower():
+        return RunStatus.CRASHED, f"the job was killed by signal 9 (SIGKILL) ({progress}): {tail}", None
     if not seen:
         return (
             RunStatus.RECIPE_ERROR,
             f"{progress}: the job {_exit_words(returncode)} before ORTModule trained; last output: {tail}",
+            None,
         )
     if returncode == 0:
         return (
             RunStatus.RECIPE_ERROR,
             f"the job ended after {reached} of the {wanted} steps memopt needs; lower --steps",
+            None,
         )
-    return RunStatus.STEP_ERROR, f"the job {_exit_words(returncode)} ({progress}): {tail}"
+    return RunStatus.STEP_ERROR, f"the job {_exit_words(returncode)} ({progress}): {tail}", None
 
 
 def _exit_words(returncode: int | None) -> str:

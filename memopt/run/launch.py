@@ -31,6 +31,7 @@ from memopt.child import CHILD_MODULE, ONNX_PREFIX, PARENT_PID_VAR, RUN_DIR_VAR,
 from memopt.child.memory import Memory
 from memopt.core import RunnableTarget, RunStatus
 from memopt.errors import MemoptError
+from memopt.run.oom import OomWatch
 from memopt.run.settings import (
     DEFAULT_STEPS,
     DEFAULT_TIMEOUT_S,
@@ -132,6 +133,8 @@ class RunResult:
     wall_s: float = 0.0
     returncode: int | None = None
     ranks: tuple[Mapping[str, Any], ...] = ()  # a command's processes, each with its own peak
+    # What says an out-of-memory run died of memory: its own error message or the kernel's OOM record.
+    oom_evidence: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -208,11 +211,13 @@ def launch(request: RunRequest, run_dir: Path, cancel: threading.Event | None = 
     started = time.monotonic()
     ending = Ending.FINISHED
     returncode: int | None = None  # stays None when a cancel came before the start
+    watch = None
     with open(run_dir / LOG_NAME, "wb") as log:
         child = _start(request, run_dir, request_path, result_path, log, cancel)
         if child is None:
             ending = Ending.CANCELLED
         else:
+            watch = OomWatch.start(child.pid)
             try:
                 returncode, ending = _wait(child, request.timeout_s, cancel)
             except BaseException:  # Ctrl-C or the caller's own shutdown: leave no child behind
@@ -222,7 +227,8 @@ def launch(request: RunRequest, run_dir: Path, cancel: threading.Event | None = 
             finally:
                 with _live_lock:
                     _live.pop(child.pid, None)
-    result = _collect(result_path, run_dir, returncode, ending, time.monotonic() - started, request)
+    oom = watch.evidence() if watch is not None else None
+    result = _collect(result_path, run_dir, returncode, ending, time.monotonic() - started, request, oom)
     request_path.unlink(missing_ok=True)
     result_path.unlink(missing_ok=True)
     _write_record(run_dir, request, result)
@@ -246,6 +252,7 @@ class ProcessEnd:
     returncode: int | None
     ending: Ending
     wall_s: float
+    oom_evidence: str | None = None  # the kernel's record of an OOM kill in the job's cgroup (``OomWatch``)
 
 
 def run_process(
@@ -273,6 +280,7 @@ def run_process(
             return ProcessEnd(None, Ending.NOT_STARTED, time.monotonic() - started)
         if child is None:
             return ProcessEnd(None, Ending.CANCELLED, 0.0)
+        watch = OomWatch.start(child.pid)
         try:
             returncode, ending = _wait(child, timeout_s, cancel, done, gentle=True)
         except BaseException:
@@ -282,7 +290,7 @@ def run_process(
         finally:
             with _live_lock:
                 _live.pop(child.pid, None)
-    return ProcessEnd(returncode, ending, time.monotonic() - started)
+    return ProcessEnd(returncode, ending, time.monotonic() - started, watch.evidence())
 
 
 def _start_registered(
@@ -409,8 +417,16 @@ def _signal_group(child: subprocess.Popen[bytes], signum: signal.Signals) -> Non
 
 
 def _collect(
-    result_path: Path, run_dir: Path, returncode: int | None, ending: Ending, wall_s: float, request: RunRequest
+    result_path: Path,
+    run_dir: Path,
+    returncode: int | None,
+    ending: Ending,
+    wall_s: float,
+    request: RunRequest,
+    oom: str | None,
 ) -> RunResult:
+    """The run's result as the child reported it; a child that died without a word died of
+    memory only where the kernel recorded an OOM kill (``oom``), else it crashed."""
     try:
         reported = json.loads(result_path.read_text())
     except (OSError, ValueError):
@@ -422,8 +438,12 @@ def _collect(
         status, error = RunStatus.TIMED_OUT, f"killed after {request.timeout_s:g} s without finishing"
     elif ending is Ending.CANCELLED:
         status, error = RunStatus.CANCELLED, "cancelled: the run's process group was killed"
+    elif status in (RunStatus.RUNNING, RunStatus.CRASHED) and error is None and oom is not None:
+        status, error = RunStatus.OUT_OF_MEMORY, oom
     elif status in (RunStatus.RUNNING, RunStatus.CRASHED) and error is None:
         status, error = RunStatus.CRASHED, _crash_reason(run_dir / LOG_NAME, returncode or 0)
+    elif status is RunStatus.OUT_OF_MEMORY:
+        oom = f"its own error: {error}"
     return RunResult(
         status=status,
         run_dir=run_dir,
@@ -437,14 +457,15 @@ def _collect(
         cuda_total_memory=steps.get("cuda_total_memory"),
         wall_s=wall_s,
         returncode=returncode,
+        oom_evidence=oom if status is RunStatus.OUT_OF_MEMORY else None,
     )
 
 
 def _crash_reason(log_path: Path, returncode: int) -> str:
     if returncode < 0:
         name = signal.Signals(-returncode).name if -returncode in signal.Signals._value2member_map_ else returncode
-        cause = " (likely the kernel's out-of-memory killer)" if returncode == -signal.SIGKILL else ""
-        return f"the run was killed by {name}{cause}"
+        # A kill the kernel recorded as an OOM kill never gets here (``_collect``): a signal is all that is known.
+        return f"the run was killed by signal {-returncode} ({name})"
     lines = [line for line in log_path.read_text(errors="replace").splitlines() if line.strip()]
     return f"the run exited with status {returncode}: {lines[-1].strip()[:300] if lines else 'no output'}"
 

@@ -19,10 +19,12 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, TypeVar
 
+from memopt.core import RunStatus
 from memopt.errors import MemoptError
 from memopt.ort import ConfigEntry, OrtVersion, PlanKey, plan_config_entries, takes_json_file
 from memopt.predict import (
     Calibration,
+    DoesNotFit,
     MemoryModel,
     ModelError,
     PlanResult,
@@ -39,10 +41,12 @@ from memopt.run import (
     JournaledRunner,
     Outcome,
     RealTrialRunner,
+    ScanTarget,
     StackVersions,
     TrialResult,
     TrialRunner,
     TrialSpec,
+    graph_of_run,
     require_budget,
     resolve_budget,
     stack_versions,
@@ -110,6 +114,7 @@ class Tuner:
         self.records: list[TrialRecord] = []
         self.ready: Ready | None = None
         self._numbers = 0
+        self._probed: TrialResult | None = None  # the calibration trial that was the graph probe
 
     # -- events and cancellation ------------------------------------------------------
 
@@ -153,7 +158,7 @@ class Tuner:
         self._check_cancel()
         prepared = self._stage(
             "probe",
-            f"Exporting {s.target} under ORTModule (no-config probe at batch {s.probe_batch}) and scanning…",
+            f"Exporting {s.target} under ORTModule (no-config probe at batch {self._probe_batch}) and scanning…",
             self._prepare_target,
             lambda p: (
                 f"training graph {p.loaded.graph_path.name}, {len(p.loaded.graph.nodes)} nodes; "
@@ -204,28 +209,58 @@ class Tuner:
         self._emit(StageFinished(stage, done(value), time.monotonic() - started))
         return value
 
+    @property
+    def _calibration_batches(self) -> tuple[int, ...]:
+        s = self.settings
+        return tuple(dict.fromkeys(s.calibration_batches or default_calibration_batches(s.target_batch)))
+
+    @property
+    def _probe_batch(self) -> int:
+        """The graph probe runs at the first calibration batch (unless told otherwise): it is that
+        calibration run too, so a search needs the probe and its verifying trials only."""
+        return self.settings.probe_batch or self._calibration_batches[0]
+
     def _prepare_target(self) -> PreparedTarget:
         s = self.settings
         try:
             if self._prepare is not None:
                 return self._prepare(self._cancel)
+            loaded, probe_batch = None, self._probe_batch
+            if probe_batch in self._calibration_batches:
+                loaded = self._probe_by_calibration(probe_batch)
+                if loaded is None and self._probed is not None and self._probed.status is RunStatus.OUT_OF_MEMORY:
+                    probe_batch = max(1, probe_batch // 2)
             return prepare_target(
                 s.target,
                 options=s.options,
                 runs_dir=s.runs_dir,
                 python=s.python,
-                probe_batch=s.probe_batch,
+                probe_batch=probe_batch,
                 versions=self.versions,
+                loaded=loaded,
                 cancel=self._cancel,
             )
         except MemoptError:
             self._check_cancel()  # a probe killed by cancel() is a cancel, not a failure
             raise
 
+    def _probe_by_calibration(self, batch: int) -> ScanTarget | None:
+        """The no-config calibration trial at ``batch``, run with ORTModule's graphs saved: the
+        graph it saved, or None where it saved none (it died before ORTModule built its session,
+        or the journal's trial it reused kept no graphs) and a probe of its own must run."""
+        record = self._trial(
+            batch, (), Purpose.CALIBRATION, f"graph probe and no-config calibration at batch {batch}", None, None, True
+        )
+        self._probed = record.result
+        try:
+            return graph_of_run(self.settings.target, Path(record.result.run_dir), record.result.ort_version)
+        except (MemoptError, OSError):
+            return None
+
     def _calibrate(self, prepared: PreparedTarget) -> Calibration:
         """``predict.calibrate_on`` with this session's runner: each calibration trial is an event."""
         s = self.settings
-        batches = tuple(dict.fromkeys(s.calibration_batches or default_calibration_batches(s.target_batch)))
+        batches = self._calibration_batches
         self._emit(
             StageStarted(
                 "calibrate",
@@ -234,8 +269,13 @@ class Tuner:
         )
         started = time.monotonic()
 
-        def run(batch: int) -> TrialResult:
-            record = self._trial(batch, (), Purpose.CALIBRATION, f"no-config calibration at batch {batch}", None, None)
+        def run(batch: int, plans: tuple[PlanKey, ...]) -> TrialResult:
+            reason = (
+                f"calibration with every plan at batch {batch} (no config ran out of memory)"
+                if plans
+                else f"no-config calibration at batch {batch}"
+            )
+            record = self._trial(batch, plans, Purpose.CALIBRATION, reason, None, None)
             if record.result.device == "cuda":
                 self.device_name = record.result.cuda_device_name or "CUDA"
             return record.result
@@ -248,6 +288,7 @@ class Tuner:
             journal=self.journal,
             calibration_batches=batches,
             resume=s.resume,
+            ran={(self._probed.batch_size, ()): self._probed} if self._probed is not None else None,
         )
         model = calibration.model
         self._emit(
@@ -377,6 +418,7 @@ class Tuner:
         reason: str,
         predicted: float | None,
         budget: int | None,
+        save_onnx: bool = False,
     ) -> TrialRecord:
         self._check_cancel()
         s = self.settings
@@ -384,7 +426,7 @@ class Tuner:
             self._numbers += 1
             number = self._numbers
         self._emit(TrialStarted(number, purpose, batch, plans, predicted, reason, s.steps, s.timeout_s))
-        spec = TrialSpec.of(s, batch, self.entries(plans))
+        spec = replace(TrialSpec.of(s, batch, self.entries(plans)), save_onnx=save_onnx)
         result = self._trial_runner()(
             spec,
             budget_bytes=budget,
@@ -438,6 +480,8 @@ class Tuner:
                 SearchStatus.CANCELLED,
                 "cancelled: the running trial was stopped; the journal keeps every finished trial",
             )
+        except DoesNotFit as err:
+            result = self._finish(SearchStatus.IMPOSSIBLE, f"{err}: no batch fits", 0)
         self._emit(SearchFinished(result))
         return result
 
@@ -446,7 +490,7 @@ class Tuner:
         while True:
             step = next_step(self.search_state(used, max_trials))
             if isinstance(step, Stop):
-                return step
+                return self._largest_that_runs(step) if step.status is SearchStatus.IMPOSSIBLE else step
             self._emit(Note(step.reason))
             self._trial(
                 self.settings.target_batch,
@@ -457,6 +501,53 @@ class Tuner:
                 self.budget_bytes,
             )
             used += 1
+
+    def _largest_that_runs(self, stop: Stop) -> Stop:
+        """Nothing fits at the target batch even with every plan: the largest batch that does,
+        checked by a run with every plan on. Each check that dies of memory (or goes over the
+        budget) at least halves the batch, lower where the model, capped at what that run was
+        predicted to need, says so; a batch a calibration run already ran within the budget
+        needs no new run."""
+        every = tuple(p.key for p in self.report.patterns)
+        target, limit = self.settings.target_batch, self.limit_bytes
+        ran = [
+            r
+            for r in self.records
+            if r.result.ran and r.peak_bytes is not None and r.peak_bytes <= self.budget_bytes and r.batch_size < target
+        ]
+        known = max(ran, key=lambda r: r.batch_size, default=None)
+        batch = max(1, min(stop.largest_batch or 1, target - 1))
+        while known is None or batch > known.batch_size:
+            predicted = self.predict(every, batch).peak_bytes
+            reason = f"batch {target} does not fit: checking batch {batch} with every plan"
+            self._emit(Note(reason))
+            record = self._trial(batch, every, Purpose.SEARCH, reason, predicted, self.budget_bytes)
+            if record.outcome is Outcome.OK:
+                known = record
+                break
+            if not record.outcome.does_not_fit:
+                return Stop(
+                    SearchStatus.FAILED,
+                    f"batch {target} does not fit even with every plan; the check at batch {batch} "
+                    f"{record.outcome.label}: {record.result.error}",
+                )
+            if batch == 1:
+                return Stop(
+                    SearchStatus.IMPOSSIBLE,
+                    f"batch {target} does not fit even with every plan, nor does batch 1 (trial {record.number})",
+                    0,
+                )
+            limit = min(limit, predicted)
+            lower = self._model().max_batch(limit, every, ceiling=batch - 1)
+            batch = max(1, min(lower, batch // 2) if lower >= 1 else batch // 2)
+        assert known is not None
+        return Stop(
+            SearchStatus.IMPOSSIBLE,
+            f"batch {target} does not fit in {format_mib(self.budget_bytes)} even with every plan; "
+            f"fits up to batch {known.batch_size} (checked: trial {known.number}"
+            f"{', with every plan' if known.plans else ', no config'})",
+            known.batch_size,
+        )
 
     def _finish(self, status: SearchStatus, message: str, largest: int | None = None) -> TuneResult:
         best = self.best()

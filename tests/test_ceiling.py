@@ -1,0 +1,110 @@
+"""Tuning at a real memory ceiling: runs that die of memory are "out of memory", the search goes on.
+
+The ceiling is a memory cgroup (``support.ceiling``) that memopt runs in: its probe, calibration
+runs and trials really die by the kernel's OOM killer, as a GPU job dies at its device's limit.
+A run killed by SIGKILL without the kernel's record of an OOM kill is "killed by signal 9".
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from support.ceiling import MemoryCeiling, memory_ceiling
+
+from memopt.ort.config import PlanKey
+from memopt.predict.calibrate import calibration_points
+from memopt.run.oom import OomWatch
+
+# The README's main job: a tiny eight-layer GPT at batch 128 (no config ~1,200 MiB RSS on CPU).
+GPT = ["gpt", "--size", "tiny", "-o", "n_layer=8", "--seq", "64"]
+PLANS = (PlanKey("Gelu+:1:-1"), PlanKey("Dropout+:1:-1"))
+
+
+def under(ceiling: MemoryCeiling, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """The ``memopt`` command line, as a user runs it, inside the ceiling's cgroup."""
+    return subprocess.run(
+        [sys.executable, "-m", "memopt", *args],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "COLUMNS": "200", **(env or {})},
+        preexec_fn=ceiling.enter,
+        timeout=1500,
+    )
+
+
+def test_calibration_falls_back_to_every_plan_then_half_the_batch() -> None:
+    assert list(calibration_points(4, PLANS)) == [(4, ()), (4, PLANS), (2, ()), (2, PLANS), (1, ()), (1, PLANS)]
+    assert list(calibration_points(3, ())) == [(3, ()), (1, ())]
+
+
+def test_no_kill_is_no_evidence() -> None:
+    watch = OomWatch.start(os.getpid())
+    assert watch.evidence() is None
+
+
+# A job that allocates far more than the ceiling allows, and one that kills itself outright.
+GREEDY = f"{sys.executable} -c 'x = bytearray(1 << 30); print(len(x))' {{batch}}"
+SELF_KILLED = f"{sys.executable} -c 'import os; os.kill(os.getpid(), 9)' {{batch}}"
+
+
+@pytest.mark.subprocess
+def test_a_job_the_kernel_kills_for_memory_is_out_of_memory_and_a_sigkill_is_not(tmp_path: Path) -> None:
+    with memory_ceiling(300) as ceiling:
+        died = under(ceiling, "trial", "--cmd", GREEDY, "--batch", "2", "--runs-dir", str(tmp_path), "--json")
+        assert ceiling.oom_kills >= 1
+        killed = under(ceiling, "trial", "--cmd", SELF_KILLED, "--batch", "2", "--runs-dir", str(tmp_path), "--json")
+        again = under(
+            ceiling, "trial", "--cmd", SELF_KILLED, "--batch", "2", "--runs-dir", str(tmp_path), "--json", "--resume"
+        )
+    record = json.loads(died.stdout)
+    assert (record["status"], record["outcome"]) == ("out_of_memory", "out_of_memory"), died.stdout + died.stderr
+    assert "OOM killer" in record["oom_evidence"]
+    record = json.loads(killed.stdout)
+    assert (record["status"], record["outcome"]) == ("crashed", "crashed"), killed.stdout + killed.stderr
+    assert "killed by signal 9" in record["error"] and record["oom_evidence"] is None
+    assert not json.loads(again.stdout)["reused"]  # a kill is luck: --resume runs it again
+
+
+@pytest.mark.ort
+def test_tune_verifies_where_no_config_dies_at_the_target_and_half_of_it(tmp_path: Path) -> None:
+    """Under 700 MiB of cgroup memory the no-config runs at batch 128 and 64 die; tune still
+    ends verified, and the job re-run with the export line under the same ceiling completes."""
+    with memory_ceiling(700) as ceiling:
+        tune = under(
+            ceiling, "tune", *GPT, "--target-batch", "128", "--budget", "1050MiB", "--no-tui", "--json",
+            "--runs-dir", str(tmp_path),
+        )  # fmt: skip
+        summary = json.loads(tune.stdout)
+        assert summary["status"] == "verified", tune.stdout + tune.stderr
+        outcomes = {(t["batch_size"], tuple(t["plans"])): t["outcome"] for t in summary["trials"]}
+        assert outcomes[(64, ())] == "out_of_memory"
+        assert "crashed" not in outcomes.values()
+        export = summary["export"][0].removeprefix("export ")
+        name, _, value = export.partition("=")
+        job = under(ceiling, "probe", *GPT, "--batch", "128", "--runs-dir", str(tmp_path), env={name: value})
+        assert job.returncode == 0, job.stdout + job.stderr
+        assert ceiling.oom_kills >= 1
+
+
+@pytest.mark.ort
+def test_tune_below_every_plan_says_the_largest_batch_a_run_checked(tmp_path: Path) -> None:
+    """Under 600 MiB the probe's batch dies without recompute and batch 128 dies even with every
+    plan: tune answers with a verified config or the largest batch that fits, checked by a run."""
+    with memory_ceiling(600) as ceiling:
+        tune = under(
+            ceiling, "tune", *GPT, "--target-batch", "128", "--budget", "1050MiB", "--no-tui", "--json",
+            "--runs-dir", str(tmp_path),
+        )  # fmt: skip
+    summary = json.loads(tune.stdout)
+    assert summary["status"] in ("verified", "impossible"), tune.stdout + tune.stderr
+    outcomes = [t["outcome"] for t in summary["trials"]]
+    assert "crashed" not in outcomes and "out_of_memory" in outcomes
+    if summary["status"] == "impossible":
+        largest = summary["largest_batch"]
+        assert 1 <= largest < 128 and f"fits up to batch {largest}" in summary["message"]
+        assert any(t["batch_size"] == largest and t["outcome"] == "ok" for t in summary["trials"])
