@@ -15,10 +15,13 @@ from pathlib import Path
 
 import pytest
 from support.ceiling import MemoryCeiling, memory_ceiling
+from support.fake_tuning import FakeRunner, fake_tuner, prepared_gpt
 
 from memopt.ort.config import PlanKey
 from memopt.predict.calibrate import calibration_points
+from memopt.run import Outcome
 from memopt.run.oom import OomWatch
+from memopt.tune import Purpose, SearchStatus
 
 # The README's main job: a tiny eight-layer GPT at batch 128 (no config ~1,200 MiB RSS on CPU).
 GPT = ["gpt", "--size", "tiny", "-o", "n_layer=8", "--seq", "64"]
@@ -40,6 +43,25 @@ def under(ceiling: MemoryCeiling, *args: str, env: dict[str, str] | None = None)
 def test_calibration_falls_back_to_every_plan_then_half_the_batch() -> None:
     assert list(calibration_points(4, PLANS)) == [(4, ()), (4, PLANS), (2, ()), (2, PLANS), (1, ()), (1, PLANS)]
     assert list(calibration_points(3, ())) == [(3, ()), (1, ())]
+
+
+@pytest.mark.usefixtures("simulate_sample_once")
+def test_a_ceiling_below_no_config_calibrates_with_every_plan_and_checks_the_largest_batch(tmp_path: Path) -> None:
+    """FAKE runs (scripted peaks, out of memory above a ceiling) through the real tuner: the
+    no-config calibration at batch 8 dies, every plan there runs, batch 16 fits with nothing,
+    and the answer is the largest batch a run with every plan verified."""
+    runner = FakeRunner(prepared_gpt(), allocator_scale=1.6)
+    every = tuple(p.key for p in runner.prepared.report.patterns)
+    ceiling = (runner.peak(8, ()) + runner.peak(8, every)) / 2
+    runner.oom_above = ceiling
+    result = fake_tuner(tmp_path, runner, int(ceiling)).auto_search()
+    calibration = [(r.batch_size, bool(r.plans), r.outcome) for r in result.trials if r.purpose is Purpose.CALIBRATION]
+    assert calibration == [(8, False, Outcome.OUT_OF_MEMORY), (8, True, Outcome.OK)]
+    largest = result.largest_batch
+    assert result.status is SearchStatus.IMPOSSIBLE and largest is not None, result.message
+    assert f"fits up to batch {largest}" in result.message
+    assert any(r.batch_size == largest and r.outcome is Outcome.OK for r in result.trials)
+    assert runner.peak(largest, every) <= ceiling < runner.peak(largest + 1, every)
 
 
 def test_no_kill_is_no_evidence() -> None:

@@ -504,49 +504,53 @@ class Tuner:
 
     def _largest_that_runs(self, stop: Stop) -> Stop:
         """Nothing fits at the target batch even with every plan: the largest batch that does,
-        checked by a run with every plan on. Each check that dies of memory (or goes over the
-        budget) at least halves the batch, lower where the model, capped at what that run was
-        predicted to need, says so; a batch a calibration run already ran within the budget
-        needs no new run."""
+        checked by runs with every plan on, bisecting between the largest batch known to fit
+        (a calibration run within the budget counts) and the smallest known not to, to within
+        an eighth. A run that dies of memory (or goes over the budget) also caps the limit at
+        what it was predicted to need, so the model's largest batch under that cap may come
+        lower than the middle."""
         every = tuple(p.key for p in self.report.patterns)
         target, limit = self.settings.target_batch, self.limit_bytes
-        ran = [
+        fitting = [
             r
             for r in self.records
             if r.result.ran and r.peak_bytes is not None and r.peak_bytes <= self.budget_bytes and r.batch_size < target
         ]
-        known = max(ran, key=lambda r: r.batch_size, default=None)
+        good = max(fitting, key=lambda r: r.batch_size, default=None)
+        bad = target
         batch = max(1, min(stop.largest_batch or 1, target - 1))
-        while known is None or batch > known.batch_size:
+        while True:
+            low = good.batch_size if good is not None else 0
+            if bad - low <= max(1, low // 8):
+                break
+            if not low < batch < bad:
+                batch = (low + bad + 1) // 2
             predicted = self.predict(every, batch).peak_bytes
             reason = f"batch {target} does not fit: checking batch {batch} with every plan"
             self._emit(Note(reason))
             record = self._trial(batch, every, Purpose.SEARCH, reason, predicted, self.budget_bytes)
             if record.outcome is Outcome.OK:
-                known = record
-                break
-            if not record.outcome.does_not_fit:
+                good = record
+            elif record.outcome.does_not_fit:
+                bad, limit = batch, min(limit, predicted)
+            else:
                 return Stop(
                     SearchStatus.FAILED,
                     f"batch {target} does not fit even with every plan; the check at batch {batch} "
                     f"{record.outcome.label}: {record.result.error}",
                 )
-            if batch == 1:
-                return Stop(
-                    SearchStatus.IMPOSSIBLE,
-                    f"batch {target} does not fit even with every plan, nor does batch 1 (trial {record.number})",
-                    0,
-                )
-            limit = min(limit, predicted)
-            lower = self._model().max_batch(limit, every, ceiling=batch - 1)
-            batch = max(1, min(lower, batch // 2) if lower >= 1 else batch // 2)
-        assert known is not None
+            lower = self._model().max_batch(limit, every, ceiling=bad - 1)
+            batch = min(lower, (low + bad) // 2) if good is None else (good.batch_size + bad) // 2
+        if good is None:
+            return Stop(
+                SearchStatus.IMPOSSIBLE, f"batch {target} does not fit even with every plan, nor does batch 1", 0
+            )
         return Stop(
             SearchStatus.IMPOSSIBLE,
             f"batch {target} does not fit in {format_mib(self.budget_bytes)} even with every plan; "
-            f"fits up to batch {known.batch_size} (checked: trial {known.number}"
-            f"{', with every plan' if known.plans else ', no config'})",
-            known.batch_size,
+            f"fits up to batch {good.batch_size} (checked: trial {good.number}"
+            f"{', with every plan' if good.plans else ', no config'})",
+            good.batch_size,
         )
 
     def _finish(self, status: SearchStatus, message: str, largest: int | None = None) -> TuneResult:
