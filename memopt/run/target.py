@@ -96,7 +96,8 @@ def graph_of_run(
     if "execution" not in graphs:
         raise MemoptError(f"ORTModule saved no execution graph for {target} (log: {log_path})")
     summaries = parse_file(log_path).summaries
-    dims = dict(summaries[-1].dims) if summaries else {}
+    # A calibration trial's profiled session, built after its steps, logs a summary without dims.
+    dims = next((dict(summary.dims) for summary in reversed(summaries) if summary.dims), {})
     with_plans = [summary for summary in summaries if summary.plans]
     return ScanTarget(
         load_graph(graphs["execution"], session_input=graphs.get("optimized")),
