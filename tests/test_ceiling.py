@@ -40,6 +40,19 @@ def under(ceiling: MemoryCeiling, *args: str, env: dict[str, str] | None = None)
     )
 
 
+def tune_under(ceiling: MemoryCeiling, runs_dir: Path) -> dict:
+    """``memopt tune --no-tui --json`` of the README's main job under ``ceiling``: its summary,
+    every trial that died having died of memory (none "crashed")."""
+    tune = under(
+        ceiling, "tune", *GPT, "--target-batch", "128", "--budget", "1050MiB", "--no-tui", "--json",
+        "--runs-dir", str(runs_dir),
+    )  # fmt: skip
+    summary = json.loads(tune.stdout)
+    outcomes = [t["outcome"] for t in summary["trials"]]
+    assert "crashed" not in outcomes and "out_of_memory" in outcomes, tune.stdout + tune.stderr
+    return summary
+
+
 def test_calibration_falls_back_to_every_plan_then_half_the_batch() -> None:
     assert list(calibration_points(4, PLANS)) == [(4, ()), (4, PLANS), (2, ()), (2, PLANS), (1, ()), (1, PLANS)]
     assert list(calibration_points(3, ())) == [(3, ()), (1, ())]
@@ -97,15 +110,10 @@ def test_tune_verifies_where_no_config_dies_at_the_target_and_half_of_it(tmp_pat
     """Under 700 MiB of cgroup memory the no-config runs at batch 128 and 64 die; tune still
     ends verified, and the job re-run with the export line under the same ceiling completes."""
     with memory_ceiling(700) as ceiling:
-        tune = under(
-            ceiling, "tune", *GPT, "--target-batch", "128", "--budget", "1050MiB", "--no-tui", "--json",
-            "--runs-dir", str(tmp_path),
-        )  # fmt: skip
-        summary = json.loads(tune.stdout)
-        assert summary["status"] == "verified", tune.stdout + tune.stderr
+        summary = tune_under(ceiling, tmp_path)
+        assert summary["status"] == "verified", summary["message"]
         outcomes = {(t["batch_size"], tuple(t["plans"])): t["outcome"] for t in summary["trials"]}
         assert outcomes[(64, ())] == "out_of_memory"
-        assert "crashed" not in outcomes.values()
         export = summary["export"][0].removeprefix("export ")
         name, _, value = export.partition("=")
         job = under(ceiling, "probe", *GPT, "--batch", "128", "--runs-dir", str(tmp_path), env={name: value})
@@ -118,14 +126,9 @@ def test_tune_below_every_plan_says_the_largest_batch_a_run_checked(tmp_path: Pa
     """Under 600 MiB the probe's batch dies without recompute and batch 128 dies even with every
     plan: tune answers with a verified config or the largest batch that fits, checked by a run."""
     with memory_ceiling(600) as ceiling:
-        tune = under(
-            ceiling, "tune", *GPT, "--target-batch", "128", "--budget", "1050MiB", "--no-tui", "--json",
-            "--runs-dir", str(tmp_path),
-        )  # fmt: skip
-    summary = json.loads(tune.stdout)
-    assert summary["status"] in ("verified", "impossible"), tune.stdout + tune.stderr
-    outcomes = [t["outcome"] for t in summary["trials"]]
-    assert "crashed" not in outcomes and "out_of_memory" in outcomes
+        summary = tune_under(ceiling, tmp_path)
+    assert summary["status"] in ("verified", "impossible"), summary["message"]
+    assert (64, "out_of_memory") in [(t["batch_size"], t["outcome"]) for t in summary["trials"] if not t["plans"]]
     if summary["status"] == "impossible":
         largest = summary["largest_batch"]
         assert 1 <= largest < 128 and f"fits up to batch {largest}" in summary["message"]

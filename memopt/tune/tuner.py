@@ -374,7 +374,7 @@ class Tuner:
             model=self._model(),
             costs_s=self.costs(),
             target_batch=self.settings.target_batch,
-            budget_bytes=self.budget_bytes,
+            budget_bytes=self._search_budget(attempts),
             margin=self.settings.margin,
             ort_version=calibration.ort_version,
             max_trials=max_trials or self.settings.max_trials,
@@ -382,6 +382,16 @@ class Tuner:
             attempts=attempts,
             trials_used=trials_used,
         )
+
+    def _search_budget(self, attempts: Iterable[Attempt]) -> int:
+        """The budget the search plans against: the user's, or less where trials at the target
+        batch died of memory: the device ran out below what the model now predicts for each of
+        them, so only selections predicted below all of those can fit (a real limit under the
+        budget: a GPU with less free memory, a cgroup)."""
+        died = [self.predict(a.plans).peak_bytes for a in attempts if a.outcome is Outcome.OUT_OF_MEMORY]
+        if not died:
+            return self.budget_bytes
+        return min(self.budget_bytes, int(min(died) / (1 - self.settings.margin)) - 1)
 
     def plan(self) -> PlanResult:
         return self.search_state().plan()
