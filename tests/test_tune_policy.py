@@ -16,7 +16,7 @@ from support.fake_tuning import FakeRunner, MiB, fake_tuner, prepared_gpt
 from memopt.graph import Polynomial
 from memopt.predict import MemoryModel, Observation, PlanSavings, fit_memory_model
 from memopt.run import Journal, Outcome
-from memopt.tune import Attempt, Purpose, SearchState, SearchStatus, Stop, TryPlans, best_attempt, next_step
+from memopt.tune import Attempt, Purpose, SearchState, SearchStatus, Stop, TryPlans, best_verified, next_step
 
 # A model with static 1000 MiB + 100 MiB/sample and three plans saving 40, 20, 10 MiB/sample.
 SAVINGS = {"A+:1:-1": 40, "B+:1:-1": 20, "C+:1:-1": 10}
@@ -84,7 +84,7 @@ def test_a_plan_ort_left_off_is_dropped_from_later_selections() -> None:
 def test_nothing_fits_suggests_the_largest_batch_predicted_to_fit() -> None:
     # every plan saves 70 MiB/sample: 1000 + 30·b ≤ 1400 MiB up to batch 13
     first = next_step(state(1400))
-    assert isinstance(first, TryPlans) and set(first.plans) == {A, B, C} and "even every plan" in first.reason
+    assert isinstance(first, TryPlans) and set(first.plans) == {A, B, C} and "lowest predicted peak" in first.reason
     stop = next_step(state(1400, Attempt((A, B, C), Outcome.OVER_BUDGET, number=1)))
     assert isinstance(stop, Stop) and stop.status is SearchStatus.IMPOSSIBLE
     assert stop.largest_batch == 13 and "batch 13" in stop.message
@@ -100,14 +100,33 @@ def test_max_trials_ends_the_search_without_a_verified_config() -> None:
     assert isinstance(stop, Stop) and stop.status is SearchStatus.MAX_TRIALS and "no verified config" in stop.message
 
 
-def test_best_is_the_fastest_fitting_attempt() -> None:
-    attempts = [
-        Attempt((A,), Outcome.OK, 0.6, number=1),
-        Attempt((B,), Outcome.OK, 0.4, number=2),
-        Attempt((), Outcome.OVER_BUDGET, 0.3, number=3),
-    ]
-    assert best_attempt(attempts) == attempts[1]
-    assert best_attempt([]) is None
+def test_best_is_the_cost_models_cheapest_when_step_times_overlap() -> None:
+    # A costs 30 ms, B 10 ms: A's median is lower, but its steps overlap B's
+    attempts = (
+        Attempt((A,), Outcome.OK, 0.60, number=1, step_times=(0.50, 0.70)),
+        Attempt((B,), Outcome.OK, 0.64, number=2, step_times=(0.62, 0.66)),
+        Attempt((), Outcome.OVER_BUDGET, 0.3, number=3, step_times=(0.3, 0.3)),
+    )
+    best = best_verified(state(2400, *attempts))
+    assert best is not None and best.attempt == attempts[1] and "cost model" in best.rule
+
+
+def test_a_measurement_beyond_the_spread_overrules_the_cost_model() -> None:
+    attempts = (
+        Attempt((A,), Outcome.OK, 0.41, number=1, step_times=(0.40, 0.42)),
+        Attempt((B,), Outcome.OK, 0.64, number=2, step_times=(0.62, 0.66)),
+    )
+    best = best_verified(state(2400, *attempts))
+    assert best is not None and best.attempt == attempts[0] and "measured faster than trial 2" in best.rule
+    assert best_verified(state(2400)) is None
+
+
+def test_over_budget_at_start_up_stops_the_search() -> None:
+    # the steps fit (B predicted within the budget), the export and session build do not
+    over = Attempt((B,), Outcome.OVER_BUDGET, number=1, start_up_bytes=2500 * MiB)
+    stop = next_step(state(2400, over))
+    assert isinstance(stop, Stop) and stop.status is SearchStatus.IMPOSSIBLE
+    assert "start-up" in stop.message and "2,500.0 MiB" in stop.message
 
 
 # -- the tuning loop over the fake runner ------------------------------------------------------

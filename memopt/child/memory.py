@@ -8,9 +8,20 @@ import re
 import resource
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, fields
+from enum import Enum
 from pathlib import Path
 
-__all__ = ["Memory", "proc_status_bytes", "reset_rss_peak"]
+__all__ = ["Memory", "Phase", "proc_status_bytes", "reset_rss_peak"]
+
+
+class Phase(str, Enum):
+    """The part of a run whose peak is the run's peak."""
+
+    START_UP = "start-up"  # ONNX export, session build and the warm-up step
+    STEPS = "steps"  # the measured training steps
+
+    def __str__(self) -> str:
+        return self.value
 
 
 @dataclass(frozen=True)
@@ -28,6 +39,21 @@ class Memory:
     def steady_or_run_peak(self) -> int | None:
         """The measured steps' peak, else (a run that reset nothing) the whole run's."""
         return self.peak_bytes if self.peak_bytes is not None else self.peak_over_run_bytes
+
+    @property
+    def whole_run_peak(self) -> int | None:
+        """What a hard limit sees: the highest of the whole run's peak and the steps' peak."""
+        known = [size for size in (self.peak_bytes, self.peak_over_run_bytes) if size is not None]
+        return max(known) if known else None
+
+    @property
+    def binding_phase(self) -> Phase | None:
+        """Start-up when the whole run peaked above the measured steps; the steps otherwise."""
+        if self.peak_bytes is None:
+            return Phase.START_UP if self.peak_over_run_bytes is not None else None
+        if self.peak_over_run_bytes is not None and self.peak_over_run_bytes > self.peak_bytes:
+            return Phase.START_UP
+        return Phase.STEPS
 
     @classmethod
     def from_record(cls, record: Mapping[str, object]) -> Memory:

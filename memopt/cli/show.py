@@ -102,10 +102,18 @@ def print_trial(result: TrialResult, console: Console = default_console) -> None
         if len(result.ranks) > 1:
             per_rank = ", ".join(f"{r.get('rank')}: {format_bytes(r.get('peak_bytes'))}" for r in result.ranks)
             console.print(f"  ranks        {per_rank} (the trial's peak is the highest)", highlight=False)
+        whole_run = result.memory.whole_run_peak
+        console.print(
+            f"  whole run    {format_mib(whole_run)} at its peak ({result.memory.binding_phase}): "
+            "what a hard limit sees, start-up included",
+            highlight=False,
+        )
+        if result.start_up_binds:
+            console.print(f"  [yellow]start-up[/]     {result.start_up_binds}", highlight=False, soft_wrap=True)
         if result.budget_bytes is not None:
             console.print(
                 f"  budget       {format_mib(result.budget_bytes)}: "
-                f"{'within' if result.peak_bytes and result.peak_bytes <= result.budget_bytes else 'OVER'}",
+                f"{'within' if whole_run and whole_run <= result.budget_bytes else 'OVER'} (whole run)",
                 highlight=False,
             )
         if result.predicted_peak_bytes is not None:

@@ -17,7 +17,7 @@ Counts are whole plans there (every occurrence).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -196,7 +196,7 @@ def _choose_simulated(
                 chosen.discard(key)
     feasible = peak(chosen) <= limit
     if not feasible:
-        chosen, solver = set(keys), "infeasible: every plan is not enough"
+        chosen, solver = _lowest_peak(peak, set(keys)), "infeasible: the lowest predicted peak is over"
     predicted = peak(chosen)
     full = {key: model.factor(key) * model.raw_saving(key, batch) for key in chosen}
     choices = tuple(
@@ -217,6 +217,22 @@ def _choose_simulated(
         solver=solver,
         **common,
     )
+
+
+def _lowest_peak(peak: Callable[[set[PlanKey]], float], plans: set[PlanKey]) -> set[PlanKey]:
+    """``plans`` less those whose recompute raises the simulated peak (a recomputed tensor can
+    land where the peak is): every plan together is not always the lowest peak there is."""
+    lowest, lowest_peak = set(plans), peak(plans)
+    improved = True
+    while improved:
+        improved = False
+        for key in sorted(lowest):
+            fewer = lowest - {key}
+            fewer_peak = peak(fewer)
+            if fewer_peak < lowest_peak:
+                lowest, lowest_peak, improved = fewer, fewer_peak, True
+                break
+    return lowest
 
 
 def _solve(variables: list[tuple[int, int, float, float]], savings: np.ndarray, need: float) -> tuple[np.ndarray, str]:

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from memopt.child import PROFILE_VAR
+from memopt.child.memory import Memory, Phase
 from memopt.core import Command, RunnableTarget, RunStatus, Target, parse_target
 from memopt.errors import MemoptError
 from memopt.logparse import LogReadError, parse_file
@@ -58,6 +59,7 @@ from memopt.run.settings import (
     check_steps,
     check_timeout,
 )
+from memopt.units import format_mib
 
 __all__ = [
     "LEVEL_VAR",
@@ -232,6 +234,29 @@ class TrialResult:
         return self.outcome == "ok"
 
     @property
+    def memory(self) -> Memory:
+        return Memory(
+            self.memory_kind, self.static_bytes, self.peak_bytes, self.peak_over_run_bytes, self.cuda_reserved_bytes
+        )
+
+    @property
+    def measured_step_times_s(self) -> tuple[float, ...]:
+        return self.step_times_s[1:]
+
+    @property
+    def start_up_binds(self) -> str | None:
+        """When the start-up peaked above the measured steps, a line saying so: recompute lowers
+        the steps' activations, not what the export and the session build hold."""
+        memory = self.memory
+        if memory.binding_phase is not Phase.START_UP or self.peak_bytes is None:
+            return None
+        return (
+            f"the start-up (ONNX export, session build, warm-up step) peaked at "
+            f"{format_mib(memory.whole_run_peak)}, above the steps' {format_mib(self.peak_bytes)}: "
+            "it binds, and recompute cannot lower it"
+        )
+
+    @property
     def ran(self) -> bool:
         """The training steps ran to the end (within budget or not)."""
         return self.status == RunStatus.OK
@@ -264,6 +289,9 @@ class TrialResult:
         record = {"recipe": self.target.spec, **record, "options": dict(self.options)}
         record["ranks"] = [dict(rank) for rank in self.ranks]
         record["prediction_error"] = self.prediction_error
+        record["whole_run_peak_bytes"] = self.memory.whole_run_peak
+        phase = self.memory.binding_phase
+        record["binding_phase"] = str(phase) if phase else None
         return record
 
     @classmethod
@@ -281,7 +309,9 @@ class TrialResult:
 
     def judged(self, budget_bytes: int | None) -> TrialResult:
         """This result with its outcome decided against ``budget_bytes``."""
-        return replace(self, budget_bytes=budget_bytes, outcome=_outcome(self.status, self.peak_bytes, budget_bytes))
+        return replace(
+            self, budget_bytes=budget_bytes, outcome=_outcome(self.status, self.memory.whole_run_peak, budget_bytes)
+        )
 
 
 def stack_versions(python: str | None = None) -> StackVersions:
@@ -613,6 +643,7 @@ def _config_env(
 
 
 def _outcome(status: RunStatus, peak: int | None, budget: int | None) -> Outcome:
+    """``peak``: the whole run's (start-up included): a job under a hard limit dies at whichever part peaks."""
     if status == RunStatus.OK and budget is not None and peak is not None and peak > budget:
         return Outcome.OVER_BUDGET
     return _STATUS_TO_OUTCOME.get(status, Outcome.CRASHED)
@@ -641,7 +672,7 @@ def _result(
         batch_size=spec.batch_size,
         config=tuple(str(entry) for entry in spec.config),
         config_value=value,
-        outcome=_outcome(run.status, peak, budget),
+        outcome=_outcome(run.status, run.memory.whole_run_peak, budget),
         status=run.status,
         run_dir=str(run.run_dir),
         steps=spec.steps,

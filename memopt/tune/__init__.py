@@ -24,13 +24,14 @@ from memopt.tune.events import (
     event_line,
 )
 from memopt.tune.export import ConfigExport, plan_export, write_config
-from memopt.tune.policy import Attempt, SearchState, Stop, TryPlans, best_attempt, next_step
+from memopt.tune.policy import Attempt, BestVerified, SearchState, Stop, TryPlans, best_verified, next_step
 from memopt.tune.settings import DEFAULT_MAX_TRIALS, TuneCancelled, TuneError, TuneSettings
 from memopt.tune.tuner import Tuner
 
 __all__ = [
     "DEFAULT_MAX_TRIALS",
     "Attempt",
+    "BestVerified",
     "ConfigExport",
     "Note",
     "PlanRow",
@@ -52,7 +53,7 @@ __all__ = [
     "TuneResult",
     "TuneSettings",
     "Tuner",
-    "best_attempt",
+    "best_verified",
     "event_line",
     "next_step",
     "plan_export",

@@ -1,6 +1,6 @@
 """The search policy, a pure function of what is known: ``next_step(state)``.
 
-    first: the planner's cheapest selection predicted to fit (every plan when none is)
+    first: the planner's cheapest selection predicted to fit (else the lowest predicted peak, to check)
     after a fit: a cheaper selection still predicted to fit, else stop verified
     after an overshoot (over budget, out of memory, crashed): a selection predicted to
     save more, else stop (nothing fits: the largest batch predicted to fit is said)
@@ -23,10 +23,11 @@ from memopt.units import format_mib
 
 __all__ = [
     "Attempt",
+    "BestVerified",
     "SearchState",
     "Stop",
     "TryPlans",
-    "best_attempt",
+    "best_verified",
     "names",
     "next_step",
 ]
@@ -42,6 +43,8 @@ class Attempt:
     left_off: tuple[PlanKey, ...] = ()  # enabled, but ORT's Plan table reported them OFF
     error: str | None = None
     number: int = 0  # the trial's number in the session
+    step_times: tuple[float, ...] = ()  # the measured steps' seconds (warm-up left out)
+    start_up_bytes: int | None = None  # the whole run's peak, when the start-up peaked above the steps
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "plans", plan_keys(self.plans))  # keys read back from text are PlanKeys again
@@ -136,12 +139,38 @@ def next_step(state: SearchState) -> TryPlans | Stop:
     return step
 
 
-def best_attempt(attempts: Iterable[Attempt]) -> Attempt | None:
-    """The verified config: fits, lowest measured step time, then fewest plans, then first."""
-    fitting = [a for a in attempts if a.outcome is Outcome.OK]
+@dataclass(frozen=True)
+class BestVerified:
+    """The verified config and the rule that chose it among those that fit."""
+
+    attempt: Attempt
+    rule: str
+
+
+def best_verified(state: SearchState) -> BestVerified | None:
+    """Of the trials that fit, the one the cost model ranks cheapest (then fewer plans, then
+    first); a measured trial overrules it only when every one of its steps ran faster than
+    every step of the model's choice: two medians closer than their own spread are noise."""
+    fitting = [a for a in state.attempts if a.outcome is Outcome.OK]
     if not fitting:
         return None
-    return min(fitting, key=lambda a: (a.step_s if a.step_s is not None else float("inf"), len(a.plans), a.number))
+    modelled = min(fitting, key=lambda a: (state.cost_of(a.plans), len(a.plans), a.number))
+    faster = [
+        a for a in fitting if a.step_times and modelled.step_times and max(a.step_times) < min(modelled.step_times)
+    ]
+    if faster:
+        measured = min(faster, key=lambda a: (a.step_s if a.step_s is not None else float("inf"), a.number))
+        return BestVerified(
+            measured,
+            f"measured faster than trial {modelled.number}, the cost model's choice, beyond both trials' spread",
+        )
+    if len(fitting) == 1:
+        return BestVerified(modelled, "the only config that fits")
+    return BestVerified(
+        modelled,
+        f"the cost model's cheapest of {len(fitting)} that fit (~{state.cost_of(modelled.plans) * 1000:.0f} ms/step); "
+        "measured step times within their spread",
+    )
 
 
 def _first(state: SearchState) -> TryPlans | Stop:
@@ -159,9 +188,9 @@ def _first(state: SearchState) -> TryPlans | Stop:
             (), f"planner: no config predicted {format_mib(plan.baseline_bytes)} ≤ limit {format_mib(limit)}; verifying"
         )
     return TryPlans(
-        state.useful_plans(),
-        f"planner: even every plan is predicted at {format_mib(plan.predicted_bytes)}"
-        f" > limit {format_mib(limit)}; trying every plan once to check",
+        plan.plans or state.useful_plans(),
+        f"planner: no selection is predicted to fit; the lowest predicted peak is {format_mib(plan.predicted_bytes)}"
+        f" ({names(plan.plans)}) > limit {format_mib(limit)}; trying it once to check",
     )
 
 
@@ -196,6 +225,8 @@ def _lighter(state: SearchState, last: Attempt) -> TryPlans | Stop:
 
 def _heavier(state: SearchState, last: Attempt) -> TryPlans | Stop:
     """After an overshoot: a selection predicted to save more, or why there is none."""
+    if last.outcome is Outcome.OVER_BUDGET and last.start_up_bytes is not None:
+        return _start_up_binds(state, last.start_up_bytes)
     tried, limit, useful = state.tried(), state.limit_bytes, state.useful_plans()
     selection = tuple(key for key in last.plans if key not in state.left_off)
     prefix = ""
@@ -227,9 +258,21 @@ def _heavier(state: SearchState, last: Attempt) -> TryPlans | Stop:
     return _stop(state, SearchStatus.IMPOSSIBLE, "every plan is on")
 
 
+def _start_up_binds(state: SearchState, start_up_bytes: int) -> Stop:
+    """Over budget at start-up: more recompute lowers the training steps, not the export and
+    session build, so no selection can help."""
+    message = (
+        f"the start-up (ONNX export, session build, warm-up step) peaks at {format_mib(start_up_bytes)} > "
+        f"budget {format_mib(state.budget_bytes)}; recompute cannot lower it: the lowest reachable peak is about "
+        f"{format_mib(start_up_bytes)}"
+    )
+    verified = best_verified(state) is not None
+    return Stop(SearchStatus.VERIFIED if verified else SearchStatus.IMPOSSIBLE, message)
+
+
 def _stop(state: SearchState, status: SearchStatus, message: str) -> Stop:
     """The stop as the user sees it: verified only when some trial fits."""
-    verified = best_attempt(state.attempts) is not None
+    verified = best_verified(state) is not None
     if status is SearchStatus.IMPOSSIBLE:
         largest = state.model.max_batch(state.limit_bytes, state.useful_plans())
         message = (

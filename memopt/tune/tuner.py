@@ -72,7 +72,7 @@ from memopt.tune.policy import (
     Attempt,
     SearchState,
     Stop,
-    best_attempt,
+    best_verified,
     names,
     next_step,
 )
@@ -364,7 +364,16 @@ class Tuner:
         """What the policy knows now: the model, costs, budget and every trial at the target batch."""
         calibration = self._calibrated()
         attempts = tuple(
-            Attempt(r.plans, r.outcome, r.step_s, r.left_off, _error_line(r.result), r.number)
+            Attempt(
+                r.plans,
+                r.outcome,
+                r.step_s,
+                r.left_off,
+                _error_line(r.result),
+                r.number,
+                r.result.measured_step_times_s,
+                r.result.memory.whole_run_peak if r.result.start_up_binds else None,
+            )
             for r in self.records
             if r.purpose is not Purpose.CALIBRATION
             and r.batch_size == self.settings.target_batch
@@ -462,7 +471,9 @@ class Tuner:
         if len(result.ranks) > 1:
             line += f" (highest of {len(result.ranks)} ranks)"
         if result.median_step_s:
-            line += f", {result.median_step_s:.2f} s/step"
+            line += f", {result.median_step_s:.2f} s/step{_spread(result.measured_step_times_s)}"
+        if result.start_up_binds:
+            line += f"; {result.start_up_binds}"
         if record.predicted_bytes is not None:
             line += f" (predicted {format_mib(record.predicted_bytes)}, {(record.prediction_error or 0) * 100:+.1f}%)"
         if record.left_off:
@@ -566,7 +577,7 @@ class Tuner:
     def _finish(self, status: SearchStatus, message: str, largest: int | None = None) -> TuneResult:
         best = self.best()
         if best is not None and status is not SearchStatus.CANCELLED:
-            message += f"; best verified: trial {best.number} ({names(best.plans) or 'no config'})"
+            message += f"; best verified: trial {best.number} ({names(best.plans) or 'no config'}; {self.best_rule()})"
             ran = next(r for r in self.records if r.number == best.number)
             if ran.left_off:
                 message += f"; ORT left {names(ran.left_off)} OFF in that trial: not in the final config"
@@ -575,13 +586,20 @@ class Tuner:
     # -- results ------------------------------------------------------------------------------
 
     def best(self) -> TrialRecord | None:
-        """The verified config: fits at the target batch, lowest measured step time."""
+        """The verified config: the cost model's cheapest of those that fit, unless measured steps differ beyond their spread."""
         if self.calibration is None:
             return None
-        best = best_attempt(self.search_state().attempts)
-        record = next((r for r in self.records if best is not None and r.number == best.number), None)
+        best = best_verified(self.search_state())
+        record = next((r for r in self.records if best is not None and best.attempt.number == r.number), None)
         # The final config holds only what ORT applied: an entry it left OFF saved nothing.
         return replace(record, plans=record.applied_plans) if record is not None else None
+
+    def best_rule(self) -> str | None:
+        """Which rule chose the verified config among those that fit."""
+        if self.calibration is None:
+            return None
+        best = best_verified(self.search_state())
+        return best.rule if best is not None else None
 
     def export(self, plans: Iterable[PlanKey], path: Path | None = None) -> ConfigExport:
         """The config that enables ``plans``, and where it goes; nothing is written."""
@@ -632,7 +650,10 @@ class Tuner:
                 "plans": list(best.plans),
                 "config": list(best.result.config),
                 "peak_bytes": best.peak_bytes,
+                "whole_run_peak_bytes": best.result.memory.whole_run_peak,
+                "binding_phase": _phase(best.result),
                 "median_step_s": best.step_s,
+                "chosen_by": self.best_rule(),
                 "run_dir": best.result.run_dir,
             },
             "export": self.export_lines() if best is not None else [],
@@ -645,6 +666,8 @@ class Tuner:
                     "plans": list(r.plans),
                     "outcome": str(r.outcome),
                     "peak_bytes": r.peak_bytes,
+                    "whole_run_peak_bytes": r.result.memory.whole_run_peak,
+                    "binding_phase": _phase(r.result),
                     "ranks": [{"rank": k.get("rank"), "peak_bytes": k.get("peak_bytes")} for k in r.result.ranks],
                     "predicted_bytes": r.predicted_bytes,
                     "median_step_s": r.step_s,
@@ -655,6 +678,15 @@ class Tuner:
                 for r in result.trials
             ],
         }
+
+
+def _phase(result: TrialResult) -> str | None:
+    phase = result.memory.binding_phase
+    return str(phase) if phase else None
+
+
+def _spread(times: tuple[float, ...]) -> str:
+    return f" (spread {max(times) - min(times):.2f} s over {len(times)} steps)" if len(times) > 1 else ""
 
 
 def _error_line(result: TrialResult) -> str | None:
