@@ -511,7 +511,10 @@ class Tuner:
         while True:
             step = next_step(self.search_state(used, max_trials))
             if isinstance(step, Stop):
-                return self._largest_that_runs(step) if step.status is SearchStatus.IMPOSSIBLE else step
+                # Every plan is not enough at the target batch (not start-up binding, which has no largest batch).
+                if step.status is SearchStatus.IMPOSSIBLE and step.largest_batch is not None:
+                    return self._largest_that_runs(step)
+                return step
             self._emit(Note(step.reason))
             self._trial(
                 self.settings.target_batch,
