@@ -264,7 +264,8 @@ class Tuner:
         self._emit(
             StageStarted(
                 "calibrate",
-                f"Calibrating the memory model: no-config trials at batch {' and '.join(map(str, batches))}…",
+                f"Calibrating the memory model: no-config trials at batch {' and '.join(map(str, batches))}"
+                f"{' (the probe was the first)' if self._probed is not None else ''}…",
             )
         )
         started = time.monotonic()
