@@ -395,13 +395,16 @@ class Tuner:
 
     def _search_budget(self, attempts: Iterable[Attempt]) -> int:
         """The budget the search plans against: the user's, or less where trials at the target
-        batch died of memory: the device ran out below what the model now predicts for each of
-        them, so only selections predicted below all of those can fit (a real limit under the
-        budget: a GPU with less free memory, a cgroup)."""
+        batch died of memory (a real limit under the budget: a GPU with less free memory, a
+        cgroup). The device ran out below the lowest peak the model now predicts for those
+        trials, and the lowest it can reach is every plan's: the search plans for the middle,
+        so each death halves the range the limit lies in, however far off the predictions are."""
         died = [self.predict(a.plans).peak_bytes for a in attempts if a.outcome is Outcome.OUT_OF_MEMORY]
         if not died:
             return self.budget_bytes
-        return min(self.budget_bytes, int(min(died) / (1 - self.settings.margin)) - 1)
+        floor = self.predict(tuple(p.key for p in self.report.patterns)).peak_bytes
+        cap = (min(died) + floor) / 2 if floor < min(died) else floor
+        return min(self.budget_bytes, int(cap / (1 - self.settings.margin)))
 
     def plan(self) -> PlanResult:
         return self.search_state().plan()
