@@ -116,7 +116,7 @@ def test_tune_verifies_where_no_config_dies_at_the_target_and_half_of_it(tmp_pat
         )
         assert json.loads(no_config.stdout)["outcome"] == "out_of_memory", no_config.stdout + no_config.stderr
         summary = tune_under(ceiling, tmp_path)
-        assert summary["status"] == "verified", summary["message"]
+        assert summary["best"] is not None, summary["message"]  # verified (the search may end at --max-trials)
         export = summary["export"][0].removeprefix("export ")
         name, _, value = export.partition("=")
         job = under(ceiling, "probe", *GPT, "--batch", "128", "--runs-dir", str(tmp_path), env={name: value})
@@ -126,13 +126,12 @@ def test_tune_verifies_where_no_config_dies_at_the_target_and_half_of_it(tmp_pat
 
 @pytest.mark.ort
 def test_tune_below_every_plan_says_the_largest_batch_a_run_checked(tmp_path: Path) -> None:
-    """Under 600 MiB the probe's batch dies without recompute and batch 128 dies even with every
-    plan: tune answers with a verified config or the largest batch that fits, checked by a run."""
+    """Under 600 MiB the probe's batch dies without recompute and so does every trial at 128:
+    tune answers with a verified config or the largest batch that fits, checked by a run."""
     with memory_ceiling(600) as ceiling:
         summary = tune_under(ceiling, tmp_path)
-    assert summary["status"] in ("verified", "impossible"), summary["message"]
     assert (64, "out_of_memory") in [(t["batch_size"], t["outcome"]) for t in summary["trials"] if not t["plans"]]
-    if summary["status"] == "impossible":
+    if summary["best"] is None:
         largest = summary["largest_batch"]
         assert 1 <= largest < 128 and f"fits up to batch {largest}" in summary["message"]
         assert any(t["batch_size"] == largest and t["outcome"] == "ok" for t in summary["trials"])

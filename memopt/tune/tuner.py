@@ -515,8 +515,13 @@ class Tuner:
         while True:
             step = next_step(self.search_state(used, max_trials))
             if isinstance(step, Stop):
-                # Every plan is not enough at the target batch (not start-up binding, which has no largest batch).
-                if step.status is SearchStatus.IMPOSSIBLE and step.largest_batch is not None:
+                # Every plan is not enough at the target batch (not start-up binding, which has no
+                # largest batch), or the trials ran out with every one of them dead of memory.
+                state = self.search_state()
+                died = any(a.outcome is Outcome.OUT_OF_MEMORY for a in state.attempts)
+                if (step.status is SearchStatus.IMPOSSIBLE and step.largest_batch is not None) or (
+                    step.status is SearchStatus.MAX_TRIALS and died and self.best() is None
+                ):
                     return self._largest_that_runs(step)
                 return step
             self._emit(Note(step.reason))
@@ -538,7 +543,7 @@ class Tuner:
         what it was predicted to need, so the model's largest batch under that cap may come
         lower than the middle."""
         every = tuple(p.key for p in self.report.patterns)
-        target, limit = self.settings.target_batch, self.limit_bytes
+        target, limit = self.settings.target_batch, self.search_state().limit_bytes
         fitting = [
             r
             for r in self.records
@@ -546,7 +551,7 @@ class Tuner:
         ]
         good = max(fitting, key=lambda r: r.batch_size, default=None)
         bad = target
-        batch = max(1, min(stop.largest_batch or 1, target - 1))
+        batch = self._model().max_batch(limit, every, ceiling=target - 1)
         while True:
             low = good.batch_size if good is not None else 0
             if bad - low <= max(1, low // 8):
@@ -569,14 +574,16 @@ class Tuner:
                 )
             lower = self._model().max_batch(limit, every, ceiling=bad - 1)
             batch = min(lower, (low + bad) // 2) if good is None else (good.batch_size + bad) // 2
+        head = (
+            f"batch {target} does not fit in {format_mib(self.budget_bytes)} even with every plan"
+            if stop.status is SearchStatus.IMPOSSIBLE
+            else f"{stop.message}: every trial at batch {target} ran out of memory"
+        )
         if good is None:
-            return Stop(
-                SearchStatus.IMPOSSIBLE, f"batch {target} does not fit even with every plan, nor does batch 1", 0
-            )
+            return Stop(stop.status, f"{head}; nor does batch 1 with every plan", 0)
         return Stop(
-            SearchStatus.IMPOSSIBLE,
-            f"batch {target} does not fit in {format_mib(self.budget_bytes)} even with every plan; "
-            f"fits up to batch {good.batch_size} (checked: trial {good.number}"
+            stop.status,
+            f"{head}; fits up to batch {good.batch_size} (checked: trial {good.number}"
             f"{', with every plan' if good.plans else ', no config'})",
             good.batch_size,
         )
