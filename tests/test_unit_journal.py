@@ -362,11 +362,20 @@ def test_results_that_depend_on_luck_are_journaled_but_not_reused(tmp_path: Path
 
 def test_out_of_memory_is_reused_on_resume(tmp_path: Path) -> None:
     journal = Journal(tmp_path / "j.jsonl")
-    inner = FakeInner(result("out_of_memory", peak=None))
+    inner = FakeInner(result("out_of_memory", peak=None, oom_evidence="the kernel's OOM killer ended it"))
     runner = JournaledRunner(inner=inner, journal=journal, versions=VERSIONS, resume=True)
     run(runner, spec())
     again = run(runner, spec())
     assert len(inner.calls) == 1 and again.reused and again.outcome is Outcome.OUT_OF_MEMORY
+
+
+def test_an_out_of_memory_record_without_evidence_is_run_again(tmp_path: Path) -> None:
+    """A journal from a memopt that called any SIGKILL out of memory: that verdict is not reused."""
+    journal = Journal(tmp_path / "j.jsonl")
+    journal.append(replace(result("out_of_memory", peak=None), key=trial_key(spec(), VERSIONS)).to_record())
+    inner = FakeInner(result())
+    rerun = run(JournaledRunner(inner=inner, journal=journal, versions=VERSIONS, resume=True), spec())
+    assert len(inner.calls) == 1 and not rerun.reused and rerun.outcome is Outcome.OK
 
 
 def test_resume_skips_a_torn_journal_line(tmp_path: Path) -> None:

@@ -12,6 +12,7 @@
 from memopt.predict.calibrate import (
     MODEL_FILE,
     Calibration,
+    DoesNotFit,
     PreparedTarget,
     calibrate,
     calibrate_on,
@@ -41,6 +42,7 @@ __all__ = [
     "DEFAULT_MARGIN",
     "MODEL_FILE",
     "Calibration",
+    "DoesNotFit",
     "MemoryModel",
     "ModelError",
     "Observation",

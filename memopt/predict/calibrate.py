@@ -22,7 +22,7 @@ import hashlib
 import json
 import threading
 import warnings
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -34,7 +34,7 @@ from memopt.core import RunnableTarget, RunStatus, parse_target
 from memopt.errors import DamagedRecord, one_line
 from memopt.graph.sizes import batch_symbols
 from memopt.graph.training_graph import TrainingGraph
-from memopt.ort.config import PlanKey
+from memopt.ort.config import PlanKey, plan_config_entries
 from memopt.ort.rules import rules_for
 from memopt.predict.liveness import ActivationSimulator, Recompute
 from memopt.predict.memory_model import (
@@ -64,9 +64,11 @@ __all__ = [
     "MODEL_FILE",
     "Calibration",
     "CalibrationRun",
+    "DoesNotFit",
     "PreparedTarget",
     "calibrate",
     "calibrate_on",
+    "calibration_points",
     "default_calibration_batches",
     "fit_calibration",
     "learn_from_trial",
@@ -169,8 +171,26 @@ class PreparedTarget:
     refused: tuple[str, ...] = ()  # plans the scan found that ORT's Plan table lacks, each with why
 
 
-# Runs one no-config trial at a batch size; the tuner's runner also reports progress and can be cancelled.
-CalibrationRun = Callable[[int], TrialResult]
+# Runs one calibration trial at a batch size with plans on (none: no config); the tuner's
+# runner also reports progress and can be cancelled.
+CalibrationRun = Callable[[int, tuple[PlanKey, ...]], TrialResult]
+
+
+class DoesNotFit(ModelError):
+    """Not even batch 1 with every plan on ran: nothing to calibrate on, and no config fits."""
+
+
+def calibration_points(batch: int, every_plan: tuple[PlanKey, ...]) -> Iterator[tuple[int, tuple[PlanKey, ...]]]:
+    """Where to calibrate when a run there dies of memory, in order: no config at ``batch``, every
+    plan at ``batch`` (the model simulates configs, so that run calibrates it as well), then the
+    same at half the batch, down to batch 1."""
+    while True:
+        yield batch, ()
+        if every_plan:
+            yield batch, every_plan
+        if batch == 1:
+            return
+        batch = max(1, batch // 2)
 
 
 def prepare_target(
@@ -231,18 +251,30 @@ def calibrate_on(
     calibration_batches: tuple[int, ...] | None = None,
     resume: bool = False,
     node_times: bool = True,
+    ran: Mapping[tuple[int, tuple[PlanKey, ...]], TrialResult] | None = None,
 ) -> Calibration:
-    """Calibrate on no-config trials that ``run`` runs, one per calibration batch size; with
+    """Calibrate on trials that ``run`` runs, one per calibration batch size: no config where it
+    fits, else the first of ``calibration_points`` that does not run out of memory; with
     ``resume``, on the journal as the same calibration of an earlier session read it
-    (``node_times``: see ``fit_calibration``)."""
-    trials = []
+    (``node_times``: see ``fit_calibration``); ``ran``: trials already run, by (batch, plans),
+    such as the graph probe's. Raises ``DoesNotFit`` where nothing runs."""
+    every_plan = tuple(p.key for p in prepared.report.patterns)
+    trials = dict(ran or {})
     for batch in tuple(dict.fromkeys(calibration_batches or default_calibration_batches(target_batch))):
-        trial = run(batch)
-        require_ran(trial)
-        trials.append(trial)
+        for point in calibration_points(batch, every_plan):
+            trial = trials.get(point) or run(*point)
+            trials[point] = trial
+            if trial.status is not RunStatus.OUT_OF_MEMORY:
+                require_ran(trial)
+                break
+        else:
+            raise DoesNotFit(
+                f"{prepared.target} runs out of memory even at batch 1 with every plan on "
+                f"(log: {trial.run_dir}/ort.log)"
+            )
     return fit_calibration(
         prepared,
-        trials,
+        [trial for trial in trials.values() if trial.ran],
         journal=journal,
         runs_dir=runs_dir,
         target_batch=target_batch,
@@ -278,8 +310,8 @@ def calibrate(
         loaded=loaded,
     )
 
-    def run(batch: int) -> TrialResult:
-        spec = TrialSpec.of(replace(settings, options=prepared.options), batch)
+    def run(batch: int, plans: tuple[PlanKey, ...]) -> TrialResult:
+        spec = TrialSpec.of(replace(settings, options=prepared.options), batch, plan_config_entries(plans))
         return run_trial(spec, runs_dir, journal=journal, resume=resume, versions=prepared.versions)
 
     return calibrate_on(
@@ -304,8 +336,9 @@ def require_batch_dim(report: ScanReport, target: RunnableTarget) -> tuple[str, 
 
 def require_ran(trial: TrialResult) -> None:
     if not trial.ran:
+        what = "configured" if trial.config else "no-config"
         raise ModelError(
-            f"the no-config calibration trial at batch {trial.batch_size} did not run: {trial.outcome}: "
+            f"the {what} calibration trial at batch {trial.batch_size} did not run: {trial.outcome}: "
             f"{trial.error} (log: {trial.run_dir}/ort.log)"
         )
 

@@ -16,7 +16,7 @@ import os
 import signal
 import sys
 import threading
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +42,7 @@ from memopt.run.launch import (
     PACKAGE_ROOT,
     RECORD_NAME,
     Ending,
+    ProcessEnd,
     RunRequest,
     RunResult,
     launch,
@@ -86,8 +87,8 @@ def _run_command(request: RunRequest, run_dir: Path, cancel: threading.Event | N
         cwd=Path.cwd(),
     )
     records = _read_steps(steps_file)
-    status, error = _status(records, wanted, end.ending, end.returncode, run_dir / LOG_NAME, request.timeout_s)
-    result = _result(records, status, error, run_dir, end.wall_s, end.returncode)
+    status, error, oom = _status(records, wanted, end, run_dir / LOG_NAME, request.timeout_s)
+    result = replace(_result(records, status, error, run_dir, end.wall_s, end.returncode), oom_evidence=oom)
     write_new(
         run_dir / RECORD_NAME,
         json.dumps(
@@ -171,30 +172,37 @@ def _all_ranks_done(records: list[dict[str, Any]], wanted: int) -> bool:
 
 
 def _status(
-    records: list[dict[str, Any]], wanted: int, ending: Ending, returncode: int | None, log: Path, timeout_s: float
-) -> tuple[RunStatus, str | None]:
+    records: list[dict[str, Any]], wanted: int, end: ProcessEnd, log: Path, timeout_s: float
+) -> tuple[RunStatus, str | None, str | None]:
+    """The job's status, its error, and (out of memory) the evidence: the job's own message or the
+    kernel's OOM record. A rank killed by SIGKILL with neither was killed by someone else."""
+    ending, returncode = end.ending, end.returncode
     steps = [r for r in records if r.get("event") == "step"]
     if ending is Ending.DONE or _all_ranks_done(records, wanted):
-        return RunStatus.OK, None
+        return RunStatus.OK, None, None
     if ending is Ending.CANCELLED:
-        return RunStatus.CANCELLED, "cancelled: the job's process group was ended"
+        return RunStatus.CANCELLED, "cancelled: the job's process group was ended", None
     tail = _tail(log)
     said = _failure(log) or tail
     seen = any(r.get("event") == "ortmodule" for r in records)
     reached = max((int(r.get("step") or 0) for r in steps), default=0)
     progress = f"reached step {reached} of {wanted}" if seen else "no ORTModule training step seen"
     if ending is Ending.NOT_STARTED:
-        return RunStatus.RECIPE_ERROR, f"the command could not start: {tail}"
+        return RunStatus.RECIPE_ERROR, f"the command could not start: {tail}", None
     if ending is Ending.TIMED_OUT:
-        return RunStatus.TIMED_OUT, f"killed after {timeout_s:g} s: {progress}; last output: {tail}"
-    # A rank killed outright (torchrun reports "Signal 9 (SIGKILL)") is most likely the kernel's OOM killer.
-    killed = returncode in (-signal.SIGKILL, 128 + signal.SIGKILL) or "signal 9 (sigkill)" in tail.lower()
-    if killed or any(marker in tail.lower() for marker in OOM_MARKERS):
-        return RunStatus.OUT_OF_MEMORY, f"the job ran out of memory ({progress}): {tail}"
+        return RunStatus.TIMED_OUT, f"killed after {timeout_s:g} s: {progress}; last output: {tail}", None
+    if end.oom_evidence is not None:
+        return RunStatus.OUT_OF_MEMORY, f"the job ran out of memory ({progress}): {end.oom_evidence}", end.oom_evidence
+    if any(marker in tail.lower() for marker in OOM_MARKERS):
+        return RunStatus.OUT_OF_MEMORY, f"the job ran out of memory ({progress}): {tail}", f"its own output: {tail}"
+    # torchrun reports a worker's SIGKILL as "Signal 9 (SIGKILL)" and exits 1.
+    if returncode in (-signal.SIGKILL, 128 + signal.SIGKILL) or "signal 9 (sigkill)" in tail.lower():
+        return RunStatus.CRASHED, f"the job was killed by signal 9 (SIGKILL) ({progress}): {tail}", None
     if not seen:
         return (
             RunStatus.RECIPE_ERROR,
             f"{progress}: the job {_exit_words(returncode)} before ORTModule trained: {said}",
+            None,
         )
     if returncode == 0:
         return (
@@ -202,8 +210,9 @@ def _status(
             f"the job ended by itself after {reached} training steps; memopt measures {wanted} (a warm-up step "
             f"and --steps {wanted - 1}): raise the job's own step count (its max steps, epochs or data) "
             f"to {wanted} or more",
+            None,
         )
-    return RunStatus.STEP_ERROR, f"the job {_exit_words(returncode)} ({progress}): {said}"
+    return RunStatus.STEP_ERROR, f"the job {_exit_words(returncode)} ({progress}): {said}", None
 
 
 def _exit_words(returncode: int | None) -> str:

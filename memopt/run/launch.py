@@ -33,6 +33,7 @@ from memopt.child.memory import Memory
 from memopt.core import RunnableTarget, RunStatus
 from memopt.errors import MemoptError, write_failure
 from memopt.run.marked import end_marked
+from memopt.run.oom import OomWatch
 from memopt.run.output import LogPump, full_disk_in, last_lines
 from memopt.run.settings import (
     DEFAULT_STEPS,
@@ -136,6 +137,8 @@ class RunResult:
     wall_s: float = 0.0
     returncode: int | None = None
     ranks: tuple[Mapping[str, Any], ...] = ()  # a command's processes, each with its own peak
+    # What says an out-of-memory run died of memory: its own error message or the kernel's OOM record.
+    oom_evidence: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -215,11 +218,12 @@ def launch(request: RunRequest, run_dir: Path, cancel: threading.Event | None = 
     argv = [request.python, "-c", _CHILD_BOOT, str(request_path), str(result_path)]
     try:
         outcome = _run_child(argv, run_dir, _child_env(request, run_dir), None, cancel, request.timeout_s, "wb")
+        oom = None
         if outcome is None:
             ending = Ending.CANCELLED
         else:
-            returncode, ending = outcome
-        result = _collect(result_path, run_dir, returncode, ending, time.monotonic() - started, request)
+            returncode, ending, oom = outcome
+        result = _collect(result_path, run_dir, returncode, ending, time.monotonic() - started, request, oom)
     except OSError as err:
         raise MemoptError(f"cannot start {request.python}: {err.strerror or err}") from None
     finally:  # the child's temporary file too, where it died mid-write (a full disk)
@@ -246,6 +250,7 @@ class ProcessEnd:
     returncode: int | None
     ending: Ending
     wall_s: float
+    oom_evidence: str | None = None  # the kernel's record of an OOM kill in the job's cgroup (``OomWatch``)
 
 
 def run_process(
@@ -272,8 +277,8 @@ def run_process(
         return ProcessEnd(None, Ending.NOT_STARTED, time.monotonic() - started)
     if outcome is None:
         return ProcessEnd(None, Ending.CANCELLED, 0.0)
-    returncode, ending = outcome
-    return ProcessEnd(returncode, ending, time.monotonic() - started)
+    returncode, ending, oom = outcome
+    return ProcessEnd(returncode, ending, time.monotonic() - started, oom)
 
 
 def _run_child(
@@ -287,18 +292,22 @@ def _run_child(
     done: Callable[[], bool] | None = None,
     *,
     gentle: bool = False,
-) -> tuple[int, Ending] | None:
+) -> tuple[int, Ending, str | None] | None:
     """Start ``argv`` and wait for it as ``_wait`` does; return only once every process of the
     run is gone: its group, and whatever carries the run's mark in a group or session of its
-    own. Its output goes through a ``LogPump`` into the folder's log. None: cancelled first."""
+    own. Its output goes through a ``LogPump`` into the folder's log. Returns the return code,
+    how it ended and the kernel's record of an OOM kill in its memory cgroup (``OomWatch``);
+    None: cancelled first."""
     with open(run_dir / LOG_NAME, log_mode, buffering=0) as log:  # the pump's writes, each to disk as is
         child = _start_registered(argv, env, cwd, cancel)
         if child is None:
             return None
         assert child.stdout is not None
         pump = LogPump(child.stdout, log)
+        watch = OomWatch.start(child.pid)
         try:
-            return _wait(child, timeout_s, cancel, done, gentle=gentle, failed=pump.failed)
+            returncode, ending = _wait(child, timeout_s, cancel, done, gentle=gentle, failed=pump.failed)
+            return returncode, ending, watch.evidence()
         finally:  # Ctrl-C and the caller's own shutdown included: leave no process behind
             if child.returncode is None:
                 _kill_group(child)
@@ -437,8 +446,16 @@ def _signal_group(child: subprocess.Popen[bytes], signum: signal.Signals) -> Non
 
 
 def _collect(
-    result_path: Path, run_dir: Path, returncode: int | None, ending: Ending, wall_s: float, request: RunRequest
+    result_path: Path,
+    run_dir: Path,
+    returncode: int | None,
+    ending: Ending,
+    wall_s: float,
+    request: RunRequest,
+    oom: str | None,
 ) -> RunResult:
+    """The run's result as the child reported it; a child that died without a word died of
+    memory only where the kernel recorded an OOM kill (``oom``), else it crashed."""
     try:
         reported = json.loads(result_path.read_text())
     except (OSError, ValueError):
@@ -450,8 +467,12 @@ def _collect(
         status, error = RunStatus.TIMED_OUT, f"killed after {request.timeout_s:g} s without finishing"
     elif ending is Ending.CANCELLED:
         status, error = RunStatus.CANCELLED, "cancelled: the run's process group was killed"
+    elif status in (RunStatus.RUNNING, RunStatus.CRASHED) and error is None and oom is not None:
+        status, error = RunStatus.OUT_OF_MEMORY, oom
     elif status in (RunStatus.RUNNING, RunStatus.CRASHED) and error is None:
         status, error = RunStatus.CRASHED, _crash_reason(run_dir / LOG_NAME, returncode or 0)
+    elif status is RunStatus.OUT_OF_MEMORY:
+        oom = f"its own error: {error}"
     return RunResult(
         status=status,
         run_dir=run_dir,
@@ -465,14 +486,15 @@ def _collect(
         cuda_total_memory=steps.get("cuda_total_memory"),
         wall_s=wall_s,
         returncode=returncode,
+        oom_evidence=oom if status is RunStatus.OUT_OF_MEMORY else None,
     )
 
 
 def _crash_reason(log_path: Path, returncode: int) -> str:
     if returncode < 0:
         name = signal.Signals(-returncode).name if -returncode in signal.Signals._value2member_map_ else returncode
-        cause = " (likely the kernel's out-of-memory killer)" if returncode == -signal.SIGKILL else ""
-        return f"the run was killed by {name}{cause}"
+        # A kill the kernel recorded as an OOM kill never gets here (``_collect``): a signal is all that is known.
+        return f"the run was killed by signal {-returncode} ({name})"
     lines = last_lines(log_path, 20)
     last = lines[-1][:300] if lines else "no output"
     return f"{'the disk is full: ' if full_disk_in(lines) else ''}the run exited with status {returncode}: {last}"

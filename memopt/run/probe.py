@@ -25,7 +25,7 @@ from memopt.run.launch import (
 )
 from memopt.run.settings import DEFAULT_RUNS_DIR, DEFAULT_STEPS, DEFAULT_TIMEOUT_S
 
-__all__ = ["GRAPH_KINDS", "ProbeResult", "probe", "run_label"]
+__all__ = ["GRAPH_KINDS", "ProbeResult", "probe", "run_label", "saved_graphs"]
 
 # The graphs ORTModule 1.19 saves (``<prefix>_<name>_training.onnx``), in pipeline order;
 # "execution" is the training graph the session runs, before any recompute is applied
@@ -85,9 +85,10 @@ def probe(
         python=python or sys.executable,
     )
     run = run_target(request, new_run_dir(runs_dir, run_label(target, batch_size)), cancel)
-    return ProbeResult(run=run, graphs=_saved_graphs(run.run_dir / ONNX_DIR))
+    return ProbeResult(run=run, graphs=saved_graphs(run.run_dir / ONNX_DIR))
 
 
-def _saved_graphs(folder: Path) -> dict[str, Path]:
+def saved_graphs(folder: Path) -> dict[str, Path]:
+    """The graphs ORTModule saved into ``folder``, by kind (``GRAPH_KINDS``)."""
     paths = {kind: folder / f"{ONNX_PREFIX}_{name}_training.onnx" for kind, name in GRAPH_KINDS.items()}
     return {kind: path for kind, path in paths.items() if path.is_file()}

@@ -8,17 +8,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from memopt.core import GraphFile, RunnableTarget, Target
+from memopt.core import GraphFile, RunnableTarget, RunStatus, Target
 from memopt.errors import MemoptError
 from memopt.graph.gradient import build_training_graph
 from memopt.graph.training_graph import TrainingGraph, load_graph, session_input_beside
 from memopt.logparse import parse_file
 from memopt.ort.config import CONFIG_VARIABLES
-from memopt.run.launch import new_run_dir
-from memopt.run.probe import probe
+from memopt.run.launch import LOG_NAME, ONNX_DIR, new_run_dir
+from memopt.run.probe import probe, saved_graphs
 from memopt.run.settings import DEFAULT_RUNS_DIR
 
-__all__ = ["CONFIG_VARIABLES", "ScanTarget", "load_target"]
+__all__ = ["CONFIG_VARIABLES", "ScanTarget", "graph_of_run", "load_target"]
 
 
 @dataclass(frozen=True)
@@ -62,31 +62,51 @@ def load_target(
             built,
         )
     assert isinstance(target, RunnableTarget)
-    result = probe(
-        target,
-        probe_batch,
-        options=options,
-        steps=1,
-        runs_dir=runs_dir,
-        python=python,
-        unset_env=CONFIG_VARIABLES,  # a graph probe must see the graph before recompute is applied
-        cancel=cancel,
-    )
-    run = result.run
-    if not run.ok:
+    # ORTModule saves the graph as it builds the session, before the first step: a probe whose
+    # step runs out of memory still leaves it. One that dies before is tried again at half the batch.
+    while True:
+        result = probe(
+            target,
+            probe_batch,
+            options=options,
+            steps=1,
+            runs_dir=runs_dir,
+            python=python,
+            unset_env=CONFIG_VARIABLES,  # a graph probe must see the graph before recompute is applied
+            cancel=cancel,
+        )
+        run = result.run
+        out_of_memory = run.status is RunStatus.OUT_OF_MEMORY
+        if not out_of_memory or result.execution_graph is not None or probe_batch == 1 or target.fixed_batch:
+            break
+        probe_batch //= 2
+    if not run.ok and not (out_of_memory and result.execution_graph is not None):
         raise MemoptError(f"could not build the training graph of {target}: {run.error} (log: {run.log_path})")
-    if result.execution_graph is None:
-        raise MemoptError(f"ORTModule saved no execution graph for {target} (log: {run.log_path})")
-    summaries = parse_file(run.log_path).summaries
-    dims = dict(summaries[-1].dims) if summaries else {}
+    peak = (probe_batch, run.memory.peak_bytes, run.device or "cpu") if run.ok and run.memory.peak_bytes else None
+    return graph_of_run(target, run.run_dir, run.stack.get("ort_version"), peak)
+
+
+def graph_of_run(
+    target: RunnableTarget, run_dir: Path, ort_version: str | None, peak: tuple[int, int, str] | None = None
+) -> ScanTarget:
+    """The training graph a no-config run of ``target`` saved into ``run_dir`` (a probe, or a
+    calibration trial that saved its graphs), with the dims and Plan table its log shows;
+    ``peak``: that run's (batch, steady peak, device), where it ran to the end."""
+    graphs = saved_graphs(run_dir / ONNX_DIR)
+    log_path = run_dir / LOG_NAME
+    if "execution" not in graphs:
+        raise MemoptError(f"ORTModule saved no execution graph for {target} (log: {log_path})")
+    summaries = parse_file(log_path).summaries
+    # A calibration trial's profiled session, built after its steps, logs a summary without dims.
+    dims = next((dict(summary.dims) for summary in reversed(summaries) if summary.dims), {})
     with_plans = [summary for summary in summaries if summary.plans]
     return ScanTarget(
-        load_graph(result.execution_graph, session_input=result.graphs.get("optimized")),
-        f"{target} (probe {run.run_dir})",
-        result.execution_graph,
+        load_graph(graphs["execution"], session_input=graphs.get("optimized")),
+        f"{target} (probe {run_dir})",
+        graphs["execution"],
         dims,
-        run.stack.get("ort_version"),
+        ort_version,
         frozenset(cell for plan in with_plans[-1].plans for cell in plan.key.cells) if with_plans else None,
-        (probe_batch, run.memory.peak_bytes, run.device or "cpu") if run.memory.peak_bytes else None,
-        run.log_path,
+        peak,
+        log_path,
     )

@@ -77,12 +77,14 @@ __all__ = [
     "inherited_config_note",
     "parse_trial_config",
     "requested_off",
+    "reusable",
     "run_trial",
     "stack_versions",
 ]
 
 CONFIG_FILE = "memopt_config.json"
-# Runs whose result does not depend on luck: reused by --resume. Crashes and timeouts rerun.
+# Runs whose result does not depend on luck: reused by --resume. Crashes and timeouts rerun,
+# and so does an out-of-memory record without its evidence (``reusable``).
 REUSABLE_STATUSES = (RunStatus.OK, RunStatus.OUT_OF_MEMORY)
 
 
@@ -154,6 +156,9 @@ class TrialSpec:
     timeout_s: float = DEFAULT_TIMEOUT_S
     python: str | None = None
     log_level: str = "DEVINFO"  # C++ INFO lines: "Total number of recomputed nodes", per-node lines
+    # Save ORTModule's graphs into the run folder: a no-config trial that is also the graph probe.
+    # Not part of the trial's key: saving happens as the session is built, before the measured steps.
+    save_onnx: bool = False
 
     @classmethod
     def of(cls, settings: RunSettings, batch_size: int, config: tuple[ConfigEntry, ...] = ()) -> TrialSpec:
@@ -220,6 +225,7 @@ class TrialResult:
     finished_at: float = 0.0
     reused: bool = False
     ranks: tuple[Mapping[str, Any], ...] = ()  # a command's processes: rank, peak_bytes, … each
+    oom_evidence: str | None = None  # RunResult.oom_evidence
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "plans_on", plan_keys(self.plans_on))  # keys read back from text are PlanKeys again
@@ -495,6 +501,7 @@ class RealTrialRunner:
                 timeout_s=spec.timeout_s,
                 cuda=versions.cuda,
                 python=spec.python or sys.executable,
+                save_onnx=spec.save_onnx,
             )
             run = run_target(request, run_dir, cancel)
             return _same_stack(run, versions) if command else run
@@ -590,7 +597,11 @@ class JournaledRunner:
         key = trial_key(spec, self.versions)
         if self.resume:
             previous = self.journal.latest(key, REUSABLE_STATUSES)
-            result = None if previous is None else TrialResult.from_record(previous.record, previous.where)
+            result = (
+                TrialResult.from_record(previous.record, previous.where)
+                if previous is not None and reusable(previous.record)
+                else None
+            )
             if result is not None:
                 return replace(
                     self._judged(result, budget_bytes),
@@ -611,6 +622,13 @@ class JournaledRunner:
             if self.budget.bytes is not None or total is not None:
                 budget_bytes = self.budget.bytes_of(total)
         return result.judged(budget_bytes)
+
+
+def reusable(record: Mapping[str, Any]) -> bool:
+    """A journaled verdict ``--resume`` may reuse: a run that ran, or one out of memory with the
+    evidence (older memopt called any SIGKILL out of memory; such a record is run again)."""
+    status = record.get("status")
+    return status == RunStatus.OK or (status == RunStatus.OUT_OF_MEMORY and bool(record.get("oom_evidence")))
 
 
 def _label(spec: TrialSpec) -> str:
@@ -687,6 +705,7 @@ def _result(
         config_warnings=tuple(warnings),
         wall_s=run.wall_s,
         finished_at=time.time(),
+        oom_evidence=run.oom_evidence,
     )
 
 

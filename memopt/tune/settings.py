@@ -34,7 +34,7 @@ class TuneSettings(RunSettings):
     resume: bool = False
     margin: float = DEFAULT_MARGIN
     calibration_batches: tuple[int, ...] | None = None
-    probe_batch: int = 2
+    probe_batch: int | None = None  # None: the first calibration batch
 
     @classmethod
     def for_target(cls, target: RunnableTarget, target_batch: int, **values: Any) -> TuneSettings:

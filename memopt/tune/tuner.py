@@ -19,10 +19,12 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, TypeVar
 
+from memopt.core import RunStatus
 from memopt.errors import MemoptError
 from memopt.ort import ConfigEntry, OrtVersion, PlanKey, plan_config_entries, takes_json_file
 from memopt.predict import (
     Calibration,
+    DoesNotFit,
     MemoryModel,
     ModelError,
     PlanResult,
@@ -39,10 +41,12 @@ from memopt.run import (
     JournaledRunner,
     Outcome,
     RealTrialRunner,
+    ScanTarget,
     StackVersions,
     TrialResult,
     TrialRunner,
     TrialSpec,
+    graph_of_run,
     require_budget,
     resolve_budget,
     stack_versions,
@@ -110,6 +114,7 @@ class Tuner:
         self.records: list[TrialRecord] = []
         self.ready: Ready | None = None
         self._numbers = 0
+        self._probed: TrialResult | None = None  # the calibration trial that was the graph probe
 
     # -- events and cancellation ------------------------------------------------------
 
@@ -153,7 +158,7 @@ class Tuner:
         self._check_cancel()
         prepared = self._stage(
             "probe",
-            f"Exporting {s.target} under ORTModule (no-config probe at batch {s.probe_batch}) and scanning…",
+            f"Exporting {s.target} under ORTModule (no-config probe at batch {self._probe_batch}) and scanning…",
             self._prepare_target,
             lambda p: (
                 f"training graph {p.loaded.graph_path.name}, {len(p.loaded.graph.nodes)} nodes; "
@@ -204,38 +209,74 @@ class Tuner:
         self._emit(StageFinished(stage, done(value), time.monotonic() - started))
         return value
 
+    @property
+    def _calibration_batches(self) -> tuple[int, ...]:
+        s = self.settings
+        return tuple(dict.fromkeys(s.calibration_batches or default_calibration_batches(s.target_batch)))
+
+    @property
+    def _probe_batch(self) -> int:
+        """The graph probe runs at the first calibration batch (unless told otherwise): it is that
+        calibration run too, so a search needs the probe and its verifying trials only."""
+        return self.settings.probe_batch or self._calibration_batches[0]
+
     def _prepare_target(self) -> PreparedTarget:
         s = self.settings
         try:
             if self._prepare is not None:
                 return self._prepare(self._cancel)
+            loaded, probe_batch = None, self._probe_batch
+            if probe_batch in self._calibration_batches:
+                loaded = self._probe_by_calibration(probe_batch)
+                if loaded is None and self._probed is not None and self._probed.status is RunStatus.OUT_OF_MEMORY:
+                    probe_batch = max(1, probe_batch // 2)
             return prepare_target(
                 s.target,
                 options=s.options,
                 runs_dir=s.runs_dir,
                 python=s.python,
-                probe_batch=s.probe_batch,
+                probe_batch=probe_batch,
                 versions=self.versions,
+                loaded=loaded,
                 cancel=self._cancel,
             )
         except MemoptError:
             self._check_cancel()  # a probe killed by cancel() is a cancel, not a failure
             raise
 
+    def _probe_by_calibration(self, batch: int) -> ScanTarget | None:
+        """The no-config calibration trial at ``batch``, run with ORTModule's graphs saved: the
+        graph it saved, or None where it saved none (it died before ORTModule built its session,
+        or the journal's trial it reused kept no graphs) and a probe of its own must run."""
+        record = self._trial(
+            batch, (), Purpose.CALIBRATION, f"graph probe and no-config calibration at batch {batch}", None, None, True
+        )
+        self._probed = record.result
+        try:
+            return graph_of_run(self.settings.target, Path(record.result.run_dir), record.result.ort_version)
+        except (MemoptError, OSError):
+            return None
+
     def _calibrate(self, prepared: PreparedTarget) -> Calibration:
         """``predict.calibrate_on`` with this session's runner: each calibration trial is an event."""
         s = self.settings
-        batches = tuple(dict.fromkeys(s.calibration_batches or default_calibration_batches(s.target_batch)))
+        batches = self._calibration_batches
         self._emit(
             StageStarted(
                 "calibrate",
-                f"Calibrating the memory model: no-config trials at batch {' and '.join(map(str, batches))}…",
+                f"Calibrating the memory model: no-config trials at batch {' and '.join(map(str, batches))}"
+                f"{' (the probe was the first)' if self._probed is not None else ''}…",
             )
         )
         started = time.monotonic()
 
-        def run(batch: int) -> TrialResult:
-            record = self._trial(batch, (), Purpose.CALIBRATION, f"no-config calibration at batch {batch}", None, None)
+        def run(batch: int, plans: tuple[PlanKey, ...]) -> TrialResult:
+            reason = (
+                f"calibration with every plan at batch {batch} (no config ran out of memory)"
+                if plans
+                else f"no-config calibration at batch {batch}"
+            )
+            record = self._trial(batch, plans, Purpose.CALIBRATION, reason, None, None)
             if record.result.device == "cuda":
                 self.device_name = record.result.cuda_device_name or "CUDA"
             return record.result
@@ -248,6 +289,7 @@ class Tuner:
             journal=self.journal,
             calibration_batches=batches,
             resume=s.resume,
+            ran={(self._probed.batch_size, ()): self._probed} if self._probed is not None else None,
         )
         model = calibration.model
         self._emit(
@@ -342,7 +384,7 @@ class Tuner:
             model=self._model(),
             costs_s=self.costs(),
             target_batch=self.settings.target_batch,
-            budget_bytes=self.budget_bytes,
+            budget_bytes=self._search_budget(attempts),
             margin=self.settings.margin,
             ort_version=calibration.ort_version,
             max_trials=max_trials or self.settings.max_trials,
@@ -350,6 +392,19 @@ class Tuner:
             attempts=attempts,
             trials_used=trials_used,
         )
+
+    def _search_budget(self, attempts: Iterable[Attempt]) -> int:
+        """The budget the search plans against: the user's, or less where trials at the target
+        batch died of memory (a real limit under the budget: a GPU with less free memory, a
+        cgroup). The device ran out below the lowest peak the model now predicts for those
+        trials, and the lowest it can reach is every plan's: the search plans for the middle,
+        so each death halves the range the limit lies in, however far off the predictions are."""
+        died = [self.predict(a.plans).peak_bytes for a in attempts if a.outcome is Outcome.OUT_OF_MEMORY]
+        if not died:
+            return self.budget_bytes
+        floor = self.predict(tuple(p.key for p in self.report.patterns)).peak_bytes
+        cap = (min(died) + floor) / 2 if floor < min(died) else floor
+        return min(self.budget_bytes, int(cap / (1 - self.settings.margin)))
 
     def plan(self) -> PlanResult:
         return self.search_state().plan()
@@ -386,6 +441,7 @@ class Tuner:
         reason: str,
         predicted: float | None,
         budget: int | None,
+        save_onnx: bool = False,
     ) -> TrialRecord:
         self._check_cancel()
         s = self.settings
@@ -393,7 +449,7 @@ class Tuner:
             self._numbers += 1
             number = self._numbers
         self._emit(TrialStarted(number, purpose, batch, plans, predicted, reason, s.steps, s.timeout_s))
-        spec = TrialSpec.of(s, batch, self.entries(plans))
+        spec = replace(TrialSpec.of(s, batch, self.entries(plans)), save_onnx=save_onnx)
         result = self._trial_runner()(
             spec,
             budget_bytes=budget,
@@ -449,6 +505,8 @@ class Tuner:
                 SearchStatus.CANCELLED,
                 "cancelled: the running trial was stopped; the journal keeps every finished trial",
             )
+        except DoesNotFit as err:
+            result = self._finish(SearchStatus.IMPOSSIBLE, f"{err}: no batch fits", 0)
         self._emit(SearchFinished(result))
         return result
 
@@ -457,6 +515,14 @@ class Tuner:
         while True:
             step = next_step(self.search_state(used, max_trials))
             if isinstance(step, Stop):
+                # Every plan is not enough at the target batch (not start-up binding, which has no
+                # largest batch), or the trials ran out with every one of them dead of memory.
+                state = self.search_state()
+                died = any(a.outcome is Outcome.OUT_OF_MEMORY for a in state.attempts)
+                if (step.status is SearchStatus.IMPOSSIBLE and step.largest_batch is not None) or (
+                    step.status is SearchStatus.MAX_TRIALS and died and self.best() is None
+                ):
+                    return self._largest_that_runs(step)
                 return step
             self._emit(Note(step.reason))
             self._trial(
@@ -468,6 +534,62 @@ class Tuner:
                 self.budget_bytes,
             )
             used += 1
+
+    def _largest_that_runs(self, stop: Stop) -> Stop:
+        """Nothing fits at the target batch even with every plan: the largest batch that does,
+        checked by runs with every plan on, bisecting between the largest batch known to fit
+        (a calibration run within the budget counts) and the smallest known not to, to within
+        an eighth. A run that dies of memory (or goes over the budget) also caps the limit at
+        what it was predicted to need, so the model's largest batch under that cap may come
+        lower than the middle."""
+        every = tuple(p.key for p in self.report.patterns)
+        target, limit = self.settings.target_batch, self.search_state().limit_bytes
+        fitting = [
+            r
+            for r in self.records
+            if r.result.ran
+            and r.batch_size < target
+            and (r.result.memory.whole_run_peak or 0) <= self.budget_bytes
+            and r.result.memory.whole_run_peak is not None
+        ]
+        good = max(fitting, key=lambda r: r.batch_size, default=None)
+        bad = target
+        batch = self._model().max_batch(limit, every, ceiling=target - 1)
+        while True:
+            low = good.batch_size if good is not None else 0
+            if bad - low <= max(1, low // 8):
+                break
+            if not low < batch < bad:
+                batch = (low + bad + 1) // 2
+            predicted = self.predict(every, batch).peak_bytes
+            reason = f"batch {target} does not fit: checking batch {batch} with every plan"
+            self._emit(Note(reason))
+            record = self._trial(batch, every, Purpose.SEARCH, reason, predicted, self.budget_bytes)
+            if record.outcome is Outcome.OK:
+                good = record
+            elif record.outcome.does_not_fit:
+                bad, limit = batch, min(limit, predicted)
+            else:
+                return Stop(
+                    SearchStatus.FAILED,
+                    f"batch {target} does not fit even with every plan; the check at batch {batch} "
+                    f"{record.outcome.label}: {record.result.error}",
+                )
+            lower = self._model().max_batch(limit, every, ceiling=bad - 1)
+            batch = min(lower, (low + bad) // 2) if good is None else (good.batch_size + bad) // 2
+        head = (
+            f"batch {target} does not fit in {format_mib(self.budget_bytes)} even with every plan"
+            if stop.status is SearchStatus.IMPOSSIBLE
+            else f"{stop.message}: every trial at batch {target} ran out of memory"
+        )
+        if good is None:
+            return Stop(stop.status, f"{head}; nor does batch 1 with every plan", 0)
+        return Stop(
+            stop.status,
+            f"{head}; fits up to batch {good.batch_size} (checked: trial {good.number}"
+            f"{', with every plan' if good.plans else ', no config'})",
+            good.batch_size,
+        )
 
     def _finish(self, status: SearchStatus, message: str, largest: int | None = None) -> TuneResult:
         best = self.best()
