@@ -169,6 +169,7 @@ def check_recipe(spec: str, options: Mapping[str, Any] | None = None) -> None:
     """Refuse a recipe that names no built-in, no file and no module, or ``options`` it does
     not take, without importing it (recipe code runs only in the child). The child looks in
     the working directory last."""
+    options, _ = _loss_only(spec, options)  # every recipe takes it: memopt wraps the model
     if spec in BUILTIN_RECIPES:
         origin = importlib.util.find_spec(BUILTIN_RECIPES[spec])
         _check_options(spec, Path(origin.origin) if origin and origin.origin else None, options)
