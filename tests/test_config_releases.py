@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import shlex
+import sys
 from pathlib import Path
 
 import pytest
@@ -27,9 +28,14 @@ PLANS = ("FusedMatMul+Add+:1:-1", "Gelu+:1:-1", "LayerNormalization+:1:-1")
 def test_emitted_config_is_applied_by_the_release(release: str, tmp_path: Path) -> None:
     python: list[str] = []
     if release != "1.19.2":
-        wrapper = CACHE / f"python-{release}"
-        if not wrapper.is_file():
+        cached = CACHE / f"python-{release}"
+        if not cached.is_file():
             pytest.skip(f"ORT {release} is not unpacked here (run sample_logs/capture.py --versions {release})")
+        # The cached wrapper's PYTHONPATH with this interpreter: the one capture.py ran with may be gone.
+        wrapper = tmp_path / cached.name
+        lines = [line for line in cached.read_text().splitlines() if not line.startswith("exec ")]
+        wrapper.write_text("\n".join([*lines, f'exec {shlex.quote(sys.executable)} "$@"']) + "\n")
+        wrapper.chmod(0o755)
         python = ["--python", str(wrapper)]
     out = ["--out", str(tmp_path / "cfg.json")] if release == "1.19.2" else []  # 1.19 reads a JSON file
     emitted = memopt("config", "emit", *PLANS, "--ort-version", release, *out)
