@@ -57,8 +57,14 @@ __all__ = ["RECOMPUTED_SUFFIX", "ActivationSimulator", "Recompute", "Timeline", 
 RECOMPUTED_SUFFIX = "_recompute"  # ORT names a node's recomputed clone <node>_recompute
 
 _VIEWS = frozenset({"Reshape", "Squeeze", "Unsqueeze", "Flatten", "Identity", "ExpandDims"})
-# Ops whose CPU/CUDA kernels ORT lets write into their first input (MayInplace(0, 0)).
-_IN_PLACE = frozenset(
+# Ops whose kernels ORT lets write into their first input (MayInplace(0, 0)), per device. On
+# CPU only the unary activations declare it (onnxruntime/core/providers/cpu/activation/
+# activations.cc); Add, Mul, Dropout and the rest allocate their output, as the CPU arena's
+# growth on a base-size BERT shows request by request. CUDA's element-wise kernels declare it.
+_IN_PLACE_CPU = frozenset(
+    {"Elu", "HardSigmoid", "LeakyRelu", "Relu", "Selu", "Sigmoid", "Softplus", "Softsign", "Tanh", "ThresholdedRelu"}
+)
+_IN_PLACE_CUDA = frozenset(
     {
         "Add",
         "Sub",
@@ -86,6 +92,7 @@ _IN_PLACE = frozenset(
     }
 )
 _CONCATS = frozenset({"Concat", "ConcatTraining"})
+_TORCH_KERNELS = frozenset({"ATen", "PythonOp", "PythonOpGrad"})
 _SCALAR_BYTES = 8  # a loss: one float or double
 _MEMORY_EFFICIENT = (AnalysisOrder.MEMORY_EFFICIENT, AnalysisOrder.MEMORY_EFFICIENT_DEEPEST_FIRST)
 # Training steps played through the arena. Its placement drifts from step to step (the
@@ -152,17 +159,21 @@ def simulate(
     file's order and the larger figure kept: which pages the arena's placement touches turns
     on details the graph does not show (kernel scratch buffers among them), and the file's
     order is a second placement of the same live bytes (BENCHMARKS.md, the grid)."""
-    return _simulate(_programs(graph, tuple(recompute), order), dims, {}, device)
+    return _simulate(_programs(graph, tuple(recompute), order, device=device), dims, {}, device)
 
 
 def _programs(
-    graph: TrainingGraph, recompute: Sequence[Recompute], order: AnalysisOrder, forward: Sequence[int] | None = None
+    graph: TrainingGraph,
+    recompute: Sequence[Recompute],
+    order: AnalysisOrder,
+    forward: Sequence[int] | None = None,
+    device: str = "cpu",
 ) -> tuple[_Program, ...]:
     """The orders ``simulate`` plays a config in: the release's, and the file's where that differs
     (``forward``: see ``_schedule``)."""
-    first = _Program(graph, *_schedule(graph, recompute, order, forward))
+    first = _Program(graph, *_schedule(graph, recompute, order, forward), device)
     if recompute and order in _MEMORY_EFFICIENT:
-        return first, _Program(graph, *_schedule(graph, recompute, AnalysisOrder.FILE))
+        return first, _Program(graph, *_schedule(graph, recompute, AnalysisOrder.FILE), device)
     return (first,)
 
 
@@ -195,7 +206,7 @@ class _Program:
     their sizes match (known only at dims); the graph's outputs (the gradients) and the model's
     outputs (held by the loop) live to the end of the step."""
 
-    def __init__(self, graph: TrainingGraph, steps: list[_Step], yield_index: int | None) -> None:
+    def __init__(self, graph: TrainingGraph, steps: list[_Step], yield_index: int | None, device: str) -> None:
         self.graph = graph
         self.steps = steps
         self.yield_index = yield_index
@@ -210,6 +221,8 @@ class _Program:
         self.held_names = set(yielded.inputs) if yielded is not None else set()
         # The YieldOp's outputs are the gradients PyTorch hands back: PyTorch allocated them.
         self.from_torch = set(yielded.outputs) if yielded is not None else set()
+        # An ATen or PythonOp node runs PyTorch's own kernel, which allocates its outputs.
+        self.from_torch.update(o for step in steps if step.node.op_type in _TORCH_KERNELS for o in step.outputs if o)
         last_use: dict[str, int] = {}
         for index, step in enumerate(steps):
             for name in step.inputs:
@@ -218,6 +231,7 @@ class _Program:
         outputs = set(graph.graph_outputs)
         kept = outputs | self.held_names  # live to the end of the step
         end_of_step = len(steps)
+        in_place = _IN_PLACE_CUDA if device == "cuda" else _IN_PLACE_CPU
         made: set[str] = set()  # outputs of the steps so far
         # Per step: (its outputs as (name, how, end of use), its source input, every name it touches).
         self.rows: list[tuple[tuple[tuple[str, int, int], ...], str, tuple[str, ...]]] = []
@@ -228,7 +242,7 @@ class _Program:
             if source and source in made:
                 if op in _VIEWS:
                     first = _VIEW
-                elif op in _IN_PLACE and source not in outputs and last_use.get(source, -1) == index:
+                elif op in in_place and source not in outputs and last_use.get(source, -1) == index:
                     first = _MAYBE_IN_PLACE
             entries = tuple(
                 (name, first if position == 0 else _NEW, end_of_step if name in kept else last_use.get(name, index))
@@ -610,7 +624,7 @@ class ActivationSimulator:
                 ]
                 if self._forward is None and self.order in _MEMORY_EFFICIENT:
                     self._forward = _forward_nodes(self.graph, self.order)
-                programs = _programs(self.graph, recompute, self.order, self._forward)
+                programs = _programs(self.graph, recompute, self.order, self._forward, self.device)
                 if len(self._programs) >= _PROGRAMS_KEPT:
                     del self._programs[next(iter(self._programs))]
             self._programs[config] = programs
