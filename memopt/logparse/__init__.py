@@ -6,6 +6,7 @@ memory lines ORTModule prints on CUDA (``StepMemory``). Text that cannot be read
 a warning and an unknown value, never an exception.
 """
 
+from memopt.logparse.arena import ArenaGrowth, training_arena_growth
 from memopt.logparse.frame import PLAN_COLUMNS, STEP_MEMORY_COLUMNS, plans_dataframe, step_memory_dataframe
 from memopt.logparse.model import (
     Cluster,
@@ -28,6 +29,7 @@ from memopt.logparse.reader import (
 )
 
 __all__ = [
+    "ArenaGrowth",
     "PLAN_COLUMNS",
     "STEP_MEMORY_COLUMNS",
     "Cluster",
@@ -47,4 +49,5 @@ __all__ = [
     "parse_text",
     "require_summaries",
     "step_memory_dataframe",
+    "training_arena_growth",
 ]

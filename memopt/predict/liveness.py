@@ -130,6 +130,9 @@ class Timeline:
     # pages it handed out (see arena.py); on CUDA the caching allocator's peak allocated bytes.
     resident_bytes: float = 0.0
     reserved_bytes: float = 0.0  # CUDA: the caching allocator's peak reserved bytes (0 on CPU)
+    # CPU: the regions the arena added over the steps played, in order, each as (the rounded
+    # request that did not fit, the region's bytes): what ORT logs at DEVINFO when it extends.
+    arena_growth: tuple[tuple[int, int], ...] = ()
 
     def where(self) -> str:
         place = f" in {self.module}" if self.module else ""
@@ -330,7 +333,7 @@ def _play(program: _Program, sizes: _Sizes) -> Timeline:
                 resident = max(resident, float((arena.touched_bytes + outside_bytes).max()))
             break
         seen.add(state)
-    return _timeline(program, peak, peak_index, resident)
+    return replace(_timeline(program, peak, peak_index, resident), arena_growth=tuple(arena.growth))
 
 
 # A CUDA trial's peaks start after its warm-up step; the caching allocator never gives a
