@@ -232,6 +232,8 @@ def test_planner_on_a_real_tiny_model(baseline, trials_dir: Path) -> None:
     assert recomputed and recomputed <= set(measured) and all(seconds >= 0 for seconds in measured.values())
     assert sum(cal.costs_s.values()) > 0
     assert cal.cost_source == f"node times from ORT's profiler at batch {reference.batch_size}"
+    # The calibration run's own log says how ORT's arena grew; the simulation grew alike.
+    assert cal.arena_check.startswith(f"the simulated arena grew as ORT's did at batch {reference.batch_size} (")
 
 
 @pytest.mark.parametrize(

@@ -174,6 +174,8 @@ def _print(result: PlanResult, cal: Calibration, config_value: str | None, targe
     )
     console.print(f"  model        {model.describe()} (measured at batch {measured})", highlight=False)
     console.print(f"  costs        {cal.cost_source}", highlight=False)
+    if cal.arena_check:
+        console.print(f"  arena        {cal.arena_check}", highlight=False)
     where = f", {model.timeline(result.target_batch).where()}" if model.simulated else ""
     console.print(f"  no config    predicted peak {format_mib(result.baseline_bytes)}{where}", highlight=False)
     if result.choices:
@@ -263,6 +265,7 @@ def _as_json(
         "model": {
             "description": cal.model.describe(),
             "cost_source": cal.cost_source,
+            "arena_check": cal.arena_check or None,
             "fixed_bytes": round(cal.model.static_bytes),
             "activation_scale": cal.model.activation_scale,
             "peak_at": cal.model.timeline(result.target_batch, result.plans).where() if cal.model.simulated else None,

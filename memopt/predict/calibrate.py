@@ -34,6 +34,7 @@ from memopt.core import RunnableTarget, RunStatus, parse_target
 from memopt.errors import DamagedRecord, one_line
 from memopt.graph.sizes import batch_symbols
 from memopt.graph.training_graph import TrainingGraph
+from memopt.logparse import ArenaGrowth, training_arena_growth
 from memopt.ort.config import PlanKey, plan_config_entries
 from memopt.ort.rules import rules_for
 from memopt.predict.liveness import ActivationSimulator, Recompute
@@ -48,6 +49,7 @@ from memopt.predict.recompute_cost import BALANCE, RecomputeCost, read_node_time
 from memopt.run.budget import total_ram
 from memopt.run.files import exclusive_lock, replace_atomically
 from memopt.run.journal import Journal
+from memopt.run.launch import LOG_NAME
 from memopt.run.settings import DEFAULT_RUNS_DIR, RunSettings
 from memopt.run.target import ScanTarget, load_target
 from memopt.run.trials import (
@@ -100,6 +102,7 @@ class Calibration:
     identity: str
     cost_source: str  # where the recompute costs come from, in words
     refused: tuple[str, ...] = ()  # PreparedTarget.refused: plans left out, each with why
+    arena_check: str = ""  # whether the simulated arena grew as ORT's did in the largest calibration run
 
     @property
     def costs_s(self) -> dict[PlanKey, float]:
@@ -460,7 +463,43 @@ def fit_calibration(
         identity,
         cost_source,
         prepared.refused,
+        _arena_check(reference, model),
     )
+
+
+def _arena_check(trial: TrialResult, model: MemoryModel) -> str:
+    """Whether the memory model's arena added the regions ORT's did in ``trial`` (a no-config
+    CPU run, its log at DEVINFO), in words; empty where there is nothing to compare.
+
+    The model's figure is the arena's placement; a kernel it wrongly lets write in place, or
+    an output it places in the arena that is not there, shows first as a region added for
+    another request."""
+    if trial.device != "cpu" or not model.simulated or trial.config:
+        return ""
+    try:
+        with open(Path(trial.run_dir) / LOG_NAME, encoding="utf-8", errors="replace") as log:
+            real = training_arena_growth(log)
+    except OSError:
+        return ""
+    if not real:
+        return ""
+    simulated = [ArenaGrowth(request, region) for request, region in model.timeline(trial.batch_size).arena_growth]
+    mib = 2**20
+    for index, grown in enumerate(real):
+        other = simulated[index] if index < len(simulated) else None
+        if other != grown:
+            ours = (
+                f"{other.region_bytes / mib:,.0f} MiB for a {other.request_bytes / mib:,.1f} MiB request"
+                if other
+                else "none"
+            )
+            return (
+                f"the simulated arena grew unlike ORT's at batch {trial.batch_size}: ORT's region {index + 1} was "
+                f"{grown.region_bytes / mib:,.0f} MiB for a {grown.request_bytes / mib:,.1f} MiB request, the "
+                f"simulation's {ours}; predictions may be off by the regions they part on"
+            )
+    total = sum(grown.region_bytes for grown in real)
+    return f"the simulated arena grew as ORT's did at batch {trial.batch_size} ({len(real)} regions, {total / mib:,.0f} MiB)"
 
 
 def _calibration_key(identity: str, trials: Sequence[TrialResult], target_batch: int) -> str:

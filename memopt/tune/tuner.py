@@ -295,7 +295,8 @@ class Tuner:
         self._emit(
             StageFinished(
                 "calibrate",
-                f"model: {model.describe()}; recompute costs: {calibration.cost_source}",
+                f"model: {model.describe()}; recompute costs: {calibration.cost_source}"
+                + (f"; {calibration.arena_check}" if calibration.arena_check else ""),
                 time.monotonic() - started,
             )
         )
