@@ -23,6 +23,8 @@ from __future__ import annotations
 
 from bisect import bisect_left, bisect_right, insort
 
+from memopt.logparse import ArenaGrowth
+
 __all__ = ["BFCArena"]
 
 _MIN_ALLOCATION = 256
@@ -60,7 +62,7 @@ class BFCArena:
         self._ends: list[int] = []
         self.touched_bytes = 0
         self.reserved_bytes = 0
-        self.growth: list[tuple[int, int]] = []  # (rounded request, region bytes) of each region added
+        self.growth: list[ArenaGrowth] = []  # each region added, for which rounded request
 
     def allocate(self, buffer: object, size: float) -> None:
         whole = int(size)
@@ -141,7 +143,7 @@ class BFCArena:
         start = -self._regions << _REGION_SPACING
         self._chunks[start] = _Chunk(size, None, None)
         self.reserved_bytes += size
-        self.growth.append((rounded, size))
+        self.growth.append(ArenaGrowth(rounded, size))
         if not grew:  # ORT doubles the next region, up to the cap, and from there stays at it
             self._next_region = self._next_region * 2 if self._next_region * 2 < _MAX_DOUBLING else _MAX_DOUBLING
         return size, start

@@ -30,11 +30,11 @@ from typing import Any
 import numpy as np
 
 from memopt.child import NODE_TIMES_FILE
-from memopt.core import RunnableTarget, RunStatus, parse_target
+from memopt.core import Command, RunnableTarget, RunStatus, parse_target
 from memopt.errors import DamagedRecord, one_line
 from memopt.graph.sizes import batch_symbols
 from memopt.graph.training_graph import TrainingGraph
-from memopt.logparse import ArenaGrowth, training_arena_growth
+from memopt.logparse import training_arena_growth
 from memopt.ort.config import PlanKey, plan_config_entries
 from memopt.ort.rules import rules_for
 from memopt.predict.liveness import ActivationSimulator, Recompute
@@ -463,7 +463,9 @@ def fit_calibration(
         identity,
         cost_source,
         prepared.refused,
-        _arena_check(reference, model),
+        # A command may run several ranks whose arena lines interleave in one log: only memopt's own
+        # single-process runs are compared.
+        "" if isinstance(target, Command) else _arena_check(reference, model),
     )
 
 
@@ -483,7 +485,7 @@ def _arena_check(trial: TrialResult, model: MemoryModel) -> str:
         return ""
     if not real:
         return ""
-    simulated = [ArenaGrowth(request, region) for request, region in model.timeline(trial.batch_size).arena_growth]
+    simulated = model.timeline(trial.batch_size).arena_growth
     mib = 2**20
     for index, grown in enumerate(real):
         other = simulated[index] if index < len(simulated) else None

@@ -45,6 +45,7 @@ import numpy as np
 
 from memopt.graph.topology import memory_efficient_backward, memory_efficient_order
 from memopt.graph.training_graph import Node, TrainingGraph
+from memopt.logparse import ArenaGrowth
 from memopt.ort.config import PlanKey
 from memopt.ort.rules import AnalysisOrder
 from memopt.predict.arena import BFCArena
@@ -130,9 +131,9 @@ class Timeline:
     # pages it handed out (see arena.py); on CUDA the caching allocator's peak allocated bytes.
     resident_bytes: float = 0.0
     reserved_bytes: float = 0.0  # CUDA: the caching allocator's peak reserved bytes (0 on CPU)
-    # CPU: the regions the arena added over the steps played, in order, each as (the rounded
-    # request that did not fit, the region's bytes): what ORT logs at DEVINFO when it extends.
-    arena_growth: tuple[tuple[int, int], ...] = ()
+    # CPU: the regions the arena added over the steps played, in order: what ORT logs at
+    # DEVINFO when it extends.
+    arena_growth: tuple[ArenaGrowth, ...] = ()
 
     def where(self) -> str:
         place = f" in {self.module}" if self.module else ""
