@@ -220,7 +220,9 @@ def test_tune_json_carries_what_ort_ran_on_and_left_off(tmp_path: Path) -> None:
 def test_tuner_says_which_batch_fits_when_none_does(tmp_path: Path) -> None:
     runner = FakeRunner(prepared_gpt())
     every = tuple(p.key for p in runner.prepared.report.patterns)
-    tuner = fake_tuner(tmp_path, runner, int((runner.peak(16, every) + runner.peak(4, every)) / 2), max_trials=3)
+    # Between batch 4 and batch 8 with every plan on: batch 16 fits with no selection (every plan
+    # at once is not always the lowest: some selections leave the arena's placement worse).
+    tuner = fake_tuner(tmp_path, runner, int((runner.peak(8, every) + runner.peak(4, every)) / 2), max_trials=3)
     result = tuner.auto_search()
     assert result.status is SearchStatus.IMPOSSIBLE and not result.verified
     assert result.largest_batch is not None and 0 < result.largest_batch < 16

@@ -159,56 +159,49 @@ def simulate(
     applied, a config running in the execution ``order`` of the release (``OrtRules.analysis_order``),
     its allocations played through ``device``'s allocator.
 
-    Where the page use of the arena's placement is concerned, a config is also played in the
-    file's order and the larger figure kept: which pages the arena's placement touches turns
-    on details the graph does not show (kernel scratch buffers among them), and the file's
-    order is a second placement of the same live bytes (BENCHMARKS.md, the grid)."""
-    return _simulate(_programs(graph, tuple(recompute), order, device=device), dims, {}, device)
+    A config is played in the release's order only: the arena's growth and its pages follow
+    that order (a base-size GPT-2 with every plan on grows its arena region for region as
+    ORT's log shows), and playing the file's order too, the larger figure kept, priced
+    combined plans several times too low (BENCHMARKS.md, base-size models)."""
+    return _simulate(_program(graph, tuple(recompute), order, device=device), dims, {}, device)
 
 
-def _programs(
+def _program(
     graph: TrainingGraph,
     recompute: Sequence[Recompute],
     order: AnalysisOrder,
     forward: Sequence[int] | None = None,
     device: str = "cpu",
-) -> tuple[_Program, ...]:
-    """The orders ``simulate`` plays a config in: the release's, and the file's where that differs
-    (``forward``: see ``_schedule``)."""
-    first = _Program(graph, *_schedule(graph, recompute, order, forward), device)
-    if recompute and order in _MEMORY_EFFICIENT:
-        return first, _Program(graph, *_schedule(graph, recompute, AnalysisOrder.FILE), device)
-    return (first,)
+) -> _Program:
+    """The config as ``simulate`` plays it (``forward``: see ``_schedule``)."""
+    return _Program(graph, *_schedule(graph, recompute, order, forward), device)
 
 
-def _simulate(
-    programs: Sequence[_Program], dims: Mapping[str, int], exact: dict[str, float | None], device: str
-) -> Timeline:
-    """``programs`` played at ``dims`` through ``device``'s allocator; ``exact``: the tensors'
+def _simulate(program: _Program, dims: Mapping[str, int], exact: dict[str, float | None], device: str) -> Timeline:
+    """``program`` played at ``dims`` through ``device``'s allocator; ``exact``: the tensors'
     sizes there, as far as known."""
     play = _play_cuda if device == "cuda" else _play
-    timeline = play(programs[0], _Sizes(programs[0], dims, exact))
-    for program in programs[1:]:
-        other = play(program, _Sizes(program, dims, exact))
-        timeline = replace(
-            timeline,
-            resident_bytes=max(timeline.resident_bytes, other.resident_bytes),
-            reserved_bytes=max(timeline.reserved_bytes, other.reserved_bytes),
-        )
-    return timeline
-
-
-# How a step's output gets its buffer, as far as the schedule alone tells.
-_NEW, _VIEW, _MAYBE_IN_PLACE = 0, 1, 2
+    return play(program, _Sizes(program, dims, exact))
 
 
 class _Program:
-    """A schedule as its plays need it, worked out once for every dims: per step, how each
-    output gets its buffer and when it is last needed.
+    """A schedule as its plays need it, worked out once for every dims: which buffers each step
+    allocates and which it releases.
 
-    A view shares its input's buffer; an in-place op takes over an input that dies there when
-    their sizes match (known only at dims); the graph's outputs (the gradients) and the model's
-    outputs (held by the loop) live to the end of the step."""
+    Buffers are assigned as ORT's allocation planner assigns them
+    (``onnxruntime/core/framework/allocation_planner.cc``), on tensor shapes, not sizes, so
+    the assignment holds at every dims. Each output in turn:
+    - PyTorch's (an ATen or PythonOp output, the gradients the YieldOp hands back) is not the
+      arena's; a graph output (a gradient) gets a buffer of its own;
+    - a view shares its input's buffer, and an op whose kernel allows it writes into its first
+      input when that input's buffer has no other use left and the shapes are the same,
+      unless the node's first consumer is the YieldOp (PyTorch gets that output);
+    - otherwise it allocates. The planner could also hand it a dead buffer of the same shape,
+      but ORTModule turns that off (``enable_mem_reuse = False`` in its session options), and
+      the arena's growth, request for request, agrees.
+    A buffer is released after the last step that reads a tensor sharing it; one no step reads
+    (an unused output), a graph output and the model's outputs (held by the loop) live to the
+    end of the step."""
 
     def __init__(self, graph: TrainingGraph, steps: list[_Step], yield_index: int | None, device: str) -> None:
         self.graph = graph
@@ -227,34 +220,102 @@ class _Program:
         self.from_torch = set(yielded.outputs) if yielded is not None else set()
         # An ATen or PythonOp node runs PyTorch's own kernel, which allocates its outputs.
         self.from_torch.update(o for step in steps if step.node.op_type in _TORCH_KERNELS for o in step.outputs if o)
-        last_use: dict[str, int] = {}
+        owner = self._assign_buffers(device)
+        # Per step, the buffers (named by the tensor that allocated them) it allocates and those
+        # released after it; what is left at the end of the step, in the order allocated.
+        self.allocations: list[tuple[str, ...]] = [
+            tuple(name for name in step.outputs if name and owner.get(name) == name) for step in steps
+        ]
+        release: dict[str, int] = {}
+        for index, step in enumerate(steps):
+            for name in step.inputs:
+                buffer = owner.get(name)
+                if buffer:
+                    release[buffer] = index
+        kept = {owner[name] for name in (*graph.graph_outputs, *self.held_names) if owner.get(name)}
+        releases: list[list[str]] = [[] for _ in steps]
+        for buffer, index in release.items():
+            if buffer not in kept:
+                releases[index].append(buffer)
+        self.releases = [tuple(names) for names in releases]
+        allocated = [name for names in self.allocations for name in names]
+        self.left = tuple(name for name in allocated if name in kept or name not in release)
+        self.held_buffers = {owner[name] for name in self.held_names if owner.get(name)}
+
+    def _assign_buffers(self, device: str) -> dict[str, str]:
+        """Each output's buffer, named by the tensor that allocated it ("" where the buffer is
+        not ORT's to place: a view of a graph input or weight)."""
+        steps, graph = self.steps, self.graph
+        in_place = _IN_PLACE_CUDA if device == "cuda" else _IN_PLACE_CPU
+        graph_outputs = set(graph.graph_outputs)
+        # ORT's use counts: one per reading step, one for the tensor's own definition (two for
+        # PyTorch's), one more for what must outlive the step (graph outputs, held outputs).
+        uses: dict[str, int] = {}
+        for step in steps:
+            for name in step.inputs:
+                if name:
+                    uses[name] = uses.get(name, 0) + 1
+            for name in step.outputs:
+                if name:
+                    uses[name] = uses.get(name, 0) + (2 if name in self.from_torch else 1)
+        for name in (*graph_outputs, *self.held_names):
+            if name in uses:
+                uses[name] += 1
+        readers: dict[str, list[int]] = {}
         for index, step in enumerate(steps):
             for name in step.inputs:
                 if name:
-                    last_use[name] = index
-        outputs = set(graph.graph_outputs)
-        kept = outputs | self.held_names  # live to the end of the step
-        end_of_step = len(steps)
-        in_place = _IN_PLACE_CUDA if device == "cuda" else _IN_PLACE_CPU
-        made: set[str] = set()  # outputs of the steps so far
-        # Per step: (its outputs as (name, how, end of use), its source input, every name it touches).
-        self.rows: list[tuple[tuple[tuple[str, int, int], ...], str, tuple[str, ...]]] = []
-        for index, step in enumerate(steps):
+                    readers.setdefault(name, []).append(index)
+        last = max((graph.session_index(step.node.order) for step in steps if not step.recomputed), default=-1)
+        node_index = [
+            last + 1 + position if step.recomputed else graph.session_index(step.node.order)
+            for position, step in enumerate(steps)
+        ]
+        owner: dict[str, str] = {}
+        left: dict[str, int] = {}  # per buffer: the uses left of every tensor sharing it
+        for step in steps:
             source = step.inputs[0] if step.inputs else ""
-            op = step.node.op_type
-            first = _NEW
-            if source and source in made:
-                if op in _VIEWS:
-                    first = _VIEW
-                elif op in in_place and source not in outputs and last_use.get(source, -1) == index:
-                    first = _MAYBE_IN_PLACE
-            entries = tuple(
-                (name, first if position == 0 else _NEW, end_of_step if name in kept else last_use.get(name, index))
-                for position, name in enumerate(step.outputs)
-                if name
-            )
-            made.update(step.outputs)
-            self.rows.append((entries, source, step.inputs + step.outputs))
+            consumers = [reader for name in step.outputs if name for reader in readers.get(name, ())]
+            feeds_yield = bool(consumers) and min(consumers, key=node_index.__getitem__) == self.yield_index
+            for position, name in enumerate(step.outputs):
+                if not name:
+                    continue
+                shares: str | None = None
+                if name in self.from_torch or name in graph_outputs:
+                    pass
+                elif position == 0 and source and not feeds_yield and step.node.op_type in _VIEWS:
+                    shares = owner.get(source, "")
+                elif (
+                    position == 0
+                    and source in owner
+                    and not feeds_yield
+                    and step.node.op_type in in_place
+                    and owner[source]
+                    and left[owner[source]] == 1
+                    and self._shape(source) is not None
+                    and self._shape(source) == self._shape(name)
+                ):
+                    shares = owner[source]
+                if shares is None:
+                    owner[name] = name
+                    left[name] = uses[name]
+                else:
+                    owner[name] = shares
+                    if shares:
+                        left[shares] += uses[name]
+            for name in (*step.inputs, *step.outputs):
+                buffer = owner.get(name)
+                if name and buffer:
+                    left[buffer] -= 1
+        return owner
+
+    def _shape(self, name: str) -> tuple[object, ...] | None:
+        """What ORT's planner compares to reuse a buffer: element size and every dim, known or
+        named; None where a dim is unknown or the tensor is a scalar (never reused)."""
+        info = self.graph.tensor(self.aliases.get(name, name))
+        if not info.dims or any(dim is None or dim == "" for dim in info.dims):
+            return None
+        return (element_size(info.elem_type) or 4, *info.dims)
 
 
 _ALLOCATE, _FREE, _MARK, _FREE_LAST = 0, 1, 2, 3  # a play's operations on the arena
@@ -408,38 +469,20 @@ def _buffer_events(program: _Program, sizes: _Sizes) -> tuple[_Events, list[int]
     there are (numbered from 0)."""
     from_torch = program.from_torch
     number: dict[str, int] = {}
-    buffer_of: dict[str, str] = {}
-    buffer_last: dict[str, int] = {}
-    buffer_size: dict[str, float] = {}
+    size_of: dict[str, float] = {}
     events: _Events = []
-    for index, (step, (entries, source, touching)) in enumerate(zip(program.steps, program.rows)):
-        allocated: list[tuple[int, float, bool]] = []
-        for name, how, end in entries:
-            if how == _VIEW:
-                buffer = buffer_of[name] = buffer_of[source]
-            elif (
-                how == _MAYBE_IN_PLACE
-                and buffer_last.get(buffer_of[source], -1) <= index
-                and buffer_size[buffer_of[source]] == sizes.of(name, step)
-            ):
-                buffer = buffer_of[name] = buffer_of[source]
-            else:
-                buffer = buffer_of[name] = name
-                size = buffer_size[name] = sizes.of(name, step)
-                allocated.append((number.setdefault(name, len(number)), size, name in from_torch))
-            buffer_last[buffer] = max(buffer_last.get(buffer, index), end)
-        # Free every buffer whose last use is this step (buffer_last only grows, so check at the end).
-        freed: list[tuple[int, float, bool]] = []
-        for name in touching:
-            dying = buffer_of.get(name)
-            if dying is not None and buffer_last.get(dying) == index and dying in buffer_size:
-                freed.append((number[dying], buffer_size.pop(dying), dying in from_torch))
-        events.append((allocated, freed))
-    held_buffers = {buffer_of[name] for name in program.held_names if name in buffer_of}
-    held = [number[b] for b in buffer_size if b in held_buffers]
+    for step, allocations, releases in zip(program.steps, program.allocations, program.releases):
+        allocated = []
+        for name in allocations:
+            size_of[name] = sizes.of(name, step)
+            allocated.append((number.setdefault(name, len(number)), size_of[name], name in from_torch))
+        events.append((allocated, [(number[name], size_of[name], name in from_torch) for name in releases]))
+    held = [number[name] for name in program.left if name in program.held_buffers]
     if events:  # what is left: the gradients, released after the step
         events[-1][1].extend(
-            (number[b], size, b in from_torch) for b, size in buffer_size.items() if b not in held_buffers
+            (number[name], size_of[name], name in from_torch)
+            for name in program.left
+            if name not in program.held_buffers
         )
     return events, held, len(number)
 
@@ -585,7 +628,7 @@ _UNKNOWN = -1.0  # not a size: _Sizes has not looked this tensor up yet
 class ActivationSimulator:
     """``simulate`` for one graph and its plans, memoised: the planner, ``tune`` and the tune
     screen ask for many configs at one batch and for one config at many batches. Each
-    (dims, config) is simulated once; a config's programs serve every dims, and the tensors'
+    (dims, config) is simulated once; a config's program serves every dims, and the tensors'
     sizes at some dims every config."""
 
     def __init__(
@@ -602,9 +645,9 @@ class ActivationSimulator:
         self.order = order  # the order a config runs in: the release's analysis order
         self.device = device  # whose allocator a step is played through: "cuda", else ORT's CPU arena
         self._cache: dict[tuple[object, ...], Timeline] = {}
-        # Neither depends on the other: a config's programs serve every dims, and the tensors'
+        # Neither depends on the other: a config's program serves every dims, and the tensors'
         # sizes at some dims every config.
-        self._programs: dict[tuple[object, ...], tuple[_Program, ...]] = {}
+        self._programs: dict[tuple[object, ...], _Program] = {}
         self._sizes: dict[tuple[tuple[str, int], ...], dict[str, float | None]] = {}
         self._forward: list[int] | None = None  # _schedule's forward: the same for every config
 
@@ -619,8 +662,8 @@ class ActivationSimulator:
         at = tuple(sorted(dims.items()))
         memo = (at, config)
         if memo not in self._cache:
-            programs = self._programs.pop(config, None)  # kept most recent last
-            if programs is None:
+            program = self._programs.pop(config, None)  # kept most recent last
+            if program is None:
                 recompute = [
                     r
                     for key in chosen
@@ -628,11 +671,11 @@ class ActivationSimulator:
                 ]
                 if self._forward is None and self.order in _MEMORY_EFFICIENT:
                     self._forward = _forward_nodes(self.graph, self.order)
-                programs = _programs(self.graph, recompute, self.order, self._forward, self.device)
+                program = _program(self.graph, recompute, self.order, self._forward, self.device)
                 if len(self._programs) >= _PROGRAMS_KEPT:
                     del self._programs[next(iter(self._programs))]
-            self._programs[config] = programs
+            self._programs[config] = program
             if at not in self._sizes and len(self._sizes) >= _SIZES_KEPT:
                 del self._sizes[next(iter(self._sizes))]  # the oldest: searches move on through the batches
-            self._cache[memo] = _simulate(programs, dims, self._sizes.setdefault(at, {}), self.device)
+            self._cache[memo] = _simulate(program, dims, self._sizes.setdefault(at, {}), self.device)
         return self._cache[memo]
