@@ -5,7 +5,7 @@ from __future__ import annotations
 from support.graphs import STEP, node_graph
 
 from memopt.ort.rules import AnalysisOrder
-from memopt.predict.liveness import ActivationSimulator, Recompute, _schedule, simulate
+from memopt.predict.liveness import ActivationSimulator, Recompute, _program, _schedule, simulate
 
 
 def test_tensors_live_from_producer_to_last_consumer() -> None:
@@ -76,6 +76,54 @@ def test_views_share_their_input_buffer() -> None:
         ]
     )
     assert simulate(viewed, {"b": 2}).peak_bytes == 4 * 2 * 1024  # a (= v), dv, two in the loss
+
+
+def test_an_output_the_yieldop_reads_first_gets_a_buffer_of_its_own() -> None:
+    # ORT's planner makes no view or in-place output for PyTorch: v is a copy of a, and a
+    # (read again in backward) lives beside it.
+    viewed = node_graph(
+        [
+            ("gelu", "Gelu", ("x",), ("a",)),
+            ("view", "Reshape", ("a", "shape"), ("v",)),
+            ("yield", "YieldOp", ("v",), ("dv",)),
+            ("grad", "MatMul", ("dv", "a"), ("dw",)),
+        ],
+        outputs=("dw",),
+    )
+    assert simulate(viewed, {"b": 1}).peak_bytes == 5 * 1024  # a, v, dv and two in the loss
+
+
+def test_an_output_no_step_reads_stays_until_the_step_ends() -> None:
+    # ORT plans no release for an output without readers (Dropout's mask here): it is held
+    # until the step's frame goes, so it is live at the YieldOp.
+    masked = node_graph(
+        [
+            ("drop", "Dropout", ("x",), ("d", "mask")),
+            ("mm", "MatMul", ("d", "w"), ("c",)),
+            ("yield", "YieldOp", ("c",), ("dc",)),
+            ("mm_grad", "MatMul", ("dc", "d"), ("dw",)),
+        ],
+        outputs=("dw",),
+    )
+    assert simulate(masked, {"b": 1}).peak_bytes == 6 * 1024  # d, mask, c, dc and two in the loss
+
+
+def test_an_activation_writes_in_place_only_over_the_same_shape() -> None:
+    def relu_after_gelu(wide: frozenset[str]) -> tuple[str, ...]:
+        graph = node_graph(
+            [
+                ("gelu", "Gelu", ("x",), ("a",)),
+                ("relu", "Relu", ("a",), ("r",)),
+                ("mm", "MatMul", ("r", "w"), ("c",)),
+                ("yield", "YieldOp", ("c",), ("dc",)),
+            ],
+            wide=wide,
+        )
+        program = _program(graph, (), AnalysisOrder.FILE)
+        return program.allocations[1]  # what the Relu allocates
+
+    assert relu_after_gelu(frozenset()) == ()  # a dies at the Relu: r takes its buffer
+    assert relu_after_gelu(frozenset({"r"})) == ("r",)  # shapes differ: ORT allocates
 
 
 def test_simulator_memoises_and_honours_counts() -> None:
