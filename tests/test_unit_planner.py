@@ -1,10 +1,12 @@
-"""The planner's fallback when no selection fits: the lowest simulated peak, which is not
-always every plan (a recomputed tensor can land where the peak is)."""
+"""The planner where the simulated peak is not monotone in the plans: the lowest peak there is
+(not always every plan: a recomputed tensor can land where the peak is), and a fitting selection the search's path missed."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 from memopt.ort import PlanKey
-from memopt.predict.planner import _lowest_peak
+from memopt.predict.planner import _choose_simulated, _lowest_peak
 
 A, B, C = PlanKey("A+:1:-1"), PlanKey("B+:1:-1"), PlanKey("C+:1:-1")
 
@@ -22,3 +24,39 @@ def test_every_plan_stays_when_each_lowers_the_peak() -> None:
         return 1000 - 10 * len(plans)
 
     assert _lowest_peak(peak, {A, B, C}) == {A, B, C}
+
+
+class FakeModel:
+    """A stand-in for MemoryModel with a peak given per selection (pure planner logic)."""
+
+    def __init__(self, peaks: dict[frozenset[PlanKey], float]) -> None:
+        self.peaks = peaks
+        self.plans = [SimpleNamespace(key=key, entries=(), frequency=1) for key in (A, B, C)]
+
+    def peak(self, batch: int, plans: tuple[PlanKey, ...]) -> float:
+        return self.peaks[frozenset(plans)]
+
+    def factor(self, key: PlanKey) -> float:
+        return 1.0
+
+    def raw_saving(self, key: PlanKey, batch: int) -> float:
+        return 0.0
+
+
+def test_a_fitting_selection_the_search_path_missed_is_found() -> None:
+    # Each plan alone takes 10 off 100; the search takes all three for a 25 cut, and together
+    # they raise the peak to 85. Every plan less A is the lowest peak there is, and it fits.
+    peaks = {frozenset(s): p for s, p in [((), 100), ((A,), 90), ((B,), 90), ((C,), 90)]}
+    peaks |= {frozenset((A, B)): 88, frozenset((A, C)): 88, frozenset((B, C)): 74, frozenset((A, B, C)): 85}
+    common = dict(
+        target_batch=8,
+        budget_bytes=75,
+        limit_bytes=75,
+        baseline_bytes=100,
+        baseline_step_s=None,
+        max_batch_all_plans=None,
+        max_batch_no_plans=None,
+        ort_version="1.19.2",
+    )
+    result = _choose_simulated(FakeModel(peaks), {A: 1.0, B: 1.0, C: 1.0}, 8, 75, common)  # type: ignore[arg-type]
+    assert result.feasible and {c.key for c in result.choices} == {B, C} and result.predicted_bytes == 74

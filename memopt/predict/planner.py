@@ -190,13 +190,16 @@ def _choose_simulated(
         if not solver_note.startswith("milp (HiGHS)"):
             solver = solver_note
         chosen |= {key for key, on in zip(useful, picked) if on > 0.5}
-    if peak(chosen) <= limit:
+    if peak(chosen) > limit:
+        # Adding plans can raise the peak, so the search's path can miss a selection that fits:
+        # the lowest peak there is (every plan, less those that raise it) decides.
+        chosen = _lowest_peak(peak, set(keys))
+        solver = "lowest predicted peak" if peak(chosen) <= limit else "infeasible: the lowest predicted peak is over"
+    feasible = peak(chosen) <= limit
+    if feasible:
         for key in sorted(chosen, key=lambda k: -cost[k]):
             if peak(chosen - {key}) <= limit:
                 chosen.discard(key)
-    feasible = peak(chosen) <= limit
-    if not feasible:
-        chosen, solver = _lowest_peak(peak, set(keys)), "infeasible: the lowest predicted peak is over"
     predicted = peak(chosen)
     full = {key: model.factor(key) * model.raw_saving(key, batch) for key in chosen}
     choices = tuple(
