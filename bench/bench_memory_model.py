@@ -95,21 +95,20 @@ def bench_case(
         assert trial.ran and trial.peak_bytes, trial.error
         extra_s = (trial.median_step_s or 0.0) - (baseline.median_step_s or 0.0)
         label = f"{fraction:.0%} budget: {len(plan.plans)} plans" + ("" if plan.feasible else " (predicted not to fit)")
-        rows.append(
-            _row(
-                recipe,
-                size,
-                seq,
-                batch,
-                label,
-                budget,
-                plan.predicted_bytes,
-                trial,
-                model.static_bytes,
-                plan.cost_s,
-                extra_s,
-            )
+        row = _row(
+            recipe,
+            size,
+            seq,
+            batch,
+            label,
+            budget,
+            plan.predicted_bytes,
+            trial,
+            model.static_bytes,
+            plan.cost_s,
+            extra_s,
         )
+        rows.append({**row, "fraction": fraction})
     label = f"{recipe} {size} seq {seq} {' '.join(f'{k}={v}' for k, v in extra.items())}".strip()
     return [{**row, "case": label} for row in rows]
 
@@ -196,18 +195,20 @@ def main() -> int:
     parser.add_argument("--cases", default=DEFAULT_CASES, help="recipe:size:seq:batch[:key=value…], comma-separated")
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--tune", action="store_true", help="also run memopt tune per case and budget")
+    parser.add_argument("--tune-at", default=None, help="with --tune, only these budget fractions (e.g. 0.9)")
     parser.add_argument("--runs-dir", type=Path, default=None)
     args = parser.parse_args()
     runs_dir = args.runs_dir or Path(tempfile.mkdtemp(prefix="memopt-bench-"))
     rows = []
     tuned = []
+    tune_at = None if args.tune_at is None else {float(f) for f in args.tune_at.split(",")}
     for item in args.cases.split(","):
         case = parse_case(item)
         case_rows = bench_case(*case, runs_dir, args.steps)
         rows += case_rows
         if args.tune:
             for row in case_rows:
-                if row["budget"] is not None:
+                if row["budget"] is not None and (tune_at is None or row["fraction"] in tune_at):
                     tuned.append(tune_case(*case, runs_dir, args.steps, row["budget"]))
                     print(json.dumps(tuned[-1]), file=sys.stderr, flush=True)
     mib = 2**20
@@ -241,6 +242,11 @@ def main() -> int:
         f" worst {max((r['over_pct'] for r in chosen), default=0.0):+.2f}% of the budget; predicted not to fit:"
         f" {len(refused)}, every plan at once measured over the budget in"
         f" {sum(r['measured'] > r['budget'] for r in refused)}"
+    )
+    right = sum(r["measured"] <= r["budget"] for r in chosen) + sum(r["measured"] > r["budget"] for r in refused)
+    print(
+        f"first answer right (a config that fits, or out of reach where every plan at once is over):"
+        f" {right}/{len(planned)} ({100 * right / len(planned):.0f}%)"
     )
     print(
         f"fits {fits}/{len(planned)} ({100 * fits / len(planned):.0f}%), worst {worst:+.2f}% of the budget; "
