@@ -87,6 +87,9 @@ class TrainingGraph:
     consumers: dict[str, list[int]] = field(default_factory=dict)
     graph_inputs: tuple[str, ...] = ()
     graph_outputs: tuple[str, ...] = ()
+    # The graph's constants (initializers that are not inputs), in file order: ORT places them
+    # in its arena when the session is built, before any step.
+    initializers: tuple[str, ...] = ()
     # Each node's index in ORT's training session (its position in the graph the session
     # loaded; nodes the session's own transformers made follow, in file order), when that
     # graph is known: ORT breaks ties between independent nodes by this index.
@@ -114,6 +117,7 @@ class TrainingGraph:
             tensors=self.tensors,
             graph_inputs=self.graph_inputs,
             graph_outputs=self.graph_outputs,
+            initializers=self.initializers,
             session_indices=indices,
         )
 
@@ -197,6 +201,7 @@ def graph_from_model(model: onnx.ModelProto) -> TrainingGraph:
         tensors=tensors,
         graph_inputs=tuple(value.name for value in graph.input),
         graph_outputs=tuple(value.name for value in graph.output),
+        initializers=tuple(i.name for i in graph.initializer if i.name not in {v.name for v in graph.input}),
     )
 
 

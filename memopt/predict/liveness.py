@@ -241,6 +241,9 @@ class _Program:
         allocated = [name for names in self.allocations for name in names]
         self.left = tuple(name for name in allocated if name in kept or name not in release)
         self.held_buffers = {owner[name] for name in self.held_names if owner.get(name)}
+        # The constants a step reads: ORT saves them into the arena as it builds the session.
+        read = {name for step in steps for name in step.inputs}
+        self.constants = tuple(name for name in graph.initializers if name in read)
 
     def _assign_buffers(self, device: str) -> dict[str, str]:
         """Each output's buffer, named by the tensor that allocated it ("" where the buffer is
@@ -369,6 +372,8 @@ def _play(program: _Program, sizes: _Sizes) -> Timeline:
 
     arena = BFCArena()
     allocate, free = arena.allocate, arena.free
+    for name in program.constants:
+        allocate(("constant", name), sizes.constant(name))
     resident = 0.0
     seen: set[tuple[object, ...]] = set()  # the arena's state at the end of each step played
     for repeat in range(_ARENA_STEPS):
@@ -411,6 +416,8 @@ def _play_cuda(program: _Program, sizes: _Sizes) -> Timeline:
     events, held, count = _buffer_events(program, sizes)
     loss_bytes = sizes.torch_loss(program.steps[yield_index]) if yield_index is not None else 0.0
     allocator = CudaCachingAllocator()
+    for name in program.constants:
+        allocator.allocate(("constant", name), sizes.constant(name))
     live, peak, peak_index = 0.0, 0.0, -1
     for repeat in range(_CUDA_STEPS):
         if repeat == 1:
@@ -597,6 +604,10 @@ class _Sizes:
             inputs = [self._exact(self._aliases.get(i, i)) or self._known.get(i, 0.0) for i in step.inputs if i]
             self._known[name] = sum(inputs) if step.node.op_type in _CONCATS else max(inputs, default=0.0)
         return self._known[name]
+
+    def constant(self, name: str) -> float:
+        """A constant's bytes (its dims are fixed)."""
+        return self._exact(name) or 0.0
 
     def torch_loss(self, step: _Step) -> float:
         """What PyTorch's loss holds besides the tensors it is handed, at the YieldOp: nothing
