@@ -1,5 +1,6 @@
 """The planner where the simulated peak is not monotone in the plans: the lowest peak there is
-(not always every plan: a recomputed tensor can land where the peak is), and a fitting selection the search's path missed."""
+(not always every plan: a recomputed tensor can land where the peak is), and a fitting
+selection the search's path missed."""
 
 from __future__ import annotations
 

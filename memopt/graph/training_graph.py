@@ -182,6 +182,8 @@ def graph_from_model(model: onnx.ModelProto) -> TrainingGraph:
     for node in graph.node:
         _infer_untyped_outputs(node, tensors)
     _infer_with_onnx(model, tensors)
+    inputs = tuple(value.name for value in graph.input)
+    input_names = frozenset(inputs)
     nodes = [
         Node(
             order=order,
@@ -199,9 +201,9 @@ def graph_from_model(model: onnx.ModelProto) -> TrainingGraph:
     return TrainingGraph(
         nodes=nodes,
         tensors=tensors,
-        graph_inputs=tuple(value.name for value in graph.input),
+        graph_inputs=inputs,
         graph_outputs=tuple(value.name for value in graph.output),
-        initializers=tuple(i.name for i in graph.initializer if i.name not in {v.name for v in graph.input}),
+        initializers=tuple(i.name for i in graph.initializer if i.name not in input_names),
     )
 
 

@@ -220,18 +220,22 @@ class _Program:
         self.from_torch = set(yielded.outputs) if yielded is not None else set()
         # An ATen or PythonOp node runs PyTorch's own kernel, which allocates its outputs.
         self.from_torch.update(o for step in steps if step.node.op_type in _TORCH_KERNELS for o in step.outputs if o)
-        owner = self._assign_buffers(device)
+        readers: dict[str, list[int]] = {}  # per tensor, the steps that read it, one entry per input slot
+        for index, step in enumerate(steps):
+            for name in step.inputs:
+                if name:
+                    readers.setdefault(name, []).append(index)
+        owner = self._assign_buffers(device, readers)
         # Per step, the buffers (named by the tensor that allocated them) it allocates and those
         # released after it; what is left at the end of the step, in the order allocated.
         self.allocations: list[tuple[str, ...]] = [
             tuple(name for name in step.outputs if name and owner.get(name) == name) for step in steps
         ]
-        release: dict[str, int] = {}
-        for index, step in enumerate(steps):
-            for name in step.inputs:
-                buffer = owner.get(name)
-                if buffer:
-                    release[buffer] = index
+        release: dict[str, int] = {}  # per buffer, the last step that reads a tensor sharing it
+        for name, indices in readers.items():
+            buffer = owner.get(name)
+            if buffer:
+                release[buffer] = max(release.get(buffer, -1), indices[-1])
         kept = {owner[name] for name in (*graph.graph_outputs, *self.held_names) if owner.get(name)}
         releases: list[list[str]] = [[] for _ in steps]
         for buffer, index in release.items():
@@ -242,40 +246,32 @@ class _Program:
         self.left = tuple(name for name in allocated if name in kept or name not in release)
         self.held_buffers = {owner[name] for name in self.held_names if owner.get(name)}
         # The constants a step reads: ORT saves them into the arena as it builds the session.
-        read = {name for step in steps for name in step.inputs}
-        self.constants = tuple(name for name in graph.initializers if name in read)
+        self.constants = tuple(name for name in graph.initializers if name in readers)
 
-    def _assign_buffers(self, device: str) -> dict[str, str]:
+    def _assign_buffers(self, device: str, readers: Mapping[str, list[int]]) -> dict[str, str]:
         """Each output's buffer, named by the tensor that allocated it ("" where the buffer is
-        not ORT's to place: a view of a graph input or weight)."""
+        not ORT's to place: a view of a graph input or weight); ``readers``: the steps reading
+        each tensor."""
         steps, graph = self.steps, self.graph
         in_place = _IN_PLACE_CUDA if device == "cuda" else _IN_PLACE_CPU
         graph_outputs = set(graph.graph_outputs)
         # ORT's use counts: one per reading step, one for the tensor's own definition (two for
         # PyTorch's), one more for what must outlive the step (graph outputs, held outputs).
-        uses: dict[str, int] = {}
+        uses = {name: len(indices) for name, indices in readers.items()}
         for step in steps:
-            for name in step.inputs:
-                if name:
-                    uses[name] = uses.get(name, 0) + 1
             for name in step.outputs:
                 if name:
                     uses[name] = uses.get(name, 0) + (2 if name in self.from_torch else 1)
         for name in (*graph_outputs, *self.held_names):
             if name in uses:
                 uses[name] += 1
-        readers: dict[str, list[int]] = {}
-        for index, step in enumerate(steps):
-            for name in step.inputs:
-                if name:
-                    readers.setdefault(name, []).append(index)
         last = max((graph.session_index(step.node.order) for step in steps if not step.recomputed), default=-1)
         node_index = [
             last + 1 + position if step.recomputed else graph.session_index(step.node.order)
             for position, step in enumerate(steps)
         ]
         owner: dict[str, str] = {}
-        left: dict[str, int] = {}  # per buffer: the uses left of every tensor sharing it
+        uses_left: dict[str, int] = {}  # per buffer: the uses left of every tensor sharing it
         for step in steps:
             source = step.inputs[0] if step.inputs else ""
             consumers = [reader for name in step.outputs if name for reader in readers.get(name, ())]
@@ -283,33 +279,33 @@ class _Program:
             for position, name in enumerate(step.outputs):
                 if not name:
                     continue
-                shares: str | None = None
-                if name in self.from_torch or name in graph_outputs:
-                    pass
-                elif position == 0 and source and not feeds_yield and step.node.op_type in _VIEWS:
-                    shares = owner.get(source, "")
-                elif (
+                # Only the first output may take its first input's buffer, and never PyTorch's
+                # output, a graph output or one PyTorch reads first.
+                may_share = (
                     position == 0
-                    and source in owner
+                    and bool(source)
                     and not feeds_yield
-                    and step.node.op_type in in_place
-                    and owner[source]
-                    and left[owner[source]] == 1
-                    and self._shape(source) is not None
-                    and self._shape(source) == self._shape(name)
-                ):
-                    shares = owner[source]
+                    and name not in self.from_torch
+                    and name not in graph_outputs
+                )
+                shares: str | None = None
+                if may_share and step.node.op_type in _VIEWS:
+                    shares = owner.get(source, "")
+                elif may_share and step.node.op_type in in_place and owner.get(source):
+                    shape = self._shape(source)
+                    if uses_left[owner[source]] == 1 and shape is not None and shape == self._shape(name):
+                        shares = owner[source]
                 if shares is None:
                     owner[name] = name
-                    left[name] = uses[name]
+                    uses_left[name] = uses[name]
                 else:
                     owner[name] = shares
                     if shares:
-                        left[shares] += uses[name]
+                        uses_left[shares] += uses[name]
             for name in (*step.inputs, *step.outputs):
                 buffer = owner.get(name)
                 if name and buffer:
-                    left[buffer] -= 1
+                    uses_left[buffer] -= 1
         return owner
 
     def _shape(self, name: str) -> tuple[object, ...] | None:
