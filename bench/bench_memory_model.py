@@ -195,20 +195,24 @@ def main() -> int:
     parser.add_argument("--cases", default=DEFAULT_CASES, help="recipe:size:seq:batch[:key=value…], comma-separated")
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--tune", action="store_true", help="also run memopt tune per case and budget")
-    parser.add_argument("--tune-at", default=None, help="with --tune, only these budget fractions (e.g. 0.9)")
+    parser.add_argument(
+        "--tune-at",
+        type=lambda text: {float(f) for f in text.split(",")},
+        default=None,
+        help="with --tune, only these budget fractions, comma-separated (e.g. 0.9)",
+    )
     parser.add_argument("--runs-dir", type=Path, default=None)
     args = parser.parse_args()
     runs_dir = args.runs_dir or Path(tempfile.mkdtemp(prefix="memopt-bench-"))
     rows = []
     tuned = []
-    tune_at = None if args.tune_at is None else {float(f) for f in args.tune_at.split(",")}
     for item in args.cases.split(","):
         case = parse_case(item)
         case_rows = bench_case(*case, runs_dir, args.steps)
         rows += case_rows
         if args.tune:
             for row in case_rows:
-                if row["budget"] is not None and (tune_at is None or row["fraction"] in tune_at):
+                if row["budget"] is not None and (args.tune_at is None or row["fraction"] in args.tune_at):
                     tuned.append(tune_case(*case, runs_dir, args.steps, row["budget"]))
                     print(json.dumps(tuned[-1]), file=sys.stderr, flush=True)
     mib = 2**20
