@@ -4,6 +4,7 @@ out of configs: in-process with real transformers models and tiny graphs, no ORT
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 from collections import OrderedDict
 from pathlib import Path
@@ -142,6 +143,27 @@ def test_cli_refuses_sdpa_and_hf_flags_on_other_recipes() -> None:
     assert_one_line_error(sdpa, "ORTModule cannot export", "eager")
     flag = memopt("probe", "gpt", "--hf-task", "causal-lm", "--batch", "2")
     assert_one_line_error(flag, "--hf-task applies to hf: targets")
+
+
+_CONFIG_ONLY = """
+import os, sys
+from memopt.recipes import RecipeError, check_hf_recipe, load_hf_recipe
+notes = check_hf_recipe("hf:llama", {"size": "tiny", "num_hidden_layers": 32})
+assert "torch" not in sys.modules and "USE_TORCH" not in os.environ, "torch imported or the switch left set"
+try:
+    load_hf_recipe("hf:llama", {"size": "tiny"}).build_model()
+except RecipeError as err:
+    print(err)
+"""
+
+
+@pytest.mark.subprocess
+def test_the_up_front_check_reads_the_config_without_torch() -> None:
+    # What memopt's own process does before every run: no torch (seconds of CPU, hundreds of
+    # MiB), and a model built after it in that process is refused in one line, not a traceback.
+    done = subprocess.run([sys.executable, "-c", _CONFIG_ONLY], capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+    assert "without torch and cannot build the model" in done.stdout
 
 
 # --- losses a model returns ---

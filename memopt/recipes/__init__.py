@@ -153,7 +153,7 @@ def check_hf_recipe(spec: str, options: Mapping[str, Any]) -> tuple[str, ...]:
     here); returns the notes to say."""
     from memopt.recipes.hf import resolve_hf_target
 
-    return resolve_hf_target(spec, _loss_only(spec, options)[0]).notes
+    return resolve_hf_target(spec, _loss_only(spec, options)[0], models=False).notes
 
 
 def recipe_source(spec: str) -> tuple[str, str]:

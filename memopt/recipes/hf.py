@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -196,8 +197,10 @@ class HFTarget:
         return str(self.config.to_json_string(use_diff=False))
 
 
-def resolve_hf_target(spec: str, options: Mapping[str, Any]) -> HFTarget:
-    """The config, model class and batch shape ``spec`` and ``options`` name; raises HFError."""
+def resolve_hf_target(spec: str, options: Mapping[str, Any], *, models: bool = True) -> HFTarget:
+    """The config, model class and batch shape ``spec`` and ``options`` name; raises HFError.
+    ``models=False``: only the config is read here, no model built in this process (see
+    ``_transformers``)."""
     name = spec[len(HF_PREFIX) :]
     options = dict(options)
     size = options.pop("size", None)
@@ -209,7 +212,7 @@ def resolve_hf_target(spec: str, options: Mapping[str, Any]) -> HFTarget:
         raise HFError(f"{spec}: attn_implementation={attention}: {ATTENTION_LIMIT.format(name=attention)}")
     if task is not None and task not in HF_TASKS:
         raise HFError(f"--hf-task must be one of {', '.join(HF_TASKS)}, not {task!r}")
-    transformers = _transformers()
+    transformers = _transformers(models)
     if name in PRESETS:
         sizes = PRESETS[name]
         size = size or "base"
@@ -272,18 +275,38 @@ def _field_kind(value: Any) -> str | None:
     return None
 
 
-def _transformers() -> Any:
+def _transformers(models: bool = True) -> Any:
+    """transformers, offline. ``models=False`` in a process that has imported neither it nor
+    torch: transformers without torch (its USE_TORCH switch, set for the import alone, so
+    children do not inherit it), which reads configs alike and imports in a sixth of the time;
+    its model classes are then placeholders, so a model built later in this process fails."""
     # Nothing is ever downloaded: the config is local or a preset, the weights random.
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    without_torch = not models and "transformers" not in sys.modules and "torch" not in sys.modules
+    before = os.environ.get("USE_TORCH")
+    if without_torch:
+        os.environ["USE_TORCH"] = "0"
     try:
         import transformers
     except ImportError as err:
         raise HFError(
             f"hf: targets need the hf extra: pip install 'memopt[hf]' (importing transformers failed: {err})"
         ) from None
+    finally:
+        if without_torch:
+            _restore("USE_TORCH", before)
+    if models and not transformers.is_torch_available():
+        raise HFError("hf: this process read the config with transformers without torch and cannot build the model")
     return transformers
+
+
+def _restore(name: str, value: str | None) -> None:
+    if value is None:
+        os.environ.pop(name, None)
+    else:
+        os.environ[name] = value
 
 
 def _load_config(spec: str, name: str, transformers: Any) -> Any:
