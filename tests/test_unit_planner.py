@@ -17,14 +17,14 @@ def test_a_plan_that_raises_the_peak_is_left_out() -> None:
     def peak(plans: set[PlanKey]) -> float:
         return 1000 - 100 * (A in plans) - 100 * (B in plans) + 50 * (C in plans)
 
-    assert _lowest_peak(peak, {A, B, C}) == {A, B}
+    assert _lowest_peak(peak, lambda plans, than: peak(plans) < than, {A, B, C}) == {A, B}
 
 
 def test_every_plan_stays_when_each_lowers_the_peak() -> None:
     def peak(plans: set[PlanKey]) -> float:
         return 1000 - 10 * len(plans)
 
-    assert _lowest_peak(peak, {A, B, C}) == {A, B, C}
+    assert _lowest_peak(peak, lambda plans, than: peak(plans) < than, {A, B, C}) == {A, B, C}
 
 
 class FakeModel:
@@ -36,6 +36,12 @@ class FakeModel:
 
     def peak(self, batch: int, plans: tuple[PlanKey, ...]) -> float:
         return self.peaks[frozenset(plans)]
+
+    def peak_bounds(self, batch: int, plans: tuple[PlanKey, ...]) -> list[float]:
+        return [self.peak(batch, plans)]
+
+    def fits(self, batch: int, plans: tuple[PlanKey, ...], limit: float) -> bool:
+        return self.peak(batch, plans) <= limit
 
     def factor(self, key: PlanKey) -> float:
         return 1.0

@@ -22,10 +22,13 @@ in the region, so a free merges without a search either.
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right, insort
+from collections.abc import Iterable
 
 from memopt.logparse import ArenaGrowth
 
-__all__ = ["BFCArena"]
+__all__ = ["ALLOCATE", "FREE", "MARK", "BFCArena"]
+
+ALLOCATE, FREE, MARK = 0, 1, 2  # the operations ``BFCArena.run`` takes
 
 _MIN_ALLOCATION = 256
 _INITIAL_REGION = 1 << 20
@@ -65,63 +68,73 @@ class BFCArena:
         self.growth: list[ArenaGrowth] = []  # each region added, for which rounded request
 
     def allocate(self, buffer: object, size: float) -> None:
-        whole = int(size)
-        rounded = -(-whole // _MIN_ALLOCATION) * _MIN_ALLOCATION or _MIN_ALLOCATION
-        free = self._free
-        index = bisect_left(free, (rounded,))  # the smallest size that fits, the lowest address first
-        if index < len(free):
-            found, address = free.pop(index)
-        else:
-            found, address = self._extend(rounded)
-        chunks = self._chunks
-        chunk = chunks[address]
-        if found >= 2 * rounded or found - rounded >= _MAX_DEAD_BYTES:
-            rest = address + rounded
-            following = chunk.next
-            chunks[rest] = _Chunk(found - rounded, address, following)
-            if following is not None:
-                chunks[following].previous = rest
-            chunk.next = rest
-            chunk.size = rounded
-            insort(free, (found - rounded, rest))
-        chunk.in_use = True
-        self._where[buffer] = address
-        end = address + (whole if whole > 1 else 1)
-        starts = self._starts
-        i = bisect_right(starts, address) - 1
-        if i < 0 or self._ends[i] < end:  # pages not touched before: rare after the first step
-            self._touch(i, address, end)
+        self.run(((ALLOCATE, buffer, size),))
 
     def free(self, buffer: object) -> None:
-        address = self._where.pop(buffer, None)
-        if address is None:
-            return
-        chunks = self._chunks
-        free = self._free
-        chunk = chunks[address]
-        chunk.in_use = False
-        following = chunk.next
-        if following is not None:
-            after = chunks[following]
-            if not after.in_use:
-                del free[bisect_left(free, (after.size, following))]
-                del chunks[following]
-                chunk.size += after.size
-                chunk.next = after.next
-                if after.next is not None:
-                    chunks[after.next].previous = address
-        previous = chunk.previous
-        if previous is not None:
-            before = chunks[previous]
-            if not before.in_use:
-                del free[bisect_left(free, (before.size, previous))]
-                del chunks[address]
-                before.size += chunk.size
-                before.next = chunk.next
-                if chunk.next is not None:
-                    chunks[chunk.next].previous = previous
-                address, chunk = previous, before
-        insort(free, (chunk.size, address))
+        self.run(((FREE, buffer, 0.0),))
+
+    def run(self, operations: Iterable[tuple[int, object, float]]) -> list[int]:
+        """Apply ``operations`` in turn: (ALLOCATE, buffer, bytes), (FREE, buffer, _), and
+        (MARK, _, _), where ``touched_bytes`` is read; returns the figures read. One loop for a
+        whole step: a simulation runs millions of these."""
+        free_chunks, chunks, where, starts = self._free, self._chunks, self._where, self._starts
+        marks: list[int] = []
+        for kind, buffer, size in operations:
+            if kind == ALLOCATE:
+                whole = int(size)
+                rounded = -(-whole // _MIN_ALLOCATION) * _MIN_ALLOCATION or _MIN_ALLOCATION
+                index = bisect_left(free_chunks, (rounded,))  # the smallest size that fits, the lowest address first
+                if index < len(free_chunks):
+                    found, address = free_chunks.pop(index)
+                else:
+                    found, address = self._extend(rounded)
+                chunk = chunks[address]
+                if found >= 2 * rounded or found - rounded >= _MAX_DEAD_BYTES:
+                    rest = address + rounded
+                    following = chunk.next
+                    chunks[rest] = _Chunk(found - rounded, address, following)
+                    if following is not None:
+                        chunks[following].previous = rest
+                    chunk.next = rest
+                    chunk.size = rounded
+                    insort(free_chunks, (found - rounded, rest))
+                chunk.in_use = True
+                where[buffer] = address
+                end = address + (whole if whole > 1 else 1)
+                i = bisect_right(starts, address) - 1
+                if i < 0 or self._ends[i] < end:  # pages not touched before: rare after the first step
+                    self._touch(i, address, end)
+            elif kind == FREE:
+                released = where.pop(buffer, None)
+                if released is None:
+                    continue
+                chunk = chunks[released]
+                chunk.in_use = False
+                following = chunk.next
+                if following is not None:
+                    after = chunks[following]
+                    if not after.in_use:
+                        del free_chunks[bisect_left(free_chunks, (after.size, following))]
+                        del chunks[following]
+                        chunk.size += after.size
+                        chunk.next = after.next
+                        if after.next is not None:
+                            chunks[after.next].previous = released
+                previous = chunk.previous
+                if previous is not None:
+                    before = chunks[previous]
+                    if not before.in_use:
+                        del free_chunks[bisect_left(free_chunks, (before.size, previous))]
+                        del chunks[released]
+                        before.size += chunk.size
+                        before.next = chunk.next
+                        if chunk.next is not None:
+                            chunks[chunk.next].previous = previous
+                        released, chunk = previous, before
+                insort(free_chunks, (chunk.size, released))
+            else:
+                marks.append(self.touched_bytes)
+        return marks
 
     def address(self, buffer: object) -> int:
         """Where a live buffer's chunk starts."""

@@ -37,7 +37,7 @@ placement repeats itself (the steps after it touch nothing new).
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import NamedTuple
 
@@ -48,7 +48,7 @@ from memopt.graph.training_graph import Node, TrainingGraph
 from memopt.logparse import ArenaGrowth
 from memopt.ort.config import PlanKey
 from memopt.ort.rules import AnalysisOrder
-from memopt.predict.arena import BFCArena
+from memopt.predict.arena import ALLOCATE, FREE, MARK, BFCArena
 from memopt.predict.cuda_caching import CudaCachingAllocator
 from memopt.scan.detect import element_size
 from memopt.scan.modules import module_path
@@ -106,6 +106,7 @@ _ARENA_STEPS = 8
 # config at many batches, or for many configs at one batch).
 _SIZES_KEPT = 4
 _PROGRAMS_KEPT = 4
+_PLAYS_KEPT = 8
 
 
 @dataclass(frozen=True)
@@ -317,8 +318,6 @@ class _Program:
         return (element_size(info.elem_type) or 4, *info.dims)
 
 
-_ALLOCATE, _FREE, _MARK, _FREE_LAST = 0, 1, 2, 3  # a play's operations on the arena
-
 # A play's events: per step, the buffers allocated before it runs and those freed after it,
 # as (number, bytes, allocated by PyTorch).
 _Events = list[tuple[list[tuple[int, float, bool]], list[tuple[int, float, bool]]]]
@@ -327,76 +326,112 @@ _Events = list[tuple[list[tuple[int, float, bool]], list[tuple[int, float, bool]
 def _play(program: _Program, sizes: _Sizes) -> Timeline:
     """Run the program for several training steps through the arena: the live peak of one
     step, where it is, and the pages the arena touched by the end."""
-    steps, yield_index = program.steps, program.yield_index
-    events, held, count = _buffer_events(program, sizes)
-    loss_bytes = sizes.torch_loss(steps[yield_index]) if yield_index is not None else 0.0
+    play = _ArenaPlay(program, sizes)
+    while not play.done:
+        play.advance()
+    return play.timeline()
 
-    # One pass without the arena: the live peak, and what each event holds outside the arena
-    # (PyTorch's gradients, and its loss at the YieldOp), the same in every step.
+
+class _ArenaPlay:
+    """``_play`` one training step at a time. The resident figure so far only grows as steps
+    are added (the pages the arena touched never shrink), so after any step it is a bound the
+    final figure is never under: a question about a limit is often answered before the last step."""
+
+    def __init__(self, program: _Program, sizes: _Sizes) -> None:
+        self.program = program
+        yield_index = program.yield_index
+        events, self._held, self._count = _buffer_events(program, sizes)
+        self.live_peak, self._peak_index, beside = _live_pass(events, yield_index, _loss_bytes(program, sizes))
+        self._outside_bytes = np.array(beside)
+        # The arena's part of a step as one list of operations (``BFCArena.run``), the pages
+        # touched read at every event. Step r's copy of buffer i is i + (r % 2) * count: a step's
+        # buffers are all freed by the end of the next one (the outputs held into it at its
+        # YieldOp), so two copies never meet, and the steps after the first take one of two lists.
+        count, held = self._count, self._held
+        first: list[tuple[int, object, float]] = []
+        later: tuple[list[tuple[int, object, float]], ...] = ([], [])
+        for index, (allocated, freed) in enumerate(events):
+            for buffer, size, torch in allocated:
+                if not torch:
+                    first.append((ALLOCATE, buffer, size))
+                    later[0].append((ALLOCATE, buffer, size))
+                    later[1].append((ALLOCATE, buffer + count, size))
+            if index == yield_index:  # the loop drops the last step's outputs when forward returns
+                later[0].extend((FREE, buffer + count, 0.0) for buffer in held)
+                later[1].extend((FREE, buffer, 0.0) for buffer in held)
+            for operations in (first, *later):
+                operations.append((MARK, None, 0.0))
+            for buffer, _, torch in freed:
+                if not torch:
+                    first.append((FREE, buffer, 0.0))
+                    later[0].append((FREE, buffer, 0.0))
+                    later[1].append((FREE, buffer + count, 0.0))
+        self._first, self._later = first, later
+        self._arena = BFCArena()
+        self._arena.run([(ALLOCATE, ("constant", name), sizes.constant(name)) for name in program.constants])
+        self._seen: set[tuple[object, ...]] = set()  # the arena's state at the end of each step played
+        self._repeat = 0
+        self.resident = 0.0  # the figure over the steps played so far
+        self.done = False
+
+    def advance(self) -> None:
+        """Play the next step; ``done`` once the figure is final."""
+        arena, repeat, outside_bytes = self._arena, self._repeat, self._outside_bytes
+        parity = repeat % 2
+        touched = arena.run(self._first if repeat == 0 else self._later[parity])  # per event
+        if touched:
+            self.resident = max(self.resident, float((np.array(touched, dtype=float) + outside_bytes).max()))
+        self._repeat += 1
+        self.done = self._repeat == _ARENA_STEPS
+        # Placed as at the end of an earlier step (the placement often alternates between two):
+        # the steps from here repeat the ones after that at the same addresses, so they touch
+        # nothing new and only their bytes outside the arena count.
+        state = (arena.layout(), tuple(arena.address(parity * self._count + buffer) for buffer in self._held))
+        if state in self._seen:
+            if not self.done and touched:
+                self.resident = max(self.resident, float((arena.touched_bytes + outside_bytes).max()))
+            self.done = True
+        self._seen.add(state)
+
+    def timeline(self) -> Timeline:
+        """The play's timeline, once ``done``."""
+        timeline = _timeline(self.program, self.live_peak, self._peak_index, self.resident)
+        return replace(timeline, arena_growth=tuple(self._arena.growth))
+
+
+def _live_peak(program: _Program, sizes: _Sizes) -> float:
+    """The live peak of one step: what a play's resident figure can never be under (every live
+    buffer lies in pages the allocator handed out), without playing the allocator."""
+    events, _, _ = _buffer_events(program, sizes)
+    return _live_pass(events, program.yield_index, _loss_bytes(program, sizes))[0]
+
+
+def _loss_bytes(program: _Program, sizes: _Sizes) -> float:
+    yield_index = program.yield_index
+    return sizes.torch_loss(program.steps[yield_index]) if yield_index is not None else 0.0
+
+
+def _live_pass(events: _Events, yield_index: int | None, loss_bytes: float) -> tuple[float, int, list[float]]:
+    """One pass over a step's events without the allocator: the live peak, the event it comes
+    at, and per event what is held outside ORT's arena (PyTorch's gradients, and its loss at
+    the YieldOp), the same in every step."""
     live = outside = 0.0
     peak, peak_index = 0.0, -1
     beside: list[float] = []
-    # The arena's part of a step as one list of operations: (_ALLOCATE, buffer, bytes),
-    # (_FREE, buffer, 0), (_MARK, 0, 0) where the event's pages touched are read; in the
-    # steps after the first, (_FREE_LAST, buffer, 0) frees the step before's held outputs.
-    first: list[tuple[int, int, float]] = []
-    later: list[tuple[int, int, float]] = []
     for index, (allocated, freed) in enumerate(events):
-        for buffer, size, torch in allocated:
+        for _, size, torch in allocated:
             live += size
             if torch:
                 outside += size
-            else:
-                first.append((_ALLOCATE, buffer, size))
-                later.append((_ALLOCATE, buffer, size))
         transient = loss_bytes if index == yield_index else 0.0
         if live + transient > peak:
             peak, peak_index = live + transient, index
         beside.append(outside + transient)
-        if index == yield_index:  # the loop drops the last step's outputs when forward returns
-            later.extend((_FREE_LAST, buffer, 0.0) for buffer in held)
-        first.append((_MARK, 0, 0.0))
-        later.append((_MARK, 0, 0.0))
-        for buffer, size, torch in freed:
+        for _, size, torch in freed:
             live -= size
             if torch:
                 outside -= size
-            else:
-                first.append((_FREE, buffer, 0.0))
-                later.append((_FREE, buffer, 0.0))
-    outside_bytes = np.array(beside)
-
-    arena = BFCArena()
-    allocate, free = arena.allocate, arena.free
-    for name in program.constants:
-        allocate(("constant", name), sizes.constant(name))
-    resident = 0.0
-    seen: set[tuple[object, ...]] = set()  # the arena's state at the end of each step played
-    for repeat in range(_ARENA_STEPS):
-        base, last = repeat * count, (repeat - 1) * count  # repeat r's copy of buffer i is i + r * count
-        touched: list[int] = []  # per event, the pages touched while it runs
-        mark = touched.append
-        for kind, buffer, size in first if repeat == 0 else later:
-            if kind == _ALLOCATE:
-                allocate(base + buffer, size)
-            elif kind == _FREE:
-                free(base + buffer)
-            elif kind == _MARK:
-                mark(arena.touched_bytes)
-            else:
-                free(last + buffer)
-        if touched:
-            resident = max(resident, float((np.array(touched, dtype=float) + outside_bytes).max()))
-        # Placed as at the end of an earlier step (the placement often alternates between two):
-        # the steps from here repeat the ones after that at the same addresses, so they touch
-        # nothing new and only their bytes outside the arena count.
-        state = (arena.layout(), tuple(arena.address(base + buffer) for buffer in held))
-        if state in seen:
-            if repeat < _ARENA_STEPS - 1 and touched:
-                resident = max(resident, float((arena.touched_bytes + outside_bytes).max()))
-            break
-        seen.add(state)
-    return replace(_timeline(program, peak, peak_index, resident), arena_growth=tuple(arena.growth))
+    return peak, peak_index, beside
 
 
 # A CUDA trial's peaks start after its warm-up step; the caching allocator never gives a
@@ -410,7 +445,7 @@ def _play_cuda(program: _Program, sizes: _Sizes) -> Timeline:
     the live peak of one step, where it is, and the allocator's peaks after the warm-up."""
     yield_index = program.yield_index
     events, held, count = _buffer_events(program, sizes)
-    loss_bytes = sizes.torch_loss(program.steps[yield_index]) if yield_index is not None else 0.0
+    loss_bytes = _loss_bytes(program, sizes)
     allocator = CudaCachingAllocator()
     for name in program.constants:
         allocator.allocate(("constant", name), sizes.constant(name))
@@ -632,6 +667,13 @@ class _Sizes:
 _UNKNOWN = -1.0  # not a size: _Sizes has not looked this tensor up yet
 
 
+class _Config(NamedTuple):
+    """A config as a simulator remembers it: its plans, sorted, and the partial counts."""
+
+    plans: tuple[PlanKey, ...]
+    partial: tuple[tuple[PlanKey, int], ...]
+
+
 class ActivationSimulator:
     """``simulate`` for one graph and its plans, memoised: the planner, ``tune`` and the tune
     screen ask for many configs at one batch and for one config at many batches. Each
@@ -651,10 +693,12 @@ class ActivationSimulator:
         self.source = source  # the ONNX file the graph was loaded from, when known
         self.order = order  # the order a config runs in: the release's analysis order
         self.device = device  # whose allocator a step is played through: "cuda", else ORT's CPU arena
-        self._cache: dict[tuple[object, ...], Timeline] = {}
+        self._cache: dict[tuple[tuple[tuple[str, int], ...], _Config], Timeline] = {}
+        # Plays stopped before their last step, once the question asked of them was answered.
+        self._plays: dict[tuple[tuple[tuple[str, int], ...], _Config], _ArenaPlay] = {}
         # Neither depends on the other: a config's program serves every dims, and the tensors'
         # sizes at some dims every config.
-        self._programs: dict[tuple[object, ...], _Program] = {}
+        self._programs: dict[_Config, _Program] = {}
         self._sizes: dict[tuple[tuple[str, int], ...], dict[str, float | None]] = {}
         self._forward: list[int] | None = None  # _schedule's forward: the same for every config
 
@@ -662,27 +706,73 @@ class ActivationSimulator:
         self, dims: Mapping[str, int], plans: Iterable[PlanKey] = (), counts: Mapping[PlanKey, int] | None = None
     ) -> Timeline:
         """The step at ``dims`` with ``plans`` on (the first ``counts[key]`` occurrences where given)."""
+        memo = self._memo(dims, plans, counts)
+        if memo not in self._cache:
+            play = self._plays.pop(memo, None)
+            if play is None:
+                program, sizes = self._prepare(*memo)
+                self._cache[memo] = _simulate(program, dims, sizes, self.device)
+            else:
+                while not play.done:
+                    play.advance()
+                self._cache[memo] = play.timeline()
+        return self._cache[memo]
+
+    def resident_bounds(
+        self, dims: Mapping[str, int], plans: Iterable[PlanKey] = (), counts: Mapping[PlanKey, int] | None = None
+    ) -> Iterator[float]:
+        """Figures ``timeline(…).resident_bytes`` is never under, each for more work and none
+        looser than the one before, the last the figure itself: the step's live peak (every
+        live buffer lies in pages the allocator handed out, and its bytes are whole), then on
+        CPU the arena's figure after each step played. A question about a limit stops reading
+        once it is answered, and the play waits here for a later one."""
+        memo = self._memo(dims, plans, counts)
+        if memo in self._cache:
+            yield self._cache[memo].resident_bytes
+            return
+        program, sizes = self._prepare(*memo)
+        if self.device == "cuda":
+            yield _live_peak(program, _Sizes(program, dims, sizes))
+            yield self.timeline(dims, plans, counts).resident_bytes
+            return
+        play = self._plays.pop(memo, None) or _ArenaPlay(program, _Sizes(program, dims, sizes))
+        if len(self._plays) >= _PLAYS_KEPT:
+            del self._plays[next(iter(self._plays))]
+        self._plays[memo] = play  # kept most recent last
+        yield play.live_peak
+        while not play.done:
+            play.advance()
+            if not play.done:
+                yield play.resident
+        self._plays.pop(memo, None)
+        self._cache[memo] = play.timeline()
+        yield play.resident
+
+    def _memo(
+        self, dims: Mapping[str, int], plans: Iterable[PlanKey], counts: Mapping[PlanKey, int] | None
+    ) -> tuple[tuple[tuple[str, int], ...], _Config]:
+        """The key a question is remembered by: the dims, and the config."""
         counts = counts or {}
         chosen = tuple(sorted(set(plans)))
         partial = tuple(sorted((key, count) for key, count in counts.items() if key in chosen and count >= 0))
-        config = (chosen, partial)
-        at = tuple(sorted(dims.items()))
-        memo = (at, config)
-        if memo not in self._cache:
-            program = self._programs.pop(config, None)  # kept most recent last
-            if program is None:
-                recompute = [
-                    r
-                    for key in chosen
-                    for r in self.plans.get(key, ())[: counts[key] if counts.get(key, -1) >= 0 else None]
-                ]
-                if self._forward is None and self.order in _MEMORY_EFFICIENT:
-                    self._forward = _forward_nodes(self.graph, self.order)
-                program = _program(self.graph, recompute, self.order, self._forward, self.device)
-                if len(self._programs) >= _PROGRAMS_KEPT:
-                    del self._programs[next(iter(self._programs))]
-            self._programs[config] = program
-            if at not in self._sizes and len(self._sizes) >= _SIZES_KEPT:
-                del self._sizes[next(iter(self._sizes))]  # the oldest: searches move on through the batches
-            self._cache[memo] = _simulate(program, dims, self._sizes.setdefault(at, {}), self.device)
-        return self._cache[memo]
+        return tuple(sorted(dims.items())), _Config(chosen, partial)
+
+    def _prepare(self, at: tuple[tuple[str, int], ...], config: _Config) -> tuple[_Program, dict[str, float | None]]:
+        """The config's program and the tensors' sizes known at the dims ``at``, made or kept."""
+        program = self._programs.pop(config, None)  # kept most recent last
+        if program is None:
+            counts = dict(config.partial)
+            recompute = [
+                r
+                for key in config.plans
+                for r in self.plans.get(key, ())[: counts[key] if counts.get(key, -1) >= 0 else None]
+            ]
+            if self._forward is None and self.order in _MEMORY_EFFICIENT:
+                self._forward = _forward_nodes(self.graph, self.order)
+            program = _program(self.graph, recompute, self.order, self._forward, self.device)
+            if len(self._programs) >= _PROGRAMS_KEPT:
+                del self._programs[next(iter(self._programs))]
+        self._programs[config] = program
+        if at not in self._sizes and len(self._sizes) >= _SIZES_KEPT:
+            del self._sizes[next(iter(self._sizes))]  # the oldest: searches move on through the batches
+        return program, self._sizes.setdefault(at, {})

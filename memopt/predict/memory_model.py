@@ -29,7 +29,7 @@ factor after every trial (``with_observation``).
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from typing import Any
@@ -200,22 +200,37 @@ class MemoryModel:
             return self.static_bytes + self.activations(batch_size, plans, counts)
         return self.predict(batch_size, plans, counts).peak_bytes
 
+    def peak_bounds(self, batch_size: int, plans: Iterable[PlanKey] = ()) -> Iterator[float]:
+        """Figures ``peak`` is never under, each for more work, the last ``peak`` itself: with the
+        graph, the step's live bytes, then the arena's pages step by step
+        (``ActivationSimulator.resident_bounds``). ``any(b > limit for b in …)`` says whether the
+        peak is over ``limit`` and stops the simulation as soon as it is."""
+        if self.simulator is None:
+            yield self.peak(batch_size, plans)
+            return
+        for resident in self.simulator.resident_bounds(self.dims(batch_size), plans):
+            yield self.static_bytes + self.activation_scale * resident
+
+    def fits(self, batch_size: int, plans: Iterable[PlanKey], limit_bytes: float) -> bool:
+        """Whether ``peak`` is within ``limit_bytes``, simulated only as far as it takes to say."""
+        return not any(bound > limit_bytes for bound in self.peak_bounds(batch_size, plans))
+
     def max_batch(self, limit_bytes: float, plans: Iterable[PlanKey] = (), ceiling: int = 1 << 20) -> int:
         """The largest batch whose predicted peak stays within ``limit_bytes`` (0: none).
 
         Doubling, then halving: the arena's placement makes the peak grow with the batch only
         roughly (a batch can fit where a smaller one does not), so the batches tried are part of
-        the answer; each costs one simulation (``peak``)."""
+        the answer; each costs at most one simulation (``fits``)."""
         plans = tuple(plans)
-        if self.peak(1, plans) > limit_bytes:
+        if not self.fits(1, plans, limit_bytes):
             return 0
         low, high = 1, 2
-        while high <= ceiling and self.peak(high, plans) <= limit_bytes:
+        while high <= ceiling and self.fits(high, plans, limit_bytes):
             low, high = high, high * 2
         high = min(high, ceiling + 1)
         while high - low > 1:
             middle = (low + high) // 2
-            if self.peak(middle, plans) <= limit_bytes:
+            if self.fits(middle, plans, limit_bytes):
                 low = middle
             else:
                 high = middle

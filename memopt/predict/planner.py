@@ -169,6 +169,10 @@ def _choose_simulated(
     def peak(plans: set[PlanKey]) -> float:
         return model.peak(batch, tuple(plans))
 
+    def lowers(plans: set[PlanKey], than: float) -> bool:
+        # Simulated only as far as it takes to tell: most selections tried do not lower the peak.
+        return not any(bound >= than for bound in model.peak_bounds(batch, tuple(plans)))
+
     chosen: set[PlanKey] = set()
     solver = "milp (HiGHS) on simulated savings"
     for _ in range(len(keys)):
@@ -176,8 +180,8 @@ def _choose_simulated(
         if current <= limit:
             break
         rest = [key for key in keys if key not in chosen]
-        marginal = {key: current - peak(chosen | {key}) for key in rest}
-        useful = [key for key in rest if marginal[key] > 0]
+        useful = [key for key in rest if lowers(chosen | {key}, current)]
+        marginal = {key: current - peak(chosen | {key}) for key in useful}
         if not useful:
             break
         savings = np.array([marginal[key] for key in useful])
@@ -193,12 +197,12 @@ def _choose_simulated(
     if peak(chosen) > limit:
         # Adding plans can raise the peak, so the search's path can miss a selection that fits:
         # the lowest peak there is (every plan, less those that raise it) decides.
-        chosen = _lowest_peak(peak, set(keys))
+        chosen = _lowest_peak(peak, lowers, set(keys))
         solver = "lowest predicted peak" if peak(chosen) <= limit else "infeasible: the lowest predicted peak is over"
     feasible = peak(chosen) <= limit
     if feasible:
-        for key in sorted(chosen, key=lambda k: -cost[k]):
-            if peak(chosen - {key}) <= limit:
+        for key in sorted(chosen, key=lambda k: (-cost[k], k)):
+            if model.fits(batch, tuple(chosen - {key}), limit):
                 chosen.discard(key)
     predicted = peak(chosen)
     full = {key: model.factor(key) * model.raw_saving(key, batch) for key in chosen}
@@ -222,18 +226,20 @@ def _choose_simulated(
     )
 
 
-def _lowest_peak(peak: Callable[[set[PlanKey]], float], plans: set[PlanKey]) -> set[PlanKey]:
+def _lowest_peak(
+    peak: Callable[[set[PlanKey]], float], lowers: Callable[[set[PlanKey], float], bool], plans: set[PlanKey]
+) -> set[PlanKey]:
     """``plans`` less those whose recompute raises the simulated peak (a recomputed tensor can
-    land where the peak is): every plan together is not always the lowest peak there is."""
+    land where the peak is): every plan together is not always the lowest peak there is.
+    ``lowers(plans, than)``: whether ``peak(plans) < than``."""
     lowest, lowest_peak = set(plans), peak(plans)
     improved = True
     while improved:
         improved = False
         for key in sorted(lowest):
             fewer = lowest - {key}
-            fewer_peak = peak(fewer)
-            if fewer_peak < lowest_peak:
-                lowest, lowest_peak, improved = fewer, fewer_peak, True
+            if lowers(fewer, lowest_peak):
+                lowest, lowest_peak, improved = fewer, peak(fewer), True
                 break
     return lowest
 
