@@ -3,11 +3,17 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 
 from support.graphs import STEP, node_graph
 
+from memopt.graph.training_graph import load_graph
 from memopt.ort.rules import AnalysisOrder
+from memopt.predict.calibrate import plan_savings, simulator_for
 from memopt.predict.liveness import ActivationSimulator, Recompute, _program, _schedule, simulate
+from memopt.scan import scan_graph
+
+SAMPLES = Path(__file__).parent.parent / "sample_logs"
 
 
 def test_tensors_live_from_producer_to_last_consumer() -> None:
@@ -162,3 +168,22 @@ def test_constants_sit_in_the_arena_from_the_start() -> None:
     with_constant = simulate(replace(STEP, initializers=("w",)), {"b": 1})
     assert with_constant.resident_bytes - without.resident_bytes == 1024
     assert with_constant.peak_bytes == without.peak_bytes  # the live activations are the same
+
+
+def test_a_plays_bounds_grow_to_its_figure_and_a_stopped_play_resumes_alike() -> None:
+    # The 1.19.2 GPT's execution graph, every plan on: each bound is the figure or under it,
+    # none looser than the one before; the last is the figure a fresh simulation gives, and
+    # a play stopped after its first bound and finished later gives the same timeline.
+    graph = load_graph(SAMPLES / "graphs" / "1.19.2" / "gpt.onnx")
+    report = scan_graph(graph, "1.19.2")
+    plans = plan_savings(report, graph)
+    simulator = simulator_for(plans, graph, None, "1.19.2", "cpu")
+    every = [plan.key for plan in plans]
+    dims = {symbol: 64 for symbol in report.symbols}
+    bounds = list(simulator.resident_bounds(dims, every))
+    fresh = simulate(graph, dims, [r for plan in plans for r in plan.recomputes])
+    assert len(bounds) >= 3 and bounds == sorted(bounds)
+    assert bounds[-1] == fresh.resident_bytes
+    stopped = simulator_for(plans, graph, None, "1.19.2", "cpu")
+    next(iter(stopped.resident_bounds(dims, every)))
+    assert stopped.timeline(dims, every) == fresh

@@ -180,8 +180,9 @@ def _choose_simulated(
         if current <= limit:
             break
         rest = [key for key in keys if key not in chosen]
-        useful = [key for key in rest if lowers(chosen | {key}, current)]
-        marginal = {key: current - peak(chosen | {key}) for key in useful}
+        # Each saving read as soon as its selection is known to lower the peak: its play resumes.
+        marginal = {key: current - peak(chosen | {key}) for key in rest if lowers(chosen | {key}, current)}
+        useful = list(marginal)
         if not useful:
             break
         savings = np.array([marginal[key] for key in useful])
