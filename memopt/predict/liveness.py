@@ -108,7 +108,7 @@ _ARENA_STEPS = 8
 # config at many batches, or for many configs at one batch).
 _SIZES_KEPT = 4
 _PROGRAMS_KEPT = 4
-_PLAYS_KEPT = 8
+_PLAYS_KEPT = 4
 
 
 _P = ParamSpec("_P")
