@@ -320,8 +320,11 @@ class _Program:
         uses_left: dict[str, int] = {}  # per buffer: the uses left of every tensor sharing it
         for step in steps:
             source = step.inputs[0] if step.inputs else ""
-            consumers = [reader for name in step.outputs if name for reader in readers.get(name, ())]
-            feeds_yield = bool(consumers) and min(consumers, key=node_index.__getitem__) == self.yield_index
+            op_type = step.node.op_type
+            feeds_yield = False  # worked out only for an op that could share
+            if source and (op_type in _VIEWS or op_type in in_place):
+                consumers = [reader for name in step.outputs if name for reader in readers.get(name, ())]
+                feeds_yield = bool(consumers) and min(consumers, key=node_index.__getitem__) == self.yield_index
             for position, name in enumerate(step.outputs):
                 if not name:
                     continue
