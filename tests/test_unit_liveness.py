@@ -2,18 +2,33 @@
 
 from __future__ import annotations
 
+import gc
+import sys
+import threading
 from dataclasses import replace
 from pathlib import Path
 
-from support.graphs import STEP, node_graph
+import pytest
+from support.graphs import MS, STEP, node, node_graph, training_graph, yield_op
 
 from memopt.graph.training_graph import load_graph
+from memopt.ort import PlanKey
 from memopt.ort.rules import AnalysisOrder
-from memopt.predict.calibrate import plan_savings, simulator_for
-from memopt.predict.liveness import ActivationSimulator, Recompute, _program, _schedule, simulate
+from memopt.predict.calibrate import plan_savings, require_batch_dim, simulator_for
+from memopt.predict.liveness import (
+    ActivationSimulator,
+    Recompute,
+    Timeline,
+    _program,
+    _schedule,
+    _without_cyclic_gc,
+    simulate,
+)
+from memopt.predict.memory_model import MemoryModel, Observation, fit_memory_model
 from memopt.scan import scan_graph
 
 SAMPLES = Path(__file__).parent.parent / "sample_logs"
+MiB = 1 << 20
 
 
 def test_tensors_live_from_producer_to_last_consumer() -> None:
@@ -170,20 +185,125 @@ def test_constants_sit_in_the_arena_from_the_start() -> None:
     assert with_constant.peak_bytes == without.peak_bytes  # the live activations are the same
 
 
-def test_a_plays_bounds_grow_to_its_figure_and_a_stopped_play_resumes_alike() -> None:
-    # The 1.19.2 GPT's execution graph, every plan on: each bound is the figure or under it,
-    # none looser than the one before; the last is the figure a fresh simulation gives, and
-    # a play stopped after its first bound and finished later gives the same timeline.
+def _gpt_sample(device: str = "cpu") -> tuple[ActivationSimulator, list[PlanKey], dict[str, int], Timeline]:
+    """The 1.19.2 GPT's execution graph at 64 for every dim: a simulator, every plan, the dims,
+    and the step with every plan on as a fresh simulation gives it."""
     graph = load_graph(SAMPLES / "graphs" / "1.19.2" / "gpt.onnx")
     report = scan_graph(graph, "1.19.2")
     plans = plan_savings(report, graph)
-    simulator = simulator_for(plans, graph, None, "1.19.2", "cpu")
-    every = [plan.key for plan in plans]
     dims = {symbol: 64 for symbol in report.symbols}
+    fresh = simulate(graph, dims, [r for plan in plans for r in plan.recomputes], device=device)
+    return simulator_for(plans, graph, None, "1.19.2", device), [plan.key for plan in plans], dims, fresh
+
+
+def test_a_plays_bounds_grow_to_its_figure_and_a_stopped_play_resumes_alike() -> None:
+    # Each bound is the figure or under it, none looser than the one before; the last is the
+    # figure a fresh simulation gives, and a play stopped after its first bound and finished
+    # later gives the same timeline.
+    simulator, every, dims, fresh = _gpt_sample()
     bounds = list(simulator.resident_bounds(dims, every))
-    fresh = simulate(graph, dims, [r for plan in plans for r in plan.recomputes])
     assert len(bounds) >= 3 and bounds == sorted(bounds)
     assert bounds[-1] == fresh.resident_bytes
-    stopped = simulator_for(plans, graph, None, "1.19.2", "cpu")
+    stopped, _, _, _ = _gpt_sample()
     next(iter(stopped.resident_bounds(dims, every)))
     assert stopped.timeline(dims, every) == fresh
+    # A play resumed by a second question starts from the steps it has played.
+    again, _, _, _ = _gpt_sample()
+    first = again.resident_bounds(dims, every)
+    next(first), next(first)
+    resumed = list(again.resident_bounds(dims, iter(every)))  # any iterable of plans, read once
+    assert resumed[0] > bounds[0] and resumed[-1] == fresh.resident_bytes
+
+
+def test_on_cuda_the_bounds_are_the_live_peak_then_the_figure() -> None:
+    simulator, every, dims, fresh = _gpt_sample("cuda")
+    bounds = list(simulator.resident_bounds(dims, iter(every)))
+    assert bounds == [fresh.peak_bytes, fresh.resident_bytes] and bounds == sorted(bounds)
+
+
+def test_two_threads_asking_about_one_config_get_the_fresh_figure() -> None:
+    # The tune screen asks from its thread while the tuner's worker plans: a play stopped after
+    # its first bound is resumed by one thread reading its bounds and by another asking for the
+    # config's timeline, the interpreter switching between them as often as it can.
+    _, every, dims, fresh = _gpt_sample()
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        for _ in range(4):
+            asked, _, _, _ = _gpt_sample()
+            bounds = asked.resident_bounds(dims, every)
+            next(bounds)
+            results: dict[str, object] = {}
+            threads = [
+                threading.Thread(target=lambda: results.update(bounds=list(bounds)[-1])),
+                threading.Thread(target=lambda: results.update(timeline=asked.timeline(dims, every))),
+            ]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
+            assert results == {"bounds": fresh.resident_bytes, "timeline": fresh}
+    finally:
+        sys.setswitchinterval(interval)
+
+
+def test_fits_and_max_batch_answer_as_the_exact_peak_does() -> None:
+    # fits() stops a play once the answer is known: it must agree with the full play's peak at
+    # every limit, on a model that has simulated nothing yet.
+    graph = load_graph(SAMPLES / "graphs" / "1.19.2" / "gpt.onnx")
+    report = scan_graph(graph, "1.19.2")
+    plans = plan_savings(report, graph)
+    symbols = require_batch_dim(report, "gpt")
+    fixed = {symbol: 64 for symbol in report.symbols if symbol not in symbols}
+
+    def model() -> MemoryModel:
+        simulator = simulator_for(plans, graph, None, "1.19.2", "cpu")
+        observations = [Observation(8, (), 600 * MiB), Observation(32, (), 900 * MiB)]
+        return fit_memory_model(observations, plans, symbols, fixed, simulator=simulator)
+
+    exact, every = model(), [plan.key for plan in plans]
+    for selection in ((), tuple(every)):
+        peaks = {batch: exact.peak(batch, selection) for batch in (8, 32)}
+        for limit in sorted({*peaks.values(), *(p - 1 for p in peaks.values()), *(p * 0.97 for p in peaks.values())}):
+            fresh = model()
+            assert [fresh.fits(batch, selection, limit) for batch in peaks] == [p <= limit for p in peaks.values()]
+        limit = peaks[32]
+        assert model().max_batch(limit, selection) == _max_batch_by_peak(exact, limit, selection)
+
+
+def _max_batch_by_peak(model: MemoryModel, limit: float, plans: tuple[PlanKey, ...]) -> int:
+    """``max_batch``'s doubling and halving, each batch decided by the full play's peak."""
+    if model.peak(1, plans) > limit:
+        return 0
+    low, high = 1, 2
+    while model.peak(high, plans) <= limit:
+        low, high = high, high * 2
+    while high - low > 1:
+        middle = (low + high) // 2
+        low, high = (middle, high) if model.peak(middle, plans) <= limit else (low, middle)
+    return low
+
+
+def test_a_pytorch_output_the_loop_holds_is_not_looked_for_in_the_arena() -> None:
+    # A PythonOp's output (PyTorch's) read by the YieldOp is held into the next step, but the
+    # arena never placed it.
+    graph = training_graph(
+        node("Relu", ["x"], ["a"]),
+        node("PythonOp", ["a"], ["y"], domain=MS),
+        yield_op("y"),
+        node("PythonOpGrad", ["dy"], ["da"], domain=MS),
+        node("ReluGrad", ["da", "a"], ["dx"], domain=MS),
+    )
+    on_cpu = simulate(graph, {"batch": 4})
+    assert on_cpu.resident_bytes > 0 and on_cpu.peak_bytes > 0
+
+
+def test_the_cycle_collector_is_on_again_after_a_simulation_that_failed() -> None:
+    def failing() -> None:
+        assert not gc.isenabled()
+        raise ValueError("stop")
+
+    assert gc.isenabled()
+    with pytest.raises(ValueError):
+        _without_cyclic_gc(failing)()
+    assert gc.isenabled()

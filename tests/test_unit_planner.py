@@ -67,3 +67,23 @@ def test_a_fitting_selection_the_search_path_missed_is_found() -> None:
     )
     result = _choose_simulated(FakeModel(peaks), {A: 1.0, B: 1.0, C: 1.0}, 8, 75, common)  # type: ignore[arg-type]
     assert result.feasible and {c.key for c in result.choices} == {B, C} and result.predicted_bytes == 74
+
+
+def test_plans_of_equal_cost_are_dropped_in_key_order() -> None:
+    # Every plan takes 10 off 100 and the three fit 75; any two of them fit too. With equal
+    # costs the drop phase tries A first (ties go by key, not by the hash seed's set order):
+    # without A the rest fit, and then neither B nor C can go.
+    peaks = {frozenset(s): p for s, p in [((), 100), ((A,), 90), ((B,), 90), ((C,), 90), ((A, B, C), 70)]}
+    peaks |= {frozenset((A, B)): 74, frozenset((A, C)): 74, frozenset((B, C)): 74}
+    common = dict(
+        target_batch=8,
+        budget_bytes=75,
+        limit_bytes=75,
+        baseline_bytes=100,
+        baseline_step_s=None,
+        max_batch_all_plans=None,
+        max_batch_no_plans=None,
+        ort_version="1.19.2",
+    )
+    result = _choose_simulated(FakeModel(peaks), {A: 1.0, B: 1.0, C: 1.0}, 8, 75, common)  # type: ignore[arg-type]
+    assert {c.key for c in result.choices} == {B, C}

@@ -39,6 +39,7 @@ from __future__ import annotations
 import functools
 import gc
 import math
+import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import NamedTuple, ParamSpec, TypeVar
@@ -268,7 +269,6 @@ class _Program:
         for buffer, index in release.items():
             if buffer not in kept:
                 releases[index].append(buffer)
-        self.releases = [tuple(names) for names in releases]
         allocated = [name for names in self.allocations for name in names]
         left = [name for name in allocated if name in kept or name not in release]
         held_buffers = {owner[name] for name in self.held_names if owner.get(name)}
@@ -277,7 +277,7 @@ class _Program:
         # The same as numbers, what a play at any dims walks: buffers numbered from 0 in the order
         # allocated, the step allocating each (its size is worked out there), and per step the
         # numbers allocated and released, the last step also releasing what is left but the
-        # outputs the loop holds into the next step (``held``).
+        # outputs the loop holds into the next step (``held_by_loop``).
         number: dict[str, int] = {}
         steps_of: list[int] = []
         for index, names in enumerate(self.allocations):
@@ -288,11 +288,11 @@ class _Program:
         self.buffers = tuple(number)
         self.buffer_steps = tuple(steps_of)
         self.buffer_from_torch = tuple(name in self.from_torch for name in number)
-        self.allocated = [tuple(number[name] for name in names) for names in self.allocations]
-        self.released = [tuple(number[name] for name in names) for names in self.releases]
+        self.numbers_allocated = [tuple(number[name] for name in names) for names in self.allocations]
+        self.numbers_released = [tuple(number[name] for name in names) for names in releases]
         if steps:
-            self.released[-1] += tuple(number[name] for name in left if name not in held_buffers)
-        self.held = tuple(number[name] for name in left if name in held_buffers)
+            self.numbers_released[-1] += tuple(number[name] for name in left if name not in held_buffers)
+        self.held_by_loop = tuple(number[name] for name in left if name in held_buffers)
 
     def _assign_buffers(self, device: str, readers: Mapping[str, list[int]]) -> dict[str, str]:
         """Each output's buffer, named by the tensor that allocated it ("" where the buffer is
@@ -374,10 +374,7 @@ _Events = list[tuple[list[tuple[int, float, bool]], list[tuple[int, float, bool]
 def _play(program: _Program, sizes: _Sizes) -> Timeline:
     """Run the program for several training steps through the arena: the live peak of one
     step, where it is, and the pages the arena touched by the end."""
-    play = _ArenaPlay(program, sizes)
-    while not play.done:
-        play.advance()
-    return play.timeline()
+    return _ArenaPlay(program, sizes).finish()
 
 
 class _ArenaPlay:
@@ -389,7 +386,9 @@ class _ArenaPlay:
     def __init__(self, program: _Program, sizes: _Sizes) -> None:
         self.program = program
         yield_index = program.yield_index
-        events, self._held, self._count = _buffer_events(program, sizes)
+        events, held, self._count = _buffer_events(program, sizes)
+        # The outputs the loop holds that are the arena's (an ATen or PythonOp output is PyTorch's).
+        self._held = [buffer for buffer in held if not program.buffer_from_torch[buffer]]
         self.live_peak, self._peak_index, beside = _live_pass(events, yield_index, _loss_bytes(program, sizes))
         self._outside_bytes = np.array(beside)
         # The arena's part of a step as one list of operations (``BFCArena.run``), the pages
@@ -444,8 +443,16 @@ class _ArenaPlay:
             self.done = True
         self._seen.add(state)
 
+    def finish(self) -> Timeline:
+        """The steps left played, and the play's timeline."""
+        while not self.done:
+            self.advance()
+        return self.timeline()
+
     def timeline(self) -> Timeline:
         """The play's timeline, once ``done``."""
+        if not self.done:
+            raise ValueError("the play has steps left: finish() it")
         timeline = _timeline(self.program, self.live_peak, self._peak_index, self.resident)
         return replace(timeline, arena_growth=tuple(self._arena.growth))
 
@@ -564,9 +571,9 @@ def _buffer_events(program: _Program, sizes: _Sizes) -> tuple[_Events, list[int]
             [(buffer, size[buffer], from_torch[buffer]) for buffer in allocated],
             [(buffer, size[buffer], from_torch[buffer]) for buffer in released],
         )
-        for allocated, released in zip(program.allocated, program.released)
+        for allocated, released in zip(program.numbers_allocated, program.numbers_released)
     ]
-    return events, list(program.held), len(size)
+    return events, list(program.held_by_loop), len(size)
 
 
 def _schedule(
@@ -728,6 +735,9 @@ class _Config(NamedTuple):
     partial: tuple[tuple[PlanKey, int], ...]
 
 
+_Memo = tuple[tuple[tuple[str, int], ...], _Config]  # dims, config
+
+
 class ActivationSimulator:
     """``simulate`` for one graph and its plans, memoised: the planner, ``tune`` and the tune
     screen ask for many configs at one batch and for one config at many batches. Each
@@ -747,9 +757,12 @@ class ActivationSimulator:
         self.source = source  # the ONNX file the graph was loaded from, when known
         self.order = order  # the order a config runs in: the release's analysis order
         self.device = device  # whose allocator a step is played through: "cuda", else ORT's CPU arena
-        self._cache: dict[tuple[tuple[tuple[str, int], ...], _Config], Timeline] = {}
+        self._cache: dict[_Memo, Timeline] = {}
         # Plays stopped before their last step, once the question asked of them was answered.
-        self._plays: dict[tuple[tuple[tuple[str, int], ...], _Config], _ArenaPlay] = {}
+        self._plays: dict[_Memo, _ArenaPlay] = {}
+        # One question at a time: the tune screen asks from its thread while the tuner's worker
+        # plans from another, and a stopped play is shared between them.
+        self._lock = threading.RLock()
         # Neither depends on the other: a config's program serves every dims, and the tensors'
         # sizes at some dims every config.
         self._programs: dict[_Config, _Program] = {}
@@ -760,17 +773,7 @@ class ActivationSimulator:
         self, dims: Mapping[str, int], plans: Iterable[PlanKey] = (), counts: Mapping[PlanKey, int] | None = None
     ) -> Timeline:
         """The step at ``dims`` with ``plans`` on (the first ``counts[key]`` occurrences where given)."""
-        memo = self._memo(dims, plans, counts)
-        if memo not in self._cache:
-            play = self._plays.pop(memo, None)
-            if play is None:
-                program, sizes = self._prepare(*memo)
-                self._cache[memo] = _simulate(program, dims, sizes, self.device)
-            else:
-                while not play.done:
-                    play.advance()
-                self._cache[memo] = play.timeline()
-        return self._cache[memo]
+        return self._timeline(dims, self._memo(dims, plans, counts))
 
     def resident_bounds(
         self, dims: Mapping[str, int], plans: Iterable[PlanKey] = (), counts: Mapping[PlanKey, int] | None = None
@@ -781,30 +784,59 @@ class ActivationSimulator:
         CPU the arena's figure after each step played. A question about a limit stops reading
         once it is answered, and the play waits here for a later one."""
         memo = self._memo(dims, plans, counts)
-        if memo in self._cache:
-            yield self._cache[memo].resident_bytes
+        with self._lock:
+            known = self._cache.get(memo)
+            play = None if known is not None or self.device == "cuda" else self._kept_play(dims, memo)
+            if known is not None:
+                first = known.resident_bytes
+            elif play is not None:
+                first = max(play.live_peak, play.resident)  # a resumed play has played steps already
+            else:
+                program, sizes = self._prepare(*memo)
+                first = _live_peak(program, _Sizes(program, dims, sizes))
+        yield first
+        if known is not None:
             return
-        program, sizes = self._prepare(*memo)
-        if self.device == "cuda":
-            yield _live_peak(program, _Sizes(program, dims, sizes))
-            yield self.timeline(dims, plans, counts).resident_bytes
+        if play is None:  # CUDA: the caching allocator is played whole
+            yield self._timeline(dims, memo).resident_bytes
             return
-        play = self._plays.pop(memo, None) or _ArenaPlay(program, _Sizes(program, dims, sizes))
+        while True:
+            with self._lock:  # the tune screen asks while the tuner's worker plans
+                if not play.done:
+                    play.advance()
+                if not play.done:
+                    bound = play.resident
+                else:
+                    if self._plays.get(memo) is play:
+                        del self._plays[memo]
+                    bound = self._cache.setdefault(memo, play.timeline()).resident_bytes
+            yield bound
+            if play.done:
+                return
+
+    def _timeline(self, dims: Mapping[str, int], memo: _Memo) -> Timeline:
+        with self._lock:
+            if memo not in self._cache:
+                play = self._plays.pop(memo, None)
+                if play is None:
+                    program, sizes = self._prepare(*memo)
+                    self._cache[memo] = _simulate(program, dims, sizes, self.device)
+                else:
+                    self._cache[memo] = play.finish()
+            return self._cache[memo]
+
+    def _kept_play(self, dims: Mapping[str, int], memo: _Memo) -> _ArenaPlay:
+        """The config's play where one was stopped, else a new one; kept (most recent last)."""
+        play = self._plays.pop(memo, None)
+        if play is None:
+            program, sizes = self._prepare(*memo)
+            play = _ArenaPlay(program, _Sizes(program, dims, sizes))
         if len(self._plays) >= _PLAYS_KEPT:
             del self._plays[next(iter(self._plays))]
-        self._plays[memo] = play  # kept most recent last
-        yield play.live_peak
-        while not play.done:
-            play.advance()
-            if not play.done:
-                yield play.resident
-        self._plays.pop(memo, None)
-        self._cache[memo] = play.timeline()
-        yield play.resident
+        self._plays[memo] = play
+        return play
 
-    def _memo(
-        self, dims: Mapping[str, int], plans: Iterable[PlanKey], counts: Mapping[PlanKey, int] | None
-    ) -> tuple[tuple[tuple[str, int], ...], _Config]:
+    def _memo(self, dims: Mapping[str, int], plans: Iterable[PlanKey], counts: Mapping[PlanKey, int] | None) -> _Memo:
         """The key a question is remembered by: the dims, and the config."""
         counts = counts or {}
         chosen = tuple(sorted(set(plans)))

@@ -205,7 +205,7 @@ class MemoryModel:
         graph, the step's live bytes, then the arena's pages step by step
         (``ActivationSimulator.resident_bounds``). ``any(b > limit for b in …)`` says whether the
         peak is over ``limit`` and stops the simulation as soon as it is."""
-        if self.simulator is None:
+        if self.simulator is None or self.activation_scale < 0:  # a scale below 0 turns bounds around
             yield self.peak(batch_size, plans)
             return
         for resident in self.simulator.resident_bounds(self.dims(batch_size), plans):
