@@ -5,6 +5,7 @@ from __future__ import annotations
 import gc
 import sys
 import threading
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
@@ -233,18 +234,25 @@ def test_two_threads_asking_about_one_config_get_the_fresh_figure() -> None:
             asked, _, _, _ = _gpt_sample()
             bounds = asked.resident_bounds(dims, every)
             next(bounds)
-            results: dict[str, object] = {}
-            threads = [
-                threading.Thread(target=lambda: results.update(bounds=list(bounds)[-1])),
-                threading.Thread(target=lambda: results.update(timeline=asked.timeline(dims, every))),
-            ]
-            for thread in threads:
-                thread.start()
-            for thread in threads:
-                thread.join()
-            assert results == {"bounds": fresh.resident_bytes, "timeline": fresh}
+            assert _in_two_threads(bounds, asked, dims, every) == {"bounds": fresh.resident_bytes, "timeline": fresh}
     finally:
         sys.setswitchinterval(interval)
+
+
+def _in_two_threads(
+    bounds: Iterator[float], simulator: ActivationSimulator, dims: dict[str, int], plans: list[PlanKey]
+) -> dict[str, object]:
+    """The last of ``bounds`` read in one thread while another asks for the config's timeline."""
+    results: dict[str, object] = {}
+    threads = [
+        threading.Thread(target=lambda: results.update(bounds=list(bounds)[-1])),
+        threading.Thread(target=lambda: results.update(timeline=simulator.timeline(dims, plans))),
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return results
 
 
 def test_fits_and_max_batch_answer_as_the_exact_peak_does() -> None:
