@@ -7,7 +7,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 from memopt.ort import PlanKey
-from memopt.predict.planner import _choose_simulated, _lowest_peak
+from memopt.predict.planner import PlanResult, _choose_simulated, _lowest_peak
 
 A, B, C = PlanKey("A+:1:-1"), PlanKey("B+:1:-1"), PlanKey("C+:1:-1")
 
@@ -50,11 +50,8 @@ class FakeModel:
         return 0.0
 
 
-def test_a_fitting_selection_the_search_path_missed_is_found() -> None:
-    # Each plan alone takes 10 off 100; the search takes all three for a 25 cut, and together
-    # they raise the peak to 85. Every plan less A is the lowest peak there is, and it fits.
-    peaks = {frozenset(s): p for s, p in [((), 100), ((A,), 90), ((B,), 90), ((C,), 90)]}
-    peaks |= {frozenset((A, B)): 88, frozenset((A, C)): 88, frozenset((B, C)): 74, frozenset((A, B, C)): 85}
+def _choose_at_75(peaks: dict[frozenset[PlanKey], float]) -> PlanResult:
+    """The planner's choice at batch 8 under a limit of 75, every plan costing the same."""
     common = dict(
         target_batch=8,
         budget_bytes=75,
@@ -65,7 +62,15 @@ def test_a_fitting_selection_the_search_path_missed_is_found() -> None:
         max_batch_no_plans=None,
         ort_version="1.19.2",
     )
-    result = _choose_simulated(FakeModel(peaks), {A: 1.0, B: 1.0, C: 1.0}, 8, 75, common)  # type: ignore[arg-type]
+    return _choose_simulated(FakeModel(peaks), {A: 1.0, B: 1.0, C: 1.0}, 8, 75, common)  # type: ignore[arg-type]
+
+
+def test_a_fitting_selection_the_search_path_missed_is_found() -> None:
+    # Each plan alone takes 10 off 100; the search takes all three for a 25 cut, and together
+    # they raise the peak to 85. Every plan less A is the lowest peak there is, and it fits.
+    peaks = {frozenset(s): p for s, p in [((), 100), ((A,), 90), ((B,), 90), ((C,), 90)]}
+    peaks |= {frozenset((A, B)): 88, frozenset((A, C)): 88, frozenset((B, C)): 74, frozenset((A, B, C)): 85}
+    result = _choose_at_75(peaks)
     assert result.feasible and {c.key for c in result.choices} == {B, C} and result.predicted_bytes == 74
 
 
@@ -75,15 +80,5 @@ def test_plans_of_equal_cost_are_dropped_in_key_order() -> None:
     # without A the rest fit, and then neither B nor C can go.
     peaks = {frozenset(s): p for s, p in [((), 100), ((A,), 90), ((B,), 90), ((C,), 90), ((A, B, C), 70)]}
     peaks |= {frozenset((A, B)): 74, frozenset((A, C)): 74, frozenset((B, C)): 74}
-    common = dict(
-        target_batch=8,
-        budget_bytes=75,
-        limit_bytes=75,
-        baseline_bytes=100,
-        baseline_step_s=None,
-        max_batch_all_plans=None,
-        max_batch_no_plans=None,
-        ort_version="1.19.2",
-    )
-    result = _choose_simulated(FakeModel(peaks), {A: 1.0, B: 1.0, C: 1.0}, 8, 75, common)  # type: ignore[arg-type]
+    result = _choose_at_75(peaks)
     assert {c.key for c in result.choices} == {B, C}

@@ -338,9 +338,9 @@ class _Program:
                     and name not in graph_outputs
                 )
                 shares: str | None = None
-                if may_share and step.node.op_type in _VIEWS:
+                if may_share and op_type in _VIEWS:
                     shares = owner.get(source, "")
-                elif may_share and step.node.op_type in in_place and owner.get(source):
+                elif may_share and op_type in in_place and owner.get(source):
                     shape = self._shape(source)
                     if uses_left[owner[source]] == 1 and shape is not None and shape == self._shape(name):
                         shares = owner[source]
@@ -386,35 +386,33 @@ class _ArenaPlay:
     def __init__(self, program: _Program, sizes: _Sizes) -> None:
         self.program = program
         yield_index = program.yield_index
-        events, held, self._count = _buffer_events(program, sizes)
+        events, held, count = _buffer_events(program, sizes)
         # The outputs the loop holds that are the arena's (an ATen or PythonOp output is PyTorch's).
         self._held = [buffer for buffer in held if not program.buffer_from_torch[buffer]]
+        self._count = count
         self.live_peak, self._peak_index, beside = _live_pass(events, yield_index, _loss_bytes(program, sizes))
         self._outside_bytes = np.array(beside)
-        # The arena's part of a step as one list of operations (``BFCArena.run``), the pages
+        # A step's part in the arena as one list of operations (``BFCArena.run``), the pages
         # touched read at every event. Step r's copy of buffer i is i + (r % 2) * count: a step's
         # buffers are all freed by the end of the next one (the outputs held into it at its
-        # YieldOp), so two copies never meet, and the steps after the first take one of two lists.
-        count, held = self._count, self._held
-        first: list[tuple[int, object, float]] = []
-        later: tuple[list[tuple[int, object, float]], ...] = ([], [])
+        # YieldOp), so two copies never meet and every step takes one of two lists. The first
+        # step's frees of the step before's held outputs find nothing: there was no step before.
+        steps: tuple[list[tuple[int, object, float]], ...] = ([], [])
         for index, (allocated, freed) in enumerate(events):
             for buffer, size, torch in allocated:
                 if not torch:
-                    first.append((ALLOCATE, buffer, size))
-                    later[0].append((ALLOCATE, buffer, size))
-                    later[1].append((ALLOCATE, buffer + count, size))
+                    steps[0].append((ALLOCATE, buffer, size))
+                    steps[1].append((ALLOCATE, buffer + count, size))
             if index == yield_index:  # the loop drops the last step's outputs when forward returns
-                later[0].extend((FREE, buffer + count, 0.0) for buffer in held)
-                later[1].extend((FREE, buffer, 0.0) for buffer in held)
-            for operations in (first, *later):
+                steps[0].extend((FREE, buffer + count, 0.0) for buffer in self._held)
+                steps[1].extend((FREE, buffer, 0.0) for buffer in self._held)
+            for operations in steps:
                 operations.append((MARK, None, 0.0))
             for buffer, _, torch in freed:
                 if not torch:
-                    first.append((FREE, buffer, 0.0))
-                    later[0].append((FREE, buffer, 0.0))
-                    later[1].append((FREE, buffer + count, 0.0))
-        self._first, self._later = first, later
+                    steps[0].append((FREE, buffer, 0.0))
+                    steps[1].append((FREE, buffer + count, 0.0))
+        self._steps = steps
         self._arena = BFCArena()
         self._arena.run([(ALLOCATE, ("constant", name), sizes.constant(name)) for name in program.constants])
         self._seen: set[tuple[object, ...]] = set()  # the arena's state at the end of each step played
@@ -427,8 +425,7 @@ class _ArenaPlay:
         """Play the next step; ``done`` once the figure is final."""
         arena, repeat, outside_bytes = self._arena, self._repeat, self._outside_bytes
         parity = repeat % 2
-        touched = arena.run(self._first if repeat == 0 else self._later[parity])  # per event
-        self._first = []  # played once: a kept play holds only what its next steps need
+        touched = arena.run(self._steps[parity])  # per event
         if touched:
             self.resident = max(self.resident, float((np.array(touched, dtype=float) + outside_bytes).max()))
         self._repeat += 1
