@@ -10,6 +10,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from onnx import TensorProto
 from support.graphs import MS, STEP, node, node_graph, training_graph, yield_op
 
 from memopt.graph.training_graph import load_graph
@@ -315,3 +316,23 @@ def test_the_cycle_collector_is_on_again_after_a_simulation_that_failed() -> Non
     with pytest.raises(ValueError):
         _without_cyclic_gc(failing)()
     assert gc.isenabled()
+
+
+def test_where_takes_two_selections_from_the_arena_before_its_output() -> None:
+    # ORT's CPU Where selects X where the condition holds and Y where it does not into two
+    # tensors of their broadcast shapes, then merges them into its output: at the Where, the
+    # X selection (64 bytes per sample), the Y selection (64 bytes) and the output are live.
+    graph = training_graph(
+        node("Where", ["m", "x", "y"], ["w"]),
+        node("ReduceSum", ["w"], ["l"]),
+        yield_op("l"),
+        tensors={"m": (TensorProto.BOOL, (1, 16)), "y": (TensorProto.FLOAT, ()), "l": (TensorProto.FLOAT, ())},
+        inputs=("x", "m", "y"),
+    )
+    program = _program(graph, (), AnalysisOrder.FILE)
+    scratch = program.allocations[0][:2]
+    assert program.allocations[0][2:] == ("w",)
+    assert [program.buffers[number] for number in program.numbers_released[0]] == list(scratch)
+    timeline = simulate(graph, {"batch": 8})
+    assert (timeline.peak_op, timeline.peak_bytes) == ("Where", 64 * 8 + 64 + 64 * 8)
+    assert simulate(graph, {"batch": 8}, device="cuda").peak_bytes == 64 * 8 + 4  # w and l: CUDA's Where takes none

@@ -47,7 +47,7 @@ from typing import NamedTuple, ParamSpec, TypeVar
 import numpy as np
 
 from memopt.graph.topology import memory_efficient_backward, memory_efficient_order
-from memopt.graph.training_graph import Node, TrainingGraph
+from memopt.graph.training_graph import Dim, Node, TensorInfo, TrainingGraph
 from memopt.logparse import ArenaGrowth
 from memopt.ort.config import PlanKey
 from memopt.ort.rules import AnalysisOrder
@@ -254,10 +254,20 @@ class _Program:
                 if name:
                     readers.setdefault(name, []).append(index)
         owner = self._assign_buffers(device, readers)
-        # Per step, the buffers (named by the tensor that allocated them) it allocates and those
-        # released after it; what is left at the end of the step, in the order allocated.
+        # What a kernel takes from the arena for itself while it runs, freed when it returns.
+        self.scratch: dict[str, TensorInfo] = {}
+        scratch_of: list[tuple[str, ...]] = []
+        for step in steps:
+            shapes = _scratch_shapes(graph, step, self.aliases) if device == "cpu" else ()
+            names = tuple(f"{step.outputs[0]}{_SCRATCH_SUFFIX}{k}" for k in range(len(shapes)))
+            self.scratch.update(zip(names, shapes))
+            scratch_of.append(names)
+        # Per step, the buffers (named by the tensor that allocated them) it allocates, its
+        # kernel's scratch first, and those released after it, the scratch first; what is left
+        # at the end of the step, in the order allocated.
         self.allocations: list[tuple[str, ...]] = [
-            tuple(name for name in step.outputs if name and owner.get(name) == name) for step in steps
+            (*scratch, *(name for name in step.outputs if name and owner.get(name) == name))
+            for step, scratch in zip(steps, scratch_of)
         ]
         release: dict[str, int] = {}  # per buffer, the last step that reads a tensor sharing it
         for name, indices in readers.items():
@@ -265,12 +275,12 @@ class _Program:
             if buffer:
                 release[buffer] = max(release.get(buffer, -1), indices[-1])
         kept = {owner[name] for name in (*graph.graph_outputs, *self.held_names) if owner.get(name)}
-        releases: list[list[str]] = [[] for _ in steps]
+        releases: list[list[str]] = [list(scratch) for scratch in scratch_of]
         for buffer, index in release.items():
             if buffer not in kept:
                 releases[index].append(buffer)
         allocated = [name for names in self.allocations for name in names]
-        left = [name for name in allocated if name in kept or name not in release]
+        left = [name for name in allocated if name in kept or (name not in release and name not in self.scratch)]
         held_buffers = {owner[name] for name in self.held_names if owner.get(name)}
         # The constants a step reads: ORT saves them into the arena as it builds the session.
         self.constants = tuple(name for name in graph.initializers if name in readers)
@@ -364,6 +374,42 @@ class _Program:
         if not info.dims or any(dim is None or dim == "" for dim in info.dims):
             return None
         return (element_size(info.elem_type) or 4, *info.dims)
+
+
+_SCRATCH_SUFFIX = "#scratch"  # a kernel's scratch buffer, named after the step's first output
+
+
+def _scratch_shapes(graph: TrainingGraph, step: _Step, aliases: Mapping[str, str]) -> tuple[TensorInfo, ...]:
+    """The buffers ``step``'s CPU kernel takes from the arena while it runs, in the order it
+    takes them, all before its output: ``Where`` selects X where the condition holds and Y
+    where it does not into two tensors of their broadcast shapes, then merges them into its
+    output (``onnxruntime/core/providers/cpu/tensor/where_op.cc``)."""
+    if step.node.op_type != "Where" or len(step.inputs) != 3 or not all(step.inputs):
+        return ()
+    condition, *values = (graph.tensor(aliases.get(name, name)) for name in step.inputs)
+    output = graph.tensor(aliases.get(step.outputs[0], step.outputs[0]))
+    return tuple(TensorInfo(value.elem_type, _broadcast(condition.dims, value.dims, output.dims)) for value in values)
+
+
+def _broadcast(
+    first: tuple[Dim, ...] | None, second: tuple[Dim, ...] | None, fallback: tuple[Dim, ...] | None
+) -> tuple[Dim, ...] | None:
+    """The shape numpy's broadcasting gives ``first`` and ``second``, named dims taken as
+    neither 1 nor equal to another name; ``fallback`` where that cannot be told."""
+    if first is None or second is None:
+        return fallback
+    width = max(len(first), len(second))
+    shape: list[Dim] = []
+    for a, b in zip((1,) * (width - len(first)) + first, (1,) * (width - len(second)) + second):
+        if a == b or b == 1:
+            shape.append(a)
+        elif a == 1:
+            shape.append(b)
+        elif isinstance(a, int) != isinstance(b, int) and None not in (a, b):
+            shape.append(a if isinstance(a, int) else b)  # a named dim broadcast against a number is that number
+        else:
+            return fallback
+    return tuple(shape)
 
 
 # A play's events: per step, the buffers allocated before it runs and those freed after it,
@@ -669,6 +715,7 @@ class _Sizes:
 
     def __init__(self, program: _Program, dims: Mapping[str, int], exact: dict[str, float | None]) -> None:
         self._graph = program.graph
+        self._scratch = program.scratch
         self._dims = dims
         self._aliases = program.aliases
         self._known: dict[str, float] = {}  # sizes inferred for tensors of unknown shape
@@ -712,7 +759,7 @@ class _Sizes:
         size = self._exact_sizes.get(name, _UNKNOWN)
         if size is not _UNKNOWN:
             return size
-        info = self._graph.tensor(name)
+        info = self._scratch.get(name) or self._graph.tensor(name)
         size = None
         if info.dims is not None and all(d is not None for d in info.dims):
             size = float(element_size(info.elem_type) or 4) * math.prod(
