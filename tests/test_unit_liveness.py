@@ -332,7 +332,9 @@ def test_where_takes_two_selections_from_the_arena_before_its_output() -> None:
     program = _program(graph, (), AnalysisOrder.FILE)
     scratch = program.allocations[0][:2]
     assert program.allocations[0][2:] == ("w",)
-    assert [program.buffers[number] for number in program.numbers_released[0]] == list(scratch)
+    assert [program.buffers[number] for number in program.numbers_released[0]] == [
+        *reversed(scratch)
+    ]  # the Y selection freed first
     timeline = simulate(graph, {"batch": 8})
     assert (timeline.peak_op, timeline.peak_bytes) == ("Where", 64 * 8 + 64 + 64 * 8)
     assert simulate(graph, {"batch": 8}, device="cuda").peak_bytes == 64 * 8 + 4  # w and l: CUDA's Where takes none

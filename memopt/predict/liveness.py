@@ -45,7 +45,9 @@ from dataclasses import dataclass, replace
 from typing import NamedTuple, ParamSpec, TypeVar
 
 import numpy as np
+from onnx import TensorProto
 
+from memopt.graph.expr import ExpressionError, parse_expression
 from memopt.graph.topology import memory_efficient_backward, memory_efficient_order
 from memopt.graph.training_graph import Dim, Node, TensorInfo, TrainingGraph
 from memopt.logparse import ArenaGrowth
@@ -256,25 +258,31 @@ class _Program:
         owner = self._assign_buffers(device, readers)
         # What a kernel takes from the arena for itself while it runs, freed when it returns.
         self.scratch: dict[str, TensorInfo] = {}
+        self.heap: list[tuple[str, ...]] = []  # per step, its kernel's scratch on the heap
+        self.allocations: list[tuple[str, ...]] = []
         scratch_of: list[tuple[str, ...]] = []
         for step in steps:
-            shapes = _scratch_shapes(graph, step, self.aliases) if device == "cpu" else ()
-            names = tuple(f"{step.outputs[0]}{_SCRATCH_SUFFIX}{k}" for k in range(len(shapes)))
-            self.scratch.update(zip(names, shapes))
-            scratch_of.append(names)
-        # Per step, the buffers (named by the tensor that allocated them) it allocates, its
-        # kernel's scratch first, and those released after it, the scratch first; what is left
-        # at the end of the step, in the order allocated.
-        self.allocations: list[tuple[str, ...]] = [
-            (*scratch, *(name for name in step.outputs if name and owner.get(name) == name))
-            for step, scratch in zip(steps, scratch_of)
-        ]
+            scratch = _scratch(graph, step, self.aliases) if device == "cpu" else _NO_SCRATCH
+            before, after = (
+                tuple(f"{step.outputs[0]}{_SCRATCH_SUFFIX}{place}{k}" for k in range(len(shapes)))
+                for place, shapes in zip("ba", scratch)
+            )
+            heap = tuple(f"{step.outputs[0]}{_SCRATCH_SUFFIX}h{k}" for k in range(len(scratch.heap)))
+            self.scratch.update(zip((*before, *after, *heap), (*scratch.before, *scratch.after, *scratch.heap)))
+            self.heap.append(heap)
+            # Per step, the buffers (named by the tensor that allocated them) it allocates, in
+            # order, its kernel's scratch among them.
+            outputs = tuple(name for name in step.outputs if name and owner.get(name) == name)
+            self.allocations.append((*before, *outputs, *after))
+            scratch_of.append((*reversed(after), *reversed(before)))
         release: dict[str, int] = {}  # per buffer, the last step that reads a tensor sharing it
         for name, indices in readers.items():
             buffer = owner.get(name)
             if buffer:
                 release[buffer] = max(release.get(buffer, -1), indices[-1])
         kept = {owner[name] for name in (*graph.graph_outputs, *self.held_names) if owner.get(name)}
+        # Per step, the buffers released after it, its kernel's scratch first; what is left at
+        # the end of the step, in the order allocated.
         releases: list[list[str]] = [list(scratch) for scratch in scratch_of]
         for buffer, index in release.items():
             if buffer not in kept:
@@ -379,16 +387,68 @@ class _Program:
 _SCRATCH_SUFFIX = "#scratch"  # a kernel's scratch buffer, named after the step's first output
 
 
-def _scratch_shapes(graph: TrainingGraph, step: _Step, aliases: Mapping[str, str]) -> tuple[TensorInfo, ...]:
-    """The buffers ``step``'s CPU kernel takes from the arena while it runs, in the order it
-    takes them, all before its output: ``Where`` selects X where the condition holds and Y
-    where it does not into two tensors of their broadcast shapes, then merges them into its
-    output (``onnxruntime/core/providers/cpu/tensor/where_op.cc``)."""
-    if step.node.op_type != "Where" or len(step.inputs) != 3 or not all(step.inputs):
-        return ()
-    condition, *values = (graph.tensor(aliases.get(name, name)) for name in step.inputs)
-    output = graph.tensor(aliases.get(step.outputs[0], step.outputs[0]))
-    return tuple(TensorInfo(value.elem_type, _broadcast(condition.dims, value.dims, output.dims)) for value in values)
+class _Scratch(NamedTuple):
+    """The buffers a CPU kernel takes from the arena while it runs, in the order it takes them:
+    those before its outputs, then those after. It frees them as it returns, the last first.
+    ``heap``: what it takes from the C++ heap meanwhile, outside the arena but in the process."""
+
+    before: tuple[TensorInfo, ...] = ()
+    after: tuple[TensorInfo, ...] = ()
+    heap: tuple[TensorInfo, ...] = ()
+
+
+_NO_SCRATCH = _Scratch()
+
+
+def _scratch(graph: TrainingGraph, step: _Step, aliases: Mapping[str, str]) -> _Scratch:
+    """What ``step``'s CPU kernel takes from the arena, as ORT 1.19's kernels do (sources under
+    ``onnxruntime/core/providers/cpu``, ``contrib_ops/cpu`` and ``orttraining/training_ops/cpu``).
+    Heap buffers (``std::vector``, Eigen's temporaries, MLAS's own) are not the arena's."""
+    op_type, inputs = step.node.op_type, step.inputs
+
+    def info(name: str) -> TensorInfo:
+        return graph.tensor(aliases.get(name, name))
+
+    output = info(step.outputs[0]) if step.outputs and step.outputs[0] else TensorInfo(None, None)
+    if op_type == "Where" and len(inputs) == 3 and all(inputs):
+        # where_op.cc: X where the condition holds, then Y where it does not, each into a tensor
+        # of its broadcast shape, merged into the output.
+        condition, *values = map(info, inputs)
+        return _Scratch(
+            before=tuple(TensorInfo(v.elem_type, _broadcast(condition.dims, v.dims, output.dims)) for v in values)
+        )
+    if op_type in ("Sum", "Min") and len(inputs) >= 3 and (step.node.since_version or 8) >= 8:
+        # element_wise_ops.cc, UntypedBroadcastVariadic: the inputs folded pairwise through
+        # temporaries, the last pair into the output. With more than three inputs a temporary
+        # is freed as the next is taken, which lands in the freed one's place: one buffer
+        # beside the output, as here.
+        dims: tuple[Dim, ...] | None = info(inputs[0]).dims
+        for name in inputs[1:-1]:
+            dims = _broadcast(dims, info(name).dims, output.dims)
+        return _Scratch(before=(TensorInfo(output.elem_type, dims),))
+    if op_type in ("BiasGelu", "FastGelu") and len(inputs) >= 2 and inputs[1]:
+        # bias_gelu.cc: X + B into a float buffer taken after the output.
+        return _Scratch(after=(TensorInfo(TensorProto.FLOAT, info(inputs[0]).dims),))
+    if op_type in ("BiasGeluGrad_dX", "BiasFastGeluGrad_dX") and len(inputs) >= 2:
+        # activations_grad.cc: X + B, after dX.
+        return _Scratch(after=(TensorInfo(TensorProto.FLOAT, info(inputs[1]).dims),))
+    if op_type == "SoftmaxCrossEntropyLossInternal" and inputs:
+        # softmax_cross_entropy_loss.cc: logits of rank > 2 transposed to (N, D1…, C) first;
+        # the shifted logits in a std::vector, and the log-probabilities too when the node
+        # does not output them.
+        logits = info(inputs[0])
+        heap = (TensorInfo(TensorProto.FLOAT, logits.dims),) * (1 if len(step.outputs) > 1 and step.outputs[1] else 2)
+        return _Scratch(before=(logits,) if _rank(logits) > 2 else (), heap=heap)
+    if op_type == "SoftmaxCrossEntropyLossInternalGrad" and len(inputs) >= 2 and _rank(info(inputs[1])) > 2:
+        return _Scratch(after=(info(inputs[1]),))  # log_prob transposed back, after d_logit
+    if op_type in ("LayerNormalizationGrad", "SimplifiedLayerNormalizationGrad") and len(inputs) > 1 and inputs[1]:
+        # layer_norm.cc (training): four Eigen arrays the size of X, live together.
+        return _Scratch(heap=(info(inputs[1]),) * 4)
+    return _NO_SCRATCH
+
+
+def _rank(info: TensorInfo) -> int:
+    return len(info.dims) if info.dims is not None else 0
 
 
 def _broadcast(
@@ -436,7 +496,7 @@ class _ArenaPlay:
         # The outputs the loop holds that are the arena's (an ATen or PythonOp output is PyTorch's).
         self._held = [buffer for buffer in held if not program.buffer_from_torch[buffer]]
         self._count = count
-        self.live_peak, self._peak_index, beside = _live_pass(events, yield_index, _loss_bytes(program, sizes))
+        self.live_peak, self._peak_index, beside = _live_pass(events, _transients(program, sizes))
         self._outside_bytes = np.array(beside)
         # A step's part in the arena as one list of operations (``BFCArena.run``), the pages
         # touched read at every event. Step r's copy of buffer i is i + (r % 2) * count: a step's
@@ -505,7 +565,7 @@ def _live_peak(program: _Program, sizes: _Sizes) -> float:
     """The live peak of one step: what a play's resident figure can never be under (every live
     buffer lies in pages the allocator handed out), without playing the allocator."""
     events, _, _ = _buffer_events(program, sizes)
-    return _live_pass(events, program.yield_index, _loss_bytes(program, sizes))[0]
+    return _live_pass(events, _transients(program, sizes))[0]
 
 
 def _loss_bytes(program: _Program, sizes: _Sizes) -> float:
@@ -513,10 +573,19 @@ def _loss_bytes(program: _Program, sizes: _Sizes) -> float:
     return sizes.torch_loss(program.steps[yield_index]) if yield_index is not None else 0.0
 
 
-def _live_pass(events: _Events, yield_index: int | None, loss_bytes: float) -> tuple[float, int, list[float]]:
+def _transients(program: _Program, sizes: _Sizes) -> dict[int, float]:
+    """Per step, the bytes held outside the arena while it runs only: PyTorch's loss at the
+    YieldOp, a kernel's scratch on the heap."""
+    transients = {index: sum(map(sizes.scratch, names)) for index, names in enumerate(program.heap) if names}
+    if program.yield_index is not None:
+        transients[program.yield_index] = transients.get(program.yield_index, 0.0) + _loss_bytes(program, sizes)
+    return transients
+
+
+def _live_pass(events: _Events, transients: Mapping[int, float]) -> tuple[float, int, list[float]]:
     """One pass over a step's events without the allocator: the live peak, the event it comes
-    at, and per event what is held outside ORT's arena (PyTorch's gradients, and its loss at
-    the YieldOp), the same in every step."""
+    at, and per event what is held outside ORT's arena (PyTorch's gradients, and per step its
+    ``transients``), the same in every step."""
     live = outside = 0.0
     peak, peak_index = 0.0, -1
     beside: list[float] = []
@@ -525,7 +594,7 @@ def _live_pass(events: _Events, yield_index: int | None, loss_bytes: float) -> t
             live += size
             if torch:
                 outside += size
-        transient = loss_bytes if index == yield_index else 0.0
+        transient = transients.get(index, 0.0)
         if live + transient > peak:
             peak, peak_index = live + transient, index
         beside.append(outside + transient)
@@ -720,6 +789,7 @@ class _Sizes:
         self._aliases = program.aliases
         self._known: dict[str, float] = {}  # sizes inferred for tensors of unknown shape
         self._exact_sizes = exact  # shared by every play at these dims: a tensor's size is one
+        self._expressions: dict[str, float] = {}  # a dim named by an expression: its value here
 
     def of(self, name: str, step: _Step) -> float:
         name = self._aliases.get(name, name)
@@ -740,6 +810,10 @@ class _Sizes:
             size = exact.get(aliases.get(name, name), _UNKNOWN)
             sizes.append(self.of(name, steps[index]) if size is None or size is _UNKNOWN else size)
         return sizes
+
+    def scratch(self, name: str) -> float:
+        """A kernel's scratch buffer's bytes (none where its shape is not known)."""
+        return self._exact(name) or 0.0
 
     def constant(self, name: str) -> float:
         """A constant's bytes (its dims are fixed)."""
@@ -762,11 +836,28 @@ class _Sizes:
         info = self._scratch.get(name) or self._graph.tensor(name)
         size = None
         if info.dims is not None and all(d is not None for d in info.dims):
-            size = float(element_size(info.elem_type) or 4) * math.prod(
-                float(d) if isinstance(d, int) else float(self._dims.get(d, 1)) for d in info.dims if d is not None
-            )
+            size = float(element_size(info.elem_type) or 4) * math.prod(map(self._dim, info.dims))
         self._exact_sizes[name] = size
         return size
+
+    def _dim(self, dim: Dim) -> float:
+        """A dim's value at these dims. ORT's shape inference names merged dims by expressions
+        (``input_ids_dim0*(input_ids_dim1 - 1)``: a language model's shifted logits, flattened);
+        a name with no value counts 1."""
+        if isinstance(dim, int):
+            return float(dim)
+        if dim is None:
+            return 1.0
+        value = self._dims.get(dim)
+        if value is not None:
+            return float(value)
+        if dim not in self._expressions:
+            try:
+                expression = parse_expression(dim)
+                self._expressions[dim] = expression.evaluate({**dict.fromkeys(expression.symbols, 1), **self._dims})
+            except ExpressionError:  # not an expression this parser reads: an odd name
+                self._expressions[dim] = 1.0
+        return self._expressions[dim]
 
 
 _UNKNOWN = -1.0  # not a size: _Sizes has not looked this tensor up yet
