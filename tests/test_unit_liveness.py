@@ -338,3 +338,71 @@ def test_where_takes_two_selections_from_the_arena_before_its_output() -> None:
     timeline = simulate(graph, {"batch": 8})
     assert (timeline.peak_op, timeline.peak_bytes) == ("Where", 64 * 8 + 64 + 64 * 8)
     assert simulate(graph, {"batch": 8}, device="cuda").peak_bytes == 64 * 8 + 4  # w and l: CUDA's Where takes none
+
+
+def test_a_variadic_sum_folds_through_one_temporary_and_biasgelu_takes_its_own_after_the_output() -> None:
+    graph = training_graph(
+        node("Sum", ["a", "b", "c"], ["s"]),
+        node("BiasGelu", ["s", "bias"], ["g"], domain=MS),
+        node("ReduceSum", ["g"], ["l"]),
+        yield_op("l"),
+        tensors={"bias": (TensorProto.FLOAT, (16,)), "l": (TensorProto.FLOAT, ())},
+        inputs=("a", "b", "c", "bias"),
+    )
+    program = _program(graph, (), AnalysisOrder.FILE)
+    summed, biased = program.allocations[:2]
+    assert len(summed) == 2 and summed[1] == "s"  # a + b into a temporary, then that + c into s
+    assert len(biased) == 2 and biased[0] == "g"  # X + B into a float buffer after the output
+    # At the Sum: the temporary and s; at the BiasGelu: s, g and X + B.
+    assert simulate(graph, {"batch": 4}).peak_bytes == 3 * 64 * 4
+
+
+def test_a_kernels_heap_scratch_counts_at_its_step_only() -> None:
+    # LayerNormalizationGrad's CPU kernel builds four Eigen arrays the size of X on the heap:
+    # outside the arena, live while it runs.
+    graph = training_graph(
+        node("LayerNormalization", ["x", "scale"], ["y", "mean", "inv_std"], axis=-1),
+        node("ReduceSum", ["y"], ["l"]),
+        yield_op("l"),
+        node("Expand", ["dl", "shape"], ["dy"]),
+        node("LayerNormalizationGrad", ["dy", "x", "scale", "mean", "inv_std"], ["dx", "dscale", "dbias"], domain=MS),
+        tensors={
+            "scale": (TensorProto.FLOAT, (16,)),
+            "mean": (TensorProto.FLOAT, ("batch", 1)),
+            "inv_std": (TensorProto.FLOAT, ("batch", 1)),
+            "l": (TensorProto.FLOAT, ()),
+            "dl": (TensorProto.FLOAT, ()),
+            "shape": (TensorProto.INT64, (2,)),
+            "dscale": (TensorProto.FLOAT, (16,)),
+            "dbias": (TensorProto.FLOAT, (16,)),
+        },
+        inputs=("x", "scale", "shape"),
+    )
+    timeline = simulate(graph, {"batch": 64})
+    assert timeline.peak_op == "LayerNormalizationGrad"
+    # mean and inv_std (256 bytes each), dy, dx and four arrays of X's size (4 KiB each), the
+    # two 64-byte parameter gradients and PyTorch's 4-byte dl.
+    assert timeline.peak_bytes == 2 * 256 + 6 * 4096 + 2 * 64 + 4
+
+
+def test_a_dim_named_by_an_expression_takes_its_value() -> None:
+    # ORT's shape inference names a language model's flattened, shifted logits by an
+    # expression of the input dims; sized as one row, an in-graph loss's buffers vanish.
+    graph = training_graph(
+        node("Gelu", ["x"], ["h"], domain=MS),
+        node("Reshape", ["h", "shape"], ["flat"]),
+        node("Gelu", ["flat"], ["g"], domain=MS),
+        node("ReduceSum", ["g"], ["l"]),
+        yield_op("l"),
+        tensors={
+            "x": (TensorProto.FLOAT, ("batch", "seq", 16)),
+            "h": (TensorProto.FLOAT, ("batch", "seq", 16)),
+            "flat": (TensorProto.FLOAT, ("batch*(seq - 1)", 16)),
+            "g": (TensorProto.FLOAT, ("batch*(seq - 1)", 16)),
+            "shape": (TensorProto.INT64, (2,)),
+            "l": (TensorProto.FLOAT, ()),
+        },
+        inputs=("x", "shape"),
+    )
+    # At the second Gelu: h (= flat, a view) and g, 2 × 5 × 16 floats and 2 × 4 × 16.
+    assert simulate(graph, {"batch": 2, "seq": 5}).peak_bytes == 4 * (2 * 5 * 16 + 2 * 4 * 16)

@@ -17,7 +17,11 @@ What ORT's allocator adds is modelled where it is structural:
 - at the YieldOp, PyTorch computes the loss on the yielded outputs unless the model
   returned its own (a scalar among them): two copies of the largest (a cross-entropy's
   log-softmax and its gradient) are live there, outside ORT's arena, as are the gradients
-  PyTorch hands back (the YieldOp's outputs) until ORT's backward is done with them.
+  PyTorch hands back (the YieldOp's outputs) until ORT's backward is done with them;
+- on CPU, what a kernel takes for itself while it runs: arena buffers (``Where``'s two
+  selections, a variadic ``Sum``'s temporary, ``BiasGelu``'s X + B…) placed before or after
+  its outputs as the kernel takes them, and heap buffers (the cross-entropy's shifted
+  logits, ``LayerNormalizationGrad``'s arrays) held outside the arena at that step.
 The same allocations and frees, played through the device's allocator over several steps,
 give ``resident_bytes``, what a trial's peak reads and the memory model predicts from. On CPU
 that allocator is ORT's BFC arena (``memopt.predict.arena``) and the figure the pages it
