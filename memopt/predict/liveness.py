@@ -266,17 +266,21 @@ class _Program:
         self.allocations: list[tuple[str, ...]] = []
         scratch_of: list[tuple[str, ...]] = []
         for step in steps:
-            scratch = _scratch(graph, step, self.aliases) if device == "cpu" else _NO_SCRATCH
-            before, after = (
-                tuple(f"{step.outputs[0]}{_SCRATCH_SUFFIX}{place}{k}" for k in range(len(shapes)))
-                for place, shapes in zip("ba", scratch)
-            )
-            heap = tuple(f"{step.outputs[0]}{_SCRATCH_SUFFIX}h{k}" for k in range(len(scratch.heap)))
-            self.scratch.update(zip((*before, *after, *heap), (*scratch.before, *scratch.after, *scratch.heap)))
-            self.heap.append(heap)
             # Per step, the buffers (named by the tensor that allocated them) it allocates, in
             # order, its kernel's scratch among them.
             outputs = tuple(name for name in step.outputs if name and owner.get(name) == name)
+            if device != "cpu" or step.node.op_type not in _SCRATCH_KERNELS:
+                self.allocations.append(outputs)
+                self.heap.append(())
+                scratch_of.append(())
+                continue
+            scratch = _scratch(graph, step, self.aliases)
+            before, after, heap = (
+                tuple(f"{step.outputs[0]}{_SCRATCH_SUFFIX}{place}{k}" for k in range(len(shapes)))
+                for place, shapes in zip("bah", scratch)
+            )
+            self.scratch.update(zip((*before, *after, *heap), (*scratch.before, *scratch.after, *scratch.heap)))
+            self.heap.append(heap)
             self.allocations.append((*before, *outputs, *after))
             scratch_of.append((*reversed(after), *reversed(before)))
         release: dict[str, int] = {}  # per buffer, the last step that reads a tensor sharing it
@@ -402,6 +406,22 @@ class _Scratch(NamedTuple):
 
 
 _NO_SCRATCH = _Scratch()
+# The op types ``_scratch`` knows a CPU kernel of that takes buffers for itself.
+_SCRATCH_KERNELS = frozenset(
+    {
+        "Where",
+        "Sum",
+        "Min",
+        "BiasGelu",
+        "FastGelu",
+        "BiasGeluGrad_dX",
+        "BiasFastGeluGrad_dX",
+        "SoftmaxCrossEntropyLossInternal",
+        "SoftmaxCrossEntropyLossInternalGrad",
+        "LayerNormalizationGrad",
+        "SimplifiedLayerNormalizationGrad",
+    }
+)
 
 
 def _scratch(graph: TrainingGraph, step: _Step, aliases: Mapping[str, str]) -> _Scratch:
