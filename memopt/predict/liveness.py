@@ -265,7 +265,7 @@ class _Program:
         self.heap: list[tuple[str, ...]] = []  # per step, its kernel's scratch on the heap
         self.allocations: list[tuple[str, ...]] = []
         scratch_of: list[tuple[str, ...]] = []
-        for step in steps:
+        for index, step in enumerate(steps):
             # Per step, the buffers (named by the tensor that allocated them) it allocates, in
             # order, its kernel's scratch among them.
             outputs = tuple(name for name in step.outputs if name and owner.get(name) == name)
@@ -276,7 +276,7 @@ class _Program:
                 continue
             scratch = _scratch(graph, step, self.aliases)
             before, after, heap = (
-                tuple(f"{step.outputs[0]}{_SCRATCH_SUFFIX}{place}{k}" for k in range(len(shapes)))
+                tuple(f"{_SCRATCH_PREFIX}{index}{place}{k}" for k in range(len(shapes)))
                 for place, shapes in zip("bah", scratch)
             )
             self.scratch.update(zip((*before, *after, *heap), (*scratch.before, *scratch.after, *scratch.heap)))
@@ -392,7 +392,7 @@ class _Program:
         return (element_size(info.elem_type) or 4, *info.dims)
 
 
-_SCRATCH_SUFFIX = "#scratch"  # a kernel's scratch buffer, named after the step's first output
+_SCRATCH_PREFIX = "#scratch:"  # a kernel's scratch buffer, named after its step's index
 
 
 class _Scratch(NamedTuple):
