@@ -23,6 +23,8 @@ from memopt.predict.liveness import (
     Timeline,
     _program,
     _schedule,
+    _Sizes,
+    _transients,
     _without_cyclic_gc,
     simulate,
 )
@@ -354,6 +356,8 @@ def test_a_variadic_sum_folds_through_one_temporary_and_biasgelu_takes_its_own_a
     assert len(summed) == 2 and summed[1] == "s"  # a + b into a temporary, then that + c into s
     assert len(biased) == 2 and biased[0] == "g"  # X + B into a float buffer after the output
     # At the Sum: the temporary and s; at the BiasGelu: s, g and X + B.
+    sizes = _Sizes(program, {"batch": 4}, {})
+    assert sizes.scratch(summed[0]) == sizes.scratch(biased[1]) == 64 * 4
     assert simulate(graph, {"batch": 4}).peak_bytes == 3 * 64 * 4
 
 
@@ -378,6 +382,10 @@ def test_a_kernels_heap_scratch_counts_at_its_step_only() -> None:
         },
         inputs=("x", "scale", "shape"),
     )
+    program = _program(graph, (), AnalysisOrder.FILE)
+    grad = len(program.steps) - 1
+    assert not any(name in program.scratch for name in program.allocations[grad])  # none in the arena
+    assert _transients(program, _Sizes(program, {"batch": 64}, {})) == {grad: 4 * 4096, program.yield_index: 0.0}
     timeline = simulate(graph, {"batch": 64})
     assert timeline.peak_op == "LayerNormalizationGrad"
     # mean and inv_std (256 bytes each), dy, dx and four arrays of X's size (4 KiB each), the
@@ -406,3 +414,37 @@ def test_a_dim_named_by_an_expression_takes_its_value() -> None:
     )
     # At the second Gelu: h (= flat, a view) and g, 2 × 5 × 16 floats and 2 × 4 × 16.
     assert simulate(graph, {"batch": 2, "seq": 5}).peak_bytes == 4 * (2 * 5 * 16 + 2 * 4 * 16)
+
+
+def test_a_configs_scratch_never_takes_another_configs_size() -> None:
+    # Sizes at some dims are shared by every config: a recomputed Where's selections and a Sum's
+    # temporary must not share a name when the clone moves the Sum's position.
+    graph = training_graph(
+        node("Where", ["m", "x", "y"], ["w"], name="where"),
+        node("Mul", ["w", "w"], ["o"]),
+        yield_op("o"),
+        node("Sum", ["q", "r", "w"], ["s"], name="sum"),
+        node("ReduceSum", ["s"], ["ds"]),
+        tensors={
+            "m": (TensorProto.BOOL, ("batch", 1)),
+            "x": (TensorProto.FLOAT, ()),
+            "y": (TensorProto.FLOAT, ()),
+            **{name: (TensorProto.FLOAT, ("batch", 1)) for name in ("w", "o", "do", "ds")},
+            **{name: (TensorProto.FLOAT, ("batch", 1024)) for name in ("q", "r", "s")},
+        },
+        inputs=("m", "x", "y", "q", "r"),
+    )
+    plans = {PlanKey("Where+:1:-1"): (Recompute("where", ("where",)),)}
+    fresh = ActivationSimulator(graph, plans).timeline({"batch": 64})
+    shared = ActivationSimulator(graph, plans)
+    shared.timeline({"batch": 64}, [PlanKey("Where+:1:-1")])
+    assert shared.timeline({"batch": 64}) == fresh
+
+
+def test_a_dim_expression_never_counts_below_zero_and_unknown_names_count_one() -> None:
+    graph = node_graph([("gelu", "Gelu", ("x",), ("a",)), ("yield", "YieldOp", ("a",), ("da",))])
+    sizes = _Sizes(_program(graph, (), AnalysisOrder.FILE), {"seq": 1, "batch": 4}, {})
+    assert sizes._dim("seq - 2") == 0.0
+    assert sizes._dim("batch*(unknown - 1)") == 1.0
+    assert sizes._dim("batch*(seq + 1)") == 8.0
+    assert sizes._dim("not an (expression") == 1.0

@@ -265,7 +265,7 @@ class _Program:
         self.heap: list[tuple[str, ...]] = []  # per step, its kernel's scratch on the heap
         self.allocations: list[tuple[str, ...]] = []
         scratch_of: list[tuple[str, ...]] = []
-        for index, step in enumerate(steps):
+        for step in steps:
             # Per step, the buffers (named by the tensor that allocated them) it allocates, in
             # order, its kernel's scratch among them.
             outputs = tuple(name for name in step.outputs if name and owner.get(name) == name)
@@ -275,8 +275,10 @@ class _Program:
                 scratch_of.append(())
                 continue
             scratch = _scratch(graph, step, self.aliases)
+            # Named by the node (its clone apart): sizes at some dims are shared by every config.
+            node = f"{step.node.order}{'r' if step.recomputed else ''}"
             before, after, heap = (
-                tuple(f"{_SCRATCH_PREFIX}{index}{place}{k}" for k in range(len(shapes)))
+                tuple(f"{_SCRATCH_PREFIX}{node}{place}{k}" for k in range(len(shapes)))
                 for place, shapes in zip("bah", scratch)
             )
             self.scratch.update(zip((*before, *after, *heap), (*scratch.before, *scratch.after, *scratch.heap)))
@@ -392,7 +394,7 @@ class _Program:
         return (element_size(info.elem_type) or 4, *info.dims)
 
 
-_SCRATCH_PREFIX = "#scratch:"  # a kernel's scratch buffer, named after its step's index
+_SCRATCH_PREFIX = "#scratch:"  # a kernel's scratch buffer, named after its node
 
 
 class _Scratch(NamedTuple):
@@ -406,20 +408,24 @@ class _Scratch(NamedTuple):
 
 
 _NO_SCRATCH = _Scratch()
+_VARIADIC = frozenset({"Sum", "Min", "Max", "Mean"})
+_CROSS_ENTROPY = frozenset({"SoftmaxCrossEntropyLoss", "SoftmaxCrossEntropyLossInternal"})
+_CROSS_ENTROPY_GRAD = frozenset({"SoftmaxCrossEntropyLossGrad", "SoftmaxCrossEntropyLossInternalGrad"})
+_LAYER_NORM_GRAD = frozenset(
+    {"LayerNormalizationGrad", "SimplifiedLayerNormalizationGrad", "InvertibleLayerNormalizationGrad"}
+)
 # The op types ``_scratch`` knows a CPU kernel of that takes buffers for itself.
 _SCRATCH_KERNELS = frozenset(
     {
         "Where",
-        "Sum",
-        "Min",
         "BiasGelu",
         "FastGelu",
         "BiasGeluGrad_dX",
         "BiasFastGeluGrad_dX",
-        "SoftmaxCrossEntropyLossInternal",
-        "SoftmaxCrossEntropyLossInternalGrad",
-        "LayerNormalizationGrad",
-        "SimplifiedLayerNormalizationGrad",
+        *_VARIADIC,
+        *_CROSS_ENTROPY,
+        *_CROSS_ENTROPY_GRAD,
+        *_LAYER_NORM_GRAD,
     }
 )
 
@@ -441,11 +447,11 @@ def _scratch(graph: TrainingGraph, step: _Step, aliases: Mapping[str, str]) -> _
         return _Scratch(
             before=tuple(TensorInfo(v.elem_type, _broadcast(condition.dims, v.dims, output.dims)) for v in values)
         )
-    if op_type in ("Sum", "Min") and len(inputs) >= 3 and (step.node.since_version or 8) >= 8:
+    if op_type in _VARIADIC and len(inputs) >= 3 and (step.node.since_version or 8) >= 8:
         # element_wise_ops.cc, UntypedBroadcastVariadic: the inputs folded pairwise through
-        # temporaries, the last pair into the output. With more than three inputs a temporary
-        # is freed as the next is taken, which lands in the freed one's place: one buffer
-        # beside the output, as here.
+        # temporaries, the last pair into the output. With more than three inputs the next
+        # temporary is taken before the one it reads is freed, and the output lands in the
+        # freed one's place: at most two buffers live beside the inputs, as here.
         dims: tuple[Dim, ...] | None = info(inputs[0]).dims
         for name in inputs[1:-1]:
             dims = _broadcast(dims, info(name).dims, output.dims)
@@ -456,17 +462,18 @@ def _scratch(graph: TrainingGraph, step: _Step, aliases: Mapping[str, str]) -> _
     if op_type in ("BiasGeluGrad_dX", "BiasFastGeluGrad_dX") and len(inputs) >= 2:
         # activations_grad.cc: X + B, after dX.
         return _Scratch(after=(TensorInfo(TensorProto.FLOAT, info(inputs[1]).dims),))
-    if op_type == "SoftmaxCrossEntropyLossInternal" and inputs:
+    if op_type in _CROSS_ENTROPY and inputs:
         # softmax_cross_entropy_loss.cc: logits of rank > 2 transposed to (N, D1…, C) first;
         # the shifted logits in a std::vector, and the log-probabilities too when the node
         # does not output them.
         logits = info(inputs[0])
         heap = (TensorInfo(TensorProto.FLOAT, logits.dims),) * (1 if len(step.outputs) > 1 and step.outputs[1] else 2)
         return _Scratch(before=(logits,) if _rank(logits) > 2 else (), heap=heap)
-    if op_type == "SoftmaxCrossEntropyLossInternalGrad" and len(inputs) >= 2 and _rank(info(inputs[1])) > 2:
+    if op_type in _CROSS_ENTROPY_GRAD and len(inputs) >= 2 and _rank(info(inputs[1])) > 2:
         return _Scratch(after=(info(inputs[1]),))  # log_prob transposed back, after d_logit
-    if op_type in ("LayerNormalizationGrad", "SimplifiedLayerNormalizationGrad") and len(inputs) > 1 and inputs[1]:
-        # layer_norm.cc (training): four Eigen arrays the size of X, live together.
+    if op_type in _LAYER_NORM_GRAD and len(inputs) > 1 and inputs[1]:
+        # layer_norm.cc (training): four Eigen arrays the size of X (Y for the invertible
+        # one), live together.
         return _Scratch(heap=(info(inputs[1]),) * 4)
     return _NO_SCRATCH
 
@@ -867,7 +874,7 @@ class _Sizes:
     def _dim(self, dim: Dim) -> float:
         """A dim's value at these dims. ORT's shape inference names merged dims by expressions
         (``input_ids_dim0*(input_ids_dim1 - 1)``: a language model's shifted logits, flattened);
-        a name with no value counts 1."""
+        a name, or an expression of names, with no value counts 1, and none counts below 0."""
         if isinstance(dim, int):
             return float(dim)
         if dim is None:
@@ -878,7 +885,8 @@ class _Sizes:
         if dim not in self._expressions:
             try:
                 expression = parse_expression(dim)
-                self._expressions[dim] = expression.evaluate({**dict.fromkeys(expression.symbols, 1), **self._dims})
+                known = expression.symbols <= self._dims.keys()
+                self._expressions[dim] = max(0.0, expression.evaluate(self._dims)) if known else 1.0
             except ExpressionError:  # not an expression this parser reads: an odd name
                 self._expressions[dim] = 1.0
         return self._expressions[dim]
