@@ -389,8 +389,8 @@ def test_a_kernels_heap_scratch_counts_at_its_step_only() -> None:
     timeline = simulate(graph, {"batch": 64})
     assert timeline.peak_op == "LayerNormalizationGrad"
     # mean and inv_std (256 bytes each), dy, dx and four arrays of X's size (4 KiB each), the
-    # two 64-byte parameter gradients and PyTorch's 4-byte dl.
-    assert timeline.peak_bytes == 2 * 256 + 6 * 4096 + 2 * 64 + 4
+    # two 64-byte parameter gradients, and the 4-byte l and dl PyTorch holds.
+    assert timeline.peak_bytes == 2 * 256 + 6 * 4096 + 2 * 64 + 2 * 4
 
 
 def test_a_dim_named_by_an_expression_takes_its_value() -> None:
@@ -448,3 +448,26 @@ def test_a_dim_expression_never_counts_below_zero_and_unknown_names_count_one() 
     assert sizes._dim("batch*(unknown - 1)") == 1.0
     assert sizes._dim("batch*(seq + 1)") == 8.0
     assert sizes._dim("not an (expression") == 1.0
+
+
+def test_the_gradients_pytorch_hands_back_live_until_the_backward_returns() -> None:
+    # ORTModule's backward holds its grad_outputs (here dc, read by the first backward node
+    # only) until ORT's backward returns.
+    graph = node_graph(
+        [
+            ("gelu", "Gelu", ("x",), ("a",)),
+            ("mm", "MatMul", ("a", "w"), ("c",)),
+            ("loss", "ReduceMean", ("c",), ("l",)),
+            ("yield", "YieldOp", ("l", "c"), ("dl", "dc")),
+            ("mm_grad", "MatMul", ("dc", "w"), ("da",)),
+            ("gelu_grad", "GeluGrad", ("da", "x"), ("dx",)),
+        ],
+        outputs=("dx",),
+        scalars=frozenset({"l", "dl"}),
+    )
+    program = _program(graph, (), AnalysisOrder.FILE)
+    last = [program.buffers[number] for number in program.numbers_released[-1]]
+    assert "dc" in last and "dl" in last
+    timeline = simulate(graph, {"b": 1})
+    # At gelu_grad: c (the loop's), dc (PyTorch's), da and dx, 1 KiB each, and l and dl.
+    assert (timeline.peak_node, timeline.peak_bytes) == ("gelu_grad", 4 * 1024 + 2 * 4)

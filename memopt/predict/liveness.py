@@ -17,7 +17,7 @@ What ORT's allocator adds is modelled where it is structural:
 - at the YieldOp, PyTorch computes the loss on the yielded outputs unless the model
   returned its own (a scalar among them): two copies of the largest (a cross-entropy's
   log-softmax and its gradient) are live there, outside ORT's arena, as are the gradients
-  PyTorch hands back (the YieldOp's outputs) until ORT's backward is done with them;
+  PyTorch hands back (the YieldOp's outputs), held by ORTModule's backward until it returns;
 - on CPU, what a kernel takes for itself while it runs: arena buffers (``Where``'s two
   selections, a variadic ``Sum``'s temporary, ``BiasGelu``'s X + B…) placed before or after
   its outputs as the kernel takes them, and heap buffers (the cross-entropy's shifted
@@ -290,7 +290,10 @@ class _Program:
             buffer = owner.get(name)
             if buffer:
                 release[buffer] = max(release.get(buffer, -1), indices[-1])
-        kept = {owner[name] for name in (*graph.graph_outputs, *self.held_names) if owner.get(name)}
+        # PyTorch holds the gradients it hands to the YieldOp (ORTModule's backward keeps its
+        # grad_outputs) until ORT's backward returns: they live to the end of the step.
+        handed_back = yielded.outputs if yielded is not None else ()
+        kept = {owner[name] for name in (*graph.graph_outputs, *self.held_names, *handed_back) if owner.get(name)}
         # Per step, the buffers released after it, its kernel's scratch first; what is left at
         # the end of the step, in the order allocated.
         releases: list[list[str]] = [list(scratch) for scratch in scratch_of]
