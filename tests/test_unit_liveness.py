@@ -357,7 +357,7 @@ def test_a_variadic_sum_folds_through_one_temporary_and_biasgelu_takes_its_own_a
     assert len(biased) == 2 and biased[0] == "g"  # X + B into a float buffer after the output
     # At the Sum: the temporary and s; at the BiasGelu: s, g and X + B.
     sizes = _Sizes(program, {"batch": 4}, {})
-    assert sizes.scratch(summed[0]) == sizes.scratch(biased[1]) == 64 * 4
+    assert sizes.known(summed[0]) == sizes.known(biased[1]) == 64 * 4
     assert simulate(graph, {"batch": 4}).peak_bytes == 3 * 64 * 4
 
 

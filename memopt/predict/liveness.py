@@ -412,6 +412,8 @@ class _Scratch(NamedTuple):
 
 _NO_SCRATCH = _Scratch()
 _VARIADIC = frozenset({"Sum", "Min", "Max", "Mean"})
+_BIAS_GELU = frozenset({"BiasGelu", "FastGelu"})
+_BIAS_GELU_GRAD = frozenset({"BiasGeluGrad_dX", "BiasFastGeluGrad_dX"})
 _CROSS_ENTROPY = frozenset({"SoftmaxCrossEntropyLoss", "SoftmaxCrossEntropyLossInternal"})
 _CROSS_ENTROPY_GRAD = frozenset({"SoftmaxCrossEntropyLossGrad", "SoftmaxCrossEntropyLossInternalGrad"})
 _LAYER_NORM_GRAD = frozenset(
@@ -421,11 +423,9 @@ _LAYER_NORM_GRAD = frozenset(
 _SCRATCH_KERNELS = frozenset(
     {
         "Where",
-        "BiasGelu",
-        "FastGelu",
-        "BiasGeluGrad_dX",
-        "BiasFastGeluGrad_dX",
         *_VARIADIC,
+        *_BIAS_GELU,
+        *_BIAS_GELU_GRAD,
         *_CROSS_ENTROPY,
         *_CROSS_ENTROPY_GRAD,
         *_LAYER_NORM_GRAD,
@@ -459,10 +459,10 @@ def _scratch(graph: TrainingGraph, step: _Step, aliases: Mapping[str, str]) -> _
         for name in inputs[1:-1]:
             dims = _broadcast(dims, info(name).dims, output.dims)
         return _Scratch(before=(TensorInfo(output.elem_type, dims),))
-    if op_type in ("BiasGelu", "FastGelu") and len(inputs) >= 2 and inputs[1]:
+    if op_type in _BIAS_GELU and len(inputs) >= 2 and inputs[1]:
         # bias_gelu.cc: X + B into a float buffer taken after the output.
         return _Scratch(after=(TensorInfo(TensorProto.FLOAT, info(inputs[0]).dims),))
-    if op_type in ("BiasGeluGrad_dX", "BiasFastGeluGrad_dX") and len(inputs) >= 2:
+    if op_type in _BIAS_GELU_GRAD and len(inputs) >= 2:
         # activations_grad.cc: X + B, after dX.
         return _Scratch(after=(TensorInfo(TensorProto.FLOAT, info(inputs[1]).dims),))
     if op_type in _CROSS_ENTROPY and inputs:
@@ -554,7 +554,7 @@ class _ArenaPlay:
                     steps[1].append((FREE, buffer + count, 0.0))
         self._steps = steps
         self._arena = BFCArena()
-        self._arena.run([(ALLOCATE, ("constant", name), sizes.constant(name)) for name in program.constants])
+        self._arena.run([(ALLOCATE, ("constant", name), sizes.known(name)) for name in program.constants])
         self._seen: set[tuple[object, ...]] = set()  # the arena's state at the end of each step played
         self._repeat = 0
         self.resident = 0.0  # the figure over the steps played so far
@@ -610,7 +610,7 @@ def _loss_bytes(program: _Program, sizes: _Sizes) -> float:
 def _transients(program: _Program, sizes: _Sizes) -> dict[int, float]:
     """Per step, the bytes held outside the arena while it runs only: PyTorch's loss at the
     YieldOp, a kernel's scratch on the heap."""
-    transients = {index: sum(map(sizes.scratch, names)) for index, names in enumerate(program.heap) if names}
+    transients = {index: sum(map(sizes.known, names)) for index, names in enumerate(program.heap) if names}
     if program.yield_index is not None:
         transients[program.yield_index] = transients.get(program.yield_index, 0.0) + _loss_bytes(program, sizes)
     return transients
@@ -653,7 +653,7 @@ def _play_cuda(program: _Program, sizes: _Sizes) -> Timeline:
     loss_bytes = _loss_bytes(program, sizes)
     allocator = CudaCachingAllocator()
     for name in program.constants:
-        allocator.allocate(("constant", name), sizes.constant(name))
+        allocator.allocate(("constant", name), sizes.known(name))
     live, peak, peak_index = 0.0, 0.0, -1
     for repeat in range(_CUDA_STEPS):
         if repeat == 1:
@@ -845,12 +845,9 @@ class _Sizes:
             sizes.append(self.of(name, steps[index]) if size is None or size is _UNKNOWN else size)
         return sizes
 
-    def scratch(self, name: str) -> float:
-        """A kernel's scratch buffer's bytes (none where its shape is not known)."""
-        return self._exact(name) or 0.0
-
-    def constant(self, name: str) -> float:
-        """A constant's bytes (its dims are fixed)."""
+    def known(self, name: str) -> float:
+        """The bytes of a tensor that no node's inputs size (a constant, a kernel's scratch
+        buffer): none where its shape is not known."""
         return self._exact(name) or 0.0
 
     def torch_loss(self, step: _Step) -> float:
