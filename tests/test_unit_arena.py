@@ -6,7 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from support.graphs import STEP
 
-from memopt.predict.arena import ALLOCATE, FREE, MARK, BFCArena
+from memopt.predict.arena import ALLOCATE, FREE, BFCArena
 from memopt.predict.liveness import simulate
 
 MiB = 1 << 20
@@ -31,18 +31,18 @@ def test_regions_stop_doubling_at_one_gib() -> None:
     assert arena.reserved_bytes == (512 + 512 + 1024 + 1024) * MiB
 
 
-def test_a_run_of_operations_reads_the_pages_touched_at_its_marks() -> None:
+def test_a_run_of_operations_names_the_allocations_that_touched_new_pages() -> None:
     arena = BFCArena()
-    marks = arena.run(
+    touches = arena.run(
         [
             (ALLOCATE, "a", 4 * MiB),  # a 4 MiB region
-            (MARK, None, 0.0),
             (FREE, "a", 0.0),
             (ALLOCATE, "b", 8 * MiB),  # fits no free chunk: an 8 MiB region
-            (MARK, None, 0.0),
+            (FREE, "b", 0.0),
+            (ALLOCATE, "c", 4 * MiB),  # the first region's pages again: nothing new
         ]
     )
-    assert marks == [4 * MiB, 12 * MiB] and arena.reserved_bytes == 12 * MiB
+    assert touches == [("a", 4 * MiB), ("b", 12 * MiB)] and arena.reserved_bytes == 12 * MiB
 
 
 def test_a_freed_chunk_is_reused_without_touching_more_pages() -> None:

@@ -279,20 +279,13 @@ def test_fits_and_max_batch_answer_as_the_exact_peak_does() -> None:
             fresh = model()
             assert [fresh.fits(batch, selection, limit) for batch in peaks] == [p <= limit for p in peaks.values()]
         limit = peaks[32]
-        assert model().max_batch(limit, selection) == _max_batch_by_peak(exact, limit, selection)
-
-
-def _max_batch_by_peak(model: MemoryModel, limit: float, plans: tuple[PlanKey, ...]) -> int:
-    """``max_batch``'s doubling and halving, each batch decided by the full play's peak."""
-    if model.peak(1, plans) > limit:
-        return 0
-    low, high = 1, 2
-    while model.peak(high, plans) <= limit:
-        low, high = high, high * 2
-    while high - low > 1:
-        middle = (low + high) // 2
-        low, high = (middle, high) if model.peak(middle, plans) <= limit else (low, middle)
-    return low
+        fresh, answer = model(), model().max_batch(limit, selection)
+        # The answer fits and the batch above it does not; the live bytes that rule batches out
+        # without a play grow with the batch and are never over the peak.
+        assert exact.peak(answer, selection) <= limit < exact.peak(answer + 1, selection)
+        floors = [fresh.floor(batch, selection) for batch in range(1, 2 * answer + 2)]
+        assert floors == sorted(floors)
+        assert all(floor <= exact.peak(batch, selection) for batch, floor in enumerate(floors, start=1))
 
 
 def test_a_pytorch_output_the_loop_holds_is_not_looked_for_in_the_arena() -> None:

@@ -26,9 +26,9 @@ from collections.abc import Iterable
 
 from memopt.logparse import ArenaGrowth
 
-__all__ = ["ALLOCATE", "FREE", "MARK", "BFCArena"]
+__all__ = ["ALLOCATE", "FREE", "BFCArena"]
 
-ALLOCATE, FREE, MARK = 0, 1, 2  # the operations ``BFCArena.run`` takes
+ALLOCATE, FREE = 0, 1  # the operations ``BFCArena.run`` takes
 
 _MIN_ALLOCATION = 256
 _INITIAL_REGION = 1 << 20
@@ -73,12 +73,14 @@ class BFCArena:
     def free(self, buffer: object) -> None:
         self.run(((FREE, buffer, 0.0),))
 
-    def run(self, operations: Iterable[tuple[int, object, float]]) -> list[int]:
-        """Apply ``operations`` in turn: (ALLOCATE, buffer, bytes), (FREE, buffer, _), and
-        (MARK, _, _), where ``touched_bytes`` is read; returns the figures read. One loop for a
-        whole step: a simulation runs millions of these."""
+    def run(self, operations: Iterable[tuple[int, object, float]]) -> list[tuple[object, int]]:
+        """Apply ``operations`` in turn, (ALLOCATE, buffer, bytes) or (FREE, buffer, _); returns
+        each buffer whose allocation touched pages not touched before, with ``touched_bytes``
+        after it (rare once the first step is played: a caller reads the figure where it
+        changed instead of after every operation). One loop for a whole step: a simulation
+        runs millions of these."""
         free_chunks, chunks, where, starts = self._free, self._chunks, self._where, self._starts
-        marks: list[int] = []
+        touches: list[tuple[object, int]] = []
         for kind, buffer, size in operations:
             if kind == ALLOCATE:
                 whole = int(size)
@@ -104,7 +106,8 @@ class BFCArena:
                 i = bisect_right(starts, address) - 1
                 if i < 0 or self._ends[i] < end:  # pages not touched before: rare after the first step
                     self._touch(i, address, end)
-            elif kind == FREE:
+                    touches.append((buffer, self.touched_bytes))
+            else:
                 released = where.pop(buffer, None)
                 if released is None:
                     continue
@@ -132,9 +135,7 @@ class BFCArena:
                             chunks[chunk.next].previous = previous
                         released, chunk = previous, before
                 insort(free_chunks, (chunk.size, released))
-            else:
-                marks.append(self.touched_bytes)
-        return marks
+        return touches
 
     def address(self, buffer: object) -> int:
         """Where a live buffer's chunk starts."""

@@ -57,7 +57,7 @@ from memopt.graph.training_graph import Dim, Node, TensorInfo, TrainingGraph
 from memopt.logparse import ArenaGrowth
 from memopt.ort.config import PlanKey
 from memopt.ort.rules import AnalysisOrder
-from memopt.predict.arena import ALLOCATE, FREE, MARK, BFCArena
+from memopt.predict.arena import ALLOCATE, FREE, BFCArena
 from memopt.predict.cuda_caching import CudaCachingAllocator
 from memopt.scan.detect import element_size
 from memopt.scan.modules import module_path
@@ -532,22 +532,24 @@ class _ArenaPlay:
         self._count = count
         self.live_peak, self._peak_index, beside = _live_pass(events, _transients(program, sizes))
         self._outside_bytes = np.array(beside)
-        # A step's part in the arena as one list of operations (``BFCArena.run``), the pages
-        # touched read at every event. Step r's copy of buffer i is i + (r % 2) * count: a step's
-        # buffers are all freed by the end of the next one (the outputs held into it at its
-        # YieldOp), so two copies never meet and every step takes one of two lists. The first
-        # step's frees of the step before's held outputs find nothing: there was no step before.
+        self._most_outside = float(self._outside_bytes.max(initial=0.0))
+        # A step's part in the arena as one list of operations (``BFCArena.run``). Step r's copy
+        # of buffer i is i + (r % 2) * count: a step's buffers are all freed by the end of the
+        # next one (the outputs held into it at its YieldOp), so two copies never meet and every
+        # step takes one of two lists. The first step's frees of the step before's held outputs
+        # find nothing: there was no step before. The pages touched are read where an
+        # allocation touched new ones, at the event that allocated it.
         steps: tuple[list[tuple[int, object, float]], ...] = ([], [])
+        self._event_of: dict[object, int] = {}  # each buffer of either list: the event allocating it
         for index, (allocated, freed) in enumerate(events):
             for buffer, size, torch in allocated:
                 if not torch:
                     steps[0].append((ALLOCATE, buffer, size))
                     steps[1].append((ALLOCATE, buffer + count, size))
+                    self._event_of[buffer] = self._event_of[buffer + count] = index
             if index == yield_index:  # the loop drops the last step's outputs when forward returns
                 steps[0].extend((FREE, buffer + count, 0.0) for buffer in self._held)
                 steps[1].extend((FREE, buffer, 0.0) for buffer in self._held)
-            for operations in steps:
-                operations.append((MARK, None, 0.0))
             for buffer, _, torch in freed:
                 if not torch:
                     steps[0].append((FREE, buffer, 0.0))
@@ -563,11 +565,18 @@ class _ArenaPlay:
     @_without_cyclic_gc
     def advance(self) -> None:
         """Play the next step; ``done`` once the figure is final."""
-        arena, repeat, outside_bytes = self._arena, self._repeat, self._outside_bytes
+        arena, repeat = self._arena, self._repeat
         parity = repeat % 2
-        touched = arena.run(self._steps[parity])  # per event
-        if touched:
-            self.resident = max(self.resident, float((np.array(touched, dtype=float) + outside_bytes).max()))
+        before = arena.touched_bytes
+        touches = arena.run(self._steps[parity])
+        if touches:
+            # The pages touched at each event: the figure before the step until an allocation
+            # touched more, from that allocation's event on.
+            touched = np.full(len(self._outside_bytes), float(before))
+            np.maximum.at(touched, [self._event_of[buffer] for buffer, _ in touches], [t for _, t in touches])
+            self.resident = max(self.resident, float((np.maximum.accumulate(touched) + self._outside_bytes).max()))
+        elif len(self._outside_bytes):
+            self.resident = max(self.resident, before + self._most_outside)
         self._repeat += 1
         self.done = self._repeat == _ARENA_STEPS
         # Placed as at the end of an earlier step (the placement often alternates between two):
@@ -575,8 +584,8 @@ class _ArenaPlay:
         # nothing new and only their bytes outside the arena count.
         state = (arena.layout(), tuple(arena.address(parity * self._count + buffer) for buffer in self._held))
         if state in self._seen:
-            if not self.done and touched:
-                self.resident = max(self.resident, float((arena.touched_bytes + outside_bytes).max()))
+            if not self.done and len(self._outside_bytes):
+                self.resident = max(self.resident, arena.touched_bytes + self._most_outside)
             self.done = True
         self._seen.add(state)
 
@@ -941,6 +950,18 @@ class ActivationSimulator:
     ) -> Timeline:
         """The step at ``dims`` with ``plans`` on (the first ``counts[key]`` occurrences where given)."""
         return self._timeline(dims, self._memo(dims, plans, counts))
+
+    def live_bytes(self, dims: Mapping[str, int], plans: Iterable[PlanKey] = ()) -> float:
+        """The step's live peak at ``dims``: the first of ``resident_bounds``, without starting a
+        play. It grows with the dims (every tensor's bytes do), so a search over the batch on it
+        alone can rule out every batch past the largest whose live peak fits."""
+        memo = self._memo(dims, plans, None)
+        with self._lock:
+            known = self._cache.get(memo)
+            if known is not None:
+                return known.peak_bytes
+            program, sizes = self._prepare(*memo)
+            return _live_peak(program, _Sizes(program, dims, sizes))
 
     def resident_bounds(
         self, dims: Mapping[str, int], plans: Iterable[PlanKey] = (), counts: Mapping[PlanKey, int] | None = None

@@ -28,8 +28,9 @@ factor after every trial (``with_observation``).
 
 from __future__ import annotations
 
+import functools
 import math
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from typing import Any
@@ -216,25 +217,49 @@ class MemoryModel:
         return not any(bound > limit_bytes for bound in self.peak_bounds(batch_size, plans))
 
     def max_batch(self, limit_bytes: float, plans: Iterable[PlanKey] = (), ceiling: int = 1 << 20) -> int:
-        """The largest batch whose predicted peak stays within ``limit_bytes`` (0: none).
+        """The largest batch up to ``ceiling`` found to fit within ``limit_bytes`` (0: none): it
+        fits and the batch above it does not.
 
-        Doubling, then halving: the arena's placement makes the peak grow with the batch only
-        roughly (a batch can fit where a smaller one does not), so the batches tried are part of
-        the answer; each costs at most one simulation (``fits``)."""
+        The step's live bytes grow with the batch and the predicted peak is never under them,
+        so no batch past the largest whose live bytes fit (the top) can fit: the top is found
+        on the live bytes alone, without playing the allocator. The allocator's placement makes
+        the peak grow with the batch only roughly (a batch can fit where a smaller one does
+        not), so the batches below the top are tried one by one, the largest that fits the
+        answer. Where ``_SCANNED`` of them are over, the allocator's share of the lowest one's
+        peak (its peak over its live bytes) says where the peak crosses the limit, and the
+        search goes on from there to the nearest batch that fits with the one above it over."""
         plans = tuple(plans)
-        if not self.fits(1, plans, limit_bytes):
+        top = _largest(lambda batch: self.floor(batch, plans) <= limit_bytes, ceiling)
+        for batch in range(top, max(top - _SCANNED, 0), -1):
+            if self.fits(batch, plans, limit_bytes):
+                return batch
+        over = top - _SCANNED + 1
+        if over <= 1:
             return 0
-        low, high = 1, 2
-        while high <= ceiling and self.fits(high, plans, limit_bytes):
-            low, high = high, high * 2
-        high = min(high, ceiling + 1)
-        while high - low > 1:
-            middle = (low + high) // 2
-            if self.fits(middle, plans, limit_bytes):
-                low = middle
-            else:
-                high = middle
-        return low
+        share = (self.peak(over, plans) - self.static_bytes) / max(self.floor(over, plans) - self.static_bytes, 1.0)
+        guess = _largest(
+            lambda batch: self.static_bytes + share * (self.floor(batch, plans) - self.static_bytes) <= limit_bytes,
+            over - 1,
+        )
+        fits = functools.partial(self.fits, plans=plans, limit_bytes=limit_bytes)
+        start = max(guess, 1)
+        if fits(start):
+            fitting, over = _walk(start, 1, over, lambda batch: batch == over or not fits(batch))
+        else:
+            over, fitting = _walk(start, -1, 0, lambda batch: batch == 0 or fits(batch))
+            if fitting == 0:
+                return 0
+        while over - fitting > 1:  # an edge lies between a batch that fits and one above it that is over
+            middle = (fitting + over) // 2
+            fitting, over = (middle, over) if fits(middle) else (fitting, middle)
+        return fitting
+
+    def floor(self, batch_size: int, plans: Iterable[PlanKey] = ()) -> float:
+        """The first of ``peak_bounds`` (the peak is never under it), without playing the
+        allocator; it grows with the batch. Without the graph, the peak itself."""
+        if self.simulator is None or self.activation_scale < 0:
+            return self.peak(batch_size, plans)
+        return self.static_bytes + self.activation_scale * self.simulator.live_bytes(self.dims(batch_size), plans)
 
     def with_observation(self, observation: Observation) -> MemoryModel:
         """This model refitted with one more measurement."""
@@ -458,3 +483,37 @@ def polynomial_from_json(data: Iterable[Any]) -> Polynomial:
             for monomial, coefficient in data
         }
     )
+
+
+# ``max_batch``: the batches tried one by one below the top of the live bytes, and from its
+# estimate after that, before the steps grow (the allocator's overhead is usually a few batches).
+_SCANNED = 8
+
+
+def _largest(holds: Callable[[int], bool], ceiling: int) -> int:
+    """The largest ``n`` in 1…``ceiling`` where ``holds(n)``, for a ``holds`` true up to some
+    ``n`` and false past it (0: not even 1): doubling, then halving."""
+    if not holds(1):
+        return 0
+    low, high = 1, 2
+    while high <= ceiling and holds(high):
+        low, high = high, high * 2
+    high = min(high, ceiling + 1)
+    while high - low > 1:
+        middle = (low + high) // 2
+        low, high = (middle, high) if holds(middle) else (low, middle)
+    return low
+
+
+def _walk(start: int, direction: int, bound: int, stop: Callable[[int], bool]) -> tuple[int, int]:
+    """From ``start`` (where ``stop`` does not hold) towards ``bound`` (where it does): the last
+    batch tried where it does not hold and the first where it does. One batch at a time for
+    ``_SCANNED`` batches, then 2, 4, 8… at a time, never past ``bound``."""
+    last, step = start, 1
+    while True:
+        batch = min(last + step, bound) if direction > 0 else max(last - step, bound)
+        if stop(batch):
+            return last, batch
+        last = batch
+        if abs(batch - start) >= _SCANNED:
+            step *= 2
