@@ -7,9 +7,8 @@ import os
 import sys
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pandas as pd
 import typer
 from rich import box
 from rich.markup import escape
@@ -43,6 +42,9 @@ from memopt.scan.parity import logged_parity
 from memopt.scan.patterns import Pattern, order_patterns
 from memopt.scan.savings import UNKNOWN_DIM_PREFIX
 from memopt.units import format_bytes
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 __all__ = ["scan_command"]
 
@@ -193,6 +195,8 @@ def _check_plot_path(plot: Path) -> None:
 
 def plans_frame(report: ScanReport, dims: dict[str, int] | None) -> pd.DataFrame:
     """One row per plan, largest exact saving first when dims are known."""
+    import pandas as pd  # only for this table: every other command starts without pandas
+
     rows = [{**_plan_fields(p, dims), "modules": ";".join(fold_layers(p.modules))} for p in report.patterns]
     frame = pd.DataFrame(
         rows,
@@ -240,6 +244,8 @@ def _print_table(
         f"{', layer-wise' if report.layer_boundary else ''}; sizes {shown}",
         highlight=False,
     )
+    import pandas as pd
+
     rows: list[tuple[str, ...]] = []
     for index, row in frame.iterrows():
         saving = format_bytes(row.saving_bytes) if pd.notna(row.saving_bytes) else row.saving_symbolic

@@ -22,7 +22,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from scipy.optimize import Bounds, LinearConstraint, milp
 
 from memopt.graph import Polynomial
 from memopt.ort.config import ConfigEntry, PlanKey, plan_config_entries
@@ -246,6 +245,11 @@ def _lowest_peak(
 
 
 def _solve(variables: list[tuple[int, int, float, float]], savings: np.ndarray, need: float) -> tuple[np.ndarray, str]:
+    # Imported here: scipy.optimize takes about half a second of CPU to import, which every
+    # memopt command would pay at start-up, and a plan that needs no solve (none needed,
+    # or out of reach) would pay too.
+    from scipy.optimize import Bounds, LinearConstraint, milp
+
     n = len(variables)
     scale = max(float(savings.max()), 1.0)
     costs = np.array([v[3] for v in variables])
