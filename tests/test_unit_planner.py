@@ -33,6 +33,7 @@ class FakeModel:
     def __init__(self, peaks: dict[frozenset[PlanKey], float]) -> None:
         self.peaks = peaks
         self.plans = [SimpleNamespace(key=key, entries=(), frequency=1) for key in (A, B, C)]
+        self.ceilings: list[int | None] = []  # of each max_batch asked
 
     def peak(self, batch: int, plans: tuple[PlanKey, ...]) -> float:
         return self.peaks[frozenset(plans)]
@@ -49,8 +50,12 @@ class FakeModel:
     def raw_saving(self, key: PlanKey, batch: int) -> float:
         return 0.0
 
+    def max_batch(self, limit: float, plans: tuple[PlanKey, ...], ceiling: int | None) -> int:
+        self.ceilings.append(ceiling)
+        return 0  # the search is not this logic's: only what it is asked
 
-def _choose_at_75(peaks: dict[frozenset[PlanKey], float]) -> PlanResult:
+
+def _choose_at_75(peaks: dict[frozenset[PlanKey], float], model: FakeModel | None = None) -> PlanResult:
     """The planner's choice at batch 8 under a limit of 75, every plan costing the same."""
     common = dict(
         target_batch=8,
@@ -58,11 +63,22 @@ def _choose_at_75(peaks: dict[frozenset[PlanKey], float]) -> PlanResult:
         limit_bytes=75,
         baseline_bytes=100,
         baseline_step_s=None,
-        max_batch_all_plans=None,
-        max_batch_no_plans=None,
         ort_version="1.19.2",
     )
-    return _choose_simulated(FakeModel(peaks), {A: 1.0, B: 1.0, C: 1.0}, 8, 75, common)  # type: ignore[arg-type]
+    model = model or FakeModel(peaks)
+    return _choose_simulated(model, {A: 1.0, B: 1.0, C: 1.0}, 8, 75, common)  # type: ignore[arg-type]
+
+
+def test_what_fits_instead_of_a_target_that_cannot_is_searched_below_it() -> None:
+    # Nothing fits 75 at batch 8: the largest batches that do are asked below 8 (a larger one
+    # can fit where the target does not), and where the target fits, anywhere.
+    over = {frozenset(s): p for s, p in [((), 100), ((A,), 90), ((B,), 90), ((C,), 90), ((A, B, C), 80)]}
+    over |= {frozenset((A, B)): 85, frozenset((A, C)): 85, frozenset((B, C)): 85}
+    model = FakeModel(over)
+    assert not _choose_at_75(over, model).feasible and model.ceilings == [7, 7]
+    fitting = {**over, frozenset((A, B, C)): 70}
+    model = FakeModel(fitting)
+    assert _choose_at_75(fitting, model).feasible and model.ceilings == [None, None]
 
 
 def test_a_fitting_selection_the_search_path_missed_is_found() -> None:

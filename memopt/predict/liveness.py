@@ -952,14 +952,16 @@ class ActivationSimulator:
         return self._timeline(dims, self._memo(dims, plans, counts))
 
     def live_bytes(self, dims: Mapping[str, int], plans: Iterable[PlanKey] = ()) -> float:
-        """The step's live peak at ``dims``: the first of ``resident_bounds``, without starting a
-        play. It grows with the dims (every tensor's bytes do), so a search over the batch on it
-        alone can rule out every batch past the largest whose live peak fits."""
+        """The step's live peak at ``dims``, without starting a play: never over the first of
+        ``resident_bounds``. It grows with the dims (every tensor's bytes do), so a search over
+        the batch on it alone can rule out every batch past the largest whose live peak fits."""
         memo = self._memo(dims, plans, None)
         with self._lock:
-            known = self._cache.get(memo)
+            known, play = self._cache.get(memo), self._plays.get(memo)
             if known is not None:
                 return known.peak_bytes
+            if play is not None:
+                return play.live_peak
             program, sizes = self._prepare(*memo)
             return _live_peak(program, _Sizes(program, dims, sizes))
 

@@ -216,9 +216,9 @@ class MemoryModel:
         """Whether ``peak`` is within ``limit_bytes``, simulated only as far as it takes to say."""
         return not any(bound > limit_bytes for bound in self.peak_bounds(batch_size, plans))
 
-    def max_batch(self, limit_bytes: float, plans: Iterable[PlanKey] = (), ceiling: int = 1 << 20) -> int:
-        """The largest batch up to ``ceiling`` found to fit within ``limit_bytes`` (0: none): it
-        fits and the batch above it does not.
+    def max_batch(self, limit_bytes: float, plans: Iterable[PlanKey] = (), ceiling: int | None = None) -> int:
+        """The largest batch up to ``ceiling`` (None: any) found to fit within ``limit_bytes``
+        (0: none): it fits and, below ``ceiling``, the batch above it does not.
 
         The step's live bytes grow with the batch and the predicted peak is never under them,
         so no batch past the largest whose live bytes fit (the top) can fit: the top is found
@@ -227,9 +227,11 @@ class MemoryModel:
         not), so the batches below the top are tried one by one, the largest that fits the
         answer. Where ``_SCANNED`` of them are over, the allocator's share of the lowest one's
         peak (its peak over its live bytes) says where the peak crosses the limit, and the
-        search goes on from there to the nearest batch that fits with the one above it over."""
+        search goes on from there, up or down, to a batch that fits with the one above it over."""
         plans = tuple(plans)
-        top = _largest(lambda batch: self.floor(batch, plans) <= limit_bytes, ceiling)
+        top = _largest(
+            lambda batch: self.floor(batch, plans) <= limit_bytes, _NO_CEILING if ceiling is None else ceiling
+        )
         for batch in range(top, max(top - _SCANNED, 0), -1):
             if self.fits(batch, plans, limit_bytes):
                 return batch
@@ -246,17 +248,17 @@ class MemoryModel:
         if fits(start):
             fitting, over = _walk(start, 1, over, lambda batch: batch == over or not fits(batch))
         else:
+            # Batch 0 stands for "fits": the halving below then tries every batch the steps skipped.
             over, fitting = _walk(start, -1, 0, lambda batch: batch == 0 or fits(batch))
-            if fitting == 0:
-                return 0
         while over - fitting > 1:  # an edge lies between a batch that fits and one above it that is over
             middle = (fitting + over) // 2
             fitting, over = (middle, over) if fits(middle) else (fitting, middle)
         return fitting
 
     def floor(self, batch_size: int, plans: Iterable[PlanKey] = ()) -> float:
-        """The first of ``peak_bounds`` (the peak is never under it), without playing the
-        allocator; it grows with the batch. Without the graph, the peak itself."""
+        """A figure the peak is never under, without playing the allocator: with the graph, the
+        step's live bytes (the first of ``peak_bounds`` for a config not simulated yet), which
+        grow with the batch; without it, the peak itself."""
         if self.simulator is None or self.activation_scale < 0:
             return self.peak(batch_size, plans)
         return self.static_bytes + self.activation_scale * self.simulator.live_bytes(self.dims(batch_size), plans)
@@ -488,6 +490,7 @@ def polynomial_from_json(data: Iterable[Any]) -> Polynomial:
 # ``max_batch``: the batches tried one by one below the top of the live bytes, and from its
 # estimate after that, before the steps grow (the allocator's overhead is usually a few batches).
 _SCANNED = 8
+_NO_CEILING = 1 << 20  # where no ceiling is given: far past any batch that could fit
 
 
 def _largest(holds: Callable[[int], bool], ceiling: int) -> int:

@@ -17,7 +17,7 @@ Counts are whole plans there (every occurrence).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -107,23 +107,24 @@ def choose_plans(
     usable = [
         p for p in model.plans if model.simulated or model.factor(p.key) * model.raw_saving(p.key, target_batch) > 0
     ]
-    all_keys = tuple(p.key for p in usable)
-    max_all = model.max_batch(limit, all_keys)
-    max_none = model.max_batch(limit)
     common: dict[str, Any] = dict(
         target_batch=target_batch,
         budget_bytes=budget_bytes,
         limit_bytes=limit,
         baseline_bytes=baseline,
         baseline_step_s=baseline_step_s,
-        max_batch_all_plans=max_all,
-        max_batch_no_plans=max_none,
         ort_version=str(version),
     )
     need = baseline - limit
     if need <= 0:
         return PlanResult(
-            predicted_bytes=baseline, feasible=True, choices=(), cost_s=0.0, solver="none needed", **common
+            predicted_bytes=baseline,
+            feasible=True,
+            choices=(),
+            cost_s=0.0,
+            solver="none needed",
+            **common,
+            **_largest_batches(model, limit, usable, target_batch, True),
         )
     if model.simulated:
         return _choose_simulated(model, costs_s, target_batch, limit, common)
@@ -149,13 +150,15 @@ def choose_plans(
         feasible = True
     choices = _choices(model, usable, variables, chosen, costs_s, target_batch)
     predicted = model.predict(target_batch, [c.key for c in choices], {c.key: c.count for c in choices if c.count >= 0})
+    feasible = feasible and predicted.peak_bytes <= limit
     return PlanResult(
         predicted_bytes=predicted.peak_bytes,
-        feasible=feasible and predicted.peak_bytes <= limit,
+        feasible=feasible,
         choices=choices,
         cost_s=sum(c.cost_s for c in choices),
         solver=solver,
         **common,
+        **_largest_batches(model, limit, usable, target_batch, feasible),
     )
 
 
@@ -223,7 +226,21 @@ def _choose_simulated(
         cost_s=sum(c.cost_s for c in choices),
         solver=solver,
         **common,
+        **_largest_batches(model, limit, model.plans, batch, feasible),
     )
+
+
+def _largest_batches(
+    model: MemoryModel, limit: float, plans: Sequence[PlanSavings], target_batch: int, feasible: bool
+) -> dict[str, Any]:
+    """``PlanResult``'s largest batches predicted to fit, with every plan and with none. Where
+    the target cannot fit they answer what fits instead, so they are searched below it: the
+    allocator's placement can fit a larger batch where the target does not."""
+    ceiling = None if feasible else target_batch - 1
+    return {
+        "max_batch_all_plans": model.max_batch(limit, [p.key for p in plans], ceiling),
+        "max_batch_no_plans": model.max_batch(limit, (), ceiling),
+    }
 
 
 def _lowest_peak(
