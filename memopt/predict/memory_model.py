@@ -229,11 +229,12 @@ class MemoryModel:
         peak (its peak over its live bytes) says where the peak crosses the limit, and the
         search goes on from there, up or down, to a batch that fits with the one above it over."""
         plans = tuple(plans)
+        fits = functools.partial(self.fits, plans=plans, limit_bytes=limit_bytes)
         top = _largest(
             lambda batch: self.floor(batch, plans) <= limit_bytes, _NO_CEILING if ceiling is None else ceiling
         )
         for batch in range(top, max(top - _SCANNED, 0), -1):
-            if self.fits(batch, plans, limit_bytes):
+            if fits(batch):
                 return batch
         over = top - _SCANNED + 1
         if over <= 1:
@@ -243,17 +244,13 @@ class MemoryModel:
             lambda batch: self.static_bytes + share * (self.floor(batch, plans) - self.static_bytes) <= limit_bytes,
             over - 1,
         )
-        fits = functools.partial(self.fits, plans=plans, limit_bytes=limit_bytes)
         start = max(guess, 1)
         if fits(start):
             fitting, over = _walk(start, 1, over, lambda batch: batch == over or not fits(batch))
         else:
             # Batch 0 stands for "fits": the halving below then tries every batch the steps skipped.
             over, fitting = _walk(start, -1, 0, lambda batch: batch == 0 or fits(batch))
-        while over - fitting > 1:  # an edge lies between a batch that fits and one above it that is over
-            middle = (fitting + over) // 2
-            fitting, over = (middle, over) if fits(middle) else (fitting, middle)
-        return fitting
+        return _edge(fits, fitting, over)
 
     def floor(self, batch_size: int, plans: Iterable[PlanKey] = ()) -> float:
         """A figure the peak is never under, without playing the allocator: with the graph, the
@@ -501,7 +498,12 @@ def _largest(holds: Callable[[int], bool], ceiling: int) -> int:
     low, high = 1, 2
     while high <= ceiling and holds(high):
         low, high = high, high * 2
-    high = min(high, ceiling + 1)
+    return _edge(holds, low, min(high, ceiling + 1))
+
+
+def _edge(holds: Callable[[int], bool], low: int, high: int) -> int:
+    """Halving between ``low`` (where ``holds``, or 0) and ``high`` (where it does not, or the
+    end of the range): an ``n`` where it holds and not at ``n + 1``."""
     while high - low > 1:
         middle = (low + high) // 2
         low, high = (middle, high) if holds(middle) else (low, middle)

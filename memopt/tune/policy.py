@@ -88,6 +88,11 @@ class SearchState:
         ignored = self.left_off
         return tuple(key for key in ranked if self.model.factor(key) * raw[key] > 0 and key not in ignored)
 
+    def largest_below_target(self, plans: Iterable[PlanKey]) -> int:
+        """The largest batch below the target predicted to fit with ``plans``: what fits instead
+        (a larger batch can fit where the target does not: the allocator's placement)."""
+        return self.model.max_batch(self.limit_bytes, plans, ceiling=self.target_batch - 1)
+
     def plan(self) -> PlanResult:
         """The planner's choice among the plans ORT has not ignored."""
         model = self.model
@@ -193,7 +198,7 @@ def _first(state: SearchState) -> TryPlans | Stop:
 def _floor_line(state: SearchState, plan: PlanResult) -> str:
     """The lowest peak any selection is predicted at when the limit is below it, and what would fit instead."""
     floor = plan.predicted_bytes
-    largest = state.model.max_batch(state.limit_bytes, state.useful_plans(), ceiling=state.target_batch - 1)
+    largest = state.largest_below_target(state.useful_plans())
     return (
         f"planner: no selection is predicted to fit; the lowest peak at batch {state.target_batch} is "
         f"{format_mib(floor)} ({names(plan.plans)}; no config {format_mib(plan.baseline_bytes)}), above the "
@@ -284,7 +289,7 @@ def _stop(state: SearchState, status: SearchStatus, message: str) -> Stop:
     verified = best_verified(state) is not None
     if status is SearchStatus.IMPOSSIBLE:
         useful = state.useful_plans()
-        largest = state.model.max_batch(state.limit_bytes, useful, ceiling=state.target_batch - 1)
+        largest = state.largest_below_target(useful)
         # With no plan predicted to save, "even with every plan" would claim plans were tried.
         how = "even with every plan" if useful else "and no plan is predicted to lower its peak"
         message = (
