@@ -16,56 +16,63 @@ reserved bytes play that part).
 
 The free chunks are kept sorted by (size, address), so the best fit is one bisection, not a
 scan (ORT's size-binned free lists answer the same question); chunks know their neighbours
-in the region, so a free merges without a search either.
+in the region, so a free merges without a search either. The loop over operations is compiled
+(``memopt.predict.arena_kernel``, numba): a planner plays hundreds of training steps of
+thousands of operations each, and in Python that loop was most of its time.
 """
 
 from __future__ import annotations
 
-from bisect import bisect_left, bisect_right, insort
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from typing import NamedTuple
+
+import numpy as np
 
 from memopt.logparse import ArenaGrowth
+from memopt.predict import arena_kernel as kernel
 
-__all__ = ["ALLOCATE", "FREE", "BFCArena"]
+__all__ = ["ALLOCATE", "FREE", "BFCArena", "Operations"]
 
 ALLOCATE, FREE = 0, 1  # the operations ``BFCArena.run`` takes
 
-_MIN_ALLOCATION = 256
 _INITIAL_REGION = 1 << 20
-_MAX_DEAD_BYTES = 128 << 20
-_MAX_DOUBLING = 1 << 30
-# Region i starts at -(i + 1) << 40: later regions come from later mmaps, which Linux places
-# at lower addresses, and no region is ever as large as the gap.
-_REGION_SPACING = 40
 
 
-class _Chunk:
-    """A piece of a region; ``previous`` and ``next``: its neighbours' addresses in the region."""
+class Operations(NamedTuple):
+    """Operations numbered for one arena (``BFCArena.prepare``), to play once or many times."""
 
-    __slots__ = ("in_use", "next", "previous", "size")
-
-    def __init__(self, size: int, previous: int | None, following: int | None) -> None:
-        self.size = size
-        self.in_use = False
-        self.previous = previous
-        self.next = following
+    kinds: np.ndarray  # ALLOCATE or FREE
+    buffers: np.ndarray  # the arena's number for each operation's buffer
+    sizes: np.ndarray  # bytes requested (0 for a free)
 
 
 class BFCArena:
     """Best-fit-with-coalescing placement, tracking the bytes ever handed out."""
 
     def __init__(self) -> None:
-        self._regions = 0
-        self._next_region = _INITIAL_REGION
-        self._chunks: dict[int, _Chunk] = {}  # address -> chunk
-        self._free: list[tuple[int, int]] = []  # (size, address) of every free chunk, sorted
-        self._where: dict[object, int] = {}  # buffer -> address of its chunk
-        # Touched byte ranges [start, end), arena-wide (regions never adjoin): sorted and disjoint.
-        self._starts: list[int] = []
-        self._ends: list[int] = []
-        self.touched_bytes = 0
-        self.reserved_bytes = 0
-        self.growth: list[ArenaGrowth] = []  # each region added, for which rounded request
+        self._scalars = np.zeros(kernel.SCALARS, dtype=np.int64)
+        self._scalars[kernel.NEXT_REGION] = _INITIAL_REGION
+        self._chunks = np.zeros((6, 256), dtype=np.int64)  # address, size, used, previous, next, spare
+        self._free = np.zeros((3, 256), dtype=np.int64)  # size, address, chunk: sorted by (size, address)
+        self._ranges = np.zeros((2, 64), dtype=np.int64)  # touched [start, end): sorted, disjoint
+        self._growth = np.zeros(64, dtype=np.int64)  # (rounded request, region size) per region
+        self._touches = np.zeros((2, 256), dtype=np.int64)  # operation, touched bytes after it
+        self._numbers: dict[object, int] = {}  # buffer -> its number
+        self._where = np.full(256, -1, dtype=np.int64)  # buffer number -> its chunk, -1 for none
+
+    @property
+    def touched_bytes(self) -> int:
+        return int(self._scalars[kernel.TOUCHED])
+
+    @property
+    def reserved_bytes(self) -> int:
+        return int(self._scalars[kernel.RESERVED])
+
+    @property
+    def growth(self) -> list[ArenaGrowth]:
+        """Each region added, for which rounded request."""
+        pairs = self._growth[: 2 * self._scalars[kernel.GROWN]].reshape(-1, 2)
+        return [ArenaGrowth(int(requested), int(size)) for requested, size in pairs]
 
     def allocate(self, buffer: object, size: float) -> None:
         self.run(((ALLOCATE, buffer, size),))
@@ -73,105 +80,77 @@ class BFCArena:
     def free(self, buffer: object) -> None:
         self.run(((FREE, buffer, 0.0),))
 
+    def prepare(self, operations: Iterable[tuple[int, object, float]]) -> Operations:
+        """``operations`` (ALLOCATE, buffer, bytes) or (FREE, buffer, _) in the form ``play`` takes."""
+        kinds, buffers, sizes = [], [], []
+        numbers = self._numbers
+        for kind, buffer, size in operations:
+            kinds.append(kind)
+            buffers.append(numbers.setdefault(buffer, len(numbers)))
+            sizes.append(size)
+        if len(numbers) > len(self._where):
+            self._where = np.concatenate([self._where, np.full(len(numbers), -1, dtype=np.int64)])
+        return Operations(
+            np.array(kinds, dtype=np.int64),
+            np.array(buffers, dtype=np.int64),
+            np.array(sizes, dtype=np.float64).astype(np.int64),
+        )
+
     def run(self, operations: Iterable[tuple[int, object, float]]) -> list[tuple[object, int]]:
         """Apply ``operations`` in turn, (ALLOCATE, buffer, bytes) or (FREE, buffer, _); returns
         each buffer whose allocation touched pages not touched before, with ``touched_bytes``
-        after it (rare once the first step is played: a caller reads the figure where it
-        changed instead of after every operation). One loop for a whole step: a simulation
-        runs millions of these."""
-        free_chunks, chunks, where, starts = self._free, self._chunks, self._where, self._starts
-        touches: list[tuple[object, int]] = []
-        for kind, buffer, size in operations:
-            if kind == ALLOCATE:
-                whole = int(size)
-                rounded = -(-whole // _MIN_ALLOCATION) * _MIN_ALLOCATION or _MIN_ALLOCATION
-                index = bisect_left(free_chunks, (rounded,))  # the smallest size that fits, the lowest address first
-                if index < len(free_chunks):
-                    found, address = free_chunks.pop(index)
-                else:
-                    found, address = self._extend(rounded)
-                chunk = chunks[address]
-                if found >= 2 * rounded or found - rounded >= _MAX_DEAD_BYTES:
-                    rest = address + rounded
-                    following = chunk.next
-                    chunks[rest] = _Chunk(found - rounded, address, following)
-                    if following is not None:
-                        chunks[following].previous = rest
-                    chunk.next = rest
-                    chunk.size = rounded
-                    insort(free_chunks, (found - rounded, rest))
-                chunk.in_use = True
-                where[buffer] = address
-                end = address + (whole if whole > 1 else 1)
-                i = bisect_right(starts, address) - 1
-                if i < 0 or self._ends[i] < end:  # pages not touched before: rare after the first step
-                    self._touch(i, address, end)
-                    touches.append((buffer, self.touched_bytes))
-            else:
-                released = where.pop(buffer, None)
-                if released is None:
-                    continue
-                chunk = chunks[released]
-                chunk.in_use = False
-                following = chunk.next
-                if following is not None:
-                    after = chunks[following]
-                    if not after.in_use:
-                        del free_chunks[bisect_left(free_chunks, (after.size, following))]
-                        del chunks[following]
-                        chunk.size += after.size
-                        chunk.next = after.next
-                        if after.next is not None:
-                            chunks[after.next].previous = released
-                previous = chunk.previous
-                if previous is not None:
-                    before = chunks[previous]
-                    if not before.in_use:
-                        del free_chunks[bisect_left(free_chunks, (before.size, previous))]
-                        del chunks[released]
-                        before.size += chunk.size
-                        before.next = chunk.next
-                        if chunk.next is not None:
-                            chunks[chunk.next].previous = previous
-                        released, chunk = previous, before
-                insort(free_chunks, (chunk.size, released))
-        return touches
+        after it."""
+        listed = list(operations)
+        indices, touched = self.play(self.prepare(listed))
+        return [(listed[i][1], int(t)) for i, t in zip(indices, touched)]
+
+    def play(self, operations: Operations) -> tuple[np.ndarray, np.ndarray]:
+        """Apply prepared ``operations``; returns the indices of the allocations that touched
+        pages not touched before, and ``touched_bytes`` after each (rare once the first step is
+        played: a caller reads the figure where it changed instead of after every operation)."""
+        self._scalars[kernel.TOUCHES] = 0
+        start = 0
+        while True:
+            start = kernel.run_operations(
+                operations.kinds,
+                operations.buffers,
+                operations.sizes,
+                start,
+                self._scalars,
+                self._chunks,
+                self._free,
+                self._where,
+                self._ranges,
+                self._growth,
+                self._touches,
+            )
+            if start < 0:
+                break
+            self._grow()
+        count = self._scalars[kernel.TOUCHES]
+        return self._touches[0, :count].copy(), self._touches[1, :count].copy()
 
     def address(self, buffer: object) -> int:
         """Where a live buffer's chunk starts."""
-        return self._where[buffer]
+        return int(self._chunks[0, self._where[self._numbers[buffer]]])
+
+    def addresses(self, buffers: Sequence[object]) -> tuple[int, ...]:
+        """``address`` of each of ``buffers``."""
+        return tuple(self._chunks[0, self._where[[self._numbers[buffer] for buffer in buffers]]].tolist())
 
     def layout(self) -> tuple[object, ...]:
         """The state placement depends on: regions, chunks, the size of the next region. Two
         arenas with one layout, their live buffers at the same addresses, place alike from there."""
-        chunks = tuple(sorted((address, c.size, c.in_use) for address, c in self._chunks.items()))
-        return self._regions, self._next_region, chunks
+        address, size, used = self._chunks[:3, : self._scalars[kernel.CHUNKS]]
+        alive = address != 0  # a chunk merged into its neighbour: its number is spare
+        order = np.argsort(address[alive], kind="stable")
+        chunks = np.stack([address[alive][order], size[alive][order], used[alive][order]])
+        return int(self._scalars[kernel.REGIONS]), int(self._scalars[kernel.NEXT_REGION]), chunks.tobytes()
 
-    def _extend(self, rounded: int) -> tuple[int, int]:
-        grew = False
-        while rounded > self._next_region:
-            self._next_region *= 2
-            grew = True
-        size = self._next_region
-        self._regions += 1
-        start = -self._regions << _REGION_SPACING
-        self._chunks[start] = _Chunk(size, None, None)
-        self.reserved_bytes += size
-        self.growth.append(ArenaGrowth(rounded, size))
-        if not grew:  # ORT doubles the next region, up to the cap, and from there stays at it
-            self._next_region = self._next_region * 2 if self._next_region * 2 < _MAX_DOUBLING else _MAX_DOUBLING
-        return size, start
-
-    def _touch(self, i: int, start: int, end: int) -> None:
-        """Add [start, end) to the touched ranges; ``i``: the last range starting at or before ``start``."""
-        starts, ends = self._starts, self._ends
-        if i < 0 or ends[i] < start:  # that range does not reach this one
-            i += 1
-        j, covered = i, 0
-        while j < len(starts) and starts[j] <= end:
-            covered += ends[j] - starts[j]
-            start, end = min(starts[j], start), max(ends[j], end)
-            j += 1
-        starts[i:j] = [start]
-        ends[i:j] = [end]
-        self.touched_bytes += end - start - covered
+    def _grow(self) -> None:
+        """Double every array the compiled loop writes (it stopped before one could overflow)."""
+        self._chunks = np.concatenate([self._chunks, np.zeros_like(self._chunks)], axis=1)
+        self._free = np.concatenate([self._free, np.zeros_like(self._free)], axis=1)
+        self._ranges = np.concatenate([self._ranges, np.zeros_like(self._ranges)], axis=1)
+        self._growth = np.concatenate([self._growth, np.zeros_like(self._growth)])
+        self._touches = np.concatenate([self._touches, np.zeros_like(self._touches)], axis=1)

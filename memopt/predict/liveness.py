@@ -540,23 +540,26 @@ class _ArenaPlay:
         # find nothing: there was no step before. The pages touched are read where an
         # allocation touched new ones, at the event that allocated it.
         steps: tuple[list[tuple[int, object, float]], ...] = ([], [])
-        self._event_of: dict[object, int] = {}  # each buffer of either list: the event allocating it
+        event_of: list[int] = []  # each operation of either list (they run in step): its event
         for index, (allocated, freed) in enumerate(events):
             for buffer, size, torch in allocated:
                 if not torch:
                     steps[0].append((ALLOCATE, buffer, size))
                     steps[1].append((ALLOCATE, buffer + count, size))
-                    self._event_of[buffer] = self._event_of[buffer + count] = index
+                    event_of.append(index)
             if index == yield_index:  # the loop drops the last step's outputs when forward returns
                 steps[0].extend((FREE, buffer + count, 0.0) for buffer in self._held)
                 steps[1].extend((FREE, buffer, 0.0) for buffer in self._held)
+                event_of.extend(index for _ in self._held)
             for buffer, _, torch in freed:
                 if not torch:
                     steps[0].append((FREE, buffer, 0.0))
                     steps[1].append((FREE, buffer + count, 0.0))
-        self._steps = steps
+                    event_of.append(index)
+        self._event_of = np.array(event_of, dtype=np.int64)
         self._arena = BFCArena()
         self._arena.run([(ALLOCATE, ("constant", name), sizes.known(name)) for name in program.constants])
+        self._steps = tuple(self._arena.prepare(step) for step in steps)
         self._seen: set[tuple[object, ...]] = set()  # the arena's state at the end of each step played
         self._repeat = 0
         self.resident = 0.0  # the figure over the steps played so far
@@ -568,12 +571,12 @@ class _ArenaPlay:
         arena, repeat = self._arena, self._repeat
         parity = repeat % 2
         before = arena.touched_bytes
-        touches = arena.run(self._steps[parity])
-        if touches:
+        operations, figures = arena.play(self._steps[parity])
+        if len(operations):
             # The pages touched at each event: the figure before the step until an allocation
             # touched more, from that allocation's event on.
             touched = np.full(len(self._outside_bytes), float(before))
-            np.maximum.at(touched, [self._event_of[buffer] for buffer, _ in touches], [t for _, t in touches])
+            np.maximum.at(touched, self._event_of[operations], figures.astype(np.float64))
             self.resident = max(self.resident, float((np.maximum.accumulate(touched) + self._outside_bytes).max()))
         elif len(self._outside_bytes):
             self.resident = max(self.resident, before + self._most_outside)
@@ -582,7 +585,7 @@ class _ArenaPlay:
         # Placed as at the end of an earlier step (the placement often alternates between two):
         # the steps from here repeat the ones after that at the same addresses, so they touch
         # nothing new and only their bytes outside the arena count.
-        state = (arena.layout(), tuple(arena.address(parity * self._count + buffer) for buffer in self._held))
+        state = (arena.layout(), arena.addresses([parity * self._count + buffer for buffer in self._held]))
         if state in self._seen:
             if not self.done and len(self._outside_bytes):
                 self.resident = max(self.resident, arena.touched_bytes + self._most_outside)
