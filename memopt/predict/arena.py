@@ -23,7 +23,7 @@ thousands of operations each, and in Python that loop was most of its time.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from typing import NamedTuple
 
 import numpy as np
@@ -39,7 +39,7 @@ _INITIAL_REGION = 1 << 20
 
 
 class Operations(NamedTuple):
-    """Operations numbered for one arena (``BFCArena.prepare``), to play once or many times."""
+    """Operations numbered for one arena (``BFCArena.numbered``), to play once or many times."""
 
     kinds: np.ndarray  # ALLOCATE or FREE
     buffers: np.ndarray  # the arena's number for each operation's buffer
@@ -57,7 +57,8 @@ class BFCArena:
         self._ranges = np.zeros((2, 64), dtype=np.int64)  # touched [start, end): sorted, disjoint
         self._growth = np.zeros(64, dtype=np.int64)  # (rounded request, region size) per region
         self._touches = np.zeros((2, 256), dtype=np.int64)  # operation, touched bytes after it
-        self._numbers: dict[object, int] = {}  # buffer -> its number
+        self._numbers: dict[object, int] = {}  # a buffer ``run`` was given -> its number
+        self._reserved = 0  # buffer numbers handed out
         self._where = np.full(256, -1, dtype=np.int64)  # buffer number -> its chunk, -1 for none
 
     @property
@@ -80,28 +81,38 @@ class BFCArena:
     def free(self, buffer: object) -> None:
         self.run(((FREE, buffer, 0.0),))
 
-    def prepare(self, operations: Iterable[tuple[int, object, float]]) -> Operations:
-        """``operations`` (ALLOCATE, buffer, bytes) or (FREE, buffer, _) in the form ``play`` takes."""
-        kinds, buffers, sizes = [], [], []
-        numbers = self._numbers
-        for kind, buffer, size in operations:
-            kinds.append(kind)
-            buffers.append(numbers.setdefault(buffer, len(numbers)))
-            sizes.append(size)
-        if len(numbers) > len(self._where):
-            self._where = np.concatenate([self._where, np.full(len(numbers), -1, dtype=np.int64)])
-        return Operations(
-            np.array(kinds, dtype=np.int64),
-            np.array(buffers, dtype=np.int64),
-            np.array(sizes, dtype=np.float64).astype(np.int64),
-        )
+    def reserve(self, count: int) -> int:
+        """Numbers for ``count`` buffers that no other buffer of this arena has: the first of them
+        (``numbered`` takes buffers by these numbers)."""
+        first = self._reserved
+        self._reserved += count
+        if self._reserved > len(self._where):
+            grown = np.full(max(self._reserved, 2 * len(self._where)), -1, dtype=np.int64)
+            grown[: len(self._where)] = self._where
+            self._where = grown
+        return first
+
+    def numbered(self, kinds: np.ndarray, buffers: np.ndarray, sizes: np.ndarray) -> Operations:
+        """Operations in the form ``play`` takes: ``kinds`` ALLOCATE or FREE, ``buffers`` numbers
+        from ``reserve``, ``sizes`` bytes (whole bytes are requested: the fraction dropped)."""
+        return Operations(kinds.astype(np.int64), buffers.astype(np.int64), sizes.astype(np.int64))
 
     def run(self, operations: Iterable[tuple[int, object, float]]) -> list[tuple[object, int]]:
         """Apply ``operations`` in turn, (ALLOCATE, buffer, bytes) or (FREE, buffer, _); returns
         each buffer whose allocation touched pages not touched before, with ``touched_bytes``
         after it."""
         listed = list(operations)
-        indices, touched = self.play(self.prepare(listed))
+        numbers = self._numbers
+        for _, buffer, _ in listed:
+            if buffer not in numbers:
+                numbers[buffer] = self.reserve(1)
+        indices, touched = self.play(
+            self.numbered(
+                np.array([kind for kind, _, _ in listed]),
+                np.array([numbers[buffer] for _, buffer, _ in listed]),
+                np.array([size for _, _, size in listed], dtype=np.float64),
+            )
+        )
         return [(listed[i][1], int(t)) for i, t in zip(indices, touched)]
 
     def play(self, operations: Operations) -> tuple[np.ndarray, np.ndarray]:
@@ -130,13 +141,9 @@ class BFCArena:
         count = self._scalars[kernel.TOUCHES]
         return self._touches[0, :count].copy(), self._touches[1, :count].copy()
 
-    def address(self, buffer: object) -> int:
-        """Where a live buffer's chunk starts."""
-        return int(self._chunks[0, self._where[self._numbers[buffer]]])
-
-    def addresses(self, buffers: Sequence[object]) -> tuple[int, ...]:
-        """``address`` of each of ``buffers``."""
-        return tuple(self._chunks[0, self._where[[self._numbers[buffer] for buffer in buffers]]].tolist())
+    def addresses(self, numbers: np.ndarray) -> tuple[int, ...]:
+        """Where the chunk of each live buffer of ``numbers`` (from ``reserve``) starts."""
+        return tuple(self._chunks[0, self._where[numbers]].tolist())
 
     def layout(self) -> tuple[object, ...]:
         """The state placement depends on: regions, chunks, the size of the next region. Two

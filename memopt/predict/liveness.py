@@ -46,6 +46,7 @@ import math
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
+from itertools import chain
 from typing import NamedTuple, ParamSpec, TypeVar
 
 import numpy as np
@@ -324,6 +325,21 @@ class _Program:
         if steps:
             self.numbers_released[-1] += tuple(number[name] for name in left if name not in held_buffers)
         self.held_by_loop = tuple(number[name] for name in left if name in held_buffers)
+        # The same events as arrays, for the passes over a play's events: per allocation and
+        # per release, in order, its step and its buffer; and all of them as one sequence, a
+        # step's allocations then its releases, with where each step's allocations end in it.
+        self.allocation_steps = np.repeat(np.arange(len(steps)), [len(n) for n in self.numbers_allocated])
+        self.allocation_buffers = np.fromiter(chain.from_iterable(self.numbers_allocated), np.int64)
+        self.release_steps = np.repeat(np.arange(len(steps)), [len(n) for n in self.numbers_released])
+        self.release_buffers = np.fromiter(chain.from_iterable(self.numbers_released), np.int64)
+        keys = np.concatenate([2 * self.allocation_steps, 2 * self.release_steps + 1])
+        order = np.argsort(keys, kind="stable")
+        self.event_buffers = np.concatenate([self.allocation_buffers, self.release_buffers])[order]
+        self.event_signs = np.concatenate([np.ones(len(self.allocation_buffers)), -np.ones(len(self.release_buffers))])[
+            order
+        ]
+        self.allocations_end = np.searchsorted(keys[order], 2 * np.arange(len(steps)), side="right")
+        self.torch_buffers = np.array(self.buffer_from_torch, dtype=bool)
 
     def _assign_buffers(self, device: str, readers: Mapping[str, list[int]]) -> dict[str, str]:
         """Each output's buffer, named by the tensor that allocated it ("" where the buffer is
@@ -506,11 +522,6 @@ def _broadcast(
     return tuple(shape)
 
 
-# A play's events: per step, the buffers allocated before it runs and those freed after it,
-# as (number, bytes, allocated by PyTorch).
-_Events = list[tuple[list[tuple[int, float, bool]], list[tuple[int, float, bool]]]]
-
-
 def _play(program: _Program, sizes: _Sizes) -> Timeline:
     """Run the program for several training steps through the arena: the live peak of one
     step, where it is, and the pages the arena touched by the end."""
@@ -526,40 +537,47 @@ class _ArenaPlay:
     def __init__(self, program: _Program, sizes: _Sizes) -> None:
         self.program = program
         yield_index = program.yield_index
-        events, held, count = _buffer_events(program, sizes)
+        size = np.array(sizes.of_buffers(program))
+        count = len(size)
+        from_torch = program.torch_buffers
         # The outputs the loop holds that are the arena's (an ATen or PythonOp output is PyTorch's).
-        self._held = [buffer for buffer in held if not program.buffer_from_torch[buffer]]
+        held = np.array([buffer for buffer in program.held_by_loop if not from_torch[buffer]], dtype=np.int64)
+        self._held = held
         self._count = count
-        self.live_peak, self._peak_index, beside = _live_pass(events, _transients(program, sizes))
-        self._outside_bytes = np.array(beside)
+        self.live_peak, self._peak_index, self._outside_bytes = _live_pass(program, size, _transients(program, sizes))
         self._most_outside = float(self._outside_bytes.max(initial=0.0))
-        # A step's part in the arena as one list of operations (``BFCArena.run``). Step r's copy
-        # of buffer i is i + (r % 2) * count: a step's buffers are all freed by the end of the
+        # A step's part in the arena as one list of operations (``BFCArena.play``): per event,
+        # its allocations, at the YieldOp the frees of the outputs the loop held from the step
+        # before (it drops them when forward returns), then its releases. Step r's copy of
+        # buffer i is i + (r % 2) * count: a step's buffers are all freed by the end of the
         # next one (the outputs held into it at its YieldOp), so two copies never meet and every
         # step takes one of two lists. The first step's frees of the step before's held outputs
         # find nothing: there was no step before. The pages touched are read where an
         # allocation touched new ones, at the event that allocated it.
-        steps: tuple[list[tuple[int, object, float]], ...] = ([], [])
-        event_of: list[int] = []  # each operation of either list (they run in step): its event
-        for index, (allocated, freed) in enumerate(events):
-            for buffer, size, torch in allocated:
-                if not torch:
-                    steps[0].append((ALLOCATE, buffer, size))
-                    steps[1].append((ALLOCATE, buffer + count, size))
-                    event_of.append(index)
-            if index == yield_index:  # the loop drops the last step's outputs when forward returns
-                steps[0].extend((FREE, buffer + count, 0.0) for buffer in self._held)
-                steps[1].extend((FREE, buffer, 0.0) for buffer in self._held)
-                event_of.extend(index for _ in self._held)
-            for buffer, _, torch in freed:
-                if not torch:
-                    steps[0].append((FREE, buffer, 0.0))
-                    steps[1].append((FREE, buffer + count, 0.0))
-                    event_of.append(index)
-        self._event_of = np.array(event_of, dtype=np.int64)
+        allocated = ~from_torch[program.allocation_buffers]
+        released = ~from_torch[program.release_buffers]
+        allocations, releases = program.allocation_buffers[allocated], program.release_buffers[released]
+        yield_index = program.yield_index
+        held_at = np.full(len(held) if yield_index is not None else 0, yield_index or 0, dtype=np.int64)
+        events = np.concatenate(
+            [3 * program.allocation_steps[allocated], 3 * held_at + 1, 3 * program.release_steps[released] + 2]
+        )
+        order = np.argsort(events, kind="stable")
+        self._event_of = events[order] // 3
+        kinds = np.concatenate([np.full(len(allocations), ALLOCATE), np.full(len(held_at) + len(releases), FREE)])
+        requested = np.concatenate([size[allocations], np.zeros(len(held_at) + len(releases))])
+        held = held[: len(held_at)]
         self._arena = BFCArena()
         self._arena.run([(ALLOCATE, ("constant", name), sizes.known(name)) for name in program.constants])
-        self._steps = tuple(self._arena.prepare(step) for step in steps)
+        self._first = self._arena.reserve(2 * count)  # the arena's number of buffer 0
+        self._steps = tuple(
+            self._arena.numbered(
+                kinds[order],
+                self._first + np.concatenate([allocations + this, held + other, releases + this])[order],
+                requested[order],
+            )
+            for this, other in ((0, count), (count, 0))
+        )
         self._seen: set[tuple[object, ...]] = set()  # the arena's state at the end of each step played
         self._repeat = 0
         self.resident = 0.0  # the figure over the steps played so far
@@ -585,7 +603,7 @@ class _ArenaPlay:
         # Placed as at the end of an earlier step (the placement often alternates between two):
         # the steps from here repeat the ones after that at the same addresses, so they touch
         # nothing new and only their bytes outside the arena count.
-        state = (arena.layout(), arena.addresses([parity * self._count + buffer for buffer in self._held]))
+        state = (arena.layout(), arena.addresses(self._first + parity * self._count + self._held))
         if state in self._seen:
             if not self.done and len(self._outside_bytes):
                 self.resident = max(self.resident, arena.touched_bytes + self._most_outside)
@@ -606,12 +624,10 @@ class _ArenaPlay:
         return replace(timeline, arena_growth=tuple(self._arena.growth))
 
 
-@_without_cyclic_gc
 def _live_peak(program: _Program, sizes: _Sizes) -> float:
     """The live peak of one step: what a play's resident figure can never be under (every live
     buffer lies in pages the allocator handed out), without playing the allocator."""
-    events, _, _ = _buffer_events(program, sizes)
-    return _live_pass(events, _transients(program, sizes))[0]
+    return _live_pass(program, np.array(sizes.of_buffers(program)), _transients(program, sizes))[0]
 
 
 def _loss_bytes(program: _Program, sizes: _Sizes) -> float:
@@ -628,27 +644,28 @@ def _transients(program: _Program, sizes: _Sizes) -> dict[int, float]:
     return transients
 
 
-def _live_pass(events: _Events, transients: Mapping[int, float]) -> tuple[float, int, list[float]]:
-    """One pass over a step's events without the allocator: the live peak, the event it comes
-    at, and per event what is held outside ORT's arena (PyTorch's gradients, and per step its
-    ``transients``), the same in every step."""
-    live = outside = 0.0
-    peak, peak_index = 0.0, -1
-    beside: list[float] = []
-    for index, (allocated, freed) in enumerate(events):
-        for _, size, torch in allocated:
-            live += size
-            if torch:
-                outside += size
-        transient = transients.get(index, 0.0)
-        if live + transient > peak:
-            peak, peak_index = live + transient, index
-        beside.append(outside + transient)
-        for _, size, torch in freed:
-            live -= size
-            if torch:
-                outside -= size
-    return peak, peak_index, beside
+def _live_pass(program: _Program, size: np.ndarray, transients: Mapping[int, float]) -> tuple[float, int, np.ndarray]:
+    """One pass over a step's events without the allocator, at the buffers' sizes ``size``: the
+    live peak, the event it comes at, and per event what is held outside ORT's arena
+    (PyTorch's gradients, and per step its ``transients``), the same in every step."""
+    events = len(program.steps)
+    transient = np.zeros(events)
+    for index, value in transients.items():
+        transient[index] = value
+
+    def held(mask: np.ndarray) -> np.ndarray:
+        """Per event, the bytes of ``mask``'s buffers live while it runs: summed in the order
+        of the events, one at a time, so the figures are those of a loop over them."""
+        buffers = program.event_buffers
+        changes = np.where(mask[buffers], program.event_signs * size[buffers], 0.0)
+        return np.concatenate([[0.0], np.cumsum(changes)])[program.allocations_end]
+
+    live = held(np.ones(len(size), dtype=bool)) + transient
+    outside = held(program.torch_buffers) + transient
+    peak_index = int(np.argmax(live)) if events else -1
+    if peak_index < 0 or live[peak_index] <= 0.0:
+        return 0.0, -1, outside
+    return float(live[peak_index]), peak_index, outside
 
 
 # A CUDA trial's peaks start after its warm-up step; the caching allocator never gives a
@@ -661,7 +678,8 @@ def _play_cuda(program: _Program, sizes: _Sizes) -> Timeline:
     allocator, which holds ORT's buffers, PyTorch's gradients and its loss's two copies alike:
     the live peak of one step, where it is, and the allocator's peaks after the warm-up."""
     yield_index = program.yield_index
-    events, held, count = _buffer_events(program, sizes)
+    size = sizes.of_buffers(program)
+    held, count = program.held_by_loop, len(size)
     loss_bytes = _loss_bytes(program, sizes)
     allocator = CudaCachingAllocator()
     for name in program.constants:
@@ -671,10 +689,10 @@ def _play_cuda(program: _Program, sizes: _Sizes) -> Timeline:
         if repeat == 1:
             allocator.reset_peaks()
         base, last = repeat * count, (repeat - 1) * count
-        for index, (allocated, freed) in enumerate(events):
-            for buffer, size, _ in allocated:
-                allocator.allocate(base + buffer, size)
-                live += size if repeat == 0 else 0.0
+        for index, (allocated, freed) in enumerate(zip(program.numbers_allocated, program.numbers_released)):
+            for buffer in allocated:
+                allocator.allocate(base + buffer, size[buffer])
+                live += size[buffer] if repeat == 0 else 0.0
             if index == yield_index:
                 for buffer in held if repeat else ():  # the loop drops the last step's outputs
                     allocator.free(last + buffer)
@@ -685,9 +703,9 @@ def _play_cuda(program: _Program, sizes: _Sizes) -> Timeline:
             transient = loss_bytes if index == yield_index else 0.0
             if repeat == 0 and live + transient > peak:
                 peak, peak_index = live + transient, index
-            for buffer, size, _ in freed:
+            for buffer in freed:
                 allocator.free(base + buffer)
-                live -= size if repeat == 0 else 0.0
+                live -= size[buffer] if repeat == 0 else 0.0
     return _timeline(
         program, peak, peak_index, float(allocator.peak_allocated_bytes), float(allocator.peak_reserved_bytes)
     )
@@ -717,21 +735,6 @@ def _timeline(program: _Program, peak: float, peak_index: int, resident: float, 
         resident,
         reserved,
     )
-
-
-def _buffer_events(program: _Program, sizes: _Sizes) -> tuple[_Events, list[int], int]:
-    """The play's events, the buffers the loop holds into the next step, and how many buffers
-    there are (numbered from 0)."""
-    from_torch = program.buffer_from_torch
-    size = sizes.of_buffers(program)
-    events: _Events = [
-        (
-            [(buffer, size[buffer], from_torch[buffer]) for buffer in allocated],
-            [(buffer, size[buffer], from_torch[buffer]) for buffer in released],
-        )
-        for allocated, released in zip(program.numbers_allocated, program.numbers_released)
-    ]
-    return events, list(program.held_by_loop), len(size)
 
 
 def _schedule(
