@@ -76,15 +76,12 @@ def memory_efficient_backward(
     graph's own breadth-first order. What the main path never reads runs at the end.
     """
     forward = set(forward)
+    by_index = sorted(range(len(producers)), key=node_index.__getitem__)
     consumers: list[list[int]] = [[] for _ in producers]
-    for node, inputs in enumerate(producers):
-        for producer in inputs:
+    for node in by_index:  # so each node's consumers come by node index
+        for producer in producers[node]:
             consumers[producer].append(node)
-    for listed in consumers:
-        listed.sort(key=lambda node: node_index[node])
-    backward = [
-        n for n in sorted(range(len(producers)), key=lambda n: node_index[n]) if n not in forward and n != yield_op
-    ]
+    backward = [n for n in by_index if n not in forward and n != yield_op]
     waiting = {n: sum(p not in forward for p in producers[n]) for n in backward}
     branch = _kahn([n for n in backward if waiting[n] == 0], consumers, dict(waiting))
     in_branch = set(branch)
