@@ -44,7 +44,7 @@ import functools
 import gc
 import math
 import threading
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from itertools import chain
 from typing import NamedTuple, ParamSpec, TypeVar
@@ -204,11 +204,11 @@ def _program(
     graph: TrainingGraph,
     recompute: Sequence[Recompute],
     order: AnalysisOrder,
-    forward: Sequence[int] | None = None,
+    base: _ScheduleBase | None = None,
     device: str = "cpu",
 ) -> _Program:
-    """The config as ``simulate`` plays it (``forward``: see ``_schedule``)."""
-    return _Program(graph, *_schedule(graph, recompute, order, forward), device)
+    """The config as ``simulate`` plays it (``base``: see ``_schedule``)."""
+    return _Program(graph, *_schedule(graph, recompute, order, base), device)
 
 
 @_without_cyclic_gc
@@ -254,7 +254,9 @@ class _Program:
         # The YieldOp's outputs are the gradients PyTorch hands back: PyTorch allocated them.
         self.from_torch = set(yielded.outputs) if yielded is not None else set()
         # An ATen or PythonOp node runs PyTorch's own kernel, which allocates its outputs.
-        self.from_torch.update(o for step in steps if step.node.op_type in _TORCH_KERNELS for o in step.outputs if o)
+        for step in steps:
+            if step.node.op_type in _TORCH_KERNELS:
+                self.from_torch.update(o for o in step.outputs if o)
         readers: dict[str, list[int]] = {}  # per tensor, the steps that read it, one entry per input slot
         for index, step in enumerate(steps):
             for name in step.inputs:
@@ -269,7 +271,7 @@ class _Program:
         for step in steps:
             # Per step, the buffers (named by the tensor that allocated them) it allocates, in
             # order, its kernel's scratch among them.
-            outputs = tuple(name for name in step.outputs if name and owner.get(name) == name)
+            outputs = tuple([name for name in step.outputs if name and owner.get(name) == name])
             if device != "cpu" or step.node.op_type not in _SCRATCH_KERNELS:
                 self.allocations.append(outputs)
                 self.heap.append(())
@@ -320,8 +322,9 @@ class _Program:
         self.buffers = tuple(number)
         self.buffer_steps = tuple(steps_of)
         self.buffer_from_torch = tuple(name in self.from_torch for name in number)
-        self.numbers_allocated = [tuple(number[name] for name in names) for names in self.allocations]
-        self.numbers_released = [tuple(number[name] for name in names) for names in releases]
+        numbered = number.__getitem__
+        self.numbers_allocated = [tuple(map(numbered, names)) for names in self.allocations]
+        self.numbers_released = [tuple(map(numbered, names)) for names in releases]
         if steps:
             self.numbers_released[-1] += tuple(number[name] for name in left if name not in held_buffers)
         self.held_by_loop = tuple(number[name] for name in left if name in held_buffers)
@@ -398,10 +401,11 @@ class _Program:
                     owner[name] = shares
                     if shares:
                         uses_left[shares] += uses[name]
-            for name in (*step.inputs, *step.outputs):
-                buffer = owner.get(name)
-                if name and buffer:
-                    uses_left[buffer] -= 1
+            for names in (step.inputs, step.outputs):
+                for name in names:
+                    buffer = owner.get(name)
+                    if buffer:
+                        uses_left[buffer] -= 1
         return owner
 
     def _shape(self, name: str) -> tuple[object, ...] | None:
@@ -737,19 +741,35 @@ def _timeline(program: _Program, peak: float, peak_index: int, resident: float, 
     )
 
 
+class _ScheduleBase:
+    """What every config's schedule of ``graph`` in ``order`` shares, worked out once: the
+    nodes as steps with nothing recomputed, the forward nodes in the memory-efficient order,
+    and each node's producers and ORT node index."""
+
+    def __init__(self, graph: TrainingGraph, order: AnalysisOrder) -> None:
+        nodes = graph.nodes
+        self.yield_order = next((n.order for n in nodes if n.op_type == "YieldOp"), None)
+        self.by_name = {node.name: node for node in nodes}
+        self.originals = [_Step(node, node.inputs, node.outputs, False) for node in nodes]
+        self.forward = _forward_nodes(graph, order) if order in _MEMORY_EFFICIENT else None
+        self.made_by = {name: position for position, node in enumerate(nodes) for name in node.outputs if name}
+        self.producers = [[self.made_by[name] for name in node.inputs if name in self.made_by] for node in nodes]
+        self.node_index = [graph.session_index(node.order) for node in nodes]
+
+
 def _schedule(
-    graph: TrainingGraph, recompute: Sequence[Recompute], order: AnalysisOrder, forward: Sequence[int] | None = None
+    graph: TrainingGraph, recompute: Sequence[Recompute], order: AnalysisOrder, base: _ScheduleBase | None = None
 ) -> tuple[list[_Step], int | None]:
     """The steps in the order ORT runs them with ``recompute`` applied, and the YieldOp's position.
 
     No config runs in the file's order. A config runs in ``order``, the one the release's
     memory optimizer analyses in: under the memory-efficient sort (1.18, 1.19) a recomputed
     subgraph runs just before the backward node that first reads it; in the other orders it
-    is placed before the stashed tensor's first backward consumer in the file. ``forward``:
-    ``_forward_nodes(graph, order)`` where the caller keeps it (it is the same for every config)."""
-    nodes = graph.nodes
-    yield_order = next((n.order for n in nodes if n.op_type == "YieldOp"), None)
-    by_name = {node.name: node for node in nodes}
+    is placed before the stashed tensor's first backward consumer in the file. ``base``:
+    ``_ScheduleBase(graph, order)`` where the caller keeps it (it is the same for every config)."""
+    if base is None:
+        base = _ScheduleBase(graph, order)
+    by_name, yield_order = base.by_name, base.yield_order
     # A node shared by several recomputed subgraphs is cloned once, before the earliest consumer.
     insert_at: dict[str, int] = {}
     rewired: dict[int, dict[str, str]] = {}
@@ -778,16 +798,12 @@ def _schedule(
         )
         for name in sorted(insert_at, key=lambda n: by_name[n].order)
     ]
-    originals = [
-        _Step(node, node.inputs, node.outputs, False)
-        if node.order not in rewired
-        else _Step(node, tuple(rewired[node.order].get(name, name) for name in node.inputs), node.outputs, False)
-        for node in nodes
-    ]
-    if clones and yield_order is not None and order in _MEMORY_EFFICIENT:
-        if forward is None:
-            forward = _forward_nodes(graph, order)
-        steps = _memory_efficient(graph, originals, clones, yield_order, forward)
+    originals = list(base.originals)
+    for position, names in rewired.items():
+        node = originals[position].node
+        originals[position] = _Step(node, tuple(names.get(name, name) for name in node.inputs), node.outputs, False)
+    if clones and yield_order is not None and base.forward is not None:
+        steps = _memory_efficient(base, originals, clones, rewired, yield_order)
         return steps, next(i for i, step in enumerate(steps) if step.node.order == yield_order and not step.recomputed)
     inserted: dict[int, list[_Step]] = {}
     for clone in clones:
@@ -810,18 +826,30 @@ def _forward_nodes(graph: TrainingGraph, order: AnalysisOrder) -> list[int]:
 
 
 def _memory_efficient(
-    graph: TrainingGraph, originals: list[_Step], clones: list[_Step], yield_order: int, forward: Sequence[int]
+    base: _ScheduleBase, originals: list[_Step], clones: list[_Step], rewired: Collection[int], yield_order: int
 ) -> list[_Step]:
-    """``originals`` and ``clones`` in ORT's memory-efficient order (``memopt.graph.topology``),
-    the forward nodes as ``forward`` lists them."""
+    """``originals`` (those in ``rewired`` reading clones) and ``clones`` in ORT's
+    memory-efficient order (``memopt.graph.topology``), the forward nodes as ``base`` lists them."""
+    assert base.forward is not None
     steps = [*originals, *clones]
-    made_by = {name: position for position, step in enumerate(steps) for name in step.outputs if name}
-    producers = [[made_by[name] for name in step.inputs if name in made_by] for step in steps]
+    made_by = dict(base.made_by)
+    made_by.update((name, len(originals) + i) for i, clone in enumerate(clones) for name in clone.outputs if name)
+
+    def reads(step: _Step) -> list[int]:
+        return [made_by[name] for name in step.inputs if name in made_by]
+
+    if len(made_by) == len(base.made_by) + sum(bool(name) for clone in clones for name in clone.outputs):
+        producers = list(base.producers)  # the steps that read no clone read what they read unchanged
+        for position in rewired:
+            producers[position] = reads(steps[position])
+        producers += map(reads, clones)
+    else:  # a clone's output has a name the graph already uses: what reads it has changed
+        producers = [reads(step) for step in steps]
     # ORT adds the recomputed nodes after every node of the graph, so their indices come last.
-    last = max((graph.session_index(step.node.order) for step in originals), default=-1)
-    node_index = [graph.session_index(s.node.order) for s in originals] + [last + 1 + i for i in range(len(clones))]
-    backward = memory_efficient_backward(yield_order, forward, producers, node_index)
-    return [steps[position] for position in (*forward, *backward)]
+    last = max(base.node_index, default=-1)
+    node_index = [*base.node_index, *range(last + 1, last + 1 + len(clones))]
+    backward = memory_efficient_backward(yield_order, base.forward, producers, node_index)
+    return [steps[position] for position in (*base.forward, *backward)]
 
 
 def _clone_name(name: str) -> str:
@@ -949,7 +977,7 @@ class ActivationSimulator:
         # sizes at some dims every config.
         self._programs: dict[_Config, _Program] = {}
         self._sizes: dict[tuple[tuple[str, int], ...], dict[str, float | None]] = {}
-        self._forward: list[int] | None = None  # _schedule's forward: the same for every config
+        self._base: _ScheduleBase | None = None  # what every config's schedule shares
 
     def timeline(
         self, dims: Mapping[str, int], plans: Iterable[PlanKey] = (), counts: Mapping[PlanKey, int] | None = None
@@ -1050,9 +1078,9 @@ class ActivationSimulator:
                 for key in config.plans
                 for r in self.plans.get(key, ())[: counts[key] if counts.get(key, -1) >= 0 else None]
             ]
-            if self._forward is None and self.order in _MEMORY_EFFICIENT:
-                self._forward = _forward_nodes(self.graph, self.order)
-            program = _program(self.graph, recompute, self.order, self._forward, self.device)
+            if self._base is None:
+                self._base = _ScheduleBase(self.graph, self.order)
+            program = _program(self.graph, recompute, self.order, self._base, self.device)
             if len(self._programs) >= _PROGRAMS_KEPT:
                 del self._programs[next(iter(self._programs))]
         self._programs[config] = program
