@@ -261,21 +261,22 @@ class _Program:
         for index, step in enumerate(steps):
             for name in step.inputs:
                 if name:
-                    readers.setdefault(name, []).append(index)
+                    read = readers.get(name)
+                    if read is None:
+                        readers[name] = [index]
+                    else:
+                        read.append(index)
         owner = self._assign_buffers(device, readers)
         # What a kernel takes from the arena for itself while it runs, freed when it returns.
         self.scratch: dict[str, TensorInfo] = {}
-        self.heap: list[tuple[str, ...]] = []  # per step, its kernel's scratch on the heap
-        self.allocations: list[tuple[str, ...]] = []
-        scratch_of: list[tuple[str, ...]] = []
-        for step in steps:
-            # Per step, the buffers (named by the tensor that allocated them) it allocates, in
-            # order, its kernel's scratch among them.
-            outputs = tuple([name for name in step.outputs if name and owner.get(name) == name])
+        self.heap: list[tuple[str, ...]] = [()] * len(steps)  # per step, its kernel's scratch on the heap
+        # Per step, the buffers (named by the tensor that allocated them) it allocates, in
+        # order, its kernel's scratch among them.
+        owned = owner.get
+        self.allocations = [tuple([name for name in step.outputs if name and owned(name) == name]) for step in steps]
+        scratch_of: dict[int, tuple[str, ...]] = {}  # per step with scratch: the order it is freed in
+        for index, step in enumerate(steps):
             if device != "cpu" or step.node.op_type not in _SCRATCH_KERNELS:
-                self.allocations.append(outputs)
-                self.heap.append(())
-                scratch_of.append(())
                 continue
             scratch = _scratch(graph, step, self.aliases)
             # Named by the node (its clone apart): sizes at some dims are shared by every config.
@@ -285,9 +286,9 @@ class _Program:
                 for place, shapes in zip("bah", scratch)
             )
             self.scratch.update(zip((*before, *after, *heap), (*scratch.before, *scratch.after, *scratch.heap)))
-            self.heap.append(heap)
-            self.allocations.append((*before, *outputs, *after))
-            scratch_of.append((*reversed(after), *reversed(before)))
+            self.heap[index] = heap
+            self.allocations[index] = (*before, *self.allocations[index], *after)
+            scratch_of[index] = (*reversed(after), *reversed(before))
         release: dict[str, int] = {}  # per buffer, the last step that reads a tensor sharing it
         for name, indices in readers.items():
             buffer = owner.get(name)
@@ -299,7 +300,9 @@ class _Program:
         kept = {owner[name] for name in (*graph.graph_outputs, *self.held_names, *handed_back) if owner.get(name)}
         # Per step, the buffers released after it, its kernel's scratch first; what is left at
         # the end of the step, in the order allocated.
-        releases: list[list[str]] = [list(scratch) for scratch in scratch_of]
+        releases: list[list[str]] = [[] for _ in steps]
+        for index, freed in scratch_of.items():
+            releases[index].extend(freed)
         for buffer, index in release.items():
             if buffer not in kept:
                 releases[index].append(buffer)
@@ -312,18 +315,19 @@ class _Program:
         # allocated, the step allocating each (its size is worked out there), and per step the
         # numbers allocated and released, the last step also releasing what is left but the
         # outputs the loop holds into the next step (``held_by_loop``).
-        number: dict[str, int] = {}
-        steps_of: list[int] = []
-        for index, names in enumerate(self.allocations):
-            for name in names:
-                if name not in number:
-                    number[name] = len(number)
-                    steps_of.append(index)
-        self.buffers = tuple(number)
-        self.buffer_steps = tuple(steps_of)
-        self.buffer_from_torch = tuple(name in self.from_torch for name in number)
+        # Every name is allocated once (outputs are named once; scratch by node), so buffer i is
+        # the i-th allocation.
+        counts = np.fromiter(map(len, self.allocations), np.int64, len(steps))
+        self.buffers = tuple(chain.from_iterable(self.allocations))
+        number = {name: i for i, name in enumerate(self.buffers)}
+        if len(number) != len(self.buffers):
+            raise ValueError("a buffer is allocated twice: two steps have an output of one name")
+        self.allocation_steps = np.repeat(np.arange(len(steps)), counts)
+        self.buffer_steps = tuple(self.allocation_steps.tolist())
+        self.buffer_from_torch = tuple(name in self.from_torch for name in self.buffers)
+        ends = np.cumsum(counts).tolist()
+        self.numbers_allocated = [tuple(range(end - count, end)) for end, count in zip(ends, counts.tolist())]
         numbered = number.__getitem__
-        self.numbers_allocated = [tuple(map(numbered, names)) for names in self.allocations]
         self.numbers_released = [tuple(map(numbered, names)) for names in releases]
         if steps:
             self.numbers_released[-1] += tuple(number[name] for name in left if name not in held_buffers)
@@ -331,8 +335,7 @@ class _Program:
         # The same events as arrays, for the passes over a play's events: per allocation and
         # per release, in order, its step and its buffer; and all of them as one sequence, a
         # step's allocations then its releases, with where each step's allocations end in it.
-        self.allocation_steps = np.repeat(np.arange(len(steps)), [len(n) for n in self.numbers_allocated])
-        self.allocation_buffers = np.fromiter(chain.from_iterable(self.numbers_allocated), np.int64)
+        self.allocation_buffers = np.arange(len(self.buffers), dtype=np.int64)
         self.release_steps = np.repeat(np.arange(len(steps)), [len(n) for n in self.numbers_released])
         self.release_buffers = np.fromiter(chain.from_iterable(self.numbers_released), np.int64)
         keys = np.concatenate([2 * self.allocation_steps, 2 * self.release_steps + 1])
@@ -361,52 +364,71 @@ class _Program:
         for name in (*graph_outputs, *self.held_names):
             if name in uses:
                 uses[name] += 1
-        last = max((graph.session_index(step.node.order) for step in steps if not step.recomputed), default=-1)
-        node_index = [
-            last + 1 + position if step.recomputed else graph.session_index(step.node.order)
-            for position, step in enumerate(steps)
-        ]
+
+        @functools.cache
+        def last() -> int:
+            return max((graph.session_index(step.node.order) for step in steps if not step.recomputed), default=-1)
+
+        def node_index(position: int) -> int:
+            step = steps[position]
+            return last() + 1 + position if step.recomputed else graph.session_index(step.node.order)
+
         owner: dict[str, str] = {}
+        owned = owner.get
         uses_left: dict[str, int] = {}  # per buffer: the uses left of every tensor sharing it
         for step in steps:
-            source = step.inputs[0] if step.inputs else ""
+            inputs, outputs = step.inputs, step.outputs
+            source = inputs[0] if inputs else ""
             op_type = step.node.op_type
-            feeds_yield = False  # worked out only for an op that could share
-            if source and (op_type in _VIEWS or op_type in in_place):
-                consumers = [reader for name in step.outputs if name for reader in readers.get(name, ())]
-                feeds_yield = bool(consumers) and min(consumers, key=node_index.__getitem__) == self.yield_index
-            for position, name in enumerate(step.outputs):
-                if not name:
-                    continue
-                # Only the first output may take its first input's buffer, and never PyTorch's
-                # output, a graph output or one PyTorch reads first.
-                may_share = (
-                    position == 0
-                    and bool(source)
-                    and not feeds_yield
-                    and name not in self.from_torch
-                    and name not in graph_outputs
-                )
-                shares: str | None = None
-                if may_share and op_type in _VIEWS:
-                    shares = owner.get(source, "")
-                elif may_share and op_type in in_place and owner.get(source):
-                    shape = self._shape(source)
-                    if uses_left[owner[source]] == 1 and shape is not None and shape == self._shape(name):
-                        shares = owner[source]
-                if shares is None:
-                    owner[name] = name
-                    uses_left[name] = uses[name]
-                else:
-                    owner[name] = shares
-                    if shares:
-                        uses_left[shares] += uses[name]
-            for names in (step.inputs, step.outputs):
+            if not (source and (op_type in _VIEWS or op_type in in_place)):  # no output may share
+                for name in outputs:
+                    if name:
+                        owner[name] = name
+                        uses_left[name] = uses[name]
+            else:
+                self._place_sharing(step, owner, uses, uses_left, readers, node_index, in_place, graph_outputs)
+            for names in (inputs, outputs):
                 for name in names:
-                    buffer = owner.get(name)
+                    buffer = owned(name)
                     if buffer:
                         uses_left[buffer] -= 1
         return owner
+
+    def _place_sharing(
+        self,
+        step: _Step,
+        owner: dict[str, str],
+        uses: Mapping[str, int],
+        uses_left: dict[str, int],
+        readers: Mapping[str, list[int]],
+        node_index: Callable[[int], int],
+        in_place: frozenset[str],
+        graph_outputs: set[str],
+    ) -> None:
+        """``owner`` of the outputs of a view or of an op that may write into its first input."""
+        source, op_type = step.inputs[0], step.node.op_type
+        consumers = [reader for name in step.outputs if name for reader in readers.get(name, ())]
+        feeds_yield = bool(consumers) and min(consumers, key=node_index) == self.yield_index
+        for position, name in enumerate(step.outputs):
+            if not name:
+                continue
+            # Only the first output may take its first input's buffer, and never PyTorch's
+            # output, a graph output or one PyTorch reads first.
+            may_share = position == 0 and not feeds_yield and name not in self.from_torch and name not in graph_outputs
+            shares: str | None = None
+            if may_share and op_type in _VIEWS:
+                shares = owner.get(source, "")
+            elif may_share and op_type in in_place and owner.get(source):
+                shape = self._shape(source)
+                if uses_left[owner[source]] == 1 and shape is not None and shape == self._shape(name):
+                    shares = owner[source]
+            if shares is None:
+                owner[name] = name
+                uses_left[name] = uses[name]
+            else:
+                owner[name] = shares
+                if shares:
+                    uses_left[shares] += uses[name]
 
     def _shape(self, name: str) -> tuple[object, ...] | None:
         """What ORT's planner compares to reuse a buffer: element size and every dim, known or
