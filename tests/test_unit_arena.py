@@ -154,3 +154,21 @@ def test_placement_matches_a_scan_over_every_free_chunk(operations: list[tuple[b
             arena.free(name)
             reference.free(name)
         assert (arena.touched_bytes, arena.reserved_bytes) == (reference.touched_bytes, reference.reserved_bytes)
+
+
+def test_the_arena_places_alike_past_the_size_of_its_first_arrays() -> None:
+    """Thousands of chunks, free chunks and touched ranges: the compiled loop stops where its
+    arrays are full, they grow, and it resumes at that operation."""
+    arena, reference = BFCArena(), ScanningArena()
+    names = [f"t{number}" for number in range(1500)]
+    for number, name in enumerate(names):
+        arena.allocate(name, 64 * (1 + number % 37))
+        reference.allocate(name, 64 * (1 + number % 37))
+    for name in names[::2]:  # every other chunk freed: hundreds of free chunks that cannot merge
+        arena.free(name)
+        reference.free(name)
+    touches = arena.run([(ALLOCATE, f"u{number}", 64 * (40 + number)) for number in range(400)])
+    for number in range(400):
+        reference.allocate(f"u{number}", 64 * (40 + number))
+    assert (arena.touched_bytes, arena.reserved_bytes) == (reference.touched_bytes, reference.reserved_bytes)
+    assert touches and touches[-1][1] == arena.touched_bytes

@@ -85,6 +85,36 @@ def _remove_free(free_size: np.ndarray, free_address: np.ndarray, free_chunk: np
 
 
 @_compiled
+def _merge(
+    left: int, right: int, listed: int, free: np.ndarray, free_count: int, chunks: np.ndarray, scalars: np.ndarray
+) -> None:
+    """Chunk ``right`` joins its neighbour ``left``; ``listed``, the one of them that was free
+    before, leaves the free list (one entry fewer), ``right``'s number becomes spare."""
+    chunk_address, chunk_size, _, chunk_previous, chunk_next, spare_chunks = chunks
+    free_size, free_address, free_chunk = free
+    at = _free_index(free_size, free_address, free_count, chunk_size[listed], chunk_address[listed])
+    _remove_free(free_size, free_address, free_chunk, free_count, at)
+    chunk_size[left] += chunk_size[right]
+    after = chunk_next[right]
+    chunk_next[left] = after
+    if after >= 0:
+        chunk_previous[after] = left
+    chunk_address[right] = 0
+    spare_chunks[scalars[SPARE]] = right
+    scalars[SPARE] += 1
+
+
+@_compiled
+def _new_chunk(scalars: np.ndarray, spare_chunks: np.ndarray) -> int:
+    """A number for a new chunk: a spare one (a merge let it go) where there is one."""
+    if scalars[SPARE] > 0:
+        scalars[SPARE] -= 1
+        return int(spare_chunks[scalars[SPARE]])
+    scalars[CHUNKS] += 1
+    return int(scalars[CHUNKS] - 1)
+
+
+@_compiled
 def run_operations(
     kinds: np.ndarray,
     buffers: np.ndarray,
@@ -110,15 +140,13 @@ def run_operations(
     free_size, free_address, free_chunk = free
     range_start, range_end = ranges
     touch_operation, touch_bytes = touches_out
-    chunk_count = scalars[CHUNKS]  # chunk numbers in use or spare: below this
-    spare = scalars[SPARE]  # ``spare_chunks[:spare]``: numbers a merge let go, to use again
     free_count, range_count = scalars[FREE_CHUNKS], scalars[RANGES]
     grown, touches = scalars[GROWN], scalars[TOUCHES]
     stopped = -1
     for index in range(start, len(kinds)):
         if kinds[index] == ALLOCATE:
             if (
-                chunk_count + 2 > len(chunk_address)
+                scalars[CHUNKS] + 2 > len(chunk_address)
                 or free_count + 1 > len(free_size)
                 or range_count + 1 > len(range_start)
                 or grown + 1 > len(growth) // 2
@@ -151,21 +179,11 @@ def run_operations(
                 if not grew:
                     doubled = scalars[NEXT_REGION] * 2
                     scalars[NEXT_REGION] = doubled if doubled < _MAX_DOUBLING else _MAX_DOUBLING
-                if spare > 0:
-                    spare -= 1
-                    chunk = spare_chunks[spare]
-                else:
-                    chunk = chunk_count
-                    chunk_count += 1
+                chunk = _new_chunk(scalars, spare_chunks)
                 chunk_address[chunk], chunk_size[chunk] = address, found
                 chunk_previous[chunk], chunk_next[chunk] = -1, -1
             if found >= 2 * rounded or found - rounded >= _MAX_DEAD_BYTES:
-                if spare > 0:
-                    spare -= 1
-                    rest = spare_chunks[spare]
-                else:
-                    rest = chunk_count
-                    chunk_count += 1
+                rest = _new_chunk(scalars, spare_chunks)
                 following = chunk_next[chunk]
                 chunk_address[rest], chunk_size[rest], chunk_used[rest] = address + rounded, found - rounded, 0
                 chunk_previous[rest], chunk_next[rest] = chunk, following
@@ -223,35 +241,17 @@ def run_operations(
             chunk_used[chunk] = 0
             following = chunk_next[chunk]
             if following >= 0 and chunk_used[following] == 0:
-                at = _free_index(free_size, free_address, free_count, chunk_size[following], chunk_address[following])
-                _remove_free(free_size, free_address, free_chunk, free_count, at)
+                _merge(chunk, following, following, free, free_count, chunks, scalars)
                 free_count -= 1
-                chunk_size[chunk] += chunk_size[following]
-                after = chunk_next[following]
-                chunk_next[chunk] = after
-                if after >= 0:
-                    chunk_previous[after] = chunk
-                chunk_address[following] = 0
-                spare_chunks[spare] = following
-                spare += 1
             previous = chunk_previous[chunk]
             if previous >= 0 and chunk_used[previous] == 0:
-                at = _free_index(free_size, free_address, free_count, chunk_size[previous], chunk_address[previous])
-                _remove_free(free_size, free_address, free_chunk, free_count, at)
+                _merge(previous, chunk, previous, free, free_count, chunks, scalars)
                 free_count -= 1
-                chunk_size[previous] += chunk_size[chunk]
-                after = chunk_next[chunk]
-                chunk_next[previous] = after
-                if after >= 0:
-                    chunk_previous[after] = previous
-                chunk_address[chunk] = 0
-                spare_chunks[spare] = chunk
-                spare += 1
                 chunk = previous
             _insert_free(
                 free_size, free_address, free_chunk, free_count, chunk, chunk_size[chunk], chunk_address[chunk]
             )
             free_count += 1
-    scalars[CHUNKS], scalars[SPARE], scalars[FREE_CHUNKS], scalars[RANGES] = chunk_count, spare, free_count, range_count
+    scalars[FREE_CHUNKS], scalars[RANGES] = free_count, range_count
     scalars[GROWN], scalars[TOUCHES] = grown, touches
     return stopped
