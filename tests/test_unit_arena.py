@@ -2,10 +2,18 @@
 
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from support.graphs import STEP
 
+import memopt
 from memopt.predict.arena import ALLOCATE, FREE, BFCArena
 from memopt.predict.liveness import simulate
 
@@ -172,3 +180,26 @@ def test_the_arena_places_alike_past_the_size_of_its_first_arrays() -> None:
         reference.allocate(f"u{number}", 64 * (40 + number))
     assert (arena.touched_bytes, arena.reserved_bytes) == (reference.touched_bytes, reference.reserved_bytes)
     assert touches and touches[-1][1] == arena.touched_bytes
+
+
+@pytest.mark.subprocess
+def test_the_arena_runs_where_its_compiled_code_cannot_be_cached(tmp_path: Path) -> None:
+    """memopt installed read-only, with no writable home: numba compiles in the process instead
+    of failing to import (a real read-only tmpfs, root only)."""
+    disk = tmp_path / "readonly"
+    disk.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", str(disk)], capture_output=True).returncode:
+        pytest.skip("cannot mount a tmpfs here")
+    try:
+        shutil.copytree(Path(memopt.__file__).parent, disk / "memopt", ignore=shutil.ignore_patterns("__pycache__"))
+        subprocess.run(["mount", "-o", "remount,ro", str(disk)], check=True)
+        home = str(disk / "home")  # does not exist and cannot be made
+        script = (
+            "from memopt.predict.arena import BFCArena; a = BFCArena(); a.allocate('x', 100); print(a.touched_bytes)"
+        )
+        env = {**os.environ, "PYTHONPATH": str(disk), "HOME": home, "XDG_CACHE_HOME": home}
+        env.pop("NUMBA_CACHE_DIR", None)
+        done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, cwd=tmp_path)
+        assert (done.returncode, done.stdout.strip()) == (0, "100"), done.stderr
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], check=False)

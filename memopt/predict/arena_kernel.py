@@ -45,8 +45,12 @@ _Function = TypeVar("_Function", bound=Callable[..., Any])
 
 
 def _compiled(function: _Function) -> _Function:
-    """``function`` compiled to machine code on first call, the code cached beside this file."""
-    return cast(_Function, njit(cache=True, nogil=True)(function))
+    """``function`` compiled to machine code on first call, the code cached beside this file
+    (or in the user's cache folder); where neither can be written, compiled in every process."""
+    try:
+        return cast(_Function, njit(cache=True, nogil=True)(function))
+    except RuntimeError:  # numba: "cannot cache function …: no locator available"
+        return cast(_Function, njit(nogil=True)(function))
 
 
 @_compiled
