@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -203,3 +204,14 @@ def test_the_arena_runs_where_its_compiled_code_cannot_be_cached(tmp_path: Path)
         assert (done.returncode, done.stdout.strip()) == (0, "100"), done.stderr
     finally:
         subprocess.run(["umount", "-l", str(disk)], check=False)
+
+
+def test_prepared_operations_must_name_reserved_buffers_and_whole_requests() -> None:
+    arena = BFCArena()
+    first = arena.reserve(2)
+    with pytest.raises(ValueError, match="did not reserve"):
+        arena.numbered(np.array([ALLOCATE]), np.array([first + 2]), np.array([100.0]))
+    with pytest.raises(ValueError, match="not a number of bytes"):
+        arena.numbered(np.array([ALLOCATE]), np.array([first]), np.array([float("nan")]))
+    with pytest.raises(ValueError, match="not live"):
+        arena.addresses(np.array([first]))

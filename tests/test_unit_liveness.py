@@ -464,3 +464,21 @@ def test_the_gradients_pytorch_hands_back_live_until_the_backward_returns() -> N
     timeline = simulate(graph, {"b": 1})
     # At gelu_grad: c (the loop's), dc (PyTorch's), da and dx, 1 KiB each, and l and dl.
     assert (timeline.peak_node, timeline.peak_bytes) == ("gelu_grad", 4 * 1024 + 2 * 4)
+
+
+@pytest.mark.parametrize("order", list(AnalysisOrder))
+def test_a_clone_whose_output_name_the_graph_already_uses_is_still_played(order: AnalysisOrder) -> None:
+    """ORT names a clone's outputs <name>_recompute; a graph that already has such a tensor
+    (one recomputed before, say) plays as it did: the name keeps its first buffer."""
+    graph = node_graph(
+        [
+            ("gelu", "Gelu", ("x",), ("a",)),
+            ("other", "Relu", ("x",), ("a_recompute",)),
+            ("mm", "MatMul", ("a", "a_recompute"), ("c",)),
+            ("yield", "YieldOp", ("c",), ("dc",)),
+            ("mm_grad", "MatMul", ("dc", "a"), ("dw",)),
+        ],
+        outputs=("dw",),
+    )
+    timeline = simulate(graph, {"b": 1}, [Recompute("gelu", ("gelu",))], order=order)
+    assert timeline.peak_bytes == 5120.0

@@ -30,10 +30,9 @@ import numpy as np
 
 from memopt.logparse import ArenaGrowth
 from memopt.predict import arena_kernel as kernel
+from memopt.predict.arena_kernel import ALLOCATE, FREE
 
 __all__ = ["ALLOCATE", "FREE", "BFCArena", "Operations"]
-
-ALLOCATE, FREE = 0, 1  # the operations ``BFCArena.run`` takes
 
 _INITIAL_REGION = 1 << 20
 
@@ -52,12 +51,13 @@ class BFCArena:
     def __init__(self) -> None:
         self._scalars = np.zeros(kernel.SCALARS, dtype=np.int64)
         self._scalars[kernel.NEXT_REGION] = _INITIAL_REGION
+        # As many free-list slots as chunk numbers, grown together: the loop checks only the chunks.
         self._chunks = np.zeros((6, 256), dtype=np.int64)  # address, size, used, previous, next, spare
         self._free = np.zeros((3, 256), dtype=np.int64)  # size, address, chunk: sorted by (size, address)
         self._ranges = np.zeros((2, 64), dtype=np.int64)  # touched [start, end): sorted, disjoint
         self._growth = np.zeros(64, dtype=np.int64)  # (rounded request, region size) per region
         self._touches = np.zeros((2, 256), dtype=np.int64)  # operation, touched bytes after it
-        self._numbers: dict[object, int] = {}  # a buffer ``run`` was given -> its number
+        self._numbers: dict[object, int] = {}  # a buffer ``run`` allocated -> its number, for good
         self._reserved = 0  # buffer numbers handed out
         self._where = np.full(256, -1, dtype=np.int64)  # buffer number -> its chunk, -1 for none
 
@@ -94,23 +94,30 @@ class BFCArena:
 
     def numbered(self, kinds: np.ndarray, buffers: np.ndarray, sizes: np.ndarray) -> Operations:
         """Operations in the form ``play`` takes: ``kinds`` ALLOCATE or FREE, ``buffers`` numbers
-        from ``reserve``, ``sizes`` bytes (whole bytes are requested: the fraction dropped)."""
+        from ``reserve``, ``sizes`` bytes (whole bytes are requested: the fraction dropped).
+        ValueError where a number was not reserved or a size is not a count of bytes."""
+        if len(buffers) and not (0 <= buffers.min() and buffers.max() < self._reserved):
+            raise ValueError("a buffer number this arena did not reserve")
+        if len(sizes) and not (np.isfinite(sizes).all() and 0 <= sizes.min() and sizes.max() < 2.0**63):
+            raise ValueError("a request that is not a number of bytes")
         return Operations(kinds.astype(np.int64), buffers.astype(np.int64), sizes.astype(np.int64))
 
     def run(self, operations: Iterable[tuple[int, object, float]]) -> list[tuple[object, int]]:
         """Apply ``operations`` in turn, (ALLOCATE, buffer, bytes) or (FREE, buffer, _); returns
         each buffer whose allocation touched pages not touched before, with ``touched_bytes``
         after it."""
-        listed = list(operations)
         numbers = self._numbers
-        for _, buffer, _ in listed:
-            if buffer not in numbers:
+        listed = []
+        for kind, buffer, size in operations:
+            if kind == ALLOCATE and buffer not in numbers:
                 numbers[buffer] = self.reserve(1)
+            if buffer in numbers:  # a free of a buffer never allocated does nothing
+                listed.append((kind, buffer, int(size)))
         indices, touched = self.play(
             self.numbered(
-                np.array([kind for kind, _, _ in listed]),
-                np.array([numbers[buffer] for _, buffer, _ in listed]),
-                np.array([size for _, _, size in listed], dtype=np.float64),
+                np.array([kind for kind, _, _ in listed], dtype=np.int64),
+                np.array([numbers[buffer] for _, buffer, _ in listed], dtype=np.int64),
+                np.array([size for _, _, size in listed], dtype=np.int64),
             )
         )
         return [(listed[i][1], int(t)) for i, t in zip(indices, touched)]
@@ -143,7 +150,10 @@ class BFCArena:
 
     def addresses(self, numbers: np.ndarray) -> tuple[int, ...]:
         """Where the chunk of each live buffer of ``numbers`` (from ``reserve``) starts."""
-        return tuple(self._chunks[0, self._where[numbers]].tolist())
+        chunks = self._where[numbers]
+        if (chunks < 0).any():
+            raise ValueError("a buffer that is not live has no address")
+        return tuple(self._chunks[0, chunks].tolist())
 
     def layout(self) -> tuple[object, ...]:
         """The state placement depends on: regions, chunks, the size of the next region. Two

@@ -1,11 +1,12 @@
 """The BFC arena's placement loop, compiled with numba: ``memopt.predict.arena`` holds the rules
 and the state; this module only the loop a simulation runs millions of times.
 
-State lives in int64 arrays (``ArenaState``) that the loop reads and writes in place. Chunks are
-numbered; each knows its address, size, use and its neighbours in the region (chunk numbers,
--1 for none). The free chunks are kept sorted by (size, address), the touched byte ranges
-sorted and disjoint. When an array is full the loop stops before the operation that could
-overflow it and returns that operation's index: the caller grows the arrays and resumes there.
+State lives in int64 arrays (``BFCArena`` owns them) that the loop reads and writes in place.
+Chunks are numbered; each knows its address, size, use and its neighbours in the region (chunk
+numbers, -1 for none). The free chunks are kept sorted by (size, address), the touched byte
+ranges sorted and disjoint. When an array is full the loop stops before the allocation that
+could overflow it and returns that operation's index: the caller grows the arrays and resumes
+there. numba checks no index: the caller hands in buffer numbers the ``where`` array holds.
 """
 
 from __future__ import annotations
@@ -17,7 +18,9 @@ import numpy as np
 from numba import njit
 
 __all__ = [
+    "ALLOCATE",
     "CHUNKS",
+    "FREE",
     "FREE_CHUNKS",
     "GROWN",
     "NEXT_REGION",
@@ -31,7 +34,7 @@ __all__ = [
     "run_operations",
 ]
 
-ALLOCATE = 0
+ALLOCATE, FREE = 0, 1  # an operation's kind
 # The scalars of ``scalars``, by index.
 REGIONS, NEXT_REGION, TOUCHED, RESERVED, CHUNKS, SPARE, FREE_CHUNKS, RANGES, GROWN, TOUCHES = range(10)
 SCALARS = 10
@@ -149,9 +152,10 @@ def run_operations(
     stopped = -1
     for index in range(start, len(kinds)):
         if kinds[index] == ALLOCATE:
+            # The free list needs no check: it has a slot per chunk number, and each entry is a
+            # chunk of its own.
             if (
                 scalars[CHUNKS] + 2 > len(chunk_address)
-                or free_count + 1 > len(free_size)
                 or range_count + 1 > len(range_start)
                 or grown + 1 > len(growth) // 2
                 or touches + 1 > len(touch_operation)
@@ -238,9 +242,6 @@ def run_operations(
             chunk = where[buffer]
             if chunk < 0:
                 continue
-            if free_count + 1 > len(free_size):
-                stopped = index
-                break
             where[buffer] = -1
             chunk_used[chunk] = 0
             following = chunk_next[chunk]

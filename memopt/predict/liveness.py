@@ -315,19 +315,20 @@ class _Program:
         # allocated, the step allocating each (its size is worked out there), and per step the
         # numbers allocated and released, the last step also releasing what is left but the
         # outputs the loop holds into the next step (``held_by_loop``).
-        # Every name is allocated once (outputs are named once; scratch by node), so buffer i is
-        # the i-th allocation.
-        counts = np.fromiter(map(len, self.allocations), np.int64, len(steps))
-        self.buffers = tuple(chain.from_iterable(self.allocations))
+        # A name allocated again (a clone's output named as a tensor of the graph) keeps its number.
+        allocated_names = list(chain.from_iterable(self.allocations))
+        self.buffers = tuple(dict.fromkeys(allocated_names))
         number = {name: i for i, name in enumerate(self.buffers)}
-        if len(number) != len(self.buffers):
-            raise ValueError("a buffer is allocated twice: two steps have an output of one name")
-        self.allocation_steps = np.repeat(np.arange(len(steps)), counts)
-        self.buffer_steps = tuple(self.allocation_steps.tolist())
-        self.buffer_from_torch = tuple(name in self.from_torch for name in self.buffers)
-        ends = np.cumsum(counts).tolist()
-        self.numbers_allocated = [tuple(range(end - count, end)) for end, count in zip(ends, counts.tolist())]
         numbered = number.__getitem__
+        counts = np.fromiter(map(len, self.allocations), np.int64, len(steps))
+        self.allocation_steps = np.repeat(np.arange(len(steps)), counts)
+        self.allocation_buffers = np.fromiter(map(numbered, allocated_names), np.int64, len(allocated_names))
+        first = np.unique(self.allocation_buffers, return_index=True)[1]  # each buffer's first allocation
+        self.buffer_steps = tuple(self.allocation_steps[first].tolist())
+        self.buffer_from_torch = tuple(name in self.from_torch for name in self.buffers)
+        flat = self.allocation_buffers.tolist()
+        ends = np.cumsum(counts).tolist()
+        self.numbers_allocated = [tuple(flat[end - count : end]) for end, count in zip(ends, counts.tolist())]
         self.numbers_released = [tuple(map(numbered, names)) for names in releases]
         if steps:
             self.numbers_released[-1] += tuple(number[name] for name in left if name not in held_buffers)
@@ -335,7 +336,6 @@ class _Program:
         # The same events as arrays, for the passes over a play's events: per allocation and
         # per release, in order, its step and its buffer; and all of them as one sequence, a
         # step's allocations then its releases, with where each step's allocations end in it.
-        self.allocation_buffers = np.arange(len(self.buffers), dtype=np.int64)
         self.release_steps = np.repeat(np.arange(len(steps)), [len(n) for n in self.numbers_released])
         self.release_buffers = np.fromiter(chain.from_iterable(self.numbers_released), np.int64)
         keys = np.concatenate([2 * self.allocation_steps, 2 * self.release_steps + 1])
@@ -562,7 +562,6 @@ class _ArenaPlay:
     @_without_cyclic_gc
     def __init__(self, program: _Program, sizes: _Sizes) -> None:
         self.program = program
-        yield_index = program.yield_index
         size = np.array(sizes.of_buffers(program))
         count = len(size)
         from_torch = program.torch_buffers
@@ -583,23 +582,23 @@ class _ArenaPlay:
         allocated = ~from_torch[program.allocation_buffers]
         released = ~from_torch[program.release_buffers]
         allocations, releases = program.allocation_buffers[allocated], program.release_buffers[released]
-        yield_index = program.yield_index
-        held_at = np.full(len(held) if yield_index is not None else 0, yield_index or 0, dtype=np.int64)
+        # Without a YieldOp nothing frees the held outputs (a forward-only graph holds none).
+        dropped = held if program.yield_index is not None else held[:0]
+        held_at = np.full(len(dropped), program.yield_index or 0, dtype=np.int64)
         events = np.concatenate(
             [3 * program.allocation_steps[allocated], 3 * held_at + 1, 3 * program.release_steps[released] + 2]
         )
         order = np.argsort(events, kind="stable")
         self._event_of = events[order] // 3
-        kinds = np.concatenate([np.full(len(allocations), ALLOCATE), np.full(len(held_at) + len(releases), FREE)])
-        requested = np.concatenate([size[allocations], np.zeros(len(held_at) + len(releases))])
-        held = held[: len(held_at)]
+        kinds = np.concatenate([np.full(len(allocations), ALLOCATE), np.full(len(dropped) + len(releases), FREE)])
+        requested = np.concatenate([size[allocations], np.zeros(len(dropped) + len(releases))])
         self._arena = BFCArena()
         self._arena.run([(ALLOCATE, ("constant", name), sizes.known(name)) for name in program.constants])
         self._first = self._arena.reserve(2 * count)  # the arena's number of buffer 0
         self._steps = tuple(
             self._arena.numbered(
                 kinds[order],
-                self._first + np.concatenate([allocations + this, held + other, releases + this])[order],
+                self._first + np.concatenate([allocations + this, dropped + other, releases + this])[order],
                 requested[order],
             )
             for this, other in ((0, count), (count, 0))
@@ -650,6 +649,7 @@ class _ArenaPlay:
         return replace(timeline, arena_growth=tuple(self._arena.growth))
 
 
+@_without_cyclic_gc
 def _live_peak(program: _Program, sizes: _Sizes) -> float:
     """The live peak of one step: what a play's resident figure can never be under (every live
     buffer lies in pages the allocator handed out), without playing the allocator."""
@@ -765,18 +765,33 @@ def _timeline(program: _Program, peak: float, peak_index: int, resident: float, 
 
 class _ScheduleBase:
     """What every config's schedule of ``graph`` in ``order`` shares, worked out once: the
-    nodes as steps with nothing recomputed, the forward nodes in the memory-efficient order,
-    and each node's producers and ORT node index."""
+    nodes as steps with nothing recomputed, and for the memory-efficient sort (worked out when
+    a config first needs it) the forward nodes in its order and each node's producers and ORT
+    node index."""
 
     def __init__(self, graph: TrainingGraph, order: AnalysisOrder) -> None:
+        self.graph, self.order = graph, order
         nodes = graph.nodes
         self.yield_order = next((n.order for n in nodes if n.op_type == "YieldOp"), None)
         self.by_name = {node.name: node for node in nodes}
         self.originals = [_Step(node, node.inputs, node.outputs, False) for node in nodes]
-        self.forward = _forward_nodes(graph, order) if order in _MEMORY_EFFICIENT else None
-        self.made_by = {name: position for position, node in enumerate(nodes) for name in node.outputs if name}
-        self.producers = [[self.made_by[name] for name in node.inputs if name in self.made_by] for node in nodes]
-        self.node_index = [graph.session_index(node.order) for node in nodes]
+        self.memory_efficient = order in _MEMORY_EFFICIENT
+
+    @functools.cached_property
+    def forward(self) -> list[int]:
+        return _forward_nodes(self.graph, self.order)
+
+    @functools.cached_property
+    def made_by(self) -> dict[str, int]:
+        return {name: position for position, node in enumerate(self.graph.nodes) for name in node.outputs if name}
+
+    @functools.cached_property
+    def producers(self) -> list[list[int]]:
+        return [[self.made_by[name] for name in node.inputs if name in self.made_by] for node in self.graph.nodes]
+
+    @functools.cached_property
+    def node_index(self) -> list[int]:
+        return [self.graph.session_index(node.order) for node in self.graph.nodes]
 
 
 def _schedule(
@@ -824,7 +839,7 @@ def _schedule(
     for position, names in rewired.items():
         node = originals[position].node
         originals[position] = _Step(node, tuple(names.get(name, name) for name in node.inputs), node.outputs, False)
-    if clones and yield_order is not None and base.forward is not None:
+    if clones and yield_order is not None and base.memory_efficient:
         steps = _memory_efficient(base, originals, clones, rewired, yield_order)
         return steps, next(i for i, step in enumerate(steps) if step.node.order == yield_order and not step.recomputed)
     inserted: dict[int, list[_Step]] = {}
@@ -852,7 +867,6 @@ def _memory_efficient(
 ) -> list[_Step]:
     """``originals`` (those in ``rewired`` reading clones) and ``clones`` in ORT's
     memory-efficient order (``memopt.graph.topology``), the forward nodes as ``base`` lists them."""
-    assert base.forward is not None
     steps = [*originals, *clones]
     made_by = dict(base.made_by)
     made_by.update((name, len(originals) + i) for i, clone in enumerate(clones) for name in clone.outputs if name)
