@@ -325,7 +325,7 @@ class _Program:
         self.allocation_buffers = np.fromiter(map(numbered, allocated_names), np.int64, len(allocated_names))
         first = np.unique(self.allocation_buffers, return_index=True)[1]  # each buffer's first allocation
         self.buffer_steps = tuple(self.allocation_steps[first].tolist())
-        self.buffer_from_torch = tuple(name in self.from_torch for name in self.buffers)
+        self.torch_buffers = np.fromiter((name in self.from_torch for name in self.buffers), bool, len(self.buffers))
         flat = self.allocation_buffers.tolist()
         ends = np.cumsum(counts).tolist()
         self.numbers_allocated = [tuple(flat[end - count : end]) for end, count in zip(ends, counts.tolist())]
@@ -345,7 +345,6 @@ class _Program:
             order
         ]
         self.allocations_end = np.searchsorted(keys[order], 2 * np.arange(len(steps)), side="right")
-        self.torch_buffers = np.array(self.buffer_from_torch, dtype=bool)
 
     def _assign_buffers(self, device: str, readers: Mapping[str, list[int]]) -> dict[str, str]:
         """Each output's buffer, named by the tensor that allocated it ("" where the buffer is
