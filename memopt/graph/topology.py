@@ -82,20 +82,25 @@ def memory_efficient_backward(
         for producer in producers[node]:
             consumers[producer].append(node)
     backward = [n for n in by_index if n not in forward and n != yield_op]
-    waiting = {n: sum(p not in forward for p in producers[n]) for n in backward}
+    # Per backward node, its input edges from backward nodes (a list's length: the same count
+    # as a sum over them, without a generator per node).
+    from_backward = {n: [p for p in producers[n] if p not in forward] for n in backward}
+    waiting = {n: len(inputs) for n, inputs in from_backward.items()}
     branch = _kahn([n for n in backward if waiting[n] == 0], consumers, dict(waiting))
     in_branch = set(branch)
     rank = {node: position for position, node in enumerate(branch)}
-    main_waiting = {n: sum(p not in forward and p not in in_branch for p in producers[n]) for n in backward}
+    main_waiting = {n: len([p for p in inputs if p not in in_branch]) for n, inputs in from_backward.items()}
     found: list[int] = []
     done: set[int] = set()
     ready = deque([yield_op])
     while ready:
         current = ready.popleft()
-        needed = _branch_ancestors([p for p in producers[current] if p in in_branch], producers, in_branch, done)
-        for node in sorted(needed, key=rank.__getitem__):
-            found.append(node)
-            done.add(node)
+        start = [p for p in producers[current] if p in in_branch]
+        if start:
+            needed = _branch_ancestors(start, producers, in_branch, done)
+            for node in sorted(needed, key=rank.__getitem__):
+                found.append(node)
+                done.add(node)
         found.append(current)
         for consumer in consumers[current]:
             if consumer in main_waiting and consumer not in in_branch:

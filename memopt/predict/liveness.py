@@ -353,16 +353,9 @@ class _Program:
         steps, graph = self.steps, self.graph
         in_place = _IN_PLACE_CUDA if device == "cuda" else _IN_PLACE_CPU
         graph_outputs = set(graph.graph_outputs)
-        # ORT's use counts: one per reading step, one for the tensor's own definition (two for
-        # PyTorch's), one more for what must outlive the step (graph outputs, held outputs).
-        uses = {name: len(indices) for name, indices in readers.items()}
-        for step in steps:
-            for name in step.outputs:
-                if name:
-                    uses[name] = uses.get(name, 0) + (2 if name in self.from_torch else 1)
-        for name in (*graph_outputs, *self.held_names):
-            if name in uses:
-                uses[name] += 1
+        # ORT's use counts decide only whether an op writes into its input, so a schedule
+        # without such an op (on CPU, most: only unary activations may) counts none.
+        uses = self._uses(readers, graph_outputs) if any(s.node.op_type in in_place for s in steps) else None
 
         @functools.cache
         def last() -> int:
@@ -383,28 +376,44 @@ class _Program:
                 for name in outputs:
                     if name:
                         owner[name] = name
-                        uses_left[name] = uses[name]
+                        if uses is not None:
+                            uses_left[name] = uses[name]
             else:
                 self._place_sharing(step, owner, uses, uses_left, readers, node_index, in_place, graph_outputs)
-            for names in (inputs, outputs):
-                for name in names:
-                    buffer = owned(name)
-                    if buffer:
-                        uses_left[buffer] -= 1
+            if uses is not None:
+                for names in (inputs, outputs):
+                    for name in names:
+                        buffer = owned(name)
+                        if buffer:
+                            uses_left[buffer] -= 1
         return owner
+
+    def _uses(self, readers: Mapping[str, list[int]], graph_outputs: Collection[str]) -> dict[str, int]:
+        """ORT's use count of each tensor: one per reading step, one for its own definition (two
+        for PyTorch's), one more for what must outlive the step (graph outputs, held outputs)."""
+        uses = {name: len(indices) for name, indices in readers.items()}
+        for step in self.steps:
+            for name in step.outputs:
+                if name:
+                    uses[name] = uses.get(name, 0) + (2 if name in self.from_torch else 1)
+        for name in (*graph_outputs, *self.held_names):
+            if name in uses:
+                uses[name] += 1
+        return uses
 
     def _place_sharing(
         self,
         step: _Step,
         owner: dict[str, str],
-        uses: Mapping[str, int],
+        uses: Mapping[str, int] | None,
         uses_left: dict[str, int],
         readers: Mapping[str, list[int]],
         node_index: Callable[[int], int],
         in_place: frozenset[str],
         graph_outputs: set[str],
     ) -> None:
-        """``owner`` of the outputs of a view or of an op that may write into its first input."""
+        """``owner`` of the outputs of a view or of an op that may write into its first input;
+        ``uses``, ``uses_left``: counted where the schedule has such an op (else None, empty)."""
         source, op_type = step.inputs[0], step.node.op_type
         consumers = [reader for name in step.outputs if name for reader in readers.get(name, ())]
         feeds_yield = bool(consumers) and min(consumers, key=node_index) == self.yield_index
@@ -417,16 +426,17 @@ class _Program:
             shares: str | None = None
             if may_share and op_type in _VIEWS:
                 shares = owner.get(source, "")
-            elif may_share and op_type in in_place and owner.get(source):
+            elif may_share and op_type in in_place and owner.get(source) and uses is not None:
                 shape = self._shape(source)
                 if uses_left[owner[source]] == 1 and shape is not None and shape == self._shape(name):
                     shares = owner[source]
             if shares is None:
                 owner[name] = name
-                uses_left[name] = uses[name]
+                if uses is not None:
+                    uses_left[name] = uses[name]
             else:
                 owner[name] = shares
-                if shares:
+                if shares and uses is not None:
                     uses_left[shares] += uses[name]
 
     def _shape(self, name: str) -> tuple[object, ...] | None:
