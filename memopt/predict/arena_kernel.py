@@ -11,11 +11,9 @@ there. numba checks no index: the caller hands in buffer numbers the ``where`` a
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any, TypeVar, cast
-
 import numpy as np
-from numba import njit
+
+from memopt.predict.compiled import compiled
 
 __all__ = [
     "ALLOCATE",
@@ -44,19 +42,8 @@ _MAX_DEAD_BYTES = 128 << 20
 _MAX_DOUBLING = 1 << 30
 _REGION_SPACING = 40
 
-_Function = TypeVar("_Function", bound=Callable[..., Any])
 
-
-def _compiled(function: _Function) -> _Function:
-    """``function`` compiled to machine code on first call, the code cached beside this file
-    (or in the user's cache folder); where neither can be written, compiled in every process."""
-    try:
-        return cast(_Function, njit(cache=True, nogil=True)(function))
-    except RuntimeError:  # numba: "cannot cache function …: no locator available"
-        return cast(_Function, njit(nogil=True)(function))
-
-
-@_compiled
+@compiled
 def _free_index(free_size: np.ndarray, free_address: np.ndarray, count: int, size: int, address: int) -> int:
     """The first position in the free list not below (size, address)."""
     low, high = 0, count
@@ -69,7 +56,7 @@ def _free_index(free_size: np.ndarray, free_address: np.ndarray, count: int, siz
     return low
 
 
-@_compiled
+@compiled
 def _insert_free(
     free_size: np.ndarray,
     free_address: np.ndarray,
@@ -85,13 +72,13 @@ def _insert_free(
     free_size[at], free_address[at], free_chunk[at] = size, address, chunk
 
 
-@_compiled
+@compiled
 def _remove_free(free_size: np.ndarray, free_address: np.ndarray, free_chunk: np.ndarray, count: int, at: int) -> None:
     for k in range(at, count - 1):
         free_size[k], free_address[k], free_chunk[k] = free_size[k + 1], free_address[k + 1], free_chunk[k + 1]
 
 
-@_compiled
+@compiled
 def _merge(
     left: int, right: int, listed: int, free: np.ndarray, free_count: int, chunks: np.ndarray, scalars: np.ndarray
 ) -> None:
@@ -111,7 +98,7 @@ def _merge(
     scalars[SPARE] += 1
 
 
-@_compiled
+@compiled
 def _new_chunk(scalars: np.ndarray, spare_chunks: np.ndarray) -> int:
     """A number for a new chunk: a spare one (a merge let it go) where there is one."""
     if scalars[SPARE] > 0:
@@ -121,7 +108,7 @@ def _new_chunk(scalars: np.ndarray, spare_chunks: np.ndarray) -> int:
     return int(scalars[CHUNKS] - 1)
 
 
-@_compiled
+@compiled
 def run_operations(
     kinds: np.ndarray,
     buffers: np.ndarray,

@@ -60,6 +60,7 @@ from memopt.ort.config import PlanKey
 from memopt.ort.rules import AnalysisOrder
 from memopt.predict.arena import ALLOCATE, FREE, BFCArena
 from memopt.predict.cuda_caching import CudaCachingAllocator
+from memopt.predict.program_kernel import assign_buffers
 from memopt.scan.detect import element_size
 from memopt.scan.modules import module_path
 
@@ -208,7 +209,7 @@ def _program(
     device: str = "cpu",
 ) -> _Program:
     """The config as ``simulate`` plays it (``base``: see ``_schedule``)."""
-    return _Program(graph, *_schedule(graph, recompute, order, base), device)
+    return _Program(graph, *_schedule(graph, recompute, order, base), device, base.arrays if base else None)
 
 
 @_without_cyclic_gc
@@ -217,6 +218,69 @@ def _simulate(program: _Program, dims: Mapping[str, int], exact: dict[str, float
     sizes there, as far as known."""
     play = _play_cuda if device == "cuda" else _play
     return play(program, _Sizes(program, dims, exact))
+
+
+class _GraphArrays:
+    """A graph's nodes as numbers, for the array passes that build a program: each tensor name
+    numbered, each node's inputs and outputs a run of a flat array (-1 for an absent one), and
+    per node what its op is to ORT's planner. Made once per graph: every config's program
+    reads them."""
+
+    def __init__(self, graph: TrainingGraph) -> None:
+        self.graph = graph
+        nodes = graph.nodes
+        number: dict[str, int] = {}
+        for node in nodes:
+            for name in chain(node.inputs, node.outputs):
+                if name and name not in number:
+                    number[name] = len(number)
+        self.number = number
+        self.names = list(number)
+        self.input_start, self.input_ids = self._runs([node.inputs for node in nodes])
+        self.output_start, self.output_ids = self._runs([node.outputs for node in nodes])
+        op_types = [node.op_type for node in nodes]
+
+        def flags(ops: frozenset[str]) -> np.ndarray:
+            return np.fromiter((op in ops for op in op_types), bool, len(op_types))
+
+        self.view, self.torch_kernel, self.scratch_kernel = (
+            flags(_VIEWS),
+            flags(_TORCH_KERNELS),
+            flags(_SCRATCH_KERNELS),
+        )
+        self.in_place = {"cpu": flags(_IN_PLACE_CPU), "cuda": flags(_IN_PLACE_CUDA)}
+        self.session_index = np.fromiter(map(graph.session_index, range(len(nodes))), np.int64, len(nodes))
+        self._shape_numbers: dict[tuple[object, ...], int] = {}
+
+    def _runs(self, names: list[tuple[str, ...]]) -> tuple[np.ndarray, np.ndarray]:
+        start = np.zeros(len(names) + 1, np.int64)
+        np.cumsum(np.fromiter(map(len, names), np.int64, len(names)), out=start[1:])
+        number = self.number
+        ids = np.fromiter((number[name] if name else -1 for run in names for name in run), np.int64, int(start[-1]))
+        return start, ids
+
+    @staticmethod
+    def gather(start: np.ndarray, ids: np.ndarray, orders: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The runs of the nodes ``orders``, in that order: their starts and a copy of their ids."""
+        counts = (start[1:] - start[:-1])[orders]
+        gathered = np.zeros(len(orders) + 1, np.int64)
+        np.cumsum(counts, out=gathered[1:])
+        flat = np.repeat(start[:-1][orders] - gathered[:-1], counts) + np.arange(gathered[-1])
+        return gathered, ids[flat]
+
+    def shape_number(self, name: str) -> int:
+        """What ORT's planner compares to reuse a buffer, as a number (equal shapes, equal
+        numbers): element size and every dim, known or named; -1 where a dim is unknown or the
+        tensor is a scalar (never reused)."""
+        info = self.graph.tensor(name)
+        if not info.dims or any(dim is None or dim == "" for dim in info.dims):
+            return -1
+        return self._shape_numbers.setdefault((element_size(info.elem_type) or 4, *info.dims), len(self._shape_numbers))
+
+    @functools.cached_property
+    def shapes(self) -> np.ndarray:
+        """``shape_number`` of each tensor, by number."""
+        return np.fromiter(map(self.shape_number, self.names), np.int64, len(self.names))
 
 
 class _Program:
@@ -236,48 +300,63 @@ class _Program:
       the arena's growth, request for request, agrees.
     A buffer is released after the last step that reads a tensor sharing it; one no step reads
     (an unused output), a graph output and the model's outputs (held by the loop) live to the
-    end of the step."""
+    end of the step.
 
-    def __init__(self, graph: TrainingGraph, steps: list[_Step], yield_index: int | None, device: str) -> None:
+    A planner builds one per config it tries, over every step of the graph, so the work is
+    done on numbers (``_GraphArrays``, ``arrays``): array passes, and the assignment as one
+    compiled loop (``memopt.predict.program_kernel``)."""
+
+    def __init__(
+        self,
+        graph: TrainingGraph,
+        steps: list[_Step],
+        yield_index: int | None,
+        device: str,
+        arrays: _GraphArrays | None = None,
+    ) -> None:
         self.graph = graph
         self.steps = steps
         self.yield_index = yield_index
+        arrays = arrays if arrays is not None else _GraphArrays(graph)
+        count = len(steps)
+        # Recomputed clones and the backward nodes rewired to read them name tensors of their
+        # own; every other step is its node, whose numbers ``arrays`` holds.
+        changed = [
+            index
+            for index, step in enumerate(steps)
+            if step.recomputed or step.inputs is not step.node.inputs or step.outputs is not step.node.outputs
+        ]
         self.aliases = {
             clone: original
-            for step in steps
+            for step in map(steps.__getitem__, changed)
             if step.recomputed
             for original, clone in zip(step.node.outputs, step.outputs)
             if clone
         }
-        yielded = steps[yield_index] if yield_index is not None else None
-        self.held_names = set(yielded.inputs) if yielded is not None else set()
-        # The YieldOp's outputs are the gradients PyTorch hands back: PyTorch allocated them.
-        self.from_torch = set(yielded.outputs) if yielded is not None else set()
-        # An ATen or PythonOp node runs PyTorch's own kernel, which allocates its outputs.
-        for step in steps:
-            if step.node.op_type in _TORCH_KERNELS:
-                self.from_torch.update(o for o in step.outputs if o)
-        readers: dict[str, list[int]] = {}  # per tensor, the steps that read it, one entry per input slot
-        for index, step in enumerate(steps):
-            for name in step.inputs:
-                if name:
-                    read = readers.get(name)
-                    if read is None:
-                        readers[name] = [index]
-                    else:
-                        read.append(index)
-        owner = self._assign_buffers(device, readers)
+        known, new_names = arrays.number, dict[str, int]()
+
+        def numbered(name: str) -> int:
+            if not name:
+                return -1
+            found = known.get(name)
+            return new_names.setdefault(name, len(known) + len(new_names)) if found is None else found
+
+        orders = np.fromiter((step.node.order for step in steps), np.int64, count)
+        input_start, input_ids = arrays.gather(arrays.input_start, arrays.input_ids, orders)
+        output_start, output_ids = arrays.gather(arrays.output_start, arrays.output_ids, orders)
+        recomputed = np.zeros(count, bool)
+        for index in changed:
+            step = steps[index]
+            recomputed[index] = step.recomputed
+            input_ids[input_start[index] : input_start[index + 1]] = list(map(numbered, step.inputs))
+            output_ids[output_start[index] : output_start[index + 1]] = list(map(numbered, step.outputs))
         # What a kernel takes from the arena for itself while it runs, freed when it returns.
         self.scratch: dict[str, TensorInfo] = {}
-        self.heap: list[tuple[str, ...]] = [()] * len(steps)  # per step, its kernel's scratch on the heap
-        # Per step, the buffers (named by the tensor that allocated them) it allocates, in
-        # order, its kernel's scratch among them.
-        owned = owner.get
-        self.allocations = [tuple([name for name in step.outputs if name and owned(name) == name]) for step in steps]
-        scratch_of: dict[int, tuple[str, ...]] = {}  # per step with scratch: the order it is freed in
-        for index, step in enumerate(steps):
-            if device != "cpu" or step.node.op_type not in _SCRATCH_KERNELS:
-                continue
+        self.heap: list[tuple[str, ...]] = [()] * count  # per step, its kernel's scratch on the heap
+        scratch_taken: list[tuple[int, int, int]] = []  # (step, before 0 or after 2 its outputs, number)
+        scratch_freed: list[tuple[int, int]] = []  # (step, number), the order each step frees them in
+        for index in np.flatnonzero(arrays.scratch_kernel[orders]).tolist() if device == "cpu" else ():
+            step = steps[index]
             scratch = _scratch(graph, step, self.aliases)
             # Named by the node (its clone apart): sizes at some dims are shared by every config.
             node = f"{step.node.order}{'r' if step.recomputed else ''}"
@@ -287,165 +366,158 @@ class _Program:
             )
             self.scratch.update(zip((*before, *after, *heap), (*scratch.before, *scratch.after, *scratch.heap)))
             self.heap[index] = heap
-            self.allocations[index] = (*before, *self.allocations[index], *after)
-            scratch_of[index] = (*reversed(after), *reversed(before))
-        release: dict[str, int] = {}  # per buffer, the last step that reads a tensor sharing it
-        for name, indices in readers.items():
-            buffer = owner.get(name)
-            if buffer:
-                release[buffer] = max(release.get(buffer, -1), indices[-1])
-        # PyTorch holds the gradients it hands to the YieldOp (ORTModule's backward keeps its
-        # grad_outputs) until ORT's backward returns: they live to the end of the step.
-        handed_back = yielded.outputs if yielded is not None else ()
-        kept = {owner[name] for name in (*graph.graph_outputs, *self.held_names, *handed_back) if owner.get(name)}
-        # Per step, the buffers released after it, its kernel's scratch first; what is left at
-        # the end of the step, in the order allocated.
-        releases: list[list[str]] = [[] for _ in steps]
-        for index, freed in scratch_of.items():
-            releases[index].extend(freed)
-        for buffer, index in release.items():
-            if buffer not in kept:
-                releases[index].append(buffer)
-        allocated = [name for names in self.allocations for name in names]
-        left = [name for name in allocated if name in kept or (name not in release and name not in self.scratch)]
-        held_buffers = {owner[name] for name in self.held_names if owner.get(name)}
+            scratch_taken += [(index, 0, numbered(name)) for name in before]
+            scratch_taken += [(index, 2, numbered(name)) for name in after]
+            scratch_freed += [(index, numbered(name)) for name in (*reversed(after), *reversed(before))]
+        yielded = steps[yield_index] if yield_index is not None else None
+        handed_back = [numbered(name) for name in (yielded.outputs if yielded is not None else ()) if name]
+        held = [numbered(name) for name in (set(yielded.inputs) if yielded is not None else ()) if name]
+        graph_outputs = [numbered(name) for name in dict.fromkeys(graph.graph_outputs) if name in known]
+        tensors = len(known) + len(new_names)
+        names = [*arrays.names, *new_names]
+        is_scratch = np.zeros(tensors, bool)
+        is_scratch[[number for _, _, number in scratch_taken]] = True
+        output_steps = np.repeat(np.arange(count), np.diff(output_start))
+        outputs = output_ids >= 0
+        # PyTorch allocated an ATen or PythonOp output (its own kernel ran), and the YieldOp's
+        # outputs, the gradients PyTorch hands back.
+        from_torch = np.zeros(tensors, bool)
+        from_torch[output_ids[outputs & arrays.torch_kernel[orders][output_steps]]] = True
+        from_torch[handed_back] = True
+        # Per tensor, the steps that read it, one entry per input slot, in step order.
+        read = input_ids >= 0
+        read_tensors = input_ids[read]
+        read_steps = np.repeat(np.arange(count), np.diff(input_start))[read]
+        reads = np.bincount(read_tensors, minlength=tensors)
+        reader_start = np.zeros(tensors + 1, np.int64)
+        np.cumsum(reads, out=reader_start[1:])
+        reader_steps = read_steps[np.argsort(read_tensors, kind="stable")]
+        # ORT's use counts decide only whether an op writes into its input, so a schedule
+        # without such an op (on CPU, most: only unary activations may) counts none. Per
+        # tensor: one per reading step, one for its definition (two for PyTorch's), one more
+        # for what must outlive the step (graph outputs, held outputs).
+        in_place = arrays.in_place["cuda" if device == "cuda" else "cpu"][orders]
+        counting = bool(in_place.any())
+        uses = reads.astype(np.int64)
+        shapes = np.full(tensors, -1, np.int64)
+        if counting:
+            defined = output_ids[outputs]
+            np.add.at(uses, defined, 1 + from_torch[defined])
+            counted = (reads > 0) | np.bincount(defined, minlength=tensors).astype(bool)
+            outliving = np.array([*graph_outputs, *held], np.int64)
+            np.add.at(uses, outliving[counted[outliving]], 1)
+            shapes[: len(known)] = arrays.shapes
+            for name in new_names.keys() & self.aliases.keys():
+                shapes[new_names[name]] = arrays.shape_number(self.aliases[name])
+            for name in known.keys() & self.aliases.keys():  # a clone named as a tensor of the graph
+                shapes[known[name]] = arrays.shape_number(self.aliases[name])
+        not_shared = from_torch.copy()
+        not_shared[graph_outputs] = True
+        node_index = arrays.session_index[orders]
+        clones = np.flatnonzero(recomputed)
+        last = int(node_index[~recomputed].max()) if len(clones) < count else -1
+        node_index[clones] = last + 1 + clones  # ORT adds the recomputed nodes after every other
+        owner = np.full(tensors, -1, np.int64)
+        assign_buffers(
+            input_start,
+            input_ids,
+            output_start,
+            output_ids,
+            arrays.view[orders],
+            in_place,
+            uses,
+            counting,
+            not_shared,
+            shapes,
+            reader_start,
+            reader_steps,
+            node_index,
+            -1 if yield_index is None else yield_index,
+            owner,
+        )
+        # Per step, the buffers (numbered by the tensor that allocated each) it allocates, in
+        # order, its kernel's scratch among them: before its outputs, then its outputs, then after.
+        owns = outputs.copy()
+        owns[outputs] = owner[output_ids[outputs]] == output_ids[outputs]
+        taken = np.array(scratch_taken, np.int64).reshape(-1, 3)
+        keys = np.concatenate([3 * output_steps[owns] + 1, 3 * taken[:, 0] + taken[:, 1]])
+        order = np.argsort(keys, kind="stable")
+        allocated = np.concatenate([output_ids[owns], taken[:, 2]])[order]
+        # Buffers are numbered from 0 in the order allocated (a name allocated again, a clone's
+        # output named as a tensor of the graph, keeps its number).
+        distinct, first = np.unique(allocated, return_index=True)
+        by_first = np.argsort(first)
+        buffer_tensors = distinct[by_first]
+        buffer_of = np.full(tensors, -1, np.int64)
+        buffer_of[buffer_tensors] = np.arange(len(buffer_tensors))
+        self.buffers = tuple(map(names.__getitem__, buffer_tensors.tolist()))
+        self.allocation_steps = keys[order] // 3
+        self.allocation_buffers = buffer_of[allocated]
+        self.buffer_steps = tuple(self.allocation_steps[first[by_first]].tolist())
+        self.torch_buffers = from_torch[buffer_tensors]
+        # A buffer is released after the last step reading a tensor in it, unless it must
+        # outlive the step; a step's kernel's scratch first, then in the order the buffers'
+        # tensors are first read.
+        owners = owner[read_tensors]
+        in_arena = owners >= 0
+        release = np.full(tensors, -1, np.int64)
+        np.maximum.at(release, owners[in_arena], read_steps[in_arena])
+        rank = np.full(tensors, len(owners), np.int64)
+        np.minimum.at(rank, owners[in_arena], np.flatnonzero(in_arena))
+        kept = np.zeros(tensors, bool)
+        outlive = owner[np.array([*graph_outputs, *held, *handed_back], np.int64)]
+        kept[outlive[outlive >= 0]] = True
+        released = np.flatnonzero((release >= 0) & ~kept)
+        released = released[np.argsort(rank[released], kind="stable")]
+        freed = np.array(scratch_freed, np.int64).reshape(-1, 2)
+        keys = np.concatenate([2 * freed[:, 0], 2 * release[released] + 1])
+        order = np.argsort(keys, kind="stable")
+        release_steps, release_tensors = keys[order] // 2, np.concatenate([freed[:, 1], released])[order]
+        # What is left at the end of the step, in the order allocated: the last step releases
+        # it, but the outputs the loop holds into the next step (``held_by_loop``).
+        left = allocated[kept[allocated] | ((release[allocated] < 0) & ~is_scratch[allocated])]
+        held_buffers = np.zeros(tensors, bool)
+        held_owners = owner[np.array(held, np.int64)]
+        held_buffers[held_owners[held_owners >= 0]] = True
+        if count:
+            stays = left[~held_buffers[left]]
+            release_steps = np.concatenate([release_steps, np.full(len(stays), count - 1)])
+            release_tensors = np.concatenate([release_tensors, stays])
+        self.held_by_loop = tuple(buffer_of[left[held_buffers[left]]].tolist())
+        self.release_steps = release_steps.astype(np.int64)
+        self.release_buffers = buffer_of[release_tensors]
         # The constants a step reads: ORT saves them into the arena as it builds the session.
-        self.constants = tuple(name for name in graph.initializers if name in readers)
-        # The same as numbers, what a play at any dims walks: buffers numbered from 0 in the order
-        # allocated, the step allocating each (its size is worked out there), and per step the
-        # numbers allocated and released, the last step also releasing what is left but the
-        # outputs the loop holds into the next step (``held_by_loop``).
-        # A name allocated again (a clone's output named as a tensor of the graph) keeps its number.
-        allocated_names = list(chain.from_iterable(self.allocations))
-        self.buffers = tuple(dict.fromkeys(allocated_names))
-        number = {name: i for i, name in enumerate(self.buffers)}
-        numbered = number.__getitem__
-        counts = np.fromiter(map(len, self.allocations), np.int64, len(steps))
-        self.allocation_steps = np.repeat(np.arange(len(steps)), counts)
-        self.allocation_buffers = np.fromiter(map(numbered, allocated_names), np.int64, len(allocated_names))
-        first = np.unique(self.allocation_buffers, return_index=True)[1]  # each buffer's first allocation
-        self.buffer_steps = tuple(self.allocation_steps[first].tolist())
-        self.torch_buffers = np.fromiter((name in self.from_torch for name in self.buffers), bool, len(self.buffers))
-        flat = self.allocation_buffers.tolist()
-        ends = np.cumsum(counts).tolist()
-        self.numbers_allocated = [tuple(flat[end - count : end]) for end, count in zip(ends, counts.tolist())]
-        self.numbers_released = [tuple(map(numbered, names)) for names in releases]
-        if steps:
-            self.numbers_released[-1] += tuple(number[name] for name in left if name not in held_buffers)
-        self.held_by_loop = tuple(number[name] for name in left if name in held_buffers)
-        # The same events as arrays, for the passes over a play's events: per allocation and
-        # per release, in order, its step and its buffer; and all of them as one sequence, a
-        # step's allocations then its releases, with where each step's allocations end in it.
-        self.release_steps = np.repeat(np.arange(len(steps)), [len(n) for n in self.numbers_released])
-        self.release_buffers = np.fromiter(chain.from_iterable(self.numbers_released), np.int64)
+        self.constants = tuple(name for name in graph.initializers if name in known and reads[known[name]])
+        # The same events as one sequence, for the passes over a play's events: a step's
+        # allocations then its releases, with where each step's allocations end in it.
         keys = np.concatenate([2 * self.allocation_steps, 2 * self.release_steps + 1])
         order = np.argsort(keys, kind="stable")
         self.event_buffers = np.concatenate([self.allocation_buffers, self.release_buffers])[order]
         self.event_signs = np.concatenate([np.ones(len(self.allocation_buffers)), -np.ones(len(self.release_buffers))])[
             order
         ]
-        self.allocations_end = np.searchsorted(keys[order], 2 * np.arange(len(steps)), side="right")
+        self.allocations_end = np.searchsorted(keys[order], 2 * np.arange(count), side="right")
 
-    def _assign_buffers(self, device: str, readers: Mapping[str, list[int]]) -> dict[str, str]:
-        """Each output's buffer, named by the tensor that allocated it ("" where the buffer is
-        not ORT's to place: a view of a graph input or weight); ``readers``: the steps reading
-        each tensor."""
-        steps, graph = self.steps, self.graph
-        in_place = _IN_PLACE_CUDA if device == "cuda" else _IN_PLACE_CPU
-        graph_outputs = set(graph.graph_outputs)
-        # ORT's use counts decide only whether an op writes into its input, so a schedule
-        # without such an op (on CPU, most: only unary activations may) counts none.
-        uses = self._uses(readers, graph_outputs) if any(s.node.op_type in in_place for s in steps) else None
+    @functools.cached_property
+    def numbers_allocated(self) -> list[tuple[int, ...]]:
+        """Per step, the buffers it allocates, in order."""
+        return self._per_step(self.allocation_steps, self.allocation_buffers)
 
-        @functools.cache
-        def last() -> int:
-            return max((graph.session_index(step.node.order) for step in steps if not step.recomputed), default=-1)
+    @functools.cached_property
+    def numbers_released(self) -> list[tuple[int, ...]]:
+        """Per step, the buffers released after it, in order; the last step also releases what
+        is left but ``held_by_loop``."""
+        return self._per_step(self.release_steps, self.release_buffers)
 
-        def node_index(position: int) -> int:
-            step = steps[position]
-            return last() + 1 + position if step.recomputed else graph.session_index(step.node.order)
+    @functools.cached_property
+    def allocations(self) -> list[tuple[str, ...]]:
+        """``numbers_allocated`` by the names of the tensors that allocated them."""
+        return [tuple(map(self.buffers.__getitem__, numbers)) for numbers in self.numbers_allocated]
 
-        owner: dict[str, str] = {}
-        owned = owner.get
-        uses_left: dict[str, int] = {}  # per buffer: the uses left of every tensor sharing it
-        for step in steps:
-            inputs, outputs = step.inputs, step.outputs
-            source = inputs[0] if inputs else ""
-            op_type = step.node.op_type
-            if not (source and (op_type in _VIEWS or op_type in in_place)):  # no output may share
-                for name in outputs:
-                    if name:
-                        owner[name] = name
-                        if uses is not None:
-                            uses_left[name] = uses[name]
-            else:
-                self._place_sharing(step, owner, uses, uses_left, readers, node_index, in_place, graph_outputs)
-            if uses is not None:
-                for names in (inputs, outputs):
-                    for name in names:
-                        buffer = owned(name)
-                        if buffer:
-                            uses_left[buffer] -= 1
-        return owner
-
-    def _uses(self, readers: Mapping[str, list[int]], graph_outputs: Collection[str]) -> dict[str, int]:
-        """ORT's use count of each tensor: one per reading step, one for its own definition (two
-        for PyTorch's), one more for what must outlive the step (graph outputs, held outputs)."""
-        uses = {name: len(indices) for name, indices in readers.items()}
-        for step in self.steps:
-            for name in step.outputs:
-                if name:
-                    uses[name] = uses.get(name, 0) + (2 if name in self.from_torch else 1)
-        for name in (*graph_outputs, *self.held_names):
-            if name in uses:
-                uses[name] += 1
-        return uses
-
-    def _place_sharing(
-        self,
-        step: _Step,
-        owner: dict[str, str],
-        uses: Mapping[str, int] | None,
-        uses_left: dict[str, int],
-        readers: Mapping[str, list[int]],
-        node_index: Callable[[int], int],
-        in_place: frozenset[str],
-        graph_outputs: set[str],
-    ) -> None:
-        """``owner`` of the outputs of a view or of an op that may write into its first input;
-        ``uses``, ``uses_left``: counted where the schedule has such an op (else None, empty)."""
-        source, op_type = step.inputs[0], step.node.op_type
-        consumers = [reader for name in step.outputs if name for reader in readers.get(name, ())]
-        feeds_yield = bool(consumers) and min(consumers, key=node_index) == self.yield_index
-        for position, name in enumerate(step.outputs):
-            if not name:
-                continue
-            # Only the first output may take its first input's buffer, and never PyTorch's
-            # output, a graph output or one PyTorch reads first.
-            may_share = position == 0 and not feeds_yield and name not in self.from_torch and name not in graph_outputs
-            shares: str | None = None
-            if may_share and op_type in _VIEWS:
-                shares = owner.get(source, "")
-            elif may_share and op_type in in_place and owner.get(source) and uses is not None:
-                shape = self._shape(source)
-                if uses_left[owner[source]] == 1 and shape is not None and shape == self._shape(name):
-                    shares = owner[source]
-            if shares is None:
-                owner[name] = name
-                if uses is not None:
-                    uses_left[name] = uses[name]
-            else:
-                owner[name] = shares
-                if shares and uses is not None:
-                    uses_left[shares] += uses[name]
-
-    def _shape(self, name: str) -> tuple[object, ...] | None:
-        """What ORT's planner compares to reuse a buffer: element size and every dim, known or
-        named; None where a dim is unknown or the tensor is a scalar (never reused)."""
-        info = self.graph.tensor(self.aliases.get(name, name))
-        if not info.dims or any(dim is None or dim == "" for dim in info.dims):
-            return None
-        return (element_size(info.elem_type) or 4, *info.dims)
+    def _per_step(self, steps: np.ndarray, buffers: np.ndarray) -> list[tuple[int, ...]]:
+        ends = np.searchsorted(steps, np.arange(len(self.steps) + 1), side="left").tolist()
+        numbers = buffers.tolist()
+        return [tuple(numbers[start:end]) for start, end in zip(ends, ends[1:])]
 
 
 _SCRATCH_PREFIX = "#scratch:"  # a kernel's scratch buffer, named after its node
@@ -774,9 +846,9 @@ def _timeline(program: _Program, peak: float, peak_index: int, resident: float, 
 
 class _ScheduleBase:
     """What every config's schedule of ``graph`` in ``order`` shares, worked out once: the
-    nodes as steps with nothing recomputed, and for the memory-efficient sort (worked out when
-    a config first needs it) the forward nodes in its order and each node's producers and ORT
-    node index."""
+    nodes as steps with nothing recomputed, the graph as numbers for the programs, and for the
+    memory-efficient sort (worked out when a config first needs it) the forward nodes in its
+    order and each node's producers and ORT node index."""
 
     def __init__(self, graph: TrainingGraph, order: AnalysisOrder) -> None:
         self.graph, self.order = graph, order
@@ -785,6 +857,10 @@ class _ScheduleBase:
         self.by_name = {node.name: node for node in nodes}
         self.originals = [_Step(node, node.inputs, node.outputs, False) for node in nodes]
         self.memory_efficient = order in _MEMORY_EFFICIENT
+
+    @functools.cached_property
+    def arrays(self) -> _GraphArrays:
+        return _GraphArrays(self.graph)
 
     @functools.cached_property
     def forward(self) -> list[int]:
