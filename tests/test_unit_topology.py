@@ -9,11 +9,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import onnx
 from onnx import TensorProto, helper
 from support.graphs import node, training_graph, yield_op
 
 from memopt.graph import TrainingGraph, load_graph, session_input_beside
+from memopt.graph.runs import Runs
 from memopt.graph.topology import memory_efficient_backward, memory_efficient_order, priority_order
 from memopt.scan import scan_graph
 
@@ -139,12 +141,16 @@ def test_memory_efficient_backward_runs_a_branch_just_before_its_reader() -> Non
     # tensor (a recomputed node) and feeds 5; 5 and 6 become ready when 3 has run, 5 first
     # (lower index), 4 right before it; 7 reads forward tensors only and nothing on the main
     # path needs it (it feeds a graph output): it runs last.
-    producers = [[], [0], [1], [2], [0], [3, 4], [3], [1]]
-    order = memory_efficient_backward(2, {0, 1}, producers, list(range(8)))
+    producers = Runs.of([[], [0], [1], [2], [0], [3, 4], [3], [1]])
+    order = memory_efficient_backward(2, forward_flags({0, 1}, 8), producers, np.arange(8))
     assert order == [2, 3, 4, 5, 6, 7]
 
 
 def test_memory_efficient_backward_walks_successors_by_node_index() -> None:
     # The YieldOp (1) feeds 2 and 3; ORT's index of 3 is lower, so it runs first.
-    order = memory_efficient_backward(1, {0}, [[], [0], [1], [1]], [0, 1, 9, 5])
+    order = memory_efficient_backward(1, forward_flags({0}, 4), Runs.of([[], [0], [1], [1]]), np.array([0, 1, 9, 5]))
     assert order == [1, 3, 2]
+
+
+def forward_flags(forward: set[int], count: int) -> np.ndarray:
+    return np.array([node in forward for node in range(count)])

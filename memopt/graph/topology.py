@@ -32,8 +32,11 @@ from __future__ import annotations
 
 import heapq
 from collections import deque
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Sequence
 
+import numpy as np
+
+from memopt.graph.runs import Runs
 from memopt.graph.training_graph import TrainingGraph
 
 __all__ = ["memory_efficient_backward", "memory_efficient_order", "priority_order"]
@@ -62,12 +65,10 @@ def memory_efficient_order(graph: TrainingGraph, *, deepest_first: bool) -> list
     return [*forward, yield_op, *(node.order for node in graph.nodes if node.order not in seen)]
 
 
-def memory_efficient_backward(
-    yield_op: int, forward: Collection[int], producers: Sequence[Sequence[int]], node_index: Sequence[int]
-) -> list[int]:
-    """The YieldOp and every node not in ``forward``, in the order ORT 1.18 and 1.19 run them
-    under the memory-efficient sort; nodes are positions in ``producers`` (one producer per
-    input edge) and ``node_index`` holds ORT's node indices.
+def memory_efficient_backward(yield_op: int, forward: np.ndarray, producers: Runs, node_index: np.ndarray) -> list[int]:
+    """The YieldOp and every node not ``forward`` (a flag per node), in the order ORT 1.18 and
+    1.19 run them under the memory-efficient sort; nodes are numbers, ``producers`` holds each
+    node's producers (one per input edge) and ``node_index`` ORT's node indices.
 
     The main path is a breadth-first Kahn walk from the YieldOp, successors by node index.
     The branch graph (nodes fed only by forward tensors, graph inputs and initializers, and
@@ -75,69 +76,12 @@ def memory_efficient_backward(
     wait in that walk: the part a main-path node reads is run just before it, in the branch
     graph's own breadth-first order. What the main path never reads runs at the end.
     """
-    forward = set(forward)
-    by_index = sorted(range(len(producers)), key=node_index.__getitem__)
-    consumers: list[list[int]] = [[] for _ in producers]
-    for node in by_index:  # so each node's consumers come by node index
-        for producer in producers[node]:
-            consumers[producer].append(node)
-    backward = [n for n in by_index if n not in forward and n != yield_op]
-    # Per backward node, its input edges from backward nodes (a list's length: the same count
-    # as a sum over them, without a generator per node).
-    from_backward = {n: [p for p in producers[n] if p not in forward] for n in backward}
-    waiting = {n: len(inputs) for n, inputs in from_backward.items()}
-    branch = _kahn([n for n in backward if waiting[n] == 0], consumers, dict(waiting))
-    in_branch = set(branch)
-    rank = {node: position for position, node in enumerate(branch)}
-    main_waiting = {n: len([p for p in inputs if p not in in_branch]) for n, inputs in from_backward.items()}
-    found: list[int] = []
-    done: set[int] = set()
-    ready = deque([yield_op])
-    while ready:
-        current = ready.popleft()
-        start = [p for p in producers[current] if p in in_branch]
-        if start:
-            needed = _branch_ancestors(start, producers, in_branch, done)
-            for node in sorted(needed, key=rank.__getitem__):
-                found.append(node)
-                done.add(node)
-        found.append(current)
-        for consumer in consumers[current]:
-            if consumer in main_waiting and consumer not in in_branch:
-                main_waiting[consumer] -= 1
-                if main_waiting[consumer] == 0:
-                    ready.append(consumer)
-    return found + [node for node in branch if node not in done]
+    # Imported here: numba's import costs every command that reads a graph (scan, parse's
+    # checks) about a fifth of a second; only a simulation runs this walk, once per config.
+    from memopt.graph.topology_kernel import backward_walk
 
-
-def _kahn(start: Sequence[int], consumers: Sequence[Sequence[int]], waiting: dict[int, int]) -> list[int]:
-    """Breadth-first Kahn walk from ``start``: a node joins once ``waiting`` counts down to 0."""
-    found = []
-    ready = deque(start)
-    while ready:
-        current = ready.popleft()
-        found.append(current)
-        for consumer in consumers[current]:
-            if consumer in waiting:
-                waiting[consumer] -= 1
-                if waiting[consumer] == 0:
-                    ready.append(consumer)
-    return found
-
-
-def _branch_ancestors(
-    start: Sequence[int], producers: Sequence[Sequence[int]], inside: Collection[int], done: Collection[int]
-) -> set[int]:
-    """``start`` and their producers in ``inside``, transitively, less those in ``done``."""
-    found: set[int] = set()
-    stack = [node for node in start if node not in done]
-    while stack:
-        node = stack.pop()
-        if node in found:
-            continue
-        found.add(node)
-        stack.extend(p for p in producers[node] if p in inside and p not in done and p not in found)
-    return found
+    walked = backward_walk(yield_op, forward, producers.start, producers.ids, np.asarray(node_index, np.int64))
+    return list(walked.tolist())
 
 
 def _producers(graph: TrainingGraph, order: int) -> list[int]:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from memopt.predict.compiled import compiled
+from memopt.compiled import compiled
 
 __all__ = [
     "ALLOCATE",

@@ -53,6 +53,7 @@ import numpy as np
 from onnx import TensorProto
 
 from memopt.graph.expr import ExpressionError, parse_expression
+from memopt.graph.runs import Runs
 from memopt.graph.topology import memory_efficient_backward, memory_efficient_order
 from memopt.graph.training_graph import Dim, Node, TensorInfo, TrainingGraph
 from memopt.logparse import ArenaGrowth
@@ -222,7 +223,7 @@ def _simulate(program: _Program, dims: Mapping[str, int], exact: dict[str, float
 
 class _GraphArrays:
     """A graph's nodes as numbers, for the array passes that build a program: each tensor name
-    numbered, each node's inputs and outputs a run of a flat array (-1 for an absent one), and
+    numbered, each node's inputs and outputs as runs (-1 for an absent one), and
     per node what its op is to ORT's planner. Made once per graph: every config's program
     reads them."""
 
@@ -236,8 +237,8 @@ class _GraphArrays:
                     number[name] = len(number)
         self.number = number
         self.names = list(number)
-        self.input_start, self.input_ids = self._runs([node.inputs for node in nodes])
-        self.output_start, self.output_ids = self._runs([node.outputs for node in nodes])
+        self.inputs = self._numbered([node.inputs for node in nodes])  # -1 for an absent one
+        self.outputs = self._numbered([node.outputs for node in nodes])
         op_types = [node.op_type for node in nodes]
 
         def flags(ops: frozenset[str]) -> np.ndarray:
@@ -252,21 +253,9 @@ class _GraphArrays:
         self.session_index = np.fromiter(map(graph.session_index, range(len(nodes))), np.int64, len(nodes))
         self._shape_numbers: dict[tuple[object, ...], int] = {}
 
-    def _runs(self, names: list[tuple[str, ...]]) -> tuple[np.ndarray, np.ndarray]:
-        start = np.zeros(len(names) + 1, np.int64)
-        np.cumsum(np.fromiter(map(len, names), np.int64, len(names)), out=start[1:])
+    def _numbered(self, names: list[tuple[str, ...]]) -> Runs:
         number = self.number
-        ids = np.fromiter((number[name] if name else -1 for run in names for name in run), np.int64, int(start[-1]))
-        return start, ids
-
-    @staticmethod
-    def gather(start: np.ndarray, ids: np.ndarray, orders: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """The runs of the nodes ``orders``, in that order: their starts and a copy of their ids."""
-        counts = (start[1:] - start[:-1])[orders]
-        gathered = np.zeros(len(orders) + 1, np.int64)
-        np.cumsum(counts, out=gathered[1:])
-        flat = np.repeat(start[:-1][orders] - gathered[:-1], counts) + np.arange(gathered[-1])
-        return gathered, ids[flat]
+        return Runs.of([[number[name] if name else -1 for name in run] for run in names])
 
     def shape_number(self, name: str) -> int:
         """What ORT's planner compares to reuse a buffer, as a number (equal shapes, equal
@@ -342,8 +331,8 @@ class _Program:
             return new_names.setdefault(name, len(known) + len(new_names)) if found is None else found
 
         orders = np.fromiter((step.node.order for step in steps), np.int64, count)
-        input_start, input_ids = arrays.gather(arrays.input_start, arrays.input_ids, orders)
-        output_start, output_ids = arrays.gather(arrays.output_start, arrays.output_ids, orders)
+        input_start, input_ids = arrays.inputs.gather(orders)
+        output_start, output_ids = arrays.outputs.gather(orders)
         recomputed = np.zeros(count, bool)
         for index in changed:
             step = steps[index]
@@ -871,12 +860,19 @@ class _ScheduleBase:
         return {name: position for position, node in enumerate(self.graph.nodes) for name in node.outputs if name}
 
     @functools.cached_property
-    def producers(self) -> list[list[int]]:
-        return [[self.made_by[name] for name in node.inputs if name in self.made_by] for node in self.graph.nodes]
+    def forward_flags(self) -> np.ndarray:
+        flags = np.zeros(len(self.graph.nodes), bool)
+        flags[self.forward] = True
+        return flags
 
     @functools.cached_property
-    def node_index(self) -> list[int]:
-        return [self.graph.session_index(node.order) for node in self.graph.nodes]
+    def producers(self) -> Runs:
+        made_by = self.made_by
+        return Runs.of([[made_by[name] for name in node.inputs if name in made_by] for node in self.graph.nodes])
+
+    @functools.cached_property
+    def node_index(self) -> np.ndarray:
+        return self.arrays.session_index
 
 
 def _schedule(
@@ -953,23 +949,27 @@ def _memory_efficient(
     """``originals`` (those in ``rewired`` reading clones) and ``clones`` in ORT's
     memory-efficient order (``memopt.graph.topology``), the forward nodes as ``base`` lists them."""
     steps = [*originals, *clones]
-    made_by = dict(base.made_by)
-    made_by.update((name, len(originals) + i) for i, clone in enumerate(clones) for name in clone.outputs if name)
+    made_by = base.made_by
+    cloned = [name for clone in clones for name in clone.outputs if name]
+    clone_made = {name: len(originals) + i for i, clone in enumerate(clones) for name in clone.outputs if name}
 
     def reads(step: _Step) -> list[int]:
-        return [made_by[name] for name in step.inputs if name in made_by]
+        return [
+            clone_made.get(name, made_by.get(name, -1)) for name in step.inputs if name in clone_made or name in made_by
+        ]
 
-    if len(made_by) == len(base.made_by) + sum(bool(name) for clone in clones for name in clone.outputs):
-        producers = list(base.producers)  # the steps that read no clone read what they read unchanged
-        for position in rewired:
-            producers[position] = reads(steps[position])
-        producers += map(reads, clones)
+    if len(clone_made) == len(cloned) and not any(name in made_by for name in cloned):
+        # The steps that read no clone read what they read unchanged.
+        producers = base.producers.with_rows(
+            {position: reads(steps[position]) for position in rewired}, list(map(reads, clones))
+        )
     else:  # a clone's output has a name the graph already uses: what reads it has changed
-        producers = [reads(step) for step in steps]
+        producers = Runs.of([reads(step) for step in steps])
+    forward = np.concatenate([base.forward_flags, np.zeros(len(clones), bool)])
     # ORT adds the recomputed nodes after every node of the graph, so their indices come last.
-    last = max(base.node_index, default=-1)
-    node_index = [*base.node_index, *range(last + 1, last + 1 + len(clones))]
-    backward = memory_efficient_backward(yield_order, base.forward, producers, node_index)
+    last = int(base.node_index.max(initial=-1))
+    node_index = np.concatenate([base.node_index, np.arange(last + 1, last + 1 + len(clones))])
+    backward = memory_efficient_backward(yield_order, forward, producers, node_index)
     return [steps[position] for position in (*base.forward, *backward)]
 
 

@@ -1,5 +1,5 @@
-"""numba's compiler as memopt's simulation uses it, for the few loops it runs over every step
-of a graph, many times per plan."""
+"""numba's compiler as memopt uses it, for the few loops it runs over every step of a graph,
+many times per plan (the BFC arena's placement, a program's buffers, ORT's backward order)."""
 
 from __future__ import annotations
 
