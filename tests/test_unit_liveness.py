@@ -24,6 +24,7 @@ from memopt.predict.liveness import (
     _program,
     _schedule,
     _Sizes,
+    _SizesAt,
     _transients,
     _without_cyclic_gc,
     simulate,
@@ -349,7 +350,7 @@ def test_a_variadic_sum_folds_through_one_temporary_and_biasgelu_takes_its_own_a
     assert len(summed) == 2 and summed[1] == "s"  # a + b into a temporary, then that + c into s
     assert len(biased) == 2 and biased[0] == "g"  # X + B into a float buffer after the output
     # At the Sum: the temporary and s; at the BiasGelu: s, g and X + B.
-    sizes = _Sizes(program, {"batch": 4}, {})
+    sizes = _Sizes(program, {"batch": 4}, _SizesAt())
     assert sizes.known(summed[0]) == sizes.known(biased[1]) == 64 * 4
     assert simulate(graph, {"batch": 4}).peak_bytes == 3 * 64 * 4
 
@@ -378,7 +379,10 @@ def test_a_kernels_heap_scratch_counts_at_its_step_only() -> None:
     program = _program(graph, (), AnalysisOrder.FILE)
     grad = len(program.steps) - 1
     assert not any(name in program.scratch for name in program.allocations[grad])  # none in the arena
-    assert _transients(program, _Sizes(program, {"batch": 64}, {})) == {grad: 4 * 4096, program.yield_index: 0.0}
+    assert _transients(program, _Sizes(program, {"batch": 64}, _SizesAt())) == {
+        grad: 4 * 4096,
+        program.yield_index: 0.0,
+    }
     timeline = simulate(graph, {"batch": 64})
     assert timeline.peak_op == "LayerNormalizationGrad"
     # mean and inv_std (256 bytes each), dy, dx and four arrays of X's size (4 KiB each), the
@@ -436,7 +440,7 @@ def test_a_configs_scratch_never_takes_another_configs_size() -> None:
 
 def test_a_dim_expression_never_counts_below_zero_and_unknown_names_count_one() -> None:
     graph = node_graph([("gelu", "Gelu", ("x",), ("a",)), ("yield", "YieldOp", ("a",), ("da",))])
-    sizes = _Sizes(_program(graph, (), AnalysisOrder.FILE), {"seq": 1, "batch": 4}, {})
+    sizes = _Sizes(_program(graph, (), AnalysisOrder.FILE), {"seq": 1, "batch": 4}, _SizesAt())
     assert sizes._dim("seq - 2") == 0.0
     assert sizes._dim("batch*(unknown - 1)") == 1.0
     assert sizes._dim("batch*(seq + 1)") == 8.0

@@ -45,7 +45,7 @@ import gc
 import math
 import threading
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from itertools import chain
 from typing import NamedTuple, ParamSpec, TypeVar
 
@@ -199,7 +199,7 @@ def simulate(
     that order (a base-size GPT-2 with every plan on grows its arena region for region as
     ORT's log shows), and playing the file's order too, the larger figure kept, priced
     combined plans several times too low (BENCHMARKS.md, base-size models)."""
-    return _simulate(_program(graph, tuple(recompute), order, device=device), dims, {}, device)
+    return _simulate(_program(graph, tuple(recompute), order, device=device), dims, _SizesAt(), device)
 
 
 def _program(
@@ -214,11 +214,11 @@ def _program(
 
 
 @_without_cyclic_gc
-def _simulate(program: _Program, dims: Mapping[str, int], exact: dict[str, float | None], device: str) -> Timeline:
-    """``program`` played at ``dims`` through ``device``'s allocator; ``exact``: the tensors'
+def _simulate(program: _Program, dims: Mapping[str, int], known: _SizesAt, device: str) -> Timeline:
+    """``program`` played at ``dims`` through ``device``'s allocator; ``known``: the tensors'
     sizes there, as far as known."""
     play = _play_cuda if device == "cuda" else _play
-    return play(program, _Sizes(program, dims, exact))
+    return play(program, _Sizes(program, dims, known))
 
 
 class _GraphArrays:
@@ -252,6 +252,18 @@ class _GraphArrays:
         self.in_place = {"cpu": flags(_IN_PLACE_CPU), "cuda": flags(_IN_PLACE_CUDA)}
         self.session_index = np.fromiter(map(graph.session_index, range(len(nodes))), np.int64, len(nodes))
         self._shape_numbers: dict[tuple[object, ...], int] = {}
+        # Each tensor's shape (element type and dims) among those with every dim known, -1 for
+        # none: sized once per shape at some dims, a deep model's tensors share a few dozen.
+        sized: dict[tuple[int | None, tuple[Dim, ...]], int] = {}
+        shape_of = []
+        for info in map(graph.tensor, self.names):
+            dims = info.dims
+            if dims is None or any(dim is None for dim in dims):
+                shape_of.append(-1)
+            else:
+                shape_of.append(sized.setdefault((info.elem_type, dims), len(sized)))
+        self.sized = list(sized)
+        self.sized_shape = np.array(shape_of, np.int64)
 
     def _numbered(self, names: list[tuple[str, ...]]) -> Runs:
         number = self.number
@@ -306,7 +318,7 @@ class _Program:
         self.graph = graph
         self.steps = steps
         self.yield_index = yield_index
-        arrays = arrays if arrays is not None else _GraphArrays(graph)
+        self.arrays = arrays = arrays if arrays is not None else _GraphArrays(graph)
         count = len(steps)
         # Recomputed clones and the backward nodes rewired to read them name tensors of their
         # own; every other step is its node, whose numbers ``arrays`` holds.
@@ -444,6 +456,13 @@ class _Program:
         self.allocation_buffers = buffer_of[allocated]
         self.buffer_steps = tuple(self.allocation_steps[first[by_first]].tolist())
         self.torch_buffers = from_torch[buffer_tensors]
+        # Per buffer, the graph tensor whose shape sizes it (a clone's original), -1 for none (a
+        # kernel's scratch).
+        graph_tensor = np.arange(tensors)
+        graph_tensor[len(known) :] = -1
+        for clone, original in self.aliases.items():
+            graph_tensor[known[clone] if clone in known else new_names[clone]] = known.get(original, -1)
+        self.buffer_sources = graph_tensor[buffer_tensors]
         # A buffer is released after the last step reading a tensor in it, unless it must
         # outlive the step; a step's kernel's scratch first, then in the order the buffers'
         # tensors are first read.
@@ -977,16 +996,26 @@ def _clone_name(name: str) -> str:
     return f"{name}{RECOMPUTED_SUFFIX}"
 
 
+@dataclass
+class _SizesAt:
+    """What every play at some dims shares: the bytes of the tensors looked up there, by name
+    (None where a dim is unknown), and of all the graph's tensors by number once asked for."""
+
+    by_name: dict[str, float | None] = field(default_factory=dict)
+    graph_sizes: np.ndarray | None = None
+
+
 class _Sizes:
     """Bytes of each tensor at the dims; unknown shapes are sized from the node's inputs."""
 
-    def __init__(self, program: _Program, dims: Mapping[str, int], exact: dict[str, float | None]) -> None:
+    def __init__(self, program: _Program, dims: Mapping[str, int], known: _SizesAt) -> None:
         self._graph = program.graph
         self._scratch = program.scratch
         self._dims = dims
         self._aliases = program.aliases
         self._known: dict[str, float] = {}  # sizes inferred for tensors of unknown shape
-        self._exact_sizes = exact  # shared by every play at these dims: a tensor's size is one
+        self._at = known  # shared by every play at these dims: a tensor's size is one
+        self._exact_sizes = known.by_name
         self._expressions: dict[str, float] = {}  # a dim named by an expression: its value here
 
     def of(self, name: str, step: _Step) -> float:
@@ -1001,13 +1030,22 @@ class _Sizes:
 
     def of_buffers(self, program: _Program) -> list[float]:
         """``of`` for each of ``program``'s buffers, in their order (the allocation order an
-        unknown shape is inferred in), known sizes looked up without a call each."""
-        aliases, exact, steps = self._aliases, self._exact_sizes, program.steps
-        sizes = []
-        for name, index in zip(program.buffers, program.buffer_steps):
-            size = exact.get(aliases.get(name, name), _UNKNOWN)
-            sizes.append(self.of(name, steps[index]) if size is None or size is _UNKNOWN else size)
-        return sizes
+        unknown shape is inferred in), the graph's tensors of known shape sized at once."""
+        graph_sizes = self._graph_sizes(program.arrays)
+        sources = program.buffer_sources
+        sizes = np.where(sources >= 0, graph_sizes[sources], np.nan)
+        steps, buffers, buffer_steps = program.steps, program.buffers, program.buffer_steps
+        for position in np.flatnonzero(np.isnan(sizes)).tolist():
+            sizes[position] = self.of(buffers[position], steps[buffer_steps[position]])
+        return list(sizes.tolist())
+
+    def _graph_sizes(self, arrays: _GraphArrays) -> np.ndarray:
+        """The bytes of each of the graph's tensors (by number), NaN where a dim is unknown:
+        each of its shapes sized once."""
+        if self._at.graph_sizes is None:
+            shapes = [float(element_size(elem) or 4) * math.prod(map(self._dim, dims)) for elem, dims in arrays.sized]
+            self._at.graph_sizes = np.array([*shapes, np.nan])[arrays.sized_shape]
+        return self._at.graph_sizes
 
     def known(self, name: str) -> float:
         """The bytes of a tensor that no node's inputs size (a constant, a kernel's scratch
@@ -1097,7 +1135,7 @@ class ActivationSimulator:
         # Neither depends on the other: a config's program serves every dims, and the tensors'
         # sizes at some dims every config.
         self._programs: dict[_Config, _Program] = {}
-        self._sizes: dict[tuple[tuple[str, int], ...], dict[str, float | None]] = {}
+        self._sizes: dict[tuple[tuple[str, int], ...], _SizesAt] = {}
         self._base: _ScheduleBase | None = None  # what every config's schedule shares
 
     def timeline(
@@ -1189,7 +1227,7 @@ class ActivationSimulator:
         return tuple(sorted(dims.items())), _Config(chosen, partial)
 
     @_without_cyclic_gc
-    def _prepare(self, at: tuple[tuple[str, int], ...], config: _Config) -> tuple[_Program, dict[str, float | None]]:
+    def _prepare(self, at: tuple[tuple[str, int], ...], config: _Config) -> tuple[_Program, _SizesAt]:
         """The config's program and the tensors' sizes known at the dims ``at``, made or kept."""
         program = self._programs.pop(config, None)  # kept most recent last
         if program is None:
@@ -1207,4 +1245,4 @@ class ActivationSimulator:
         self._programs[config] = program
         if at not in self._sizes and len(self._sizes) >= _SIZES_KEPT:
             del self._sizes[next(iter(self._sizes))]  # the oldest: searches move on through the batches
-        return program, self._sizes.setdefault(at, {})
+        return program, self._sizes.setdefault(at, _SizesAt())
