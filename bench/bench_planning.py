@@ -36,9 +36,9 @@ from memopt.recipes import parse_option_value
 from memopt.run.journal import Journal
 from memopt.run.trials import TrialSpec, run_trial
 
-DEFAULT_CASES = (
-    "gpt:n_layer=8,gpt:n_layer=24,gpt:n_layer=48,gpt:n_layer=96,"
-    "hf:llama:num_hidden_layers=8,hf:llama:num_hidden_layers=16,hf:llama:num_hidden_layers=32"
+DEPTHS = (8, 16, 32, 48, 96)  # both families at each: 32 and 96 are the issue's goals' depths
+DEFAULT_CASES = ",".join(
+    [*(f"gpt:n_layer={depth}" for depth in DEPTHS), *(f"hf:llama:num_hidden_layers={depth}" for depth in DEPTHS)]
 )
 MiB = 1 << 20
 

@@ -486,3 +486,40 @@ def test_a_clone_whose_output_name_the_graph_already_uses_is_still_played(order:
     )
     timeline = simulate(graph, {"b": 1}, [Recompute("gelu", ("gelu",))], order=order)
     assert timeline.peak_bytes == 5120.0
+
+
+def test_a_clone_named_as_a_graph_output_or_constant_no_node_names_is_that_tensor() -> None:
+    """A graph output and an initializer that no node names, named as a clone's output: the
+    clone's buffer lives to the end of the step as a graph output's does, and ORT saves the
+    constant into the arena."""
+    named = "a1_recompute"
+    graph = replace(TWO_LAYERS, graph_outputs=(*TWO_LAYERS.graph_outputs, named), initializers=(named,))
+    program = _program(graph, [Recompute("gelu1", ("gelu1",))], AnalysisOrder.FILE)
+    # What the last step's reads release first, then what is left: the graph outputs.
+    assert [program.buffers[number] for number in program.numbers_released[-1]] == ["dh", "dc", named, "dx"]
+    assert program.constants == (named,)
+
+
+def test_a_clone_named_as_a_tensor_a_view_reads_is_refused_in_one_line() -> None:
+    """A view of a graph tensor named as a clone's output: the name's buffer would be released
+    where none was allocated, so the simulation refuses the graph instead of playing it."""
+    graph = node_graph(
+        [
+            ("gelu", "Gelu", ("x",), ("a",)),
+            ("same", "Identity", ("a",), ("a_recompute",)),
+            ("yield", "YieldOp", ("x",), ("dx",)),
+            ("gelu_grad", "Gelu", ("dx",), ("g",)),
+            ("view", "Reshape", ("a_recompute",), ("v",)),
+            ("mm_grad", "MatMul", ("dx", "a"), ("da",)),
+            ("add", "Add", ("v", "g"), ("s",)),
+        ],
+        outputs=("da", "s"),
+    )
+    with pytest.raises(ValueError, match="releases 'a_recompute', which it never allocated"):
+        simulate(graph, {"b": 1}, [Recompute("gelu", ("gelu",))], AnalysisOrder.MEMORY_EFFICIENT_DEEPEST_FIRST)
+
+
+def test_a_graph_whose_node_orders_are_not_their_positions_is_refused() -> None:
+    graph = replace(TWO_LAYERS, nodes=tuple(replace(node, order=node.order + 1) for node in TWO_LAYERS.nodes))
+    with pytest.raises(ValueError, match="numbered by their position"):
+        simulate(graph, {"b": 1})

@@ -230,6 +230,8 @@ class _GraphArrays:
     def __init__(self, graph: TrainingGraph) -> None:
         self.graph = graph
         nodes = graph.nodes
+        if any(node.order != position for position, node in enumerate(nodes)):
+            raise ValueError("a training graph's nodes are numbered by their position")
         number: dict[str, int] = {}
         for node in nodes:
             for name in chain(node.inputs, node.outputs):
@@ -373,7 +375,9 @@ class _Program:
         yielded = steps[yield_index] if yield_index is not None else None
         handed_back = [numbered(name) for name in (yielded.outputs if yielded is not None else ()) if name]
         held = [numbered(name) for name in (set(yielded.inputs) if yielded is not None else ()) if name]
-        graph_outputs = [numbered(name) for name in dict.fromkeys(graph.graph_outputs) if name in known]
+        graph_outputs = [
+            numbered(name) for name in dict.fromkeys(graph.graph_outputs) if name in known or name in new_names
+        ]
         tensors = len(known) + len(new_names)
         names = [*arrays.names, *new_names]
         is_scratch = np.zeros(tensors, bool)
@@ -494,8 +498,17 @@ class _Program:
         self.held_by_loop = tuple(buffer_of[left[held_buffers[left]]].tolist())
         self.release_steps = release_steps.astype(np.int64)
         self.release_buffers = buffer_of[release_tensors]
+        if (self.release_buffers < 0).any():
+            # A clone's output named as a tensor the graph already has, read through a view:
+            # the name's buffer is released after the view, where neither allocated it.
+            unallocated = names[int(release_tensors[np.argmax(self.release_buffers < 0)])]
+            raise ValueError(f"the recomputed graph releases {unallocated!r}, which it never allocated")
         # The constants a step reads: ORT saves them into the arena as it builds the session.
-        self.constants = tuple(name for name in graph.initializers if name in known and reads[known[name]])
+        self.constants = tuple(
+            name
+            for name in graph.initializers
+            if (found := known.get(name, new_names.get(name))) is not None and reads[found]
+        )
         # The same events as one sequence, for the passes over a play's events: a step's
         # allocations then its releases, with where each step's allocations end in it.
         keys = np.concatenate([2 * self.allocation_steps, 2 * self.release_steps + 1])
