@@ -1,7 +1,8 @@
 """memopt's own planning time over depth, against the training runs it plans for.
 
     .venv/bin/python bench/bench_planning.py [--cases gpt:n_layer=8,…,hf:llama:num_hidden_layers=32]
-        [--batch 32] [--seq 64] [--fraction 0.8] [--source DIR] [--runs-dir runs/bench_planning]
+        [--batch 32] [--seq 64] [--fraction 0.8] [--source DIR] [--label NAME] [--replan LABEL]
+        [--runs-dir runs/bench_planning]
 
 Per case (a tiny-width model at some depth: the node count of a deep model, little compute):
 a no-config trial at the target batch (one training run: its CPU time is the yardstick, its
@@ -11,8 +12,12 @@ measured from inside it: its own CPU time (graph load, scan, memory model, plann
 interpreter's start-up and imports included), its children's (the graph probe and the
 calibration run: two training runs) and its peak RSS. ``--source DIR`` runs ``memopt plan``
 from another copy of the sources (``git archive <commit> memopt tui | tar -x -C DIR``: the
-code before a change) so both sides are measured alike. Prints a markdown table and one JSON
-line per case (the plan's choice included, to compare before and after).
+code before a change) so both sides are measured alike. Two runs of the bench plan for models
+fitted on two calibration runs, and the planner's path (its rounds, the configs it tries)
+moves with them: ``--replan LABEL`` plans instead in a copy of the folder the run labelled
+LABEL left, its calibration trial reused from the journal, so that sides compared (``--source``
+or not) plan for the same model. Prints a markdown table and one JSON line per case (the
+plan's choice included, to compare before and after).
 
 A case is ``recipe:key=value[:key=value…]`` (``-o`` options; ``hf:`` recipes keep their prefix).
 """
@@ -96,6 +101,10 @@ def bench_case(
     budget = int(args.fraction * reference.peak_bytes)
     plan_dir = folder / f"plan-{label}"
     shutil.rmtree(plan_dir, ignore_errors=True)
+    if args.replan:
+        shutil.copytree(folder / f"plan-{args.replan}", plan_dir)
+        for written in plan_dir.glob("plan-*.json"):
+            written.unlink()
     pairs = [arg for key, value in extra.items() for arg in ("-o", f"{key}={value}")]
     command = [
         *("plan", recipe, "--size", "tiny", "--seq", str(args.seq), *pairs),
@@ -145,6 +154,7 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--source", type=Path, default=None, help="run memopt plan from these sources")
     parser.add_argument("--label", default=None, help="names this side in the output (default: this or --source)")
+    parser.add_argument("--replan", default=None, help="plan in a copy of the plan folder of the run labelled so")
     parser.add_argument("--runs-dir", type=Path, default=Path("runs/bench_planning"))
     args = parser.parse_args()
     label = args.label or (args.source.name if args.source else "this")
