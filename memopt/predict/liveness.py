@@ -259,11 +259,8 @@ class _GraphArrays:
         sized: dict[tuple[int | None, tuple[Dim, ...]], int] = {}
         shape_of = []
         for info in map(graph.tensor, self.names):
-            dims = info.dims
-            if dims is None or any(dim is None for dim in dims):
-                shape_of.append(-1)
-            else:
-                shape_of.append(sized.setdefault((info.elem_type, dims), len(sized)))
+            dims = _sizable_dims(info)
+            shape_of.append(-1 if dims is None else sized.setdefault((info.elem_type, dims), len(sized)))
         self.sized = list(sized)
         self.sized_shape = np.array(shape_of, np.int64)
 
@@ -869,7 +866,7 @@ class _ScheduleBase:
     """What every config's schedule of ``graph`` in ``order`` shares, worked out once: the
     nodes as steps with nothing recomputed, the graph as numbers for the programs, and for the
     memory-efficient sort (worked out when a config first needs it) the forward nodes in its
-    order and each node's producers and ORT node index."""
+    order and each node's producers."""
 
     def __init__(self, graph: TrainingGraph, order: AnalysisOrder) -> None:
         self.graph, self.order = graph, order
@@ -901,10 +898,6 @@ class _ScheduleBase:
     def producers(self) -> Runs:
         made_by = self.made_by
         return Runs.of([[made_by[name] for name in node.inputs if name in made_by] for node in self.graph.nodes])
-
-    @functools.cached_property
-    def node_index(self) -> np.ndarray:
-        return self.arrays.session_index
 
 
 def _schedule(
@@ -999,8 +992,9 @@ def _memory_efficient(
         producers = Runs.of([reads(step) for step in steps])
     forward = np.concatenate([base.forward_flags, np.zeros(len(clones), bool)])
     # ORT adds the recomputed nodes after every node of the graph, so their indices come last.
-    last = int(base.node_index.max(initial=-1))
-    node_index = np.concatenate([base.node_index, np.arange(last + 1, last + 1 + len(clones))])
+    graph_index = base.arrays.session_index
+    last = int(graph_index.max(initial=-1))
+    node_index = np.concatenate([graph_index, np.arange(last + 1, last + 1 + len(clones))])
     backward = memory_efficient_backward(yield_order, forward, producers, node_index)
     return [steps[position] for position in (*base.forward, *backward)]
 
@@ -1056,7 +1050,7 @@ class _Sizes:
         """The bytes of each of the graph's tensors (by number), NaN where a dim is unknown:
         each of its shapes sized once."""
         if self._at.graph_sizes is None:
-            shapes = [float(element_size(elem) or 4) * math.prod(map(self._dim, dims)) for elem, dims in arrays.sized]
+            shapes = [self._bytes(elem_type, dims) for elem_type, dims in arrays.sized]
             self._at.graph_sizes = np.array([*shapes, np.nan])[arrays.sized_shape]
         return self._at.graph_sizes
 
@@ -1080,11 +1074,13 @@ class _Sizes:
         if size is not _UNKNOWN:
             return size
         info = self._scratch.get(name) or self._graph.tensor(name)
-        size = None
-        if info.dims is not None and all(d is not None for d in info.dims):
-            size = float(element_size(info.elem_type) or 4) * math.prod(map(self._dim, info.dims))
+        dims = _sizable_dims(info)
+        size = None if dims is None else self._bytes(info.elem_type, dims)
         self._exact_sizes[name] = size
         return size
+
+    def _bytes(self, elem_type: int | None, dims: tuple[Dim, ...]) -> float:
+        return float(element_size(elem_type) or 4) * math.prod(map(self._dim, dims))
 
     def _dim(self, dim: Dim) -> float:
         """A dim's value at these dims. ORT's shape inference names merged dims by expressions
@@ -1108,6 +1104,13 @@ class _Sizes:
 
 
 _UNKNOWN = -1.0  # not a size: _Sizes has not looked this tensor up yet
+
+
+def _sizable_dims(info: TensorInfo) -> tuple[Dim, ...] | None:
+    """The tensor's dims where a size can be worked out from them (every dim known, as a
+    number or a name), else None."""
+    dims = info.dims
+    return None if dims is None or any(dim is None for dim in dims) else dims
 
 
 class _Config(NamedTuple):
