@@ -6,7 +6,7 @@ memory lines ORTModule prints on CUDA (``StepMemory``). Text that cannot be read
 a warning and an unknown value, never an exception.
 """
 
-from memopt.logparse.arena import ArenaGrowth, training_arena_growth
+from memopt.logparse.arena import ArenaGrowth, growth_parts_at, training_arena_growth
 from memopt.logparse.frame import PLAN_COLUMNS, STEP_MEMORY_COLUMNS, plans_dataframe, step_memory_dataframe
 from memopt.logparse.model import (
     Cluster,
@@ -30,6 +30,7 @@ from memopt.logparse.reader import (
 
 __all__ = [
     "ArenaGrowth",
+    "growth_parts_at",
     "PLAN_COLUMNS",
     "STEP_MEMORY_COLUMNS",
     "Cluster",

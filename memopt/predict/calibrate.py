@@ -34,7 +34,7 @@ from memopt.core import Command, RunnableTarget, RunStatus, parse_target
 from memopt.errors import DamagedRecord, one_line
 from memopt.graph.sizes import batch_symbols
 from memopt.graph.training_graph import TrainingGraph
-from memopt.logparse import training_arena_growth
+from memopt.logparse import growth_parts_at, training_arena_growth
 from memopt.ort.config import PlanKey, plan_config_entries
 from memopt.ort.rules import rules_for
 from memopt.predict.liveness import ActivationSimulator, Recompute
@@ -487,19 +487,20 @@ def _arena_check(trial: TrialResult, model: MemoryModel) -> str:
         return ""
     simulated = model.timeline(trial.batch_size).arena_growth
     mib = 2**20
-    for index, grown in enumerate(real):
+    index = growth_parts_at(real, simulated)
+    if index is not None:
+        grown = real[index]
         other = simulated[index] if index < len(simulated) else None
-        if other != grown:
-            ours = (
-                f"{other.region_bytes / mib:,.0f} MiB for a {other.request_bytes / mib:,.1f} MiB request"
-                if other
-                else "none"
-            )
-            return (
-                f"the simulated arena grew unlike ORT's at batch {trial.batch_size}: ORT's region {index + 1} was "
-                f"{grown.region_bytes / mib:,.0f} MiB for a {grown.request_bytes / mib:,.1f} MiB request, the "
-                f"simulation's {ours}; predictions may be off by the regions they part on"
-            )
+        ours = (
+            f"{other.region_bytes / mib:,.0f} MiB for a {other.request_bytes / mib:,.1f} MiB request"
+            if other
+            else "none"
+        )
+        return (
+            f"the simulated arena grew unlike ORT's at batch {trial.batch_size}: ORT's region {index + 1} was "
+            f"{grown.region_bytes / mib:,.0f} MiB for a {grown.request_bytes / mib:,.1f} MiB request, the "
+            f"simulation's {ours}; predictions may be off by the regions they part on"
+        )
     total = sum(grown.region_bytes for grown in real)
     return f"the simulated arena grew as ORT's did at batch {trial.batch_size} ({len(real)} regions, {total / mib:,.0f} MiB)"
 

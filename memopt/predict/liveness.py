@@ -167,8 +167,8 @@ class Timeline:
     # pages it handed out (see arena.py); on CUDA the caching allocator's peak allocated bytes.
     resident_bytes: float = 0.0
     reserved_bytes: float = 0.0  # CUDA: the caching allocator's peak reserved bytes (0 on CPU)
-    # CPU: the regions the arena added over the steps played, in order: what ORT logs at
-    # DEVINFO when it extends.
+    # CPU: the regions the arena added for the constants then over the steps played, in order:
+    # what ORT logs at DEVINFO when it extends.
     arena_growth: tuple[ArenaGrowth, ...] = ()
 
     def where(self) -> str:
@@ -693,6 +693,7 @@ class _ArenaPlay:
         requested = np.concatenate([size[allocations], np.zeros(len(dropped) + len(releases))])
         self._arena = BFCArena()
         self._arena.run([(ALLOCATE, ("constant", name), sizes.known(name)) for name in program.constants])
+        self._constant_regions = len(self._arena.growth)
         self._first = self._arena.reserve(2 * count)  # the arena's number of buffer 0
         self._steps = tuple(
             self._arena.numbered(
@@ -745,7 +746,12 @@ class _ArenaPlay:
         if not self.done:
             raise ValueError("the play has steps left: finish() it")
         timeline = _timeline(self.program, self.live_peak, self._peak_index, self.resident)
-        return replace(timeline, arena_growth=tuple(self._arena.growth))
+        growth = self._arena.growth
+        constants = self._constant_regions
+        return replace(
+            timeline,
+            arena_growth=(*(replace(grown, for_constants=True) for grown in growth[:constants]), *growth[constants:]),
+        )
 
 
 @_without_cyclic_gc
