@@ -750,7 +750,7 @@ class _ArenaPlay:
         constants = self._constant_regions
         return replace(
             timeline,
-            arena_growth=(*(replace(grown, for_constants=True) for grown in growth[:constants]), *growth[constants:]),
+            arena_growth=(*(replace(grown, at_build=True) for grown in growth[:constants]), *growth[constants:]),
         )
 
 
