@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from memopt.core import parse_runnable
+from memopt.errors import DamagedRecord
 from memopt.ort.config import ConfigEntry, OptimizationType
 from memopt.run import (
     JOURNAL_NAME,
@@ -152,8 +153,11 @@ def test_unreadable_lines_are_skipped(tmp_path: Path) -> None:
         )
         + "\n"
     )
-    entries = list(Journal(path).entries())
+    with pytest.warns(DamagedRecord) as said:
+        entries = list(Journal(path).entries())
     assert [(e.line_number, e.key) for e in entries] == [(1, "a"), (7, "b")]
+    # Each line that holds no record is said; the blank one is no record at all.
+    assert sorted(int(str(w.message).split(" line ")[1].split(":")[0]) for w in said) == [2, 4, 5, 6]
 
 
 def test_torn_last_line_is_skipped(tmp_path: Path) -> None:

@@ -50,6 +50,7 @@ from memopt.run.budget import total_ram
 from memopt.run.files import exclusive_lock, replace_atomically
 from memopt.run.journal import Journal
 from memopt.run.launch import LOG_NAME
+from memopt.run.records import checked_calibration_record
 from memopt.run.settings import DEFAULT_RUNS_DIR, RunSettings
 from memopt.run.target import ScanTarget, load_target
 from memopt.run.trials import (
@@ -133,16 +134,28 @@ def load_saved_model(runs_dir: Path, identity: str) -> MemoryModel | None:
     ``DamagedRecord`` warning) where the saved one is damaged."""
     path = Path(runs_dir) / MODEL_FILE
     try:
-        saved = json.loads(path.read_text())[identity]
-    except (OSError, ValueError, KeyError, TypeError):
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None
+    try:  # a number past Python's 4300 digits is a ValueError too
+        library = json.loads(text)
+        if not isinstance(library, dict):
+            raise ModelError(f"a JSON {type(library).__name__}, not an object of models")
+    except (ModelError, ValueError) as err:
+        _skipped(f"{path}: skipped the damaged model library ({one_line(err)})")
+        return None
+    if identity not in library:
         return None
     try:
-        return MemoryModel.from_json(saved)
+        return MemoryModel.from_json(library[identity])
     except (ModelError, ValueError, KeyError, TypeError, ZeroDivisionError) as err:
-        warnings.warn(
-            DamagedRecord(f"{path}: skipped the damaged model of this target ({one_line(err)})"), stacklevel=2
-        )
+        _skipped(f"{path}: skipped the damaged model of this target ({one_line(err)})")
         return None
+
+
+def _skipped(message: str) -> None:
+    # From this one line, so Python's warning registry says each damaged model once per process.
+    warnings.warn(DamagedRecord(message), stacklevel=1)
 
 
 def save_model(runs_dir: Path, identity: str, model: MemoryModel) -> None:
@@ -405,11 +418,10 @@ def fit_calibration(
     identity = model_identity(target, options, versions, device_used)
     record_key = _calibration_key(identity, trials, target_batch)
     earlier = journal.latest(record_key, kind=CALIBRATION_KIND) if resume else None
-    read_upto = earlier.record.get("journal_lines") if earlier is not None else None
-    journaled, lines_read = _history(
-        journal, target, options, versions, device_used, read_upto if isinstance(read_upto, int) else None
-    )
-    if earlier is None:
+    checked = checked_calibration_record(earlier.record, earlier.where) if earlier is not None else None
+    read_upto = checked.get("journal_lines") if checked is not None else None
+    journaled, lines_read = _history(journal, target, options, versions, device_used, read_upto)
+    if checked is None:  # none yet, or a damaged one: this calibration's record is written anew
         journal.append({"key": record_key, "kind": CALIBRATION_KIND, "journal_lines": lines_read, "identity": identity})
     # The journal's history of this target, and these trials even where no journal holds them.
     known = (*journaled, *trials)

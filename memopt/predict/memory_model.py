@@ -29,13 +29,14 @@ factor after every trial (``with_observation``).
 from __future__ import annotations
 
 import functools
-import math
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
-from typing import Any
+from typing import Annotated, Any
 
 import numpy as np
+from pydantic import Field, PlainValidator, Strict, TypeAdapter, ValidationError
+from typing_extensions import Required, TypedDict
 
 from memopt.errors import MemoptError
 from memopt.graph.polynomial import Polynomial
@@ -51,7 +52,6 @@ __all__ = [
     "PlanSavings",
     "Prediction",
     "fit_memory_model",
-    "polynomial_from_json",
     "polynomial_to_json",
 ]
 
@@ -308,52 +308,124 @@ class MemoryModel:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> MemoryModel:
-        """The model ``to_json`` wrote; ``ModelError`` where a number is not a finite one of its kind."""
+        """The model ``to_json`` wrote; ``ModelError`` where a field is not a number of its kind
+        within what a machine can hold (``_SavedModel``)."""
+        try:
+            saved = _SAVED_MODEL.validate_python(data)
+        except ValidationError as err:
+            first = err.errors()[0]
+            field = ".".join(str(part) for part in first["loc"]) or "the model"
+            raise ModelError(f"{field}: {first['msg']}") from None
         plans = tuple(
             PlanSavings(
-                p["key"],
+                PlanKey(p["key"]),
                 tuple(p["entries"]),
-                _count(p["frequency"]),
-                polynomial_from_json(p["saving"]),
-                tuple(polynomial_from_json(o) for o in p.get("occurrences", ())),
-                tuple(Recompute(str(entry), tuple(nodes)) for entry, nodes in p.get("recomputes", ())),
+                p["frequency"],
+                p["saving"],
+                tuple(p.get("occurrences", ())),
+                tuple(Recompute(entry, tuple(nodes)) for entry, nodes in p.get("recomputes", ())),
             )
-            for p in data["plans"]
+            for p in saved["plans"]
         )
         observations = tuple(
             Observation(
-                _count(o["batch_size"]),
-                tuple(o["plans"]),
-                _count(o["peak_bytes"]),
-                {PlanKey(key): _count(count) for key, count in dict(o.get("counts", {})).items()},
+                o["batch_size"],
+                plan_keys(o["plans"]),
+                o["peak_bytes"],
+                {PlanKey(key): count for key, count in o.get("counts", {}).items()},
             )
-            for o in data.get("observations", ())
+            for o in saved.get("observations", ())
         )
         return cls(
-            tuple(data["batch_symbols"]),
-            {str(name): _count(size) for name, size in dict(data["fixed_dims"]).items()},
+            tuple(saved["batch_symbols"]),
+            dict(saved["fixed_dims"]),
             plans,
-            _finite(data["static_bytes"]),
-            _finite(data["per_sample_bytes"]),
-            {PlanKey(key): _finite(value) for key, value in dict(data.get("effectiveness", {})).items()},
-            _finite(data.get("global_effectiveness", 1.0)),
+            saved["static_bytes"],
+            saved["per_sample_bytes"],
+            {PlanKey(key): value for key, value in saved.get("effectiveness", {}).items()},
+            saved.get("global_effectiveness", 1.0),
             observations,
-            _reload_simulator(data.get("graph"), plans, data.get("config_order"), data.get("device")),
-            _finite(data.get("activation_scale", 1.0)),
+            _reload_simulator(saved.get("graph"), plans, saved.get("config_order"), saved.get("device")),
+            saved.get("activation_scale", 1.0),
         )
 
 
-def _finite(value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise ModelError(f"{value!r:.40} is not a finite number")
-    return float(value)
+# The saved model's schema: every number of its kind (strict: no "12" for 12, no NaN or
+# infinity) and within what a machine can hold, so that a damaged file is refused as it is
+# read, not met later as an overflow. Bytes up to an exbibyte, dims and batch sizes up to
+# 2**40, a saving's terms of degree 8 at most (ORT's savings are products of a few dims),
+# fitted factors within the ranges the fits clip them to.
+_MOST_BYTES = 2**60
+_MOST_DIM = 2**40
+_MOST_DEGREE = 8
+_Bytes = Annotated[float, Strict(), Field(ge=-_MOST_BYTES, le=_MOST_BYTES, allow_inf_nan=False)]
+_Dim = Annotated[int, Strict(), Field(ge=0, le=_MOST_DIM)]
+_Effectiveness = Annotated[
+    float, Strict(), Field(ge=_EFFECTIVENESS_RANGE[0], le=_EFFECTIVENESS_RANGE[1], allow_inf_nan=False)
+]
 
 
-def _count(value: Any) -> int:
-    number = _finite(value)
-    if number < 0 or number != int(number):
-        raise ModelError(f"{value!r:.40} is not a count")
-    return int(number)
+def _coefficient(value: Any) -> Fraction:
+    """A saving's coefficient as ``polynomial_to_json`` writes it (a fraction's text), or a
+    plain number, within ``_MOST_BYTES``."""
+    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+        raise ValueError(f"{type(value).__name__} is not a number")
+    try:
+        number = Fraction(value)
+    except (ValueError, ZeroDivisionError, OverflowError):  # OverflowError: an infinite float
+        raise ValueError(f"{value!r:.40} is not a finite number") from None
+    if abs(number) > _MOST_BYTES or number.denominator > _MOST_BYTES:
+        raise ValueError(f"{value!r:.40} is beyond {_MOST_BYTES} bytes")
+    return number
+
+
+_Power = Annotated[int, Strict(), Field(ge=0, le=_MOST_DEGREE)]
+_TERMS = TypeAdapter(list[tuple[list[tuple[str, _Power]], Annotated[Fraction, PlainValidator(_coefficient)]]])
+
+
+def _polynomial(value: Any) -> Polynomial:
+    """A saving as ``polynomial_to_json`` writes it, each term of degree ``_MOST_DEGREE`` at most."""
+    terms = _TERMS.validate_python(value)
+    if any(sum(power for _, power in monomial) > _MOST_DEGREE for monomial, _ in terms):
+        raise ValueError(f"a term of degree above {_MOST_DEGREE}")
+    return Polynomial({tuple(monomial): coefficient for monomial, coefficient in terms})
+
+
+_SavedPolynomial = Annotated[Polynomial, PlainValidator(_polynomial)]
+
+
+class _SavedPlan(TypedDict, total=False):
+    key: Required[str]
+    entries: Required[list[str]]
+    frequency: Required[_Dim]
+    saving: Required[_SavedPolynomial]
+    occurrences: list[_SavedPolynomial]
+    recomputes: list[tuple[str, list[str]]]
+
+
+class _SavedObservation(TypedDict, total=False):
+    batch_size: Required[Annotated[int, Strict(), Field(ge=1, le=_MOST_DIM)]]
+    plans: Required[list[str]]
+    peak_bytes: Required[Annotated[int, Strict(), Field(ge=0, le=_MOST_BYTES)]]
+    counts: dict[str, _Dim]
+
+
+class _SavedModel(TypedDict, total=False):
+    batch_symbols: Required[list[str]]
+    fixed_dims: Required[dict[str, _Dim]]
+    static_bytes: Required[_Bytes]
+    per_sample_bytes: Required[_Bytes]
+    effectiveness: dict[str, _Effectiveness]
+    global_effectiveness: _Effectiveness
+    activation_scale: Annotated[float, Strict(), Field(ge=_SCALE_RANGE[0], le=_SCALE_RANGE[1], allow_inf_nan=False)]
+    graph: str | None
+    config_order: str | None
+    device: str | None
+    plans: Required[list[_SavedPlan]]
+    observations: list[_SavedObservation]
+
+
+_SAVED_MODEL = TypeAdapter(_SavedModel)
 
 
 def _reload_simulator(
@@ -473,15 +545,6 @@ def polynomial_to_json(polynomial: Polynomial) -> list[list[Any]]:
     return [
         [[list(factor) for factor in monomial], str(coefficient)] for monomial, coefficient in polynomial.terms.items()
     ]
-
-
-def polynomial_from_json(data: Iterable[Any]) -> Polynomial:
-    return Polynomial(
-        {
-            tuple((str(name), int(power)) for name, power in monomial): Fraction(coefficient)
-            for monomial, coefficient in data
-        }
-    )
 
 
 # ``max_batch``: the batches tried one by one below the top of the live bytes, and from its

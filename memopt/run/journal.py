@@ -2,7 +2,9 @@
 
 Each line is appended, flushed and fsynced before the next trial starts, so a memopt
 that is killed loses at most the trial in flight. A torn line (the process died
-mid-write) is skipped on reading and ended before the next record is appended; appends
+mid-write) is skipped on reading and ended before the next record is appended; any other
+line that does not hold a record (not JSON, not an object with a key, longer than any record
+memopt writes) is skipped with a ``DamagedRecord`` warning; appends
 hold an exclusive lock on the file, so memopt processes sharing a runs folder never
 interleave or tear each other's lines. The journal is never opened through a symlink.
 ``--resume`` looks trials up by their key: a digest of what decides the outcome (recipe,
@@ -15,16 +17,20 @@ import errno
 import fcntl
 import json
 import os
+import warnings
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
-from memopt.errors import MemoptError, write_failure
+from memopt.errors import DamagedRecord, MemoptError, write_failure
 
 __all__ = ["JOURNAL_NAME", "Journal", "JournalEntry"]
 
 JOURNAL_NAME = "journal.jsonl"
+# A record memopt writes is a few KiB (a trial's config, plans and ranks); a line far past
+# that is damage, skipped without holding it in memory whole.
+_MOST_LINE_BYTES = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -104,19 +110,28 @@ class Journal:
         Trials are records without a ``kind``; other records name theirs (``calibration``).
         """
         try:
-            handle = open(self.path, encoding="utf-8", errors="replace")
+            handle = open(self.path, "rb")
         except FileNotFoundError:
             return
         with handle:
-            for number, line in enumerate(handle, 1):
-                if not line.endswith("\n"):
-                    break  # torn last line: the writer died mid-line
-                try:
-                    record = json.loads(line)
-                except ValueError:
+            for number, line in enumerate(_lines(handle), 1):
+                if line is None:
+                    self._skipped(number, f"longer than {_MOST_LINE_BYTES // 1024} KiB")
                     continue
-                if isinstance(record, dict) and isinstance(record.get("key"), str) and record.get("kind") == kind:
+                if not line.strip():
+                    continue
+                try:  # a number past Python's 4300 digits is a ValueError too
+                    record = json.loads(line.decode("utf-8", errors="replace"))
+                except ValueError as err:
+                    self._skipped(number, f"not JSON: {str(err)[:80]}")
+                    continue
+                if not isinstance(record, dict) or not isinstance(record.get("key"), str):
+                    self._skipped(number, "not a record with a key")
+                elif record.get("kind") == kind:
                     yield JournalEntry(number, record["key"], record, self.path)
+
+    def _skipped(self, number: int, why: str) -> None:
+        warnings.warn(DamagedRecord(f"{self.path} line {number}: skipped a damaged record ({why})"), stacklevel=1)
 
     def latest(self, key: str, usable: tuple[str, ...] | None = None, kind: str | None = None) -> JournalEntry | None:
         """The newest entry of ``kind`` with ``key`` (whose ``status`` is in ``usable``, when given)."""
@@ -125,3 +140,21 @@ class Journal:
             if entry.key == key and (usable is None or entry.record.get("status") in usable):
                 found = entry
         return found
+
+
+def _lines(handle: BinaryIO) -> Iterator[bytes | None]:
+    """Each complete line of ``handle`` (None for one longer than ``_MOST_LINE_BYTES``, read
+    past in pieces); a last line without its newline is torn (its writer died mid-line, or is
+    writing it now) and ends the lines."""
+    while True:
+        line = handle.readline(_MOST_LINE_BYTES + 1)
+        if not line.endswith(b"\n"):
+            if len(line) <= _MOST_LINE_BYTES:
+                return
+            while not line.endswith(b"\n"):
+                line = handle.readline(_MOST_LINE_BYTES)
+                if not line:
+                    return
+            yield None
+            continue
+        yield line

@@ -1,0 +1,61 @@
+"""A runs folder damaged by hand, read back by the real command line: every damaged record is
+said once (one `warning:` line each), none is a traceback, and a trial whose record was
+damaged is run again rather than trusted."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from support.cli import memopt
+
+TRIAL = ("trial", "gpt", "--size", "tiny", "--batch", "2")
+
+
+def warnings_in(text: str) -> list[str]:
+    return [line for line in text.splitlines() if line.startswith("warning:")]
+
+
+@pytest.mark.ort
+@pytest.mark.parametrize("peak", [10**400, 10**30])
+def test_a_journaled_peak_past_any_machine_is_said_once_and_the_trial_runs_again(tmp_path: Path, peak: int) -> None:
+    first = memopt(*TRIAL, "--runs-dir", str(tmp_path), "--json")
+    assert first.returncode == 0, first.stderr
+    journal = tmp_path / "journal.jsonl"
+    record = json.loads(journal.read_text())
+    record["peak_bytes"] = "@@"
+    journal.write_text(json.dumps(record).replace('"@@"', str(peak)) + "\ngarbage\n" + "x" * (10 * 2**20) + "\n")
+    again = memopt(*TRIAL, "--runs-dir", str(tmp_path), "--json", "--resume")
+    assert again.returncode == 0 and "Traceback" not in again.stderr, again.stderr
+    said = warnings_in(again.stderr)
+    assert len(said) == 3, said  # each damaged line once
+    assert "line 1: skipped a damaged trial record (peak_bytes" in said[-1]
+    assert any("line 2: skipped a damaged record (not JSON" in line for line in said)
+    assert any("line 3: skipped a damaged record (longer than" in line for line in said)
+    redone = json.loads(again.stdout)
+    assert not redone["reused"] and 0 < redone["peak_bytes"] < 2**40
+
+
+@pytest.mark.ort
+def test_a_damaged_model_library_is_said_once(tmp_path: Path) -> None:
+    plan = memopt(
+        "plan", "gpt", "--size", "tiny", "--target-batch", "4", "--budget", "2GiB", "--runs-dir", str(tmp_path)
+    )
+    assert plan.returncode == 0, plan.stderr
+    library = tmp_path / "memopt_models.json"
+    saved = json.loads(library.read_text())
+    for model in saved.values():
+        model["activation_scale"] = -1e308
+    library.write_text(json.dumps(saved))
+    trial = memopt(*TRIAL, "--runs-dir", str(tmp_path), "--resume")
+    assert trial.returncode == 0 and "Traceback" not in trial.stderr, trial.stderr
+    assert warnings_in(trial.stderr) == [
+        f"warning: {library}: skipped the damaged model of this target "
+        "(ModelError: activation_scale: Input should be greater than or equal to 1)"
+    ]
+    library.write_text(library.read_text()[:100])  # truncated
+    trial = memopt(*TRIAL, "--runs-dir", str(tmp_path), "--resume")
+    assert trial.returncode == 0, trial.stderr
+    said = warnings_in(trial.stderr)
+    assert len(said) == 1 and "skipped the damaged model library (JSONDecodeError" in said[0], said
