@@ -203,3 +203,23 @@ def test_a_batch_too_large_to_describe_is_out_of_memory(tmp_path: Path) -> None:
     run = memopt("trial", "gpt", "--size", "tiny", "--batch", "9" * 20, "--budget", "8GiB", "--runs-dir", str(tmp_path))
     assert run.returncode == 3, (run.stdout, run.stderr)  # does not fit
     assert "make_batch() ran out of memory" in run.stdout and "broken" not in run.stdout
+
+
+# A job that only prints an allocator's error, and one that fails with it.
+SAYS_OUT_OF_MEMORY = "print('RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB'); raise SystemExit({code})"
+
+
+@pytest.mark.parametrize(("code", "status"), [(0, "recipe_error"), (1, "out_of_memory")])
+def test_out_of_memory_needs_the_job_to_fail_not_just_to_print_it(tmp_path: Path, code: int, status: str) -> None:
+    script = tmp_path / "says_oom.py"
+    script.write_text(SAYS_OUT_OF_MEMORY.format(code=code))
+    command = f"{sys.executable} {script} {{batch}}"
+    run = memopt("trial", "--cmd", command, "--batch", "2", "--runs-dir", str(tmp_path / "runs"), "--json")
+    said = run.stdout + run.stderr
+    record = next(entry.record for entry in Journal.in_folder(tmp_path / "runs").entries())
+    assert record["status"] == status, said
+    if code == 0:  # what it is: a job that never trained
+        assert record["error"].startswith("no ORTModule training step seen: the job exited with status 0")
+        assert record["oom_evidence"] is None and "ran out of memory" not in said, said
+    else:
+        assert "its own failure (exit status 1)" in record["oom_evidence"], record["oom_evidence"]

@@ -174,8 +174,10 @@ def _all_ranks_done(records: list[dict[str, Any]], wanted: int) -> bool:
 def _status(
     records: list[dict[str, Any]], wanted: int, end: ProcessEnd, log: Path, timeout_s: float
 ) -> tuple[RunStatus, str | None, str | None]:
-    """The job's status, its error, and (out of memory) the evidence: the job's own message or the
-    kernel's OOM record. A rank killed by SIGKILL with neither was killed by someone else."""
+    """The job's status, its error, and (out of memory) the evidence: the kernel's OOM record, or
+    the job's own failure (an exit status above 0) with an allocator's error in what it said. A
+    line the job printed is no evidence by itself: a job that exits 0, or that someone killed,
+    did not fail for want of memory. A rank killed by SIGKILL with neither was killed by someone else."""
     ending, returncode = end.ending, end.returncode
     steps = [r for r in records if r.get("event") == "step"]
     if ending is Ending.DONE or _all_ranks_done(records, wanted):
@@ -193,8 +195,10 @@ def _status(
         return RunStatus.TIMED_OUT, f"killed after {timeout_s:g} s: {progress}; last output: {tail}", None
     if end.oom_evidence is not None:
         return RunStatus.OUT_OF_MEMORY, f"the job ran out of memory ({progress}): {end.oom_evidence}", end.oom_evidence
-    if any(marker in tail.lower() for marker in OOM_MARKERS):
-        return RunStatus.OUT_OF_MEMORY, f"the job ran out of memory ({progress}): {tail}", f"its own output: {tail}"
+    failed = returncode is not None and returncode > 0
+    if failed and any(marker in said.lower() for marker in OOM_MARKERS):
+        evidence = f"its own failure (exit status {returncode}): {said}"
+        return RunStatus.OUT_OF_MEMORY, f"the job ran out of memory ({progress}): {said}", evidence
     # torchrun reports a worker's SIGKILL as "Signal 9 (SIGKILL)" and exits 1.
     if returncode in (-signal.SIGKILL, 128 + signal.SIGKILL) or "signal 9 (sigkill)" in tail.lower():
         return RunStatus.CRASHED, f"the job was killed by signal 9 (SIGKILL) ({progress}): {tail}", None
