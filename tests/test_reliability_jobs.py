@@ -7,6 +7,7 @@ tests/recipes/forks_a_daemon.py); nothing is faked.
 from __future__ import annotations
 
 import contextlib
+import os
 import shutil
 import subprocess
 import sys
@@ -14,6 +15,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import psutil
 import pytest
 from support import RECIPES
 from support.cli import CliRun, assert_one_line_error, memopt
@@ -223,3 +225,21 @@ def test_out_of_memory_needs_the_job_to_fail_not_just_to_print_it(tmp_path: Path
         assert record["oom_evidence"] is None and "ran out of memory" not in said, said
     else:
         assert "its own failure (exit status 1)" in record["oom_evidence"], record["oom_evidence"]
+
+
+def test_a_hanging_python_is_ended_at_the_timeout_with_everything_it_started(tmp_path: Path) -> None:
+    """A `--python` wrapper script that hangs (its own child sleeps): memopt waits `--timeout`,
+    not a fixed two minutes, says so in one line, and no process of the wrapper survives."""
+    token = f"600.{os.getpid()}{time.monotonic_ns() % 10**6}"  # names this test's sleep among all processes
+    wrapper = tmp_path / "python-wrapper"
+    wrapper.write_text(f"#!/bin/sh\nsleep {token}\n")
+    wrapper.chmod(0o755)
+    started = time.monotonic()
+    run = memopt(
+        "trial", "gpt", "--batch", "2", "--python", str(wrapper), "--timeout", "3", "--runs-dir", str(tmp_path / "runs")
+    )
+    took = time.monotonic() - started
+    assert_one_line_error(run, f"--python {wrapper} did not say its ORT/torch versions within 3 s (--timeout)")
+    assert took < 60, took
+    left = [p.info for p in psutil.process_iter(["pid", "cmdline"]) if token in (p.info["cmdline"] or [])]
+    assert left == [], left

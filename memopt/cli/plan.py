@@ -107,7 +107,7 @@ def plan_command(
     )
     batches = calibration_batches(calibrate_at)
     parsed = parse_budget(budget) if budget is not None else None
-    versions = stack_versions(settings.python)
+    versions = stack_versions(settings.python, settings.timeout_s)
     require_budget(parsed, device, versions.cuda)
     with console.status(f"Calibrating {escape(str(target))}: graph probe and no-config trials…"):
         cal = calibrate(settings, target_batch, calibration_batches=batches, resume=resume, versions=versions)

@@ -109,7 +109,7 @@ def trial_command(
         runs_dir=runs_dir,
     )
     options = settings.options
-    versions = stack_versions(settings.python)
+    versions = stack_versions(settings.python, settings.timeout_s)
     if versions.ort_version is None:
         raise MemoptError("the ORT training stack cannot run: onnxruntime-training is not installed")
     validated = parse_trial_config(config, OrtVersion.parse(versions.ort_version))

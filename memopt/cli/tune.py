@@ -103,7 +103,7 @@ def tune_command(
         timeout_s=timeout,
         python=python,
     )
-    versions = stack_versions(python)
+    versions = stack_versions(python, timeout)
     if versions.ort_version is None:
         raise MemoptError("the ORT training stack cannot run: onnxruntime-training is not installed")
     require_budget(settings.budget, settings.device, versions.cuda)

@@ -321,7 +321,7 @@ def calibrate(
         options=settings.options,
         runs_dir=runs_dir,
         python=settings.python,
-        versions=versions,
+        versions=versions or stack_versions(settings.python, settings.timeout_s),
         probe_batch=probe_batch,
         loaded=loaded,
     )

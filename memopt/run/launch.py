@@ -58,6 +58,7 @@ __all__ = [
     "PACKAGE_ROOT",
     "Ending",
     "ProcessEnd",
+    "run_helper",
     "run_process",
     "RunRequest",
     "RunResult",
@@ -321,6 +322,38 @@ def _run_child(
                 raise MemoptError(write_failure(run_dir / LOG_NAME, pump.write_error))
 
 
+@dataclass(frozen=True)
+class HelperOutput:
+    """What a short helper process said, and how it exited."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def run_helper(argv: Sequence[str], env: Mapping[str, str], timeout_s: float) -> HelperOutput | None:
+    """Run a short helper (another interpreter's version query) to its end in a process group of
+    its own, registered for ``end_all_runs``; None where it ran past ``timeout_s``. Its whole
+    group is ended on every way out (its end, the timeout, the caller's interruption): a wrapper
+    script's own children (a ``sleep`` it started) go with it."""
+    child = _start_registered(list(argv), dict(env), None, None, stderr=subprocess.PIPE)
+    if child is None:
+        raise MemoptError("memopt is ending: no new process is started")
+    try:
+        stdout, stderr = child.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        return None
+    finally:
+        _kill_group(child)
+        child.wait()
+        with _live_lock:
+            _live.pop(child.pid, None)
+        for pipe in (child.stdout, child.stderr):
+            if pipe is not None:
+                pipe.close()
+    return HelperOutput(child.returncode, stdout.decode(errors="replace"), stderr.decode(errors="replace"))
+
+
 def write_new(path: Path, text: str) -> None:
     """Write a file of memopt's own; a failed write leaves no part of it behind."""
     try:
@@ -336,17 +369,21 @@ def _note(run_dir: Path, text: str) -> None:
 
 
 def _start_registered(
-    argv: list[str], env: dict[str, str], cwd: Path | None, cancel: threading.Event | None
+    argv: list[str],
+    env: dict[str, str],
+    cwd: Path | None,
+    cancel: threading.Event | None,
+    stderr: int = subprocess.STDOUT,
 ) -> subprocess.Popen[bytes] | None:
-    """Start ``argv`` in a session of its own, its output on a pipe, registered for
-    ``end_all_runs``; None: cancelled first."""
+    """Start ``argv`` in a session of its own, its output on a pipe (``stderr`` with it, unless
+    told otherwise), registered for ``end_all_runs``; None: cancelled first."""
     with _live_lock:  # no child starts after end_all_runs has looked at the live ones
         if _ending.is_set() or (cancel is not None and cancel.is_set()):
             return None
         child = subprocess.Popen(
             argv,
             stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
+            stderr=stderr,
             stdin=subprocess.DEVNULL,
             env=env,
             cwd=cwd,

@@ -14,7 +14,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import subprocess
 import sys
 import threading
 import time
@@ -49,7 +48,7 @@ from memopt.ort.version import OrtVersion
 from memopt.run.budget import Budget, total_ram
 from memopt.run.command import run_target
 from memopt.run.journal import Journal
-from memopt.run.launch import PACKAGE_ROOT, RunRequest, RunResult, new_run_dir
+from memopt.run.launch import PACKAGE_ROOT, RunRequest, RunResult, new_run_dir, run_helper
 from memopt.run.records import checked_trial_record
 from memopt.run.settings import (
     DEFAULT_STEPS,
@@ -319,8 +318,9 @@ class TrialResult:
         )
 
 
-def stack_versions(python: str | None = None) -> StackVersions:
-    """The ORT/torch versions a trial would run with (another interpreter is asked, not imported)."""
+def stack_versions(python: str | None = None, timeout_s: float = DEFAULT_TIMEOUT_S) -> StackVersions:
+    """The ORT/torch versions a trial would run with (another interpreter is asked, not imported,
+    within ``timeout_s``: a run's --timeout)."""
     if python is None or Path(python).resolve() == Path(sys.executable).resolve():
         from memopt.ort.stack import inspect_stack
 
@@ -328,18 +328,14 @@ def stack_versions(python: str | None = None) -> StackVersions:
     else:
         script = "import json, dataclasses; from memopt.ort.stack import inspect_stack; print(json.dumps(dataclasses.asdict(inspect_stack())))"
         try:
-            done = subprocess.run(
-                [python, "-c", script],
-                capture_output=True,
-                text=True,
-                timeout=120,
-                env={"PYTHONPATH": PACKAGE_ROOT, "PATH": "/usr/bin:/bin"},
-                stdin=subprocess.DEVNULL,
-            )
-        except subprocess.TimeoutExpired:
-            raise TrialError(f"--python {python} did not say its ORT/torch versions within 120 s") from None
+            done = run_helper([python, "-c", script], {"PYTHONPATH": PACKAGE_ROOT, "PATH": "/usr/bin:/bin"}, timeout_s)
         except OSError as err:
             raise TrialError(f"--python {python} cannot be run: {err.strerror or err}") from None
+        if done is None:
+            raise TrialError(
+                f"--python {python} did not say its ORT/torch versions within {timeout_s:g} s (--timeout); "
+                "memopt ended it and every process it started"
+            )
         lines = done.stdout.strip().splitlines()
         try:
             reported = json.loads(lines[-1]) if done.returncode == 0 and lines else None
@@ -439,7 +435,7 @@ def run_trial(
     the child (outcome ``cancelled``). Raises ``TrialError``/``ConfigError`` only before
     launching (bad config, no ORT); anything the child does comes back as the outcome.
     """
-    versions = versions or stack_versions(spec.python)
+    versions = versions or stack_versions(spec.python, spec.timeout_s)
     runner = JournaledRunner(
         RealTrialRunner(Path(runs_dir), versions),
         journal or Journal.in_folder(runs_dir),

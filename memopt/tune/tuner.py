@@ -148,7 +148,7 @@ class Tuner:
         if self.ready is not None:
             return self.ready
         s = self.settings
-        self.versions = self.versions or stack_versions(s.python)
+        self.versions = self.versions or stack_versions(s.python, s.timeout_s)
         if self.versions.ort_version is None:
             raise TuneError("the ORT training stack cannot run: onnxruntime-training is not installed")
         try:
