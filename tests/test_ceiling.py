@@ -19,13 +19,14 @@ from support.fake_tuning import FakeRunner, fake_tuner, prepared_gpt
 
 from memopt.ort.config import PlanKey
 from memopt.predict.calibrate import calibration_points
-from memopt.run import Outcome
+from memopt.run import Outcome, cgroup
 from memopt.run.oom import OomWatch
 from memopt.tune import Purpose, SearchStatus
 
 # The README's main job: a tiny eight-layer GPT at batch 128 (no config ~1,200 MiB RSS on CPU).
 GPT = ["gpt", "--size", "tiny", "-o", "n_layer=8", "--seq", "64"]
 PLANS = (PlanKey("Gelu+:1:-1"), PlanKey("Dropout+:1:-1"))
+MiB = 2**20
 
 
 def under(ceiling: MemoryCeiling, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -136,3 +137,51 @@ def test_tune_below_every_plan_says_the_largest_batch_a_run_checked(tmp_path: Pa
         largest = summary["largest_batch"]
         assert 1 <= largest < 128 and f"fits up to batch {largest}" in summary["message"]
         assert any(t["batch_size"] == largest and t["outcome"] == "ok" for t in summary["trials"])
+
+
+# What a run under memopt takes a percentage budget of, as memopt's own process sees it.
+SHOWS_BUDGET = (
+    "from memopt.run.budget import parse_budget, resolve_budget, total_ram; "
+    "print(total_ram(), resolve_budget(parse_budget('80%'), 'cpu', total_ram()), resolve_budget(None, 'cpu', total_ram()))"
+)
+
+
+@pytest.mark.subprocess
+def test_a_percentage_budget_is_a_share_of_the_memory_cgroups_limit_not_the_machines_ram() -> None:
+    """In a cgroup limited to 600 MiB, and in one without a limit of its own below it (the
+    limit above binds it), 80% is 480 MiB and the default budget 90% of 600 MiB."""
+    with memory_ceiling(600) as ceiling:
+        inner = ceiling.folder / "inner"
+        inner.mkdir()
+        try:
+            for folder in (ceiling.folder, inner):
+                shown = subprocess.run(
+                    [sys.executable, "-c", SHOWS_BUDGET],
+                    capture_output=True,
+                    text=True,
+                    preexec_fn=lambda folder=folder: (folder / "cgroup.procs").write_text(str(os.getpid())),
+                    timeout=120,
+                )
+                assert shown.returncode == 0, shown.stderr
+                assert shown.stdout.split() == [str(600 * MiB), str(480 * MiB), str(int(600 * MiB * 0.9))], folder
+        finally:
+            inner.rmdir()
+
+
+@pytest.mark.ort
+def test_plan_takes_its_percentage_budget_of_the_cgroups_limit(tmp_path: Path) -> None:
+    with memory_ceiling(1500) as ceiling:
+        plan = under(
+            ceiling, "plan", "gpt", "--size", "tiny", "--target-batch", "4", "--budget", "80%",
+            "--runs-dir", str(tmp_path),
+        )  # fmt: skip
+    assert plan.returncode == 0, plan.stdout + plan.stderr
+    assert "vs budget 1,200.0 MiB" in plan.stdout, plan.stdout
+
+
+@pytest.mark.parametrize(
+    ("text", "limit"), [("629145600\n", 600 * MiB), ("max\n", None), ("9223372036854771712\n", None)]
+)
+def test_the_unlimited_values_of_cgroup_v1_and_v2_are_no_limit(tmp_path: Path, text: str, limit: int | None) -> None:
+    (tmp_path / "memory.max").write_text(text)
+    assert cgroup._limit(tmp_path / "memory.max") == limit

@@ -1,4 +1,4 @@
-"""Memory budgets as people write them: ``2.5GiB``, ``2500MB``, ``80%`` (of the device)."""
+"""Memory budgets as people write them: ``2.5GiB``, ``2500MB``, ``80%`` (of the device: on CPU, of\nthe machine's RAM or the memory cgroup's limit, whichever is lower)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 
 from memopt.errors import MemoptError
+from memopt.run.cgroup import memory_limit
 
 __all__ = [
     "DEFAULT_FRACTION",
@@ -88,11 +89,15 @@ def parse_budget(text: str) -> Budget:
 
 
 def total_ram() -> int | None:
-    """This machine's physical memory (the CPU device's total)."""
+    """The CPU device's total: this machine's physical memory, or the limit of the memory cgroup
+    memopt runs in (its runs start in it too) where that is lower. A percentage budget, and the
+    default one, are shares of what the runs can really have."""
     try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        physical: int | None = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (ValueError, OSError, AttributeError):
-        return None
+        physical = None
+    known = [size for size in (physical, memory_limit()) if size]
+    return min(known) if known else None
 
 
 def resolve_budget(budget: Budget | None, device: str, device_total: int | None) -> int:

@@ -14,34 +14,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["CGROUP_ROOT", "OomWatch", "memory_cgroup"]
+from memopt.run.cgroup import OOM_COUNTER_FILES, memory_cgroup
 
-CGROUP_ROOT = Path("/sys/fs/cgroup")
-_V1_FILE = "memory.oom_control"
-_V2_FILE = "memory.events"
-
-
-def memory_cgroup(pid: int | str = "self") -> Path | None:
-    """The memory cgroup folder of process ``pid`` (v1's memory controller, else v2's unified
-    tree) that has an OOM-kill counter; None where there is none or the process is gone."""
-    try:
-        lines = Path(f"/proc/{pid}/cgroup").read_text().splitlines()
-    except OSError:
-        return None
-    unified = None
-    for line in lines:
-        _, controllers, path = line.split(":", 2)
-        if "memory" in controllers.split(","):
-            folder = CGROUP_ROOT / "memory" / path.lstrip("/")
-            if (folder / _V1_FILE).is_file():
-                return folder
-        elif controllers == "":
-            unified = CGROUP_ROOT / path.lstrip("/")
-    return unified if unified is not None and (unified / _V2_FILE).is_file() else None
+__all__ = ["OomWatch"]
 
 
 def _kills(folder: Path) -> int | None:
-    for name in (_V1_FILE, _V2_FILE):
+    for name in OOM_COUNTER_FILES:
         try:
             text = (folder / name).read_text()
         except OSError:

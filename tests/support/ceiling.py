@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from memopt.run.oom import CGROUP_ROOT, memory_cgroup
+from memopt.run.cgroup import CGROUP_ROOT, memory_cgroup
 
 __all__ = ["MemoryCeiling", "memory_ceiling"]
 
