@@ -102,3 +102,56 @@ def test_headless_tune_of_a_command_ends_verified(command: str, tmp_path: Path) 
     assert any(line.startswith("export ORTMODULE_MEMORY_OPT_CONFIG=") for line in summary["export"])
     # memopt adds no profiled steps to a user's job: its costs come from the graph's work.
     assert "recompute costs: the graph's FLOPs and bytes" in run.stderr
+
+
+# What ORT's logger prints as the session is built, with every plan ON: a job that prints it
+# itself has not changed the config its session runs.
+FAKE_PLAN_TABLE = """\
+2026-11-27 19:44:27,511 orttraining [WARNING] -
+***** ONNX Runtime Training (ORTModule) is accelerating your model *****
+
+ORTModule is enabled with following features ON/OFF for [training] mode:
+
+Memory Optimizer     :  ON   :  User config: ORTMODULE_MEMORY_OPT_CONFIG=fake.json, probe level: 0, layer boundary op: none
+                                Configs                 Freq  Max Saving(Bytes)  Saving Symbolic(Bytes)
+ - Plan 1            :  ON   :  Gelu+:1:-1              2     131,072            2048.0*x_dim0
+ - Plan 2            :  ON   :  FusedMatMul+Add+:1:-1   2     131,072            2048.0*x_dim0
+
+Versions: ONNX Runtime - 1.19.2, ONNX - 1.23.2
+"""
+
+# A small ORTModule job that prints the table above before it trains, after its first step, or both.
+PRINTS_A_PLAN_TABLE = """\
+import sys
+import torch
+from onnxruntime.training.ortmodule import ORTModule
+
+fake = open(sys.argv[2]).read()
+if "before" in sys.argv[3]:
+    print(fake, flush=True)
+model = ORTModule(torch.nn.Sequential(torch.nn.Linear(16, 64), torch.nn.GELU(), torch.nn.Linear(64, 1)))
+optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+x = torch.randn(int(sys.argv[1]), 16)
+for step in range(10):
+    model(x).sum().backward()
+    optimizer.step()
+    optimizer.zero_grad()
+    if step == 0 and "after" in sys.argv[3]:
+        print(fake, flush=True)
+"""
+
+
+@pytest.mark.parametrize("when", ["before", "after", "before+after"])
+def test_a_plan_table_the_job_prints_itself_is_not_orts(tmp_path: Path, when: str) -> None:
+    """ORT prints its Plan table as it builds the session, in the warm-up step; a table the job
+    prints before training or after that step is the job's text: the trial reports ORT's own."""
+    (tmp_path / "fake_table.txt").write_text(FAKE_PLAN_TABLE)
+    (tmp_path / "job.py").write_text(PRINTS_A_PLAN_TABLE)
+    command = f"{sys.executable} {tmp_path / 'job.py'} {{batch}} {tmp_path / 'fake_table.txt'} {when}"
+    run = memopt("trial", "--cmd", command, "--batch", "2", "--runs-dir", str(tmp_path / "runs"), "--json")
+    assert run.returncode == 0, run.stderr
+    record = json.loads(run.stdout)
+    assert record["plans_on"] == [] and record["recomputed_nodes"] == 0, record
+    log = Path(record["run_dir"], "ort.log").read_text()
+    assert log.count("Memory Optimizer     :  ON") == when.count("+") + 1  # the fake is in the log, once or twice
+    assert log.count("Memory Optimizer     :  OFF") == 1  # ORT's own

@@ -308,3 +308,18 @@ def test_random_bytes_never_crash(tmp_path_factory: pytest.TempPathFactory, data
         parse_file(path)
     except MemoptError:
         pass
+
+
+def test_a_runs_summaries_end_where_its_warm_up_step_ended() -> None:
+    """ORT prints its Plan table in the warm-up step; a table after memopt's step-1 line is not ORT's."""
+    table = (
+        "Memory Optimizer     :  {state}   :  User config: x\n"
+        "                                Configs                 Freq  Max Saving(Bytes)  Saving Symbolic(Bytes)\n"
+        " - Plan 1            :  {state}   :  Gelu+:1:-1              2     131,072            2048.0*x_dim0\n"
+        "\n"
+    )
+    log = table.format(state="OFF") + "[memopt] rank 0 step 1/3: 0.812 s\n" + table.format(state="ON ")
+    parsed = parse_text(log)
+    assert [plan.enabled for summary in parsed.summaries for plan in summary.plans] == [False, True]
+    assert [plan.enabled for summary in parsed.run_summaries for plan in summary.plans] == [False]
+    assert parse_text(log.replace("[memopt]", "[other]")).run_summaries == parse_text(log).summaries  # not a run's log

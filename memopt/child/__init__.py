@@ -9,6 +9,7 @@ reported, not crashed on.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,6 +29,8 @@ __all__ = [
     "PROFILE_VAR",
     "RUN_DIR_VAR",
     "TIMEOUT_VAR",
+    "WARM_UP_DONE",
+    "step_line",
 ]
 
 CHILD_MODULE = "memopt.child"
@@ -76,3 +79,14 @@ OOM_MARKERS = (
     "can't allocate memory",
     "not enough memory",
 )
+
+
+def step_line(rank: int, step: int, steps: int, seconds: float) -> str:
+    """The line each process of a run prints to stderr as a training step ends, in memopt's
+    child and in a job's hook alike: ``[memopt] rank 0 step 1/3: 0.812 s``."""
+    return f"[memopt] rank {rank} step {step}/{steps}: {seconds:.3f} s"
+
+
+# A ``step_line`` of step 1: the warm-up step, during which ORT builds its training session
+# and prints its Plan table, ended here. A table in the log after it is not the session's.
+WARM_UP_DONE = re.compile(r"\[memopt\] rank \d+ step 1/\d+: ")

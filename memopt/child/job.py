@@ -40,6 +40,7 @@ from memopt.child import (
     JOB_STEPS_VAR,
     ONNX_PREFIX,
     PARENT_PID_VAR,
+    step_line,
 )
 from memopt.child.memory import proc_status_bytes, reset_rss_peak
 
@@ -220,8 +221,8 @@ def _write(record: dict[str, Any]) -> None:
         os.close(descriptor)
     if record["event"] == "step":
         print(
-            f"[memopt] rank {record['rank']} step {record['step']}/{record['steps']}: "
-            f"{record['time_s']:.3f} s, peak {record['peak_bytes'] / 2**20:.1f} MiB",
+            f"{step_line(record['rank'], record['step'], record['steps'], record['time_s'])}, "
+            f"peak {record['peak_bytes'] / 2**20:.1f} MiB",
             file=sys.stderr,
             flush=True,
         )

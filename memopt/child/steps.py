@@ -18,7 +18,7 @@ from torch.nn import functional as F
 from torch.optim.adamw import AdamW
 from torch.optim.optimizer import Optimizer
 
-from memopt.child import ONNX_PREFIX, OOM_MARKERS
+from memopt.child import ONNX_PREFIX, OOM_MARKERS, step_line
 from memopt.child.memory import proc_status_bytes, reset_rss_peak
 from memopt.child.profile import profile_sessions, write_node_times
 from memopt.errors import one_line
@@ -164,6 +164,7 @@ def run_steps(
         report.losses.append(loss)
         _read_peaks(report, device, steady=index >= 1)
         on_step(report)
+        print(step_line(0, index + 1, steps + 1, report.step_times_s[-1]), file=sys.stderr, flush=True)
     if profile_to is not None and device == "cpu":
         del step  # its session and arena go before the profiled one is built
         _profile(recipe, batch_size, device, profile_to)

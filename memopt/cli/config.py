@@ -92,7 +92,7 @@ def emit_command(
 def _summary_of(log: str | None) -> Summary | None:
     if log is None:
         return None
-    summaries = [summary for summary in require_summaries(parse_file(log)).summaries if summary.plans]
+    summaries = [summary for summary in require_summaries(parse_file(log)).run_summaries if summary.plans]
     return summaries[-1] if summaries else None
 
 

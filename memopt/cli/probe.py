@@ -80,7 +80,7 @@ def probe_command(
 
 
 def _plans_line(log: Path) -> str:
-    summaries = [s for s in parse_file(log).summaries if s.plans]
+    summaries = [s for s in parse_file(log).run_summaries if s.plans]
     if not summaries:
         return "ORT printed no memory-optimizer plans (nothing it can recompute)"
     plans = summaries[-1].plans

@@ -151,3 +151,14 @@ class ParseResult:
     warnings: tuple[str, ...] = ()
     ort_errors: tuple[str, ...] = ()  # config errors ORT raised, as logged
     step_memory: tuple[StepMemory, ...] = ()  # per-step memory lines, in log order
+    warm_up_end_line: int | None = None  # where a memopt run's log says its warm-up step ended
+
+    @property
+    def run_summaries(self) -> tuple[Summary, ...]:
+        """The summaries of the run's training session: in a memopt run's log, those that start
+        before its warm-up step ended (ORT builds the session and prints its Plan table in that
+        step; a table printed after it is the job's own text, whatever it looks like); in any
+        other log, all of them."""
+        if self.warm_up_end_line is None:
+            return self.summaries
+        return tuple(summary for summary in self.summaries if summary.first_line < self.warm_up_end_line)

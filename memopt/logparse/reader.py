@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
+from memopt.child import WARM_UP_DONE
 from memopt.errors import MemoptError
 from memopt.logparse.assemble import Piece, SummaryDraft
 from memopt.logparse.clues import version_clue
@@ -65,6 +66,7 @@ _KEYWORDS = (
     "Filtered logs",
     STEP_MEMORY_KEYWORD,
     *EVENT_KEYWORDS,
+    "[memopt] rank ",  # a memopt run's step lines: where its warm-up step ended
     "\x00",
     "\x1b",
 )
@@ -99,6 +101,7 @@ class _Reader:
         self.step_memory: list[StepMemory] = []
         self.warnings: list[str] = []
         self.versions_seen: OrtVersionRange | None = None
+        self.warm_up_end_line: int | None = None
         self.binary_lines = 0
         self._busy_streams: set[str | None] = set()
 
@@ -141,7 +144,13 @@ class _Reader:
         if self.binary_lines:
             warnings.append(f"{self.binary_lines} lines hold NUL bytes: binary data?")
         return ParseResult(
-            source, tuple(summaries), lines_read, tuple(warnings), tuple(self.ort_errors), tuple(self.step_memory)
+            source,
+            tuple(summaries),
+            lines_read,
+            tuple(warnings),
+            tuple(self.ort_errors),
+            tuple(self.step_memory),
+            self.warm_up_end_line,
         )
 
     def _dispatch(self, stream: _Stream, line: LogLine) -> None:
@@ -183,6 +192,8 @@ class _Reader:
             stream.prefix_clue = version_clue(text)
         elif "Versions: ONNX Runtime" in text:
             self.versions_seen = version_clue(text) or self.versions_seen
+        elif WARM_UP_DONE.match(text):
+            self.warm_up_end_line = line.number  # the last rank's: every rank's session is built by then
         else:
             self._single_line_report(stream, line)
 

@@ -96,7 +96,7 @@ def graph_of_run(
     log_path = run_dir / LOG_NAME
     if "execution" not in graphs:
         raise MemoptError(f"ORTModule saved no execution graph for {target} (log: {log_path})")
-    summaries = parse_file(log_path).summaries
+    summaries = parse_file(log_path).run_summaries
     # A calibration trial's profiled session, built after its steps, logs a summary without dims.
     dims = next((dict(summary.dims) for summary in reversed(summaries) if summary.dims), {})
     with_plans = [summary for summary in summaries if summary.plans]

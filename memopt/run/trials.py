@@ -541,7 +541,7 @@ def _processes_disagree(log_path: Path) -> str | None:
     """ORT prints its Plan table on rank 0 only, but every rank's session reports what it
     recomputed: a rank that recomputes otherwise than rank 0 runs another config."""
     try:
-        summaries = parse_file(log_path).summaries
+        summaries = parse_file(log_path).run_summaries
     except (LogReadError, OSError):
         return None
     totals = [s.total_recomputed_nodes for s in summaries if s.total_recomputed_nodes is not None]
@@ -717,7 +717,7 @@ def _from_log(log_path: Path) -> tuple[tuple[PlanKey, ...], int | None, int | No
         parsed = parse_file(log_path)
     except (LogReadError, OSError):
         return (), None, None
-    summaries = [s for s in parsed.summaries if s.plans or s.total_recomputed_nodes is not None or s.node_events]
+    summaries = [s for s in parsed.run_summaries if s.plans or s.total_recomputed_nodes is not None or s.node_events]
     if not summaries:
         return (), None, None
     with_plans = [s for s in summaries if s.plans]

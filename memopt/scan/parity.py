@@ -145,7 +145,7 @@ def captured_cases(samples: Path) -> list[tuple[str, str, str]]:
 
 def logged_parity(patterns: Iterable[Pattern], log_path: Path) -> Parity | None:
     """``patterns`` against the last Plan table ORT printed in ``log_path``; None when it printed none."""
-    summaries = [s for s in parse_file(log_path).summaries if s.plans]
+    summaries = [s for s in parse_file(log_path).run_summaries if s.plans]
     if not summaries:
         return None
     return compare_plans(patterns, summaries[-1].plans, dict(summaries[-1].dims))
