@@ -9,6 +9,7 @@ count as gone) within 10 s.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -19,6 +20,9 @@ from pathlib import Path
 
 import pytest
 from support import RECIPES
+
+from memopt.run.launch import RUN_DIR_VAR
+from memopt.run.marked import marked_pids
 
 pytestmark = pytest.mark.ort  # real ORTModule steps in the children
 
@@ -113,3 +117,39 @@ def test_stopping_memopt_during_a_hanging_trial_leaves_no_process(
     last = err.strip().splitlines()[-1]
     assert last == f"interrupted by {stop.name}: every process memopt started for this command was ended", err
     assert "Traceback" not in err
+
+
+def warm_up_started(runs: Path) -> Path | None:
+    """The run folder whose child is in its warm-up step: ORTModule has started exporting the model."""
+    for log in runs.glob("trial-*/ort.log"):
+        if "do_export started" in log.read_text(errors="replace"):
+            return log.parent
+    return None
+
+
+@pytest.mark.parametrize("stopped", ["memopt", "the job"])
+def test_a_stop_during_the_warm_up_step_is_not_its_time(tmp_path: Path, stopped: str) -> None:
+    """SIGSTOP for 8 s in the warm-up step, of memopt (its child then blocks on the full pipe of
+    its output) or of the child itself: the step's recorded time leaves the stop out."""
+    runs = tmp_path / "runs"
+    memopt = subprocess.Popen(
+        [sys.executable, "-m", "memopt", "trial", "gpt", "--size", "tiny", "--batch", "2", "--json"]
+        + ["--runs-dir", str(runs)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 300
+    while (run_dir := warm_up_started(runs)) is None:
+        assert memopt.poll() is None and time.monotonic() < deadline, memopt.communicate()
+        time.sleep(0.01)
+    target = memopt.pid if stopped == "memopt" else marked_pids(RUN_DIR_VAR, str(run_dir.resolve()))[0]
+    os.kill(target, signal.SIGSTOP)
+    time.sleep(8)
+    os.kill(target, signal.SIGCONT)
+    out, err = memopt.communicate(timeout=300)
+    assert memopt.returncode == 0, err
+    warm_up = json.loads(out)["step_times_s"][0]
+    assert warm_up < 5.0, warm_up  # about 1 s on an idle machine; 9 s with the stop counted
+    recorded = json.loads((run_dir / "run.json").read_text())["result"]
+    assert recorded["stopped_s"] >= 7.5, recorded["stopped_s"]  # said in the run's record

@@ -23,7 +23,8 @@ from memopt.child import CHILD_MODULE
 from memopt.child.memory import Memory
 from memopt.core import parse_runnable
 from memopt.run import LOG_NAME, RECORD_NAME, RunRequest, RunResult, launch, new_run_dir
-from memopt.run.launch import PACKAGE_ROOT
+from memopt.run.launch import PACKAGE_ROOT, step_seconds
+from memopt.run.stops import GAP_S, StopWatch
 
 # The child and a grandchild of its own sleep far longer than any test; only a kill ends them early.
 SLEEPER = '#!/bin/sh\necho $$ > "$PID_FILE"\nsleep 30 &\necho $! >> "$PID_FILE"\nwait\n'
@@ -412,3 +413,20 @@ print(json.dumps([results[0].status, later.status, later.returncode]))
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert json.loads(done.stdout.strip().splitlines()[-1]) == ["cancelled", "cancelled", None], done.stderr
     assert_gone(read_pids(pid_file))
+
+
+def test_a_steps_time_leaves_out_the_stopped_stretches_inside_it() -> None:
+    stopped = ((10.0, 14.0), (20.0, 21.0))
+    # Steps of 5 s ending at 15 (4 s of it stopped), at 22 (1 s stopped), at 30 (none); one that
+    # did not say when it ended (an older job hook) is left as it was.
+    assert step_seconds([5.0, 5.0, 5.0, 5.0], [15.0, 22.0, 30.0], stopped) == (1.0, 4.0, 5.0, 5.0)
+
+
+def test_the_stop_watch_counts_the_stretch_memopt_did_not_run() -> None:
+    watch = StopWatch(lambda: ())
+    watch.tick()
+    time.sleep(GAP_S + 0.3)  # as if memopt had been stopped: its loop did not run
+    watch.tick()
+    watch.tick()
+    (start, end), *rest = watch.finish()
+    assert not rest and end - start >= GAP_S + 0.3

@@ -125,7 +125,7 @@ def _on_forward(module: Any, inputs: Any) -> None:
 
     _STEPS = _Steps()
     _STEPS.static_bytes = _memory_now(_cuda_in_use())
-    _STEPS.last_end = time.perf_counter()
+    _STEPS.last_end = time.monotonic()
     register_optimizer_step_post_hook(_on_optimizer_step)
     _write({"event": "ortmodule"})
 
@@ -139,13 +139,14 @@ def _on_optimizer_step(optimizer: Any, args: Any, kwargs: Any) -> None:
         import torch
 
         torch.cuda.synchronize()
-    now = time.perf_counter()
+    now = time.monotonic()
     steps.count += 1
     record: dict[str, Any] = {
         "event": "step",
         "step": steps.count,
         "steps": steps.total,
         "time_s": now - steps.last_end,
+        "ended_at": now,  # the machine's monotonic clock, as memopt reads it (``memopt.run.stops``)
         "static_bytes": steps.static_bytes,
         **_peaks(cuda),
     }
@@ -157,7 +158,7 @@ def _on_optimizer_step(optimizer: Any, args: Any, kwargs: Any) -> None:
         steps.run_peak = max(steps.run_peak or 0, record["peak_bytes"])
     record["peak_over_run_bytes"] = steps.run_peak
     _write(record)
-    steps.last_end = time.perf_counter()
+    steps.last_end = time.monotonic()
     if steps.count == steps.total:
         _wait_for_end()
 

@@ -52,6 +52,9 @@ class StepReport:
 
     device: str
     step_times_s: list[float] = field(default_factory=list)
+    # When each step ended, on the machine's monotonic clock: the parent leaves out of a step's
+    # time the stretches it saw memopt or this process stopped in (``memopt.run.stops``).
+    step_ended_at: list[float] = field(default_factory=list)
     losses: list[float] = field(default_factory=list)
     memory_kind: str = "rss"
     static_bytes: int | None = None
@@ -158,9 +161,10 @@ def run_steps(
     for index in range(steps + 1):
         if index == 1:
             _reset_peak(device)
-        started = time.perf_counter()
+        started = time.monotonic()
         loss = step()
-        report.step_times_s.append(time.perf_counter() - started)
+        report.step_ended_at.append(time.monotonic())
+        report.step_times_s.append(report.step_ended_at[-1] - started)
         report.losses.append(loss)
         _read_peaks(report, device, steady=index >= 1)
         on_step(report)

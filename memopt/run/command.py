@@ -47,6 +47,7 @@ from memopt.run.launch import (
     RunResult,
     launch,
     run_process,
+    step_seconds,
     write_new,
 )
 from memopt.run.output import full_disk_in, last_lines
@@ -88,7 +89,7 @@ def _run_command(request: RunRequest, run_dir: Path, cancel: threading.Event | N
     )
     records = _read_steps(steps_file)
     status, error, oom = _status(records, wanted, end, run_dir / LOG_NAME, request.timeout_s)
-    result = replace(_result(records, status, error, run_dir, end.wall_s, end.returncode), oom_evidence=oom)
+    result = replace(_result(records, status, error, run_dir, end), oom_evidence=oom)
     write_new(
         run_dir / RECORD_NAME,
         json.dumps(
@@ -248,10 +249,10 @@ def _result(
     status: RunStatus,
     error: str | None,
     run_dir: Path,
-    wall_s: float,
-    returncode: int | None,
+    end: ProcessEnd,
 ) -> RunResult:
-    """Rank 0's timings, the peak over ranks, and every rank's own figures."""
+    """Rank 0's timings (less the stretches in which memopt or the job was stopped), the peak
+    over ranks, and every rank's own figures."""
     steps = [r for r in records if r.get("event") == "step"]
     by_rank: dict[int, list[dict[str, Any]]] = {}
     for record in steps:
@@ -279,11 +280,12 @@ def _result(
         error=error,
         device=first.get("device"),
         stack=first.get("stack") or {},
-        step_times_s=tuple(float(r["time_s"]) for r in lead),
+        step_times_s=step_seconds([r["time_s"] for r in lead], [r.get("ended_at") for r in lead], end.stopped),
         memory=Memory.highest(memories),
         cuda_device_name=first.get("cuda_device_name"),
         cuda_total_memory=first.get("cuda_total_memory"),
-        wall_s=wall_s,
-        returncode=returncode,
+        wall_s=end.wall_s,
+        returncode=end.returncode,
         ranks=tuple(ranks),
+        stopped_s=sum(stop - start for start, stop in end.stopped),
     )

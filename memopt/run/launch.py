@@ -32,7 +32,7 @@ from memopt.child import CHILD_MODULE, ONNX_PREFIX, PARENT_PID_VAR, RUN_DIR_VAR,
 from memopt.child.memory import Memory
 from memopt.core import RunnableTarget, RunStatus
 from memopt.errors import MemoptError, write_failure
-from memopt.run.marked import end_marked
+from memopt.run.marked import end_marked, marked_pids
 from memopt.run.oom import OomWatch
 from memopt.run.output import LogPump, full_disk_in, last_lines
 from memopt.run.settings import (
@@ -44,9 +44,11 @@ from memopt.run.settings import (
     check_steps,
     check_timeout,
 )
+from memopt.run.stops import POLL_S, StopWatch, running_seconds
 
-# How often a waiting launch looks at its cancel event: the delay between a cancel and the kill.
-_CANCEL_POLL_S = 0.1
+# How often a waiting launch looks at its cancel event (the delay between a cancel and the
+# kill) and at whether memopt or the run was stopped.
+_CANCEL_POLL_S = POLL_S
 # How long a job that has done its steps gets to leave after SIGTERM before SIGKILL.
 _END_GRACE_S = 5.0
 
@@ -60,6 +62,7 @@ __all__ = [
     "ProcessEnd",
     "run_helper",
     "run_process",
+    "step_seconds",
     "RunRequest",
     "RunResult",
     "launch",
@@ -140,6 +143,7 @@ class RunResult:
     ranks: tuple[Mapping[str, Any], ...] = ()  # a command's processes, each with its own peak
     # What says an out-of-memory run died of memory: its own error message or the kernel's OOM record.
     oom_evidence: str | None = None
+    stopped_s: float = 0.0  # how long memopt or the run was stopped (SIGSTOP): left out of the step times
 
     @property
     def ok(self) -> bool:
@@ -220,11 +224,12 @@ def launch(request: RunRequest, run_dir: Path, cancel: threading.Event | None = 
     try:
         outcome = _run_child(argv, run_dir, _child_env(request, run_dir), None, cancel, request.timeout_s, "wb")
         oom = None
+        stopped: tuple[tuple[float, float], ...] = ()
         if outcome is None:
             ending = Ending.CANCELLED
         else:
-            returncode, ending, oom = outcome
-        result = _collect(result_path, run_dir, returncode, ending, time.monotonic() - started, request, oom)
+            returncode, ending, oom, stopped = outcome
+        result = _collect(result_path, run_dir, returncode, ending, time.monotonic() - started, request, oom, stopped)
     except OSError as err:
         raise MemoptError(f"cannot start {request.python}: {err.strerror or err}") from None
     finally:  # the child's temporary file too, where it died mid-write (a full disk)
@@ -252,6 +257,7 @@ class ProcessEnd:
     ending: Ending
     wall_s: float
     oom_evidence: str | None = None  # the kernel's record of an OOM kill in the job's cgroup (``OomWatch``)
+    stopped: tuple[tuple[float, float], ...] = ()  # when memopt or the job was stopped (``StopWatch``)
 
 
 def run_process(
@@ -278,8 +284,8 @@ def run_process(
         return ProcessEnd(None, Ending.NOT_STARTED, time.monotonic() - started)
     if outcome is None:
         return ProcessEnd(None, Ending.CANCELLED, 0.0)
-    returncode, ending, oom = outcome
-    return ProcessEnd(returncode, ending, time.monotonic() - started, oom)
+    returncode, ending, oom, stopped = outcome
+    return ProcessEnd(returncode, ending, time.monotonic() - started, oom, stopped)
 
 
 def _run_child(
@@ -293,12 +299,12 @@ def _run_child(
     done: Callable[[], bool] | None = None,
     *,
     gentle: bool = False,
-) -> tuple[int, Ending, str | None] | None:
+) -> tuple[int, Ending, str | None, tuple[tuple[float, float], ...]] | None:
     """Start ``argv`` and wait for it as ``_wait`` does; return only once every process of the
     run is gone: its group, and whatever carries the run's mark in a group or session of its
     own. Its output goes through a ``LogPump`` into the folder's log. Returns the return code,
-    how it ended and the kernel's record of an OOM kill in its memory cgroup (``OomWatch``);
-    None: cancelled first."""
+    how it ended, the kernel's record of an OOM kill in its memory cgroup (``OomWatch``) and
+    when memopt or the run was stopped (``StopWatch``); None: cancelled first."""
     with open(run_dir / LOG_NAME, log_mode, buffering=0) as log:  # the pump's writes, each to disk as is
         child = _start_registered(argv, env, cwd, cancel)
         if child is None:
@@ -306,9 +312,10 @@ def _run_child(
         assert child.stdout is not None
         pump = LogPump(child.stdout, log)
         watch = OomWatch.start(child.pid)
+        stops = StopWatch(lambda: {child.pid, *marked_pids(RUN_DIR_VAR, env[RUN_DIR_VAR])})
         try:
-            returncode, ending = _wait(child, timeout_s, cancel, done, gentle=gentle, failed=pump.failed)
-            return returncode, ending, watch.evidence()
+            returncode, ending = _wait(child, timeout_s, cancel, done, gentle=gentle, failed=pump.failed, stops=stops)
+            return returncode, ending, watch.evidence(), stops.finish()
         finally:  # Ctrl-C and the caller's own shutdown included: leave no process behind
             if child.returncode is None:
                 _kill_group(child)
@@ -406,13 +413,16 @@ def _wait(
     *,
     gentle: bool = False,
     failed: threading.Event | None = None,
+    stops: StopWatch | None = None,
 ) -> tuple[int, Ending]:
     """Wait for ``child``; end its group on timeout or cancel (``gentle``: SIGTERM first, which
     launchers such as torchrun pass on to workers in sessions of their own; else SIGKILL), and
-    once ``done()``; a set ``failed`` (its log cannot be written) ends it as a cancel does.
-    Returns (returncode, how it ended)."""
+    once ``done()``; a set ``failed`` (its log cannot be written) ends it as a cancel does;
+    ``stops`` is ticked at every wake. Returns (returncode, how it ended)."""
     deadline = time.monotonic() + timeout_s
     while True:
+        if stops is not None:
+            stops.tick()
         if child.poll() is not None:  # finished just as the deadline or a cancel came: it finished
             return child.returncode, _how_it_ended(child.returncode)
         if done is not None and done():
@@ -490,9 +500,11 @@ def _collect(
     wall_s: float,
     request: RunRequest,
     oom: str | None,
+    stopped: tuple[tuple[float, float], ...],
 ) -> RunResult:
     """The run's result as the child reported it; a child that died without a word died of
-    memory only where the kernel recorded an OOM kill (``oom``), else it crashed."""
+    memory only where the kernel recorded an OOM kill (``oom``), else it crashed. Each step's
+    time leaves out the ``stopped`` stretches inside it."""
     try:
         reported = json.loads(result_path.read_text())
     except (OSError, ValueError):
@@ -516,7 +528,7 @@ def _collect(
         error=error,
         device=reported.get("device"),
         stack=reported.get("stack", {}),
-        step_times_s=tuple(steps.get("step_times_s", ())),
+        step_times_s=step_seconds(steps.get("step_times_s", ()), steps.get("step_ended_at", ()), stopped),
         losses=tuple(steps.get("losses", ())),
         memory=Memory.from_record(steps),
         cuda_device_name=steps.get("cuda_device_name"),
@@ -524,7 +536,18 @@ def _collect(
         wall_s=wall_s,
         returncode=returncode,
         oom_evidence=oom if status is RunStatus.OUT_OF_MEMORY else None,
+        stopped_s=sum(end - start for start, end in stopped),
     )
+
+
+def step_seconds(
+    seconds: Sequence[float], ended_at: Sequence[float | None], stopped: tuple[tuple[float, float], ...]
+) -> tuple[float, ...]:
+    """Each step's time less the stretches in which memopt or the run was stopped
+    (``running_seconds``); ``ended_at``: when each step ended, where the run said."""
+    ends = list(ended_at)[: len(seconds)]
+    ends += [None] * (len(seconds) - len(ends))
+    return tuple(running_seconds(float(time_s), end, stopped) for time_s, end in zip(seconds, ends))
 
 
 def _crash_reason(log_path: Path, returncode: int) -> str:
