@@ -59,3 +59,28 @@ def test_a_damaged_model_library_is_said_once(tmp_path: Path) -> None:
     assert trial.returncode == 0, trial.stderr
     said = warnings_in(trial.stderr)
     assert len(said) == 1 and "skipped the damaged model library (JSONDecodeError" in said[0], said
+
+
+@pytest.mark.ort
+def test_tune_resumes_past_absurd_peaks_and_says_each_damaged_line_once(tmp_path: Path) -> None:
+    """A verified tune's journal with the calibration trial's peak at 10**400 bytes (an overflow
+    once), the verified trial's at 10**30 (trusted once, it made the search hunt for a batch
+    that fits) and a garbage line: the resumed tune runs both trials again, verifies as before,
+    and says each damaged line once."""
+    tune = ("tune", "gpt", "--size", "tiny", "--target-batch", "8", "--budget", "900MiB", "--no-tui", "--json")
+    first = memopt(*tune, "--runs-dir", str(tmp_path))
+    assert first.returncode == 0, first.stderr
+    journal = tmp_path / "journal.jsonl"
+    lines = journal.read_text().splitlines()
+    trials = [number for number, line in enumerate(lines) if '"kind"' not in line]
+    for number, peak in zip(trials, (10**400, 10**30)):
+        record = json.loads(lines[number])
+        record["peak_bytes"] = "@@"
+        lines[number] = json.dumps(record).replace('"@@"', str(peak))
+    journal.write_text("\n".join([*lines, "garbage"]) + "\n")
+    again = memopt(*tune, "--runs-dir", str(tmp_path), "--resume")
+    assert again.returncode == 0 and "Traceback" not in again.stderr, again.stderr
+    said = warnings_in(again.stderr)
+    assert len(said) == len(set(said)) == 3, said
+    summary = json.loads(again.stdout)
+    assert summary["best"] is not None and not any(trial["reused"] for trial in summary["trials"]), summary

@@ -21,7 +21,6 @@ from __future__ import annotations
 import hashlib
 import json
 import threading
-import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -31,7 +30,7 @@ import numpy as np
 
 from memopt.child import NODE_TIMES_FILE
 from memopt.core import Command, RunnableTarget, RunStatus, parse_target
-from memopt.errors import DamagedRecord, one_line
+from memopt.errors import one_line
 from memopt.graph.sizes import batch_symbols
 from memopt.graph.training_graph import TrainingGraph
 from memopt.logparse import growth_parts_at, training_arena_growth
@@ -50,7 +49,7 @@ from memopt.run.budget import total_ram
 from memopt.run.files import exclusive_lock, replace_atomically
 from memopt.run.journal import Journal
 from memopt.run.launch import LOG_NAME
-from memopt.run.records import checked_calibration_record
+from memopt.run.records import checked_calibration_record, report_damaged
 from memopt.run.settings import DEFAULT_RUNS_DIR, RunSettings
 from memopt.run.target import ScanTarget, load_target
 from memopt.run.trials import (
@@ -142,20 +141,15 @@ def load_saved_model(runs_dir: Path, identity: str) -> MemoryModel | None:
         if not isinstance(library, dict):
             raise ModelError(f"a JSON {type(library).__name__}, not an object of models")
     except (ModelError, ValueError) as err:
-        _skipped(f"{path}: skipped the damaged model library ({one_line(err)})")
+        report_damaged(f"{path}: skipped the damaged model library ({one_line(err)})")
         return None
     if identity not in library:
         return None
     try:
         return MemoryModel.from_json(library[identity])
     except (ModelError, ValueError, KeyError, TypeError, ZeroDivisionError) as err:
-        _skipped(f"{path}: skipped the damaged model of this target ({one_line(err)})")
+        report_damaged(f"{path}: skipped the damaged model of this target ({one_line(err)})")
         return None
-
-
-def _skipped(message: str) -> None:
-    # From this one line, so Python's warning registry says each damaged model once per process.
-    warnings.warn(DamagedRecord(message), stacklevel=1)
 
 
 def save_model(runs_dir: Path, identity: str, model: MemoryModel) -> None:

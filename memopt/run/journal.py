@@ -4,7 +4,7 @@ Each line is appended, flushed and fsynced before the next trial starts, so a me
 that is killed loses at most the trial in flight. A torn line (the process died
 mid-write) is skipped on reading and ended before the next record is appended; any other
 line that does not hold a record (not JSON, not an object with a key, longer than any record
-memopt writes) is skipped with a ``DamagedRecord`` warning; appends
+memopt writes) is skipped with a ``DamagedRecord`` warning (``report_damaged``); appends
 hold an exclusive lock on the file, so memopt processes sharing a runs folder never
 interleave or tear each other's lines. The journal is never opened through a symlink.
 ``--resume`` looks trials up by their key: a digest of what decides the outcome (recipe,
@@ -17,13 +17,13 @@ import errno
 import fcntl
 import json
 import os
-import warnings
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from memopt.errors import DamagedRecord, MemoptError, write_failure
+from memopt.errors import MemoptError, write_failure
+from memopt.run.records import report_damaged
 
 __all__ = ["JOURNAL_NAME", "Journal", "JournalEntry"]
 
@@ -131,7 +131,7 @@ class Journal:
                     yield JournalEntry(number, record["key"], record, self.path)
 
     def _skipped(self, number: int, why: str) -> None:
-        warnings.warn(DamagedRecord(f"{self.path} line {number}: skipped a damaged record ({why})"), stacklevel=1)
+        report_damaged(f"{self.path} line {number}: skipped a damaged record ({why})")
 
     def latest(self, key: str, usable: tuple[str, ...] | None = None, kind: str | None = None) -> JournalEntry | None:
         """The newest entry of ``kind`` with ``key`` (whose ``status`` is in ``usable``, when given)."""

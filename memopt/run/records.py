@@ -19,7 +19,7 @@ from typing_extensions import TypedDict
 
 from memopt.errors import DamagedRecord
 
-__all__ = ["MOST_BYTES", "MOST_SECONDS", "checked_calibration_record", "checked_trial_record"]
+__all__ = ["MOST_BYTES", "MOST_SECONDS", "checked_calibration_record", "checked_trial_record", "report_damaged"]
 
 # More memory than any machine has (an exbibyte), and more seconds than any run lasts (about
 # 31 years): a figure past them was not measured. Counts (steps, nodes, plans, batch sizes)
@@ -117,13 +117,24 @@ def _checked(schema: TypeAdapter[Any], record: Mapping[str, Any], where: str, ki
     except ValidationError as err:
         first = err.errors()[0]
         field = ".".join(str(part) for part in first["loc"]) or "the record"
-        warnings.warn(
-            DamagedRecord(
-                f"{where}: skipped a damaged {kind} record ({field}: {first['msg']}, got {_shown(first['input'])})"
-            ),
-            stacklevel=1,  # from this one line, so Python's warning registry says each damaged record once per process
+        report_damaged(
+            f"{where}: skipped a damaged {kind} record ({field}: {first['msg']}, got {_shown(first['input'])})"
         )
         return None
+
+
+# What ``report_damaged`` has said in this process.
+_said: set[str] = set()
+
+
+def report_damaged(message: str) -> None:
+    """Say ``message`` (a damaged record, and what was done with it) as a ``DamagedRecord``
+    warning, once per process however often the record is read: a journal is read by every
+    resumed trial and every calibration. (Python's own registry of warnings said is emptied
+    whenever a library changes the warning filters, as torch and ORT do on import.)"""
+    if message not in _said:
+        _said.add(message)
+        warnings.warn(DamagedRecord(message), stacklevel=2)
 
 
 def _shown(value: Any) -> str:
