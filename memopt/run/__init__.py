@@ -4,8 +4,11 @@
 - ``launch``: run folders and child processes (``launch``, cancellable with an event).
 - ``command``: the user's own training command as a target, every rank measured.
 - ``probe``: one no-config run that saves the graphs ORTModule builds.
-- ``trials``: one config at one batch size, measured; ``journal``: every finished trial.
-- ``budget``: memory budgets as people write them, resolved against the device.
+- ``trials``: one config at one batch size, measured; ``journal``: every finished trial;
+  ``records``: the schemas (and bounds) of what is read back from the journal.
+- ``budget``: memory budgets as people write them, resolved against the device;
+  ``cgroup``: the memory cgroup's limit; ``oom``: the kernel's record of an OOM kill.
+- ``stops``: the stretches memopt or a run was stopped in, left out of step times.
 - ``settings``: what every run shares, declared once: defaults and the checks of each value.
 
 The child process's own side lives in ``memopt.child`` (it imports torch; nothing here does).
