@@ -34,6 +34,9 @@ class _Rank(TypedDict, total=False):
     peak_bytes: _Count | None
     peak_over_run_bytes: _Count | None
     cuda_reserved_bytes: _Count | None
+    cuda_outside_bytes: _Count | None
+    cuda_alloc_retries: _Count | None
+    cuda_ooms: _Count | None
 
 
 class _TrialRecord(TypedDict, total=False):
@@ -57,8 +60,12 @@ class _TrialRecord(TypedDict, total=False):
     peak_bytes: _Count | None
     peak_over_run_bytes: _Count | None
     cuda_reserved_bytes: _Count | None
+    cuda_outside_bytes: _Count | None
+    cuda_alloc_retries: _Count | None
+    cuda_ooms: _Count | None
     cuda_total_memory: _Count | None
     cuda_device_name: str | None
+    cuda_pool: list[dict[str, Any]]
     step_times_s: list[_Seconds]
     median_step_s: _Seconds | None
     throughput: _Seconds | None

@@ -550,7 +550,7 @@ class Tuner:
             for r in self.records
             if r.result.ran
             and r.batch_size < target
-            and (peak := r.result.memory.whole_run_peak) is not None
+            and (peak := r.result.memory.device_peak) is not None
             and peak <= self.budget_bytes
         ]
         good = max(fitting, key=lambda r: r.batch_size, default=None)
