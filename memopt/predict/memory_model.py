@@ -214,6 +214,14 @@ class MemoryModel:
             return self.static_bytes + self.activations(batch_size, plans, counts)
         return self.predict(batch_size, plans, counts).peak_bytes
 
+    def on_card(
+        self, batch_size: int, plans: Iterable[PlanKey] = (), counts: Mapping[PlanKey, int] | None = None
+    ) -> tuple[float, float, float]:
+        """On CUDA the predicted peak in its parts: (simulated allocated, predicted reserved,
+        outside the allocator); the last two add up to ``peak``."""
+        peak = self.peak(batch_size, plans, counts)
+        return self.timeline(batch_size, plans, counts).resident_bytes, peak - self.outside_bytes, self.outside_bytes
+
     def peak_bounds(self, batch_size: int, plans: Iterable[PlanKey] = ()) -> Iterator[float]:
         """Figures ``peak`` is never under, each for more work, the last ``peak`` itself: with the
         graph, the step's live bytes, then the arena's pages step by step
