@@ -427,6 +427,7 @@ class CudaCachingAllocator:
         # cudaMalloc's addresses are the driver's; increasing ones only break ties between
         # free blocks of equal size where the real ones are not known.
         self._addresses = iter(segment_addresses)
+        self._segments: list[tuple[int, int]] = []  # (address, size) of each reserved segment, in order
         self._next_address = 0
         self.allocated_bytes = 0
         self.reserved_bytes = 0
@@ -520,6 +521,13 @@ class CudaCachingAllocator:
                 after.next.prev = block
         pool.insert(block)
 
+    def address(self, buffer: object) -> int:
+        """Where ``buffer``'s block starts (``KeyError`` where it is not live, or took 0 bytes)."""
+        block = self._live[buffer]
+        if block is None:
+            raise KeyError(buffer)
+        return block.address
+
     def empty_cache(self) -> None:
         """``torch.cuda.empty_cache``: release every wholly free segment (``release_cached_blocks``)."""
         for pool in (self._large, self._small):
@@ -566,10 +574,19 @@ class CudaCachingAllocator:
         return _Block(self._reserve(size), size, small)
 
     def _reserve(self, size: int) -> int:
-        """``cudaMalloc`` of a segment of ``size`` bytes: its address."""
+        """``cudaMalloc`` of a segment of ``size`` bytes: its address. ``SimulationMisuse``
+        where the address given for it overlaps a segment still reserved."""
         address = next(self._addresses, None)
         if address is None:
             address = self._next_address
+        index = bisect.bisect_left(self._segments, (address, 0))
+        before = self._segments[index - 1] if index else None
+        after = self._segments[index] if index < len(self._segments) else None
+        if (before is not None and before[0] + before[1] > address) or (
+            after is not None and after[0] < address + size
+        ):
+            raise SimulationMisuse(f"a segment of {size} bytes at {address:#x} overlaps one still reserved")
+        self._segments.insert(index, (address, size))
         self._next_address = max(self._next_address, address + size)
         self.reserved_bytes += size
         self.peak_reserved_bytes = max(self.peak_reserved_bytes, self.reserved_bytes)
@@ -599,6 +616,7 @@ class CudaCachingAllocator:
     def _release(self, pool: _Pool, block: _Block) -> None:
         """``release_block``: ``cudaFree`` a wholly free segment."""
         pool.remove(block)
+        self._segments.remove((block.address, block.size))
         self.reserved_bytes -= block.size
 
 
