@@ -11,7 +11,7 @@ from dataclasses import dataclass, fields
 from enum import Enum
 from pathlib import Path
 
-__all__ = ["Memory", "Phase", "proc_status_bytes", "reset_rss_peak"]
+__all__ = ["Memory", "Phase", "cuda_figures", "proc_status_bytes", "reset_rss_peak"]
 
 
 class Phase(str, Enum):
@@ -128,3 +128,20 @@ def reset_rss_peak() -> None:
         Path("/proc/self/clear_refs").write_text("5")
     except OSError:
         pass
+
+
+def cuda_figures() -> dict[str, int]:
+    """torch's CUDA figures beside its peaks, named as ``Memory`` names them: the memory outside
+    the caching allocator now (device total − free − reserved: the context, library workspaces,
+    other processes) and the allocator's retries and out-of-memory errors so far. Read after a
+    step, when the reserved segments (kept until ``empty_cache``) are near their peak; torch is
+    imported only here, in a process that runs CUDA."""
+    import torch
+
+    free, total = torch.cuda.mem_get_info()
+    stats = torch.cuda.memory_stats()
+    return {
+        "cuda_outside_bytes": max(total - free - torch.cuda.memory_reserved(), 0),
+        "cuda_alloc_retries": int(stats.get("num_alloc_retries", 0)),
+        "cuda_ooms": int(stats.get("num_ooms", 0)),
+    }

@@ -20,7 +20,7 @@ from torch.optim.adamw import AdamW
 from torch.optim.optimizer import Optimizer
 
 from memopt.child import ONNX_PREFIX, OOM_MARKERS
-from memopt.child.memory import proc_status_bytes, reset_rss_peak
+from memopt.child.memory import cuda_figures, proc_status_bytes, reset_rss_peak
 from memopt.child.profile import profile_sessions, write_node_times
 from memopt.cuda_caching import AllocatorSettings, PoolLayout
 from memopt.errors import MemoptError, one_line
@@ -356,14 +356,9 @@ def _read_peaks(report: StepReport, device: str, steady: bool) -> None:
     if device == "cuda":
         peak = torch.cuda.max_memory_allocated()
         report.cuda_reserved_bytes = max(report.cuda_reserved_bytes or 0, torch.cuda.max_memory_reserved())
-        # Reserved segments stay until empty_cache, so after the step they are (nearly) at
-        # their peak; what else holds the device then is what the peak had beside them.
-        free, total = torch.cuda.mem_get_info()
-        outside = max(total - free - torch.cuda.memory_reserved(), 0)
-        report.cuda_outside_bytes = max(report.cuda_outside_bytes or 0, outside)
-        stats = torch.cuda.memory_stats()
-        report.cuda_alloc_retries = int(stats.get("num_alloc_retries", 0))
-        report.cuda_ooms = int(stats.get("num_ooms", 0))
+        figures = cuda_figures()
+        report.cuda_outside_bytes = max(report.cuda_outside_bytes or 0, figures["cuda_outside_bytes"])
+        report.cuda_alloc_retries, report.cuda_ooms = figures["cuda_alloc_retries"], figures["cuda_ooms"]
     else:
         peak = proc_status_bytes("VmHWM")
     report.peak_over_run_bytes = max(report.peak_over_run_bytes or 0, peak)
