@@ -23,6 +23,7 @@ from memopt.predict.memory_model import MemoryModel, Observation, fit_memory_mod
 from memopt.run import Outcome, TrialResult
 from memopt.scan import scan_graph
 from memopt.tui.state import _peak_cell
+from memopt.tune.tuner import _cuda_fields
 
 MiB = 2**20
 GPT = Path(__file__).parent.parent / "sample_logs" / "graphs" / "1.19.2" / "gpt.onnx"
@@ -164,3 +165,15 @@ def test_trial_and_the_tune_screen_show_allocated_reserved_and_outside() -> None
     assert "budget       1,600.0 MiB: OVER (reserved + outside the allocator" in shown
     cell = _peak_cell(trial)
     assert cell == "2.0 GiB = 1.5 GiB reserved + 500.0 MiB outside (alloc 1000.0 MiB, at the edge)"
+
+
+def test_tunes_json_carries_what_ran_out_on_the_card() -> None:
+    trial = replace(released(), cuda_outside_bytes=500 * MiB, cuda_alloc_retries=0)
+    assert _cuda_fields(trial) == {
+        "device_peak_bytes": 2000 * MiB,
+        "cuda_reserved_bytes": 1500 * MiB,
+        "cuda_outside_bytes": 500 * MiB,
+        "cuda_alloc_retries": 0,
+        "at_the_edge": False,
+    }
+    assert _cuda_fields(replace(trial, memory_kind="rss")) == {}
