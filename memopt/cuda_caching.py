@@ -103,8 +103,9 @@ K_ROUND_LARGE = 2 << 20  # kRoundLarge: larger allocations round up to 2 MiB
 
 
 MiB = 1 << 20
-# PyTorch reads its allocator settings from these (``PYTORCH_ALLOC_CONF`` is the newer name,
-# ``PYTORCH_CUDA_ALLOC_CONF`` the one its messages still give); both are read, in this order.
+# PyTorch reads its allocator settings from these. Newer releases (``c10/core/AllocatorConfig.cpp``)
+# parse the first one set of ``PYTORCH_ALLOC_CONF`` and then ``PYTORCH_CUDA_ALLOC_CONF`` (kept
+# for older releases, which read only it): the same is done here.
 ALLOC_CONF_VARIABLES = ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF")
 NO_CACHING_VARIABLE = "PYTORCH_NO_CUDA_MEMORY_CACHING"
 # Settings that do not change what the device's allocator holds (pinned host memory, locking).
@@ -150,11 +151,8 @@ class AllocatorSettings:
                 f"{NO_CACHING_VARIABLE}={environ[NO_CACHING_VARIABLE]} turns PyTorch's caching allocator off:"
                 " its memory statistics then read 0 and nothing can be predicted or judged; unset it"
             )
-        found: dict[str, str] = {}
-        for variable in ALLOC_CONF_VARIABLES:
-            for key, value in _options(environ.get(variable, "")):
-                found[key] = value
-        return cls.parse(found, " or ".join(v for v in ALLOC_CONF_VARIABLES if environ.get(v)))
+        variable = next((v for v in reversed(ALLOC_CONF_VARIABLES) if environ.get(v)), ALLOC_CONF_VARIABLES[0])
+        return cls.parse(dict(_options(environ.get(variable, ""))), variable)
 
     @classmethod
     def parse(cls, options: Mapping[str, str], source: str = ALLOC_CONF_VARIABLES[0]) -> AllocatorSettings:

@@ -256,8 +256,7 @@ def test_alloc_conf_settings_left_out_are_named_in_one_line() -> None:
     settings = AllocatorSettings.from_environment(
         {
             "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True,garbage_collection_threshold:0.6,"
-            "roundup_power2_divisions:[256:1,>:4],pinned_use_cuda_host_register:True",
-            "PYTORCH_ALLOC_CONF": "backend:cudaMallocAsync",
+            "roundup_power2_divisions:[256:1,>:4],pinned_use_cuda_host_register:True,backend:cudaMallocAsync"
         }
     )
     assert settings.not_modelled == (
@@ -285,6 +284,14 @@ def test_alloc_conf_settings_left_out_are_named_in_one_line() -> None:
 def test_alloc_conf_values_pytorch_refuses_are_refused(conf: str, message: str) -> None:
     with pytest.raises(MemoptError, match=message):
         AllocatorSettings.from_environment({"PYTORCH_CUDA_ALLOC_CONF": conf})
+
+
+def test_pytorch_alloc_conf_where_set_is_read_instead_of_the_cuda_one() -> None:
+    # Newer PyTorch parses the first one set of PYTORCH_ALLOC_CONF, PYTORCH_CUDA_ALLOC_CONF.
+    both = {"PYTORCH_ALLOC_CONF": "max_split_size_mb:64", "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}
+    assert AllocatorSettings.from_environment(both) == AllocatorSettings(max_split_size=64 * MiB)
+    with pytest.raises(MemoptError, match="PYTORCH_ALLOC_CONF: max_split_size_mb:8 is too small"):
+        AllocatorSettings.from_environment({"PYTORCH_ALLOC_CONF": "max_split_size_mb:8"})
 
 
 def test_no_cuda_memory_caching_is_refused_with_a_reason() -> None:
