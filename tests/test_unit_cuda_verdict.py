@@ -16,7 +16,7 @@ from rich.console import Console
 from memopt.child.memory import Memory
 from memopt.cli.show import print_trial
 from memopt.cuda_caching import AllocatorSettingsNotModelled, BlockUse, CudaSetup, PoolLayout
-from memopt.errors import MemoptError
+from memopt.errors import DamagedRecord, MemoptError
 from memopt.graph.training_graph import load_graph
 from memopt.predict.calibrate import cuda_setup, plan_savings, simulator_for
 from memopt.predict.memory_model import MemoryModel, Observation, fit_memory_model
@@ -177,3 +177,13 @@ def test_tunes_json_carries_what_ran_out_on_the_card() -> None:
         "at_the_edge": False,
     }
     assert _cuda_fields(replace(trial, memory_kind="rss")) == {}
+
+
+def test_a_journaled_pool_that_is_damaged_skips_its_record() -> None:
+    record = released().to_record()
+    record["cuda_pool"] = [{"small": False, "blocks": [[6 * MiB, "resident"], [1000, "free"]]}]
+    with pytest.warns(DamagedRecord, match="cuda_pool"):
+        assert TrialResult.from_record(json.loads(json.dumps(record)), "journal line 3") is None
+    record["cuda_pool"] = [{"small": False, "blocks": [[6 * MiB, "resident"], [14 * MiB, "free"]]}]
+    back = TrialResult.from_record(json.loads(json.dumps(record)), "journal line 3")
+    assert back is not None and PoolLayout.from_json(back.cuda_pool).reserved_bytes == 20 * MiB

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Mapping
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, Strict, TypeAdapter, ValidationError
 from typing_extensions import TypedDict
@@ -39,6 +39,13 @@ class _Rank(TypedDict, total=False):
     cuda_ooms: _Count | None
 
 
+class _PoolSegment(TypedDict):
+    """A segment of the CUDA caching allocator's pool (``PoolLayout.to_json``): its blocks' sizes and uses."""
+
+    small: Annotated[bool, Strict()]
+    blocks: list[tuple[Annotated[int, Strict(), Field(gt=0, multiple_of=512)], Literal["resident", "loop", "free"]]]
+
+
 class _TrialRecord(TypedDict, total=False):
     key: str
     recipe: str
@@ -65,7 +72,7 @@ class _TrialRecord(TypedDict, total=False):
     cuda_ooms: _Count | None
     cuda_total_memory: _Count | None
     cuda_device_name: str | None
-    cuda_pool: list[dict[str, Any]]
+    cuda_pool: list[_PoolSegment]
     step_times_s: list[_Seconds]
     median_step_s: _Seconds | None
     throughput: _Seconds | None
