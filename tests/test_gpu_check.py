@@ -59,14 +59,17 @@ def test_on_a_fake_device_the_simulation_at_its_addresses_is_exact_and_the_cap_f
     assert all(c.device_oom_event is None for c in checks if c.kind == "sample graph step")
 
 
-def test_the_fake_devices_own_addresses_change_tie_breaks_which_the_shipped_check_reports() -> None:
-    # The fake places segments in no order: as shipped, the simulation may pick another of two
-    # equal free blocks; what that changes shows in the as-shipped columns, never in the exact ones.
+def test_the_fake_devices_own_addresses_move_allocated_too_and_the_check_measures_it() -> None:
+    # The fake places segments in no order: as shipped, the simulation takes another of two
+    # equal free blocks, so other blocks merge, and a block later left with 1 MiB or less is
+    # handed out whole: allocated departs as well as reserved. That is measured, not failed;
+    # at the device's addresses every figure stays exact.
     checks = _device_checks(seed=1)
     assert all(c.exact for c in checks)
-    for c in checks:
-        assert c.shipped_allocated_off >= 0 and c.shipped_reserved_most_off >= 0
-    assert any(c.shipped for c in checks)
+    churn = [c for c in checks if c.kind == "random churn"]
+    assert all(c.shipped_allocated_off > 0 and c.shipped_allocated_most_off > 0 for c in churn)
+    steps = [c for c in checks if c.kind == "sample graph step"]
+    assert all(c.shipped_peak_reserved == c.device_peak_reserved for c in steps)
 
 
 def test_a_simulation_that_misses_an_event_is_caught() -> None:
@@ -83,7 +86,7 @@ def test_the_report_is_a_json_and_a_markdown_table(tmp_path: Path) -> None:
     device = {"name": "FAKE (memopt's simulation)", "torch": "-", "cuda": "-", "seconds": 0.0}
     passed = check_allocator.report(checks, device, tmp_path)
     data: dict[str, Any] = json.loads((tmp_path / "allocator_check.json").read_text())
-    assert data["passed"] is passed and len(data["traces"]) == len(checks)
+    assert data["passed"] is passed is True and len(data["traces"]) == len(checks)
     assert "waits for memopt's plain-PyTorch backend" in data["plain_pytorch_step"]
     table = (tmp_path / "allocator_check.md").read_text()
     assert "| hf-llama 64x512 | defaults |" in table and "(b) plain PyTorch on CUDA: not run" in table
@@ -122,4 +125,4 @@ print(sorted(m for m in sys.modules if m.split(".")[0] == "memopt"))
     assert done.returncode == 0, done.stderr
     passed, modules = done.stdout.splitlines()
     assert passed == "True"
-    assert modules == "['memopt', 'memopt.cuda_caching', 'memopt.errors']"
+    assert modules == "['memopt', 'memopt.cuda_caching', 'memopt.errors', 'memopt.units']"

@@ -407,7 +407,31 @@ def test_segment_addresses_given_decide_ties_between_equal_free_blocks() -> None
     cuda.free("first")
     cuda.free("second")
     cuda.allocate("again", 14 * MiB)  # the lower address: the second segment's
+    assert cuda.address("again") == 4 << 30
     cuda.free("again")
     cuda.allocate("held", 14 * MiB)
     cuda.empty_cache()  # the first segment is wholly free and released; the one at 4 GiB holds "held"
-    assert cuda.reserved_bytes == 14 * MiB
+    assert (cuda.address("held"), cuda.reserved_bytes) == (4 << 30, 14 * MiB)
+
+
+@pytest.mark.parametrize(
+    ("first_segment_at", "allocated", "reserved"),
+    [(0, 39 * MiB, 50 * MiB), (1 << 30, 40 * MiB, 40 * MiB)],
+)
+def test_where_cudamalloc_puts_segments_changes_allocated_too(
+    first_segment_at: int, allocated: int, reserved: int
+) -> None:
+    # The same requests, the two segments placed in either order. A and B split the first
+    # 20 MiB segment (2 MiB left at its end), C and D the second alike. E (2 MiB) takes the
+    # lower of the two equal 2 MiB ends. Freeing B merges it with its segment's end only
+    # where E went to the other segment: then F (10 MiB) finds those 11 MiB, and as 1 MiB
+    # left is not more than kSmallSize, it gets them whole: 40 MiB allocated in 40 reserved.
+    # Where E sits after B, B's 9 MiB stay alone, and F gets a new 10 MiB segment: 39 in 50.
+    cuda = CudaCachingAllocator(segment_addresses=[first_segment_at, (1 << 30) - first_segment_at])
+    for name in "ABCD":
+        cuda.allocate(name, 9 * MiB)
+    cuda.allocate("E", 2 * MiB)
+    assert cuda.address("E") == min(first_segment_at, (1 << 30) - first_segment_at) + 18 * MiB
+    cuda.free("B")
+    cuda.allocate("F", 10 * MiB)
+    assert (cuda.allocated_bytes, cuda.reserved_bytes) == (allocated, reserved)
