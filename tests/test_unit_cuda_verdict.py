@@ -18,7 +18,7 @@ from memopt.cli.show import print_trial
 from memopt.cuda_caching import AllocatorSettingsNotModelled, BlockUse, CudaSetup, PoolLayout
 from memopt.errors import DamagedRecord, MemoptError
 from memopt.graph.training_graph import load_graph
-from memopt.predict.calibrate import cuda_setup, plan_savings, simulator_for
+from memopt.predict.calibrate import _observation, cuda_setup, plan_savings, simulator_for
 from memopt.predict.memory_model import MemoryModel, Observation, fit_memory_model
 from memopt.run import Outcome, TrialResult
 from memopt.scan import scan_graph
@@ -114,6 +114,17 @@ def test_the_cuda_model_predicts_reserved_plus_a_fixed_part_with_outside_kept_ap
     # Saved and read back, it predicts the same.
     again = MemoryModel.from_json(json.loads(json.dumps(model.to_json())))
     assert (again.peak(16), again.outside_bytes) == (model.peak(16), model.outside_bytes)
+
+
+def test_a_probes_cuda_figure_keeps_its_outside_part_in_the_fit() -> None:
+    # The graph probe is a calibration point too: what ran out, and of it what lived outside
+    # the allocator. Counted as 0 outside, it would halve the outside part of two points.
+    probe = Memory("cuda_allocated", 300 * MiB, 1000 * MiB, 1000 * MiB, 1500 * MiB, 400 * MiB, 0, 0)
+    observation = _observation(2, (), probe)
+    assert (observation.peak_bytes, observation.outside_bytes) == (1900 * MiB, 400 * MiB)
+    trial = replace(released(), cuda_outside_bytes=420 * MiB)
+    model = _gpt_model(CudaSetup(), [_observation(trial.batch_size, (), trial.memory), observation])
+    assert model.outside_bytes == 410 * MiB
 
 
 def test_a_saved_cuda_model_keeps_the_pool_it_was_simulated_with() -> None:
