@@ -202,9 +202,19 @@ def test_max_split_size_out_of_memory_first_releases_oversize_segments() -> None
     assert cuda.reserved_bytes == 10 * MiB + 40 * MiB  # empty_cache would have released the 10 MiB too
 
 
-def test_max_split_size_must_exceed_20_mib() -> None:
+def test_max_split_size_must_be_at_least_20_mib() -> None:
     with pytest.raises(ValueError, match="kLargeBuffer"):
-        AllocatorSettings(max_split_size=20 * MiB)
+        AllocatorSettings(max_split_size=19 * MiB)
+
+
+def test_max_split_size_of_20_mib_makes_a_wholly_free_20_mib_segment_oversize() -> None:
+    # PyTorch's AcceleratorAllocatorConfig takes 20 (kLargeBuffer) itself: a mid-size request's
+    # 20 MiB segment, once wholly free, is then oversize and serves no request below 20 MiB.
+    cuda = CudaCachingAllocator(AllocatorSettings(max_split_size=20 * MiB))
+    cuda.allocate("a", 5 * MiB)  # a new 20 MiB segment, split: 5 MiB is below max_split_size
+    cuda.free("a")
+    cuda.allocate("b", 5 * MiB)  # the free 20 MiB block is oversize: another segment
+    assert (cuda.allocated_bytes, cuda.reserved_bytes) == (5 * MiB, 40 * MiB)
 
 
 def test_max_non_split_rounding_widens_what_an_oversize_request_may_take_whole() -> None:
@@ -276,7 +286,8 @@ def test_alloc_conf_settings_left_out_are_named_in_one_line() -> None:
 @pytest.mark.parametrize(
     ("conf", "message"),
     [
-        ("max_split_size_mb:20", "too small"),
+        ("max_split_size_mb:19", "too small"),
+        ("max_non_split_rounding_mb:10", "too small"),
         ("max_split_size_mb:lots", "not a whole number"),
         ("roundup_power2_divisions:3", "not a power of 2"),
     ],
