@@ -374,7 +374,7 @@ class Tuner:
                 _error_line(r.result),
                 r.number,
                 r.result.measured_step_times_s,
-                r.result.memory.whole_run_peak if r.result.start_up_binds else None,
+                r.result.memory.start_up_floor,
             )
             for r in self.records
             if r.purpose is not Purpose.CALIBRATION
