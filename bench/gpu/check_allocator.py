@@ -13,7 +13,8 @@ traces of one ``PYTORCH_CUDA_ALLOC_CONF`` run in a process of their own, started
 
 - at the device's segment addresses (each new segment placed where the device's was, the
   pointer the device returned for the request that made it): it must be exact, allocated and
-  reserved after every event, and the out-of-memory error at the same event;
+  reserved after every event, every block where the device placed it, and the out-of-memory
+  error at the same event;
 - as shipped (its own increasing addresses): measured, not required. Where cudaMalloc puts a
   segment decides which of two equal free blocks a request takes, hence which blocks lie side
   by side and merge when freed, hence the sizes of the free blocks later requests find; and a
@@ -143,7 +144,10 @@ def replay(cuda: CudaApi, events: Sequence[Event], capacity_bytes: int | None) -
 
 class _DevicePlacement(Iterator[int]):
     """The address of the segment the simulation reserves next: where the device placed the
-    block of the request being played (a new segment's first block is the one handed out)."""
+    block of the request being played. A new segment's first block is the one handed out, so
+    where the device made one for that request this is its address, whatever it released
+    first (a retry after freeing its cache); where it made none, the simulation has departed
+    from it, and a segment placed there overlaps one it holds (``SimulationMisuse``)."""
 
     def __init__(self) -> None:
         self.current: int | None = None
@@ -152,13 +156,6 @@ class _DevicePlacement(Iterator[int]):
         if self.current is None:
             raise StopIteration
         return self.current
-
-
-def _made_a_segment(device: Replay, index: int) -> bool:
-    """Whether the device reserved a segment for the request at ``index``: only a request
-    changes what is reserved, and when it does the block it got opens a new segment."""
-    before = device.reserved[index - 1] if index else 0
-    return bool(device.pointers[index]) and device.reserved[index] != before
 
 
 def simulated(
@@ -171,7 +168,7 @@ def simulated(
     result = Replay([], [], [], None, 0, 0, capacity)
     for index, event in enumerate(events):
         placement.current = None
-        if device is not None and index < len(device.pointers) and _made_a_segment(device, index):
+        if device is not None and index < len(device.pointers) and device.pointers[index]:
             placement.current = device.pointers[index]
         pointer = 0
         try:
@@ -204,10 +201,12 @@ class TraceCheck:
     device_peak_reserved: int
     device_oom_event: int | None
     device_retries: int
-    # At the device's addresses: events whose figures differ (must be none), the first of them.
+    # At the device's addresses: events whose figures differ (must be none), the first of them;
+    # and the allocations placed elsewhere than the device placed them (must be none too).
     exact_allocated_off: int
     exact_reserved_off: int
     exact_first_off: int | None
+    exact_placed_off: int
     exact_oom_event: int | None
     exact_retries: int
     # As shipped, measured: the events whose figures differ, by how much at most, and the peaks.
@@ -225,6 +224,7 @@ class TraceCheck:
         return (
             self.exact_allocated_off == 0
             and self.exact_reserved_off == 0
+            and self.exact_placed_off == 0
             and self.exact_oom_event == self.device_oom_event
             and self.exact_retries == self.device_retries
         )
@@ -261,6 +261,7 @@ def check(trace: Mapping[str, Any], device: Replay) -> TraceCheck:
         len(allocated_off),
         len(reserved_off),
         min(allocated_off + reserved_off, default=None),
+        len(off(exact.pointers, device.pointers)),
         exact.oom_event,
         exact.alloc_retries,
         len(off(shipped.allocated, device.allocated)),
@@ -320,7 +321,8 @@ def report(checks: Sequence[TraceCheck], device: Mapping[str, Any], out: Path) -
         exact = (
             "exact"
             if c.exact
-            else f"off at {c.exact_allocated_off}/{c.exact_reserved_off} events from {c.exact_first_off}"
+            else f"off at {c.exact_allocated_off}/{c.exact_reserved_off} events from {c.exact_first_off},"
+            f" {c.exact_placed_off} blocks placed elsewhere"
         )
         shipped_allocated = (
             "exact"
