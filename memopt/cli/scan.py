@@ -30,13 +30,13 @@ from memopt.cli.options import (
 )
 from memopt.cli.tables import add_entry_column, print_table
 from memopt.core import RecipeTarget
-from memopt.errors import MemoptError, write_failure
+from memopt.errors import MemoptError
 from memopt.graph.polynomial import Polynomial
 from memopt.graph.sizes import resolve_dims
 from memopt.ort.stack import inspect_stack
 from memopt.recipes import DEFAULT_RECIPE
 from memopt.run import DEFAULT_RUNS_DIR
-from memopt.run.files import check_write_target, replace_atomically, unwritable_folder
+from memopt.run.files import check_write_target, replace_atomically
 from memopt.run.target import ScanTarget, load_target
 from memopt.scan import ProbeLevel, ScanReport, fold_layers, scan_graph
 from memopt.scan.parity import logged_parity
@@ -196,12 +196,9 @@ def _check_plot_path(plot: Path) -> None:
     if plot.is_dir():
         raise MemoptError(f"--plot {plot} is a folder; name the image file, e.g. {plot / 'plans.png'}")
     _image_format(plot)
-    check_write_target(plot, overwrite=True)
     if not folder.is_dir():
         raise MemoptError(f"--plot {plot}: the folder {folder} does not exist")
-    problem = unwritable_folder(folder)
-    if problem is not None:
-        raise MemoptError(write_failure(plot, problem))
+    check_write_target(plot, overwrite=True)
 
 
 def _image_format(plot: Path) -> str:

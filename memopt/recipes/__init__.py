@@ -254,7 +254,10 @@ def _signature_kinds(function: Callable[..., Any]) -> dict[str, type | None]:
     kinds = {}
     for name, parameter in inspect.signature(function).parameters.items():
         annotation = parameter.annotation
-        text = None if annotation is inspect.Parameter.empty else inspect.formatannotation(annotation)
+        if annotation is inspect.Parameter.empty:
+            text = None
+        else:  # postponed annotations are their text already
+            text = annotation if isinstance(annotation, str) else inspect.formatannotation(annotation)
         kinds[name] = _kind(text, None if parameter.default is inspect.Parameter.empty else parameter.default)
     return kinds
 

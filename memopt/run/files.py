@@ -30,23 +30,29 @@ __all__ = ["check_write_target", "exclusive_lock", "mode_for", "replace_atomical
 
 
 def check_write_target(target: Path, *, overwrite: bool) -> None:
-    """Raise ``MemoptError`` unless ``target`` is a new path, or a regular file and ``overwrite``.
+    """Raise ``MemoptError`` unless ``target`` is a new path, or a regular file and ``overwrite``,
+    in a folder that takes new files (a read-only mount is named as such).
 
     The path itself is looked at (``lstat``): a symlink is refused, not followed. Only an
     existing regular file's message mentions ``--force``; nothing else can be overwritten."""
     try:
-        mode = os.lstat(target).st_mode
+        mode: int | None = os.lstat(target).st_mode
     except FileNotFoundError:
-        return
+        mode = None
     except OSError as err:  # a parent that is a file, a name too long: the write would fail the same way
         raise MemoptError(write_failure(target, err)) from None
-    if stat.S_ISREG(mode):
-        if not overwrite:
-            raise MemoptError(f"{target} exists; pass --force to overwrite it")
-        return
-    if stat.S_ISDIR(mode):
+    if mode is not None and stat.S_ISDIR(mode):
         raise MemoptError(f"{target} is a folder; name the file to write in it")
-    raise MemoptError(f"{target} is {path_kind(mode)}; memopt writes only to a regular file or a new path")
+    if mode is not None and not stat.S_ISREG(mode):
+        raise MemoptError(f"{target} is {path_kind(mode)}; memopt writes only to a regular file or a new path")
+    if mode is not None and not overwrite:
+        raise MemoptError(f"{target} exists; pass --force to overwrite it")
+    # The file is written beside the target and renamed: its folder (or the nearest one
+    # there is, where the missing ones will be made) must take a new file.
+    folder = next((parent for parent in target.absolute().parents if parent.exists()), Path("/"))
+    problem = unwritable_folder(folder)
+    if problem is not None:
+        raise MemoptError(write_failure(target, problem))
 
 
 @contextmanager
