@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 from support.cli import assert_one_line_error, memopt
 from support.logsamples import PLAIN_LOG
+from support.mounts import tmpfs
 
 from memopt.errors import MemoptError
 from memopt.logparse import parse_file
@@ -278,15 +279,8 @@ def test_trial_refuses_a_config_naming_a_folder_or_device(tmp_path: Path, kind: 
 @pytest.fixture
 def read_only_mount(tmp_path: Path) -> Iterator[Path]:
     """A real tmpfs mounted read-only for the test (root only), unmounted after it."""
-    mount = tmp_path / "ro"
-    mount.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", str(mount)], capture_output=True)
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode().strip()}")
-    try:
+    with tmpfs(tmp_path / "ro", "ro,size=1m") as mount:
         yield mount
-    finally:
-        subprocess.run(["umount", str(mount)], check=True)
 
 
 @pytest.mark.subprocess
