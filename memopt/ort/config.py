@@ -157,10 +157,13 @@ def config_file_argument(text: str) -> Path | None:
         return None
     try:
         mode = path.stat().st_mode
-    except (OSError, ValueError):  # missing, or text no file could be named (too long, NUL)
-        if names_a_file:
+    except (OSError, ValueError) as err:
+        # Missing, or text no file could be named (too long, a NUL): a config string, unless it names a file.
+        if not names_a_file:
+            return None
+        if isinstance(err, (FileNotFoundError, NotADirectoryError)):
             raise ConfigError(f"the config file {text} does not exist") from None
-        return None
+        raise ConfigError(f"cannot read the config file {text}: {getattr(err, 'strerror', None) or err}") from None
     if not stat.S_ISREG(mode):
         raise ConfigError(f"the config {text} is {path_kind(mode)}, not a config file")
     return path
@@ -207,7 +210,7 @@ def refuse_unknown_entries(entries: Iterable[ConfigEntry], known_plans: Collecti
 def format_config_string(entries: Iterable[ConfigEntry], version: OrtVersion) -> str:
     """The value for ORT <=1.18, checked as ORT would."""
     if takes_json_file(version):
-        raise ConfigError(f"ORT {version} reads {ENV_VAR} as a JSON file path; its content is render_json_config's")
+        raise ConfigError(f"ORT {version} reads {ENV_VAR} as a JSON file path; not the config string itself")
     text = ",".join(str(entry) for entry in entries)
     parse_config_string(text, version)
     return text

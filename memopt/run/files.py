@@ -26,7 +26,7 @@ from pathlib import Path
 
 from memopt.errors import MemoptError, path_kind, write_failure
 
-__all__ = ["check_write_target", "exclusive_lock", "mode_for", "replace_atomically", "unwritable_folder"]
+__all__ = ["check_write_target", "exclusive_lock", "replace_atomically", "unwritable_folder"]
 
 
 def check_write_target(target: Path, *, overwrite: bool) -> None:
@@ -89,7 +89,7 @@ def replace_atomically(target: Path, content: str | bytes, *, overwrite: bool = 
             handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
-            os.fchmod(handle.fileno(), mode_for(target))
+            os.fchmod(handle.fileno(), _mode_for(target))
         if overwrite:
             os.replace(name, target)
         else:
@@ -101,7 +101,7 @@ def replace_atomically(target: Path, content: str | bytes, *, overwrite: bool = 
     return target
 
 
-def mode_for(path: Path) -> int:
+def _mode_for(path: Path) -> int:
     """The mode a file written at ``path`` gets: the mode of the file it replaces, else what the
     user's umask gives a new file (a temporary file starts private)."""
     try:
