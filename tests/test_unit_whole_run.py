@@ -1,0 +1,64 @@
+"""The run-to-run spread of each phase and the start-up's peak, from the trials a session ran
+(hand-made trial results: pure logic, no process)."""
+
+from __future__ import annotations
+
+from memopt.child.memory import Phase
+from memopt.core import RunStatus, parse_runnable
+from memopt.predict import PhaseSpread, RunSpread, StartUp
+from memopt.run import Outcome, TrialResult
+
+MiB = 2**20
+
+
+def trial(key: str, batch: int, steps_mib: float, run_mib: float, *ranks: tuple[float, float]) -> TrialResult:
+    """A trial that ran: its steps' peak and the whole run's (MiB); ``ranks``: each rank's pair."""
+    return TrialResult(
+        key=key,
+        target=parse_runnable("gpt"),
+        options={},
+        batch_size=batch,
+        config=(),
+        config_value=None,
+        outcome=Outcome.OK,
+        status=RunStatus.OK,
+        run_dir="/nowhere",
+        steps=2,
+        memory_kind="rss",
+        peak_bytes=int(steps_mib * MiB),
+        peak_over_run_bytes=int(run_mib * MiB),
+        ranks=tuple(
+            {"rank": n, "memory_kind": "rss", "peak_bytes": int(s * MiB), "peak_over_run_bytes": int(r * MiB)}
+            for n, (s, r) in enumerate(ranks)
+        ),
+    )
+
+
+def test_a_single_run_measures_no_spread() -> None:
+    assert RunSpread.of_trials([trial("a", 8, 1000, 1090)]) == RunSpread()
+
+
+def test_the_ranks_of_one_job_measure_both_phases() -> None:
+    job = trial("a", 8, 1010, 1123, (1000, 1120), (1010, 1123))
+    assert RunSpread.of_trials([job]) == RunSpread(PhaseSpread(10 * MiB, 2), PhaseSpread(3 * MiB, 2))
+
+
+def test_the_start_up_at_one_batch_is_one_measurement_whatever_the_config() -> None:
+    # recompute does not lower the start-up: two configs at batch 8 are two measurements of it
+    runs = [trial("a", 8, 1000, 1090), trial("b", 8, 990, 1105), trial("c", 4, 950, 1080)]
+    spread = RunSpread.of_trials(runs)
+    assert spread.start_up == PhaseSpread(15 * MiB, 2) and spread.steps is None
+    assert StartUp.of_trials(runs).samples == ((8, 1090 * MiB), (8, 1105 * MiB), (4, 1080 * MiB))
+
+
+def test_runs_at_different_batches_only_bound_the_start_ups_spread() -> None:
+    spread = RunSpread.of_trials([trial("a", 4, 950, 1080), trial("b", 8, 990, 1092)]).start_up
+    assert spread == PhaseSpread(12 * MiB, 2, across_batches=True)
+    assert "an upper bound" in spread.describe(Phase.START_UP)
+
+
+def test_runs_the_steps_bound_tell_nothing_of_the_start_up() -> None:
+    runs = [trial("a", 8, 1000, 1000), trial("a", 8, 1004, 1004)]
+    spread = RunSpread.of_trials(runs)
+    assert spread.steps == PhaseSpread(4 * MiB, 2) and spread.start_up is None
+    assert StartUp.of_trials(runs).samples == ()
