@@ -190,6 +190,20 @@ def test_a_start_up_fit_within_its_spread_of_the_limit_says_so_instead_of_verifi
     assert best_verified(searched) is None
 
 
+def test_a_start_up_fit_over_the_limit_is_not_called_noise() -> None:
+    # within the budget (1,090 ≤ 1,100 MiB) but over the limit 1,078 MiB: recompute cannot help
+    fit = Attempt((B,), Outcome.OK, number=1, start_up_bytes=1090 * MiB, whole_run_bytes=1090 * MiB)
+    stop = next_step(state(1100, fit, margin=0.02, start_up=START_UP, spread=START_UP_SPREAD))
+    assert isinstance(stop, Stop) and stop.status is SearchStatus.IMPOSSIBLE, stop
+    assert "peaks at 1,090.0 MiB > limit 1,078.0 MiB; recompute cannot lower it" in stop.message
+
+
+def test_every_plan_on_and_still_over_the_limit_does_not_fit() -> None:
+    fit = Attempt((A, B, C), Outcome.OK, number=1, whole_run_bytes=1395 * MiB)
+    stop = next_step(state(1400, fit, margin=0.02))
+    assert isinstance(stop, Stop) and stop.status is SearchStatus.IMPOSSIBLE, stop
+
+
 def test_a_fit_with_more_room_than_the_spread_is_verified_and_says_how_much() -> None:
     fit = Attempt((B,), Outcome.OK, number=1, start_up_bytes=1060 * MiB, whole_run_bytes=1060 * MiB)
     searched = state(1100, fit, margin=0.02, start_up=START_UP, spread=START_UP_SPREAD)

@@ -299,7 +299,8 @@ def _floor_line(state: SearchState, plan: PlanResult) -> str:
     else:
         what = f"{format_mib(floor)} ({steps})"
     spread = state.spread.of(phase)
-    noise = f" and the {phase}'s run-to-run spread {format_mib(spread.bytes)}" if spread else ""
+    whose = "the start-up's" if phase is Phase.START_UP else "the steps'"
+    noise = f" and {whose} run-to-run spread {format_mib(spread.bytes)}" if spread else ""
     return (
         f"planner: no selection is predicted to fit; the lowest peak at batch {state.target_batch} is {what}, above "
         f"the limit {format_mib(state.limit_bytes)} (budget {format_mib(state.budget_bytes)} less the "
@@ -317,15 +318,18 @@ def _advice(state: SearchState, whole_run_bytes: float, phase: Phase) -> str:
 
 
 def _within_noise(state: SearchState, last: Attempt) -> TryPlans | Stop:
-    """A fit with less room under the limit than its binding phase's run-to-run spread: a re-run
-    may go over. More recompute gives the steps room; the start-up's peak it cannot lower."""
+    """A fit (within the budget) that is over the limit, or under it by less than its binding
+    phase's run-to-run spread: a re-run may go over. More recompute gives the steps room; the
+    start-up's peak it cannot lower."""
     room = state.room(last)
-    assert room is not None  # a trial without a whole-run peak is judged by its outcome alone
+    assert room is not None and last.whole_run_bytes is not None  # else the outcome alone decides
+    over = room.under_limit_bytes < 0
     if last.binding_phase is Phase.STEPS:
         step = _heavier(state, last, f"trial {last.number} fits the budget but is {room.describe()}: {room.verdict}; ")
-        if isinstance(step, TryPlans):
+        if isinstance(step, TryPlans) or over:
             return step
-    assert last.whole_run_bytes is not None
+    elif over:
+        return _start_up_binds(state, last.whole_run_bytes, "limit")
     message = (
         f"the budget is within the run-to-run noise of what is reachable: trial {last.number} "
         f"({names(last.plans) or 'no config'}) is {room.describe()}"
@@ -402,12 +406,13 @@ def _heavier(state: SearchState, last: Attempt, prefix: str = "") -> TryPlans | 
     return _stop(state, SearchStatus.IMPOSSIBLE, "every plan is on")
 
 
-def _start_up_binds(state: SearchState, start_up_bytes: int) -> Stop:
-    """Over budget at start-up: more recompute lowers the training steps, not the export and
-    session build, so no selection can help."""
+def _start_up_binds(state: SearchState, start_up_bytes: int, over: str = "budget") -> Stop:
+    """Over budget (or over the limit: ``over``) at start-up: more recompute lowers the training
+    steps, not the export and session build, so no selection can help."""
+    bound = state.budget_bytes if over == "budget" else state.limit_bytes
     message = (
         f"the start-up (ONNX export, session build, warm-up step) peaks at {format_mib(start_up_bytes)} > "
-        f"budget {format_mib(state.budget_bytes)}; recompute cannot lower it: the lowest reachable peak is about "
+        f"{over} {format_mib(bound)}; recompute cannot lower it: the lowest reachable peak is about "
         f"{format_mib(start_up_bytes)}; {_advice(state, start_up_bytes, Phase.START_UP)}"
     )
     verified = best_verified(state) is not None
