@@ -43,18 +43,19 @@ def test_the_ranks_of_one_job_measure_both_phases() -> None:
     assert RunSpread.of_trials([job]) == RunSpread(PhaseSpread(10 * MiB, 2), PhaseSpread(3 * MiB, 2))
 
 
-def test_the_start_up_at_one_batch_is_one_measurement_whatever_the_config() -> None:
-    # recompute does not lower the start-up: two configs at batch 8 are two measurements of it
-    runs = [trial("a", 8, 1000, 1090), trial("b", 8, 990, 1105), trial("c", 4, 950, 1080)]
+def test_repeats_of_one_trial_measure_its_phase() -> None:
+    # the same key twice (a resumed or repeated trial): the start-up bound both times, 15 MiB apart
+    runs = [trial("a", 8, 1000, 1090), trial("a", 8, 990, 1105), trial("c", 4, 950, 1080)]
     spread = RunSpread.of_trials(runs)
-    assert spread.start_up == PhaseSpread(15 * MiB, 2) and spread.steps is None
+    assert spread.start_up == PhaseSpread(15 * MiB, 2) and spread.steps == PhaseSpread(10 * MiB, 2)
+    assert spread.start_up.describe(Phase.START_UP) == "run-to-run spread of the start-up 15.0 MiB (2 runs)"
     assert StartUp.of_trials(runs).samples == ((8, 1090 * MiB), (8, 1105 * MiB), (4, 1080 * MiB))
 
 
-def test_runs_at_different_batches_only_bound_the_start_ups_spread() -> None:
-    spread = RunSpread.of_trials([trial("a", 4, 950, 1080), trial("b", 8, 990, 1092)]).start_up
-    assert spread == PhaseSpread(12 * MiB, 2, across_batches=True)
-    assert "an upper bound" in spread.describe(Phase.START_UP)
+def test_other_configs_and_batches_are_not_counted_as_noise() -> None:
+    # a warm-up step that binds the start-up changes with the config and the batch: not noise
+    runs = [trial("a", 8, 1000, 1090), trial("b", 8, 990, 1060), trial("c", 4, 950, 1000)]
+    assert RunSpread.of_trials(runs) == RunSpread()
 
 
 def test_runs_the_steps_bound_tell_nothing_of_the_start_up() -> None:

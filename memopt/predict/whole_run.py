@@ -7,9 +7,11 @@ runs where it bound; the whole run's predicted peak is the higher of the two.
 
 Neither phase peaks at the same figure twice: the export, the session build and the
 allocator differ from run to run. ``RunSpread`` says how far apart the runs memopt made
-landed, per phase, from measurements of the same thing: the ranks of one job, runs with the
-same key (batch and config), and for the start-up every run at one batch (the config does
-not change it). A verdict then asks for more room under the limit than that spread.
+landed, per phase, from measurements of the same thing: the ranks of one job and runs with
+the same key (batch and config: a resumed or repeated trial). Runs of other configs or
+batches are not counted: where the start-up binds by its warm-up step, recompute and the
+batch change it too, and that difference is not noise. A verdict then asks for more room
+under the limit than that spread.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from __future__ import annotations
 import functools
 import math
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -30,18 +32,14 @@ __all__ = ["PhaseSpread", "RunSpread", "StartUp", "processes_of"]
 
 @dataclass(frozen=True)
 class PhaseSpread:
-    """How far apart (bytes, highest less lowest) one phase's peak landed in runs that measured
-    the same thing, and over how many processes. ``across_batches``: no batch was run twice, so
-    runs at different batches were compared and the batch's own effect is counted as noise (an
-    upper bound)."""
+    """How far apart (bytes, highest less lowest) one phase's peak landed in processes that
+    measured the same thing, and how many processes those were."""
 
     bytes: float
     samples: int
-    across_batches: bool = False
 
     def describe(self, phase: Phase) -> str:
-        where = "runs at different batches, an upper bound" if self.across_batches else f"{self.samples} runs"
-        return f"run-to-run spread of the {phase} {self.bytes / 2**20:,.1f} MiB ({where})"
+        return f"run-to-run spread of the {phase} {self.bytes / 2**20:,.1f} MiB ({self.samples} runs)"
 
 
 @dataclass(frozen=True)
@@ -61,15 +59,16 @@ class RunSpread:
 
     @classmethod
     def of_trials(cls, trials: Iterable[TrialResult]) -> RunSpread:
+        """The spread of each phase over the processes of each trial key (ranks, repeats)."""
         steps: dict[str, list[int]] = defaultdict(list)
-        start_up: dict[int, list[int]] = defaultdict(list)
+        start_up: dict[str, list[int]] = defaultdict(list)
         for trial in trials:
             for memory in processes_of(trial):
                 if memory.peak_bytes is not None:
                     steps[trial.key].append(memory.peak_bytes)
                 if memory.binding_phase is Phase.START_UP and memory.whole_run_peak is not None:
-                    start_up[trial.batch_size].append(memory.whole_run_peak)
-        return cls(_repeats(steps.values()), _start_up_spread(start_up))
+                    start_up[trial.key].append(memory.whole_run_peak)
+        return cls(_repeats(steps.values()), _repeats(start_up.values()))
 
 
 def processes_of(trial: TrialResult) -> tuple[Memory, ...]:
@@ -145,20 +144,3 @@ def _repeats(groups: Iterable[Sequence[int]]) -> PhaseSpread | None:
     return PhaseSpread(
         float(max(max(values) - min(values) for values in repeated)), sum(len(values) for values in repeated)
     )
-
-
-def _start_up_spread(by_batch: Mapping[int, Sequence[int]]) -> PhaseSpread | None:
-    """Repeats at one batch where there are any; else, with runs at several batches, how far
-    they lie from the line through them (two runs: their difference): the batch's own effect
-    is then counted as noise, which errs on the side of more room."""
-    repeats = _repeats(by_batch.values())
-    if repeats is not None:
-        return repeats
-    samples = [(batch, peak) for batch, peaks in by_batch.items() for peak in peaks]
-    if len(samples) < 2:
-        return None
-    if len(samples) == 2:
-        return PhaseSpread(float(abs(samples[0][1] - samples[1][1])), 2, across_batches=True)
-    start_up = StartUp(tuple(samples))
-    residuals = [peak - (start_up.at(batch) or 0.0) for batch, peak in samples]
-    return PhaseSpread(float(max(residuals) - min(residuals)), len(samples), across_batches=True)
