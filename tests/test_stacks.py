@@ -3,8 +3,9 @@
 (examples/train_accelerate.py), each single-process and with two processes (gloo on CPU),
 through ``memopt tune --cmd --no-tui`` to a verified config.
 
-optimum and accelerate are not in the ``test`` extra: these tests skip where they are not
-installed (README "optimum's ORTTrainer and accelerate" says how).
+`make` installs both (the ``optimum`` extra, and torch-ort without its dependencies) for
+`make test` and CI; elsewhere these tests skip where they are not installed (README
+"optimum's ORTTrainer and accelerate" says how).
 """
 
 from __future__ import annotations

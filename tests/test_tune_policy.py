@@ -280,6 +280,17 @@ def test_tuner_verifies_a_config_in_one_search_trial_when_the_model_is_right(tmp
     assert len(list(Journal.in_folder(tmp_path).entries())) == len(result.trials)
 
 
+def test_tuner_says_how_much_room_the_verified_config_leaves(tmp_path: Path) -> None:
+    runner = FakeRunner(prepared_gpt())
+    tuner = fake_tuner(tmp_path, runner, budget_between(runner), margin=0.02)
+    result = tuner.auto_search()
+    assert result.status is SearchStatus.VERIFIED and result.best is not None, result.message
+    assert "MiB under the limit" in result.message and "spread of the steps not measured yet" in result.message
+    best = tuner.summary(result)["best"]
+    assert best["room_bytes"] == tuner.limit_bytes - best["whole_run_peak_bytes"] >= 0
+    assert best["spread_bytes"] == 0.0
+
+
 def test_tuner_learns_what_the_allocator_adds_when_the_first_guess_misses(tmp_path: Path) -> None:
     runner = FakeRunner(prepared_gpt(), allocator_scale=1.6)
     tuner = fake_tuner(tmp_path, runner, budget_between(runner, 0.3))
