@@ -106,7 +106,7 @@ def _peak_cell(result: TrialResult) -> str:
     if not result.peak_bytes:
         return "-"
     ranks = f" (max of {len(result.ranks)} ranks)" if len(result.ranks) > 1 else ""
-    return format_mib(result.peak_bytes) + ranks
+    return format_bytes(result.peak_bytes) + ranks
 
 
 def exit_lines(tuner: Tuner, selection: Sequence[PlanKey]) -> list[str]:
