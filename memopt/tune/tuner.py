@@ -556,7 +556,8 @@ class Tuner:
         lower than the middle."""
         every = tuple(p.key for p in self.report.patterns)
         target, limit = self.settings.target_batch, self.search_state().limit_bytes
-        fitting = [r for r in self.records if r.batch_size < target and self._verified(r)]
+        state = self.search_state()
+        fitting = [r for r in self.records if r.batch_size < target and r.result.ran and state.verified(_attempt(r))]
         good = max(fitting, key=lambda r: r.batch_size, default=None)
         bad = target
         batch = self._model().max_batch(limit, every, ceiling=target - 1)
