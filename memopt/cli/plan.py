@@ -47,7 +47,7 @@ from memopt.run.budget import parse_budget, require_budget, resolve_budget
 from memopt.run.journal import Journal
 from memopt.run.trials import TrialResult, TrialSpec, run_trial, stack_versions
 from memopt.tune.export import plan_export, refuse_existing, write_config
-from memopt.units import format_bytes, format_mib
+from memopt.units import format_bytes, format_cuda_memory, format_mib
 
 __all__ = ["plan_command"]
 
@@ -204,6 +204,14 @@ def _print(result: PlanResult, cal: Calibration, config_value: str | None, targe
         f"recompute cost {result.cost_s * 1000:.1f} ms/step{overhead}",
         highlight=False,
     )
+    if model.simulated and cal.device == "cuda":
+        console.print(
+            "  on the card  "
+            + format_cuda_memory(
+                *model.on_card(result.target_batch, result.plans, result.counts), allocated_label="simulated allocated"
+            ),
+            highlight=False,
+        )
     if not result.needs_recompute:
         console.print("  no recompute is needed: the no-config run is predicted to fit", highlight=False)
     if not result.feasible and target.fixed_batch:
@@ -268,6 +276,15 @@ def _as_json(
             "arena_check": cal.arena_check or None,
             "fixed_bytes": round(cal.model.static_bytes),
             "activation_scale": cal.model.activation_scale,
+            "outside_bytes": round(cal.model.outside_bytes),
+            "on_card": dict(
+                zip(
+                    ("allocated_bytes", "reserved_bytes", "outside_bytes"),
+                    (round(part) for part in cal.model.on_card(result.target_batch, result.plans, result.counts)),
+                )
+            )
+            if cal.model.simulated and cal.device == "cuda"
+            else None,
             "peak_at": cal.model.timeline(result.target_batch, result.plans).where() if cal.model.simulated else None,
         },
         "verification": trial.to_record() if trial is not None else None,

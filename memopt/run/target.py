@@ -82,7 +82,8 @@ def load_target(
         probe_batch //= 2
     if not run.ok and not (out_of_memory and result.execution_graph is not None):
         raise MemoptError(f"could not build the training graph of {target}: {run.error} (log: {run.log_path})")
-    peak = (probe_batch, run.memory.peak_bytes, run.device or "cpu") if run.ok and run.memory.peak_bytes else None
+    figure = run.memory.predicted_figure
+    peak = (probe_batch, figure, run.device or "cpu") if run.ok and run.memory.peak_bytes and figure else None
     return graph_of_run(target, run.run_dir, run.stack.get("ort_version"), peak)
 
 
