@@ -7,13 +7,11 @@ from io import StringIO
 from pathlib import Path
 
 from rich.console import Console
+from support.results import MiB, measured
 
 from memopt.cli.show import print_trial
-from memopt.core import RunStatus, parse_runnable
-from memopt.run import Outcome, TrialResult
+from memopt.core import parse_runnable
 from memopt.tune import Purpose, Ready, TrialStarted, event_line
-
-MiB = 2**20
 
 
 def test_the_ready_line_gives_the_budget_and_limit_in_mib() -> None:
@@ -40,32 +38,7 @@ def test_a_trial_starts_with_its_prediction_in_mib() -> None:
 
 
 def test_each_ranks_peak_prints_in_mib() -> None:
-    ranks = tuple(
-        {"rank": rank, "memory_kind": "rss", "peak_bytes": peak * MiB, "peak_over_run_bytes": peak * MiB}
-        for rank, peak in ((0, 1150), (1, 1141))
-    )
-    result = TrialResult(
-        key="k",
-        target=parse_runnable("gpt"),
-        options={},
-        batch_size=8,
-        config=(),
-        config_value=None,
-        outcome=Outcome.OK,
-        status=RunStatus.OK,
-        run_dir="runs/trial",
-        steps=2,
-        device="cpu",
-        memory_kind="rss",
-        static_bytes=900 * MiB,
-        peak_bytes=1150 * MiB,
-        peak_over_run_bytes=1150 * MiB,
-        budget_bytes=1150 * MiB,
-        step_times_s=(2.0, 0.5, 0.5),
-        median_step_s=0.5,
-        throughput=16.0,
-        ranks=ranks,
-    )
+    result = measured("k", 8, 1150, 1150, (1150, 1150), (1141, 1141), static_bytes=900 * MiB, budget_bytes=1150 * MiB)
     buffer = StringIO()
     print_trial(result, Console(file=buffer, width=400, color_system=None))
     text = buffer.getvalue()

@@ -3,49 +3,25 @@
 
 from __future__ import annotations
 
+from support.results import MiB, measured
+
 from memopt.child.memory import Phase
-from memopt.core import RunStatus, parse_runnable
 from memopt.predict import PhaseSpread, RunSpread, StartUp
-from memopt.run import Outcome, TrialResult
 
-MiB = 2**20
-
-
-def trial(key: str, batch: int, steps_mib: float, run_mib: float, *ranks: tuple[float, float]) -> TrialResult:
-    """A trial that ran: its steps' peak and the whole run's (MiB); ``ranks``: each rank's pair."""
-    return TrialResult(
-        key=key,
-        target=parse_runnable("gpt"),
-        options={},
-        batch_size=batch,
-        config=(),
-        config_value=None,
-        outcome=Outcome.OK,
-        status=RunStatus.OK,
-        run_dir="/nowhere",
-        steps=2,
-        memory_kind="rss",
-        peak_bytes=int(steps_mib * MiB),
-        peak_over_run_bytes=int(run_mib * MiB),
-        ranks=tuple(
-            {"rank": n, "memory_kind": "rss", "peak_bytes": int(s * MiB), "peak_over_run_bytes": int(r * MiB)}
-            for n, (s, r) in enumerate(ranks)
-        ),
-    )
 
 
 def test_a_single_run_measures_no_spread() -> None:
-    assert RunSpread.of_trials([trial("a", 8, 1000, 1090)]) == RunSpread()
+    assert RunSpread.of_trials([measured("a", 8, 1000, 1090)]) == RunSpread()
 
 
 def test_the_ranks_of_one_job_measure_both_phases() -> None:
-    job = trial("a", 8, 1010, 1123, (1000, 1120), (1010, 1123))
+    job = measured("a", 8, 1010, 1123, (1000, 1120), (1010, 1123))
     assert RunSpread.of_trials([job]) == RunSpread(PhaseSpread(10 * MiB, 2), PhaseSpread(3 * MiB, 2))
 
 
 def test_repeats_of_one_trial_measure_its_phase() -> None:
     # the same key twice (a resumed or repeated trial): the start-up bound both times, 15 MiB apart
-    runs = [trial("a", 8, 1000, 1090), trial("a", 8, 990, 1105), trial("c", 4, 950, 1080)]
+    runs = [measured("a", 8, 1000, 1090), measured("a", 8, 990, 1105), measured("c", 4, 950, 1080)]
     spread = RunSpread.of_trials(runs)
     assert spread.start_up == PhaseSpread(15 * MiB, 2) and spread.steps == PhaseSpread(10 * MiB, 2)
     assert spread.start_up.describe(Phase.START_UP) == "run-to-run spread of the start-up 15.0 MiB (2 runs)"
@@ -54,12 +30,12 @@ def test_repeats_of_one_trial_measure_its_phase() -> None:
 
 def test_other_configs_and_batches_are_not_counted_as_noise() -> None:
     # a warm-up step that binds the start-up changes with the config and the batch: not noise
-    runs = [trial("a", 8, 1000, 1090), trial("b", 8, 990, 1060), trial("c", 4, 950, 1000)]
+    runs = [measured("a", 8, 1000, 1090), measured("b", 8, 990, 1060), measured("c", 4, 950, 1000)]
     assert RunSpread.of_trials(runs) == RunSpread()
 
 
 def test_runs_the_steps_bound_tell_nothing_of_the_start_up() -> None:
-    runs = [trial("a", 8, 1000, 1000), trial("a", 8, 1004, 1004)]
+    runs = [measured("a", 8, 1000, 1000), measured("a", 8, 1004, 1004)]
     spread = RunSpread.of_trials(runs)
     assert spread.steps == PhaseSpread(4 * MiB, 2) and spread.start_up is None
     assert StartUp.of_trials(runs).samples == ()
