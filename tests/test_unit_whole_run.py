@@ -9,7 +9,6 @@ from memopt.child.memory import Phase
 from memopt.predict import PhaseSpread, RunSpread, StartUp
 
 
-
 def test_a_single_run_measures_no_spread() -> None:
     assert RunSpread.of_trials([measured("a", 8, 1000, 1090)]) == RunSpread()
 
