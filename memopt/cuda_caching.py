@@ -26,7 +26,7 @@ unallocated"), but 2.4.1's ``.cpp`` itself was not read.
   2 MiB;
 - a request takes the smallest free block of its pool that fits, the lowest address among
   equal sizes (``get_free_block``, ``BlockComparatorSize``); with ``max_split_size`` set
-  (``PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb``, unlimited by default, else above 20 MiB)
+  (``PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb``, unlimited by default, else at least 20 MiB)
   a request below it never takes a block of at least that size, and one at or above it
   takes no block ``max_non_split_rounding_mb`` (default ``kLargeBuffer``) or more larger
   than itself;
@@ -137,9 +137,10 @@ class AllocatorSettings:
     not_modelled: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
-        if self.max_split_size is not None and self.max_split_size <= K_LARGE_BUFFER:
-            # CUDAAllocatorConfig refuses it: "max_split_size_mb too small, must be > 20".
-            raise ValueError(f"max_split_size must be above {K_LARGE_BUFFER} bytes (kLargeBuffer)")
+        if self.max_split_size is not None and self.max_split_size < K_LARGE_BUFFER:
+            # PyTorch's allocator config refuses it: "max_split_size_mb too small, must be >= 20"
+            # (releases before its AcceleratorAllocatorConfig refuse 20 itself: "must be > 20").
+            raise ValueError(f"max_split_size must be at least {K_LARGE_BUFFER} bytes (kLargeBuffer)")
 
     @classmethod
     def from_environment(cls, environ: Mapping[str, str]) -> AllocatorSettings:
@@ -163,14 +164,9 @@ class AllocatorSettings:
         left_out: list[str] = []
         for key, value in options.items():
             if key == "max_split_size_mb":
-                megabytes = _whole(source, key, value)
-                if megabytes <= K_LARGE_BUFFER // MiB:
-                    raise MemoptError(
-                        f"{source}: max_split_size_mb:{value} is too small; PyTorch refuses it too (must be > 20)"
-                    )
-                max_split = megabytes * MiB
+                max_split = _at_least_large_buffer(source, key, value)
             elif key == "max_non_split_rounding_mb":
-                non_split = _whole(source, key, value) * MiB
+                non_split = _at_least_large_buffer(source, key, value)
             elif key == "roundup_power2_divisions" and not value.startswith("["):
                 divisions = _whole(source, key, value)
                 if divisions & (divisions - 1):
@@ -234,6 +230,15 @@ def _whole(source: str, key: str, value: str) -> int:
     if not value.isdigit():
         raise MemoptError(f"{source}: {key}:{value} is not a whole number")
     return int(value)
+
+
+def _at_least_large_buffer(source: str, key: str, value: str) -> int:
+    """A ``*_mb`` setting in bytes; PyTorch refuses one under ``kLargeBuffer``'s 20 MiB (releases
+    before its ``AcceleratorAllocatorConfig`` refuse 20 itself, and say so when they start)."""
+    megabytes = _whole(source, key, value)
+    if megabytes < K_LARGE_BUFFER // MiB:
+        raise MemoptError(f"{source}: {key}:{value} is too small; PyTorch refuses it too (must be >= 20)")
+    return megabytes * MiB
 
 
 def _next_division(size: int, divisions: int) -> int:

@@ -53,29 +53,50 @@ def test_the_traces_cover_sample_steps_edge_sizes_settings_and_a_cap() -> None:
 def test_on_a_fake_device_the_simulation_at_its_addresses_is_exact_and_the_cap_fires_where_simulated() -> None:
     checks = _device_checks()
     assert all(c.exact for c in checks), [c for c in checks if not c.exact]
-    capped = next(c for c in checks if c.kind == "capped churn")
+    capped = next(c for c in checks if c.name == "capped churn (1 GiB)")
     assert capped.device_oom_event is not None and capped.device_oom_event == capped.events - 1
+    # Under the other caps the allocator frees its cache (max_split_size_mb's oversize blocks
+    # first) and goes on: the retries counted alike, nothing runs out.
+    retried = [c for c in checks if c.name.startswith("capped churn, retried")]
+    assert {c.alloc_conf for c in retried} == {"", "max_split_size_mb:64"}
+    assert all(c.device_retries == c.exact_retries > 0 and c.device_oom_event is None for c in retried)
     # The traces of the sample graphs' steps are played whole, none running out.
     assert all(c.device_oom_event is None for c in checks if c.kind == "sample graph step")
 
 
-def test_the_fake_devices_own_addresses_change_tie_breaks_which_the_shipped_check_reports() -> None:
-    # The fake places segments in no order: as shipped, the simulation may pick another of two
-    # equal free blocks; what that changes shows in the as-shipped columns, never in the exact ones.
+def test_the_fake_devices_own_addresses_move_allocated_too_and_the_check_measures_it() -> None:
+    # The fake places segments in no order: as shipped, the simulation takes another of two
+    # equal free blocks, so other blocks merge, and a block later left with 1 MiB or less is
+    # handed out whole: allocated departs as well as reserved. That is measured, not failed;
+    # at the device's addresses every figure stays exact.
     checks = _device_checks(seed=1)
     assert all(c.exact for c in checks)
-    for c in checks:
-        assert c.shipped_allocated_off >= 0 and c.shipped_reserved_most_off >= 0
-    assert any(c.shipped for c in checks)
+    churn = [c for c in checks if c.kind == "random churn"]
+    assert all(c.shipped_allocated_off > 0 and c.shipped_allocated_most_off > 0 for c in churn)
+    steps = [c for c in checks if c.kind == "sample graph step"]
+    assert all(c.shipped_peak_reserved == c.device_peak_reserved for c in steps)
 
 
 def test_a_simulation_that_misses_an_event_is_caught() -> None:
     # The device is run with max_split_size_mb:64 but the trace claims PyTorch's defaults: the
     # simulation at the device's addresses departs from it, and the check says where.
-    (trace,) = [t for t in check_allocator.load_traces() if t["alloc_conf"] == "max_split_size_mb:64"]
+    (trace,) = [t for t in check_allocator.load_traces() if t["name"] == "max_split_size_mb:64 churn"]
     played = check_allocator.replay(FakeCuda("max_split_size_mb:64"), trace["events"], None)
     wrong = check_allocator.check({**trace, "alloc_conf": ""}, played)
     assert not wrong.exact and wrong.exact_first_off is not None
+
+
+def test_a_segment_made_after_releasing_one_as_large_is_placed_where_the_device_put_it() -> None:
+    # max_split_size_mb:20 under a 30 MiB cap: a's 20 MiB segment, once wholly free, is
+    # oversize and serves b no more; its new segment passes the cap, so the cached one is
+    # released first. What is reserved does not change, yet b's block lies in a new segment,
+    # at the device's address: the simulation at the device's addresses puts it there too.
+    trace = {"name": "release and remake", "kind": "capped churn", "alloc_conf": "max_split_size_mb:20"}
+    events = [[0, 5 * MiB], [0], [1, 5 * MiB], [2, 5 * MiB]]
+    played = check_allocator.replay(FakeCuda("max_split_size_mb:20", seed=3), events, 30 * MiB)
+    assert played.reserved == [20 * MiB] * 4 and played.pointers[2] != played.pointers[0]
+    checked = check_allocator.check({**trace, "events": events}, played)
+    assert checked.exact and checked.exact_placed_off == 0
 
 
 def test_the_report_is_a_json_and_a_markdown_table(tmp_path: Path) -> None:
@@ -83,7 +104,7 @@ def test_the_report_is_a_json_and_a_markdown_table(tmp_path: Path) -> None:
     device = {"name": "FAKE (memopt's simulation)", "torch": "-", "cuda": "-", "seconds": 0.0}
     passed = check_allocator.report(checks, device, tmp_path)
     data: dict[str, Any] = json.loads((tmp_path / "allocator_check.json").read_text())
-    assert data["passed"] is passed and len(data["traces"]) == len(checks)
+    assert data["passed"] is passed is True and len(data["traces"]) == len(checks)
     assert "waits for memopt's plain-PyTorch backend" in data["plain_pytorch_step"]
     table = (tmp_path / "allocator_check.md").read_text()
     assert "| hf-llama 64x512 | defaults |" in table and "(b) plain PyTorch on CUDA: not run" in table
@@ -122,4 +143,4 @@ print(sorted(m for m in sys.modules if m.split(".")[0] == "memopt"))
     assert done.returncode == 0, done.stderr
     passed, modules = done.stdout.splitlines()
     assert passed == "True"
-    assert modules == "['memopt', 'memopt.cuda_caching', 'memopt.errors']"
+    assert modules == "['memopt', 'memopt.cuda_caching', 'memopt.errors', 'memopt.units']"

@@ -202,9 +202,19 @@ def test_max_split_size_out_of_memory_first_releases_oversize_segments() -> None
     assert cuda.reserved_bytes == 10 * MiB + 40 * MiB  # empty_cache would have released the 10 MiB too
 
 
-def test_max_split_size_must_exceed_20_mib() -> None:
+def test_max_split_size_must_be_at_least_20_mib() -> None:
     with pytest.raises(ValueError, match="kLargeBuffer"):
-        AllocatorSettings(max_split_size=20 * MiB)
+        AllocatorSettings(max_split_size=19 * MiB)
+
+
+def test_max_split_size_of_20_mib_makes_a_wholly_free_20_mib_segment_oversize() -> None:
+    # PyTorch's AcceleratorAllocatorConfig takes 20 (kLargeBuffer) itself: a mid-size request's
+    # 20 MiB segment, once wholly free, is then oversize and serves no request below 20 MiB.
+    cuda = CudaCachingAllocator(AllocatorSettings(max_split_size=20 * MiB))
+    cuda.allocate("a", 5 * MiB)  # a new 20 MiB segment, split: 5 MiB is below max_split_size
+    cuda.free("a")
+    cuda.allocate("b", 5 * MiB)  # the free 20 MiB block is oversize: another segment
+    assert (cuda.allocated_bytes, cuda.reserved_bytes) == (5 * MiB, 40 * MiB)
 
 
 def test_max_non_split_rounding_widens_what_an_oversize_request_may_take_whole() -> None:
@@ -276,7 +286,8 @@ def test_alloc_conf_settings_left_out_are_named_in_one_line() -> None:
 @pytest.mark.parametrize(
     ("conf", "message"),
     [
-        ("max_split_size_mb:20", "too small"),
+        ("max_split_size_mb:19", "too small"),
+        ("max_non_split_rounding_mb:10", "too small"),
         ("max_split_size_mb:lots", "not a whole number"),
         ("roundup_power2_divisions:3", "not a power of 2"),
     ],
@@ -407,7 +418,31 @@ def test_segment_addresses_given_decide_ties_between_equal_free_blocks() -> None
     cuda.free("first")
     cuda.free("second")
     cuda.allocate("again", 14 * MiB)  # the lower address: the second segment's
+    assert cuda.address("again") == 4 << 30
     cuda.free("again")
     cuda.allocate("held", 14 * MiB)
     cuda.empty_cache()  # the first segment is wholly free and released; the one at 4 GiB holds "held"
-    assert cuda.reserved_bytes == 14 * MiB
+    assert (cuda.address("held"), cuda.reserved_bytes) == (4 << 30, 14 * MiB)
+
+
+@pytest.mark.parametrize(
+    ("first_segment_at", "allocated", "reserved"),
+    [(0, 39 * MiB, 50 * MiB), (1 << 30, 40 * MiB, 40 * MiB)],
+)
+def test_where_cudamalloc_puts_segments_changes_allocated_too(
+    first_segment_at: int, allocated: int, reserved: int
+) -> None:
+    # The same requests, the two segments placed in either order. A and B split the first
+    # 20 MiB segment (2 MiB left at its end), C and D the second alike. E (2 MiB) takes the
+    # lower of the two equal 2 MiB ends. Freeing B merges it with its segment's end only
+    # where E went to the other segment: then F (10 MiB) finds those 11 MiB, and as 1 MiB
+    # left is not more than kSmallSize, it gets them whole: 40 MiB allocated in 40 reserved.
+    # Where E sits after B, B's 9 MiB stay alone, and F gets a new 10 MiB segment: 39 in 50.
+    cuda = CudaCachingAllocator(segment_addresses=[first_segment_at, (1 << 30) - first_segment_at])
+    for name in "ABCD":
+        cuda.allocate(name, 9 * MiB)
+    cuda.allocate("E", 2 * MiB)
+    assert cuda.address("E") == min(first_segment_at, (1 << 30) - first_segment_at) + 18 * MiB
+    cuda.free("B")
+    cuda.allocate("F", 10 * MiB)
+    assert (cuda.allocated_bytes, cuda.reserved_bytes) == (allocated, reserved)

@@ -18,7 +18,7 @@ from memopt.cli.show import print_trial
 from memopt.cuda_caching import AllocatorSettingsNotModelled, BlockUse, CudaSetup, PoolLayout
 from memopt.errors import DamagedRecord, MemoptError
 from memopt.graph.training_graph import load_graph
-from memopt.predict.calibrate import cuda_setup, plan_savings, simulator_for
+from memopt.predict.calibrate import _observation, cuda_setup, plan_savings, simulator_for
 from memopt.predict.memory_model import MemoryModel, Observation, fit_memory_model
 from memopt.run import Outcome, TrialResult
 from memopt.scan import scan_graph
@@ -83,6 +83,16 @@ def test_on_cpu_the_verdict_is_the_whole_runs_peak_as_before() -> None:
     assert memory.predicted_figure == 100 and not memory.at_the_edge
 
 
+def test_a_start_up_above_the_steps_is_a_floor_in_the_verdicts_terms() -> None:
+    # CPU: the whole run's peak. CUDA: the start-up's allocated peak plus outside the allocator,
+    # under the reserved + outside the run was judged on.
+    assert Memory("rss", 10, 100, 120).start_up_floor == 120
+    assert Memory("rss", 10, 130, 120).start_up_floor is None  # the steps bind
+    cuda = Memory("cuda_allocated", 10, 1000 * MiB, 1200 * MiB, 1800 * MiB, 300 * MiB)
+    assert (cuda.start_up_floor, cuda.device_peak) == (1500 * MiB, 2100 * MiB)
+    assert replace(cuda, peak_over_run_bytes=900 * MiB).start_up_floor is None
+
+
 def test_ranks_report_their_highest_cuda_figures() -> None:
     ranks = [
         Memory("cuda_allocated", 1, 10, 10, 20, 5, 0, 0),
@@ -114,6 +124,17 @@ def test_the_cuda_model_predicts_reserved_plus_a_fixed_part_with_outside_kept_ap
     # Saved and read back, it predicts the same.
     again = MemoryModel.from_json(json.loads(json.dumps(model.to_json())))
     assert (again.peak(16), again.outside_bytes) == (model.peak(16), model.outside_bytes)
+
+
+def test_a_probes_cuda_figure_keeps_its_outside_part_in_the_fit() -> None:
+    # The graph probe is a calibration point too: what ran out, and of it what lived outside
+    # the allocator. Counted as 0 outside, it would halve the outside part of two points.
+    probe = Memory("cuda_allocated", 300 * MiB, 1000 * MiB, 1000 * MiB, 1500 * MiB, 400 * MiB, 0, 0)
+    observation = _observation(2, (), probe)
+    assert (observation.peak_bytes, observation.outside_bytes) == (1900 * MiB, 400 * MiB)
+    trial = replace(released(), cuda_outside_bytes=420 * MiB)
+    model = _gpt_model(CudaSetup(), [_observation(trial.batch_size, (), trial.memory), observation])
+    assert model.outside_bytes == 410 * MiB
 
 
 def test_a_saved_cuda_model_keeps_the_pool_it_was_simulated_with() -> None:

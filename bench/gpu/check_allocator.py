@@ -13,16 +13,22 @@ traces of one ``PYTORCH_CUDA_ALLOC_CONF`` run in a process of their own, started
 
 - at the device's segment addresses (each new segment placed where the device's was, the
   pointer the device returned for the request that made it): it must be exact, allocated and
-  reserved after every event, and the out-of-memory error at the same event;
-- as shipped (its own increasing addresses, which only break ties between equal free
-  blocks): allocated must be exact and reserved within one segment (the largest the device
-  reserved in one event so far).
+  reserved after every event, every block where the device placed it, and the out-of-memory
+  error at the same event;
+- as shipped (its own increasing addresses): measured, not required. Where cudaMalloc puts a
+  segment decides which of two equal free blocks a request takes, hence which blocks lie side
+  by side and merge when freed, hence the sizes of the free blocks later requests find; and a
+  large-pool block left with 1 MiB or less is handed out whole and counted allocated whole.
+  So allocated, not only reserved, depends on the device's addresses
+  (``tests/test_unit_cuda_allocator.py`` works a case out by hand), and no simulation that
+  does not know them can be exact at every event. The table says how far off it is: at the
+  worst event and at the peaks memopt predicts.
 
 Writes ``allocator_check.json`` and ``allocator_check.md`` (a table for BENCHMARKS.md) under
-``--out``; exits 1 where a check failed. The parent process imports no torch; a replaying
+``--out``; exits 1 where the check at the device's addresses failed. The parent process imports no torch; a replaying
 child imports torch and nothing else outside the standard library, so the script runs on a
 device image without onnx, onnxruntime, pydantic or textual. Its own imports of memopt are
-``memopt.cuda_caching`` and ``memopt.errors`` alone.
+``memopt.cuda_caching``, ``memopt.errors`` and ``memopt.units`` alone.
 
 Part (b) of the GPU check, a plain-PyTorch training step predicted against
 ``max_memory_allocated``/``max_memory_reserved``, waits for memopt's torch backend: its
@@ -53,6 +59,7 @@ from memopt.cuda_caching import (
     CudaOutOfMemoryError,
     SimulationMisuse,
 )
+from memopt.units import format_bytes
 
 TRACES = Path(__file__).parent / "traces.json.gz"
 CHILD_TIMEOUT_S = 240  # one settings group's replays; all of them take seconds on an H100
@@ -137,7 +144,10 @@ def replay(cuda: CudaApi, events: Sequence[Event], capacity_bytes: int | None) -
 
 class _DevicePlacement(Iterator[int]):
     """The address of the segment the simulation reserves next: where the device placed the
-    block of the request being played (a new segment's first block is the one handed out)."""
+    block of the request being played. A new segment's first block is the one handed out, so
+    where the device made one for that request this is its address, whatever it released
+    first (a retry after freeing its cache); where it made none, the simulation has departed
+    from it, and a segment placed there overlaps one it holds (``SimulationMisuse``)."""
 
     def __init__(self) -> None:
         self.current: int | None = None
@@ -146,13 +156,6 @@ class _DevicePlacement(Iterator[int]):
         if self.current is None:
             raise StopIteration
         return self.current
-
-
-def _made_a_segment(device: Replay, index: int) -> bool:
-    """Whether the device reserved a segment for the request at ``index``: only a request
-    changes what is reserved, and when it does the block it got opens a new segment."""
-    before = device.reserved[index - 1] if index else 0
-    return bool(device.pointers[index]) and device.reserved[index] != before
 
 
 def simulated(
@@ -165,7 +168,7 @@ def simulated(
     result = Replay([], [], [], None, 0, 0, capacity)
     for index, event in enumerate(events):
         placement.current = None
-        if device is not None and index < len(device.pointers) and _made_a_segment(device, index):
+        if device is not None and index < len(device.pointers) and device.pointers[index]:
             placement.current = device.pointers[index]
         pointer = 0
         try:
@@ -198,16 +201,21 @@ class TraceCheck:
     device_peak_reserved: int
     device_oom_event: int | None
     device_retries: int
-    # At the device's addresses: events whose figures differ (must be none), the first of them.
+    # At the device's addresses: events whose figures differ (must be none), the first of them;
+    # and the allocations placed elsewhere than the device placed them (must be none too).
     exact_allocated_off: int
     exact_reserved_off: int
     exact_first_off: int | None
+    exact_placed_off: int
     exact_oom_event: int | None
     exact_retries: int
-    # As shipped: allocated must be exact, reserved within one segment.
+    # As shipped, measured: the events whose figures differ, by how much at most, and the peaks.
     shipped_allocated_off: int
-    shipped_reserved_most_off: int  # bytes, the largest difference over the events
+    shipped_allocated_most_off: int  # bytes, the largest difference over the events
+    shipped_reserved_most_off: int
     shipped_reserved_beyond_a_segment: int  # events where it is more than the largest segment so far
+    device_peak_allocated: int
+    shipped_peak_allocated: int
     shipped_peak_reserved: int
     shipped_oom_event: int | None
 
@@ -216,16 +224,9 @@ class TraceCheck:
         return (
             self.exact_allocated_off == 0
             and self.exact_reserved_off == 0
+            and self.exact_placed_off == 0
             and self.exact_oom_event == self.device_oom_event
             and self.exact_retries == self.device_retries
-        )
-
-    @property
-    def shipped(self) -> bool:
-        return (
-            self.shipped_allocated_off == 0
-            and self.shipped_reserved_beyond_a_segment == 0
-            and self.shipped_oom_event == self.device_oom_event
         )
 
 
@@ -241,16 +242,14 @@ def check(trace: Mapping[str, Any], device: Replay) -> TraceCheck:
         longest = max(len(mine), len(theirs))
         return [i for i in range(longest) if i >= len(mine) or i >= len(theirs) or mine[i] != theirs[i]]
 
+    def most_off(mine: list[int], theirs: list[int]) -> int:
+        return max((abs(a - b) for a, b in zip(mine, theirs)), default=0)
+
     allocated_off, reserved_off = off(exact.allocated, device.allocated), off(exact.reserved, device.reserved)
-    segment, beyond, most = 0, 0, 0
+    segment, beyond = 0, 0
     for index, reserved in enumerate(device.reserved):
         segment = max(segment, reserved - (device.reserved[index - 1] if index else 0))
-        if index < len(shipped.reserved):
-            difference = abs(shipped.reserved[index] - reserved)
-            most = max(most, difference)
-            beyond += difference > segment
-        else:
-            beyond += 1
+        beyond += index >= len(shipped.reserved) or abs(shipped.reserved[index] - reserved) > segment
     return TraceCheck(
         trace["name"],
         trace["kind"],
@@ -262,11 +261,15 @@ def check(trace: Mapping[str, Any], device: Replay) -> TraceCheck:
         len(allocated_off),
         len(reserved_off),
         min(allocated_off + reserved_off, default=None),
+        len(off(exact.pointers, device.pointers)),
         exact.oom_event,
         exact.alloc_retries,
         len(off(shipped.allocated, device.allocated)),
-        most,
+        most_off(shipped.allocated, device.allocated),
+        most_off(shipped.reserved, device.reserved),
         beyond,
+        max(device.allocated, default=0),
+        max(shipped.allocated, default=0),
         max(shipped.reserved, default=0),
         shipped.oom_event,
     )
@@ -293,14 +296,14 @@ def load_traces(path: Path = TRACES) -> list[dict[str, Any]]:
 def report(checks: Sequence[TraceCheck], device: Mapping[str, Any], out: Path) -> bool:
     """``allocator_check.json`` and ``allocator_check.md`` under ``out``; whether every check held."""
     out.mkdir(parents=True, exist_ok=True)
-    passed = all(c.exact and c.shipped for c in checks)
+    passed = all(c.exact for c in checks)
     (out / "allocator_check.json").write_text(
         json.dumps(
             {
                 "device": dict(device),
                 "passed": passed,
                 "plain_pytorch_step": PLAIN_PYTORCH_STEP,
-                "traces": [{**asdict(c), "exact": c.exact, "shipped": c.shipped} for c in checks],
+                "traces": [{**asdict(c), "exact": c.exact} for c in checks],
             },
             indent=1,
         )
@@ -310,20 +313,30 @@ def report(checks: Sequence[TraceCheck], device: Mapping[str, Any], out: Path) -
         f"Device: {device.get('name', '?')}, torch {device.get('torch', '?')}, CUDA {device.get('cuda', '?')};"
         f" `python3 bench/gpu/check_allocator.py --out $OUT`, {device.get('seconds', 0):.0f} s.",
         "",
-        "| trace | settings | events | device peak reserved | at the device's addresses | as shipped: allocated | as shipped: reserved, most off | OOM at (device / sim) |",
-        "| --- | --- | ---: | ---: | --- | --- | ---: | --- |",
+        "| trace | settings | events | device peak allocated / reserved | at the device's addresses"
+        " | as shipped: allocated, most off | as shipped: reserved, most off | as shipped: peaks off | OOM at (device / sim) |",
+        "| --- | --- | ---: | ---: | --- | --- | --- | ---: | --- |",
     ]
     for c in checks:
         exact = (
             "exact"
             if c.exact
-            else f"off at {c.exact_allocated_off}/{c.exact_reserved_off} events from {c.exact_first_off}"
+            else f"off at {c.exact_allocated_off}/{c.exact_reserved_off} events from {c.exact_first_off},"
+            f" {c.exact_placed_off} blocks placed elsewhere"
         )
-        shipped_allocated = "exact" if c.shipped_allocated_off == 0 else f"off at {c.shipped_allocated_off} events"
+        shipped_allocated = (
+            "exact"
+            if c.shipped_allocated_off == 0
+            else f"{format_bytes(c.shipped_allocated_most_off)} ({c.shipped_allocated_off} events)"
+        )
         beyond = (
             ""
             if c.shipped_reserved_beyond_a_segment == 0
             else f" ({c.shipped_reserved_beyond_a_segment} events beyond a segment)"
+        )
+        peaks = (
+            f"{(c.shipped_peak_allocated - c.device_peak_allocated) / mib:+,.1f}"
+            f" / {(c.shipped_peak_reserved - c.device_peak_reserved) / mib:+,.1f} MiB"
         )
         oom = (
             "-"
@@ -331,14 +344,15 @@ def report(checks: Sequence[TraceCheck], device: Mapping[str, Any], out: Path) -
             else f"{c.device_oom_event} / {c.exact_oom_event}"
         )
         lines.append(
-            f"| {c.name} | {c.alloc_conf or 'defaults'} | {c.events} | {c.device_peak_reserved / mib:,.1f} MiB"
-            f" | {exact} | {shipped_allocated} | {c.shipped_reserved_most_off / mib:,.1f} MiB{beyond} | {oom} |"
+            f"| {c.name} | {c.alloc_conf or 'defaults'} | {c.events}"
+            f" | {c.device_peak_allocated / mib:,.1f} / {c.device_peak_reserved / mib:,.1f} MiB | {exact}"
+            f" | {shipped_allocated} | {format_bytes(c.shipped_reserved_most_off)}{beyond} | {peaks} | {oom} |"
         )
     lines += [
         "",
         f"(b) plain PyTorch on CUDA: {PLAIN_PYTORCH_STEP}.",
         "",
-        f"All checks held: {'yes' if passed else 'NO'}.",
+        f"At the device's addresses, every trace exact: {'yes' if passed else 'NO'}.",
     ]
     (out / "allocator_check.md").write_text("\n".join(lines) + "\n")
     return passed
@@ -386,7 +400,7 @@ def main() -> None:
             device = done["device"]
             for trace, played in zip(members, done["replays"]):
                 checks.append(check(trace, Replay(**played)))
-                print(f"  {checks[-1].name}: exact {checks[-1].exact}, as shipped {checks[-1].shipped}", flush=True)
+                print(f"  {checks[-1].name}: exact at the device's addresses {checks[-1].exact}", flush=True)
     device["seconds"] = time.monotonic() - started
     passed = report(checks, device, args.out)
     print((args.out / "allocator_check.md").read_text())

@@ -8,7 +8,9 @@ them with, and the traces must be the same on every run):
   more through the caching allocator), at several sizes;
 - random churn with sizes at the allocator's edges (511/512/513 B; 1, 10 and 20 MiB ± 1);
 - churn under ``max_split_size_mb`` and under ``roundup_power2_divisions``;
-- churn that grows until a capacity (``set_per_process_memory_fraction`` on the device) runs out.
+- churn that grows until a capacity (``set_per_process_memory_fraction`` on the device) runs out;
+- churn under a capacity at which the allocator frees its cache (with ``max_split_size_mb``, its
+  oversize blocks first) to find room, and never runs out.
 
 A trace is a list of events: ``[id, bytes]`` allocates, ``[id]`` frees that allocation.
 """
@@ -135,6 +137,25 @@ def oom_at(events: list[list[int]], settings: AllocatorSettings, capacity: int) 
     return None
 
 
+def retried_under_a_cap(events: list[list[int]], settings: AllocatorSettings) -> int:
+    """The largest cap, in 2 MiB steps under what ``events`` reserve uncapped, at which the
+    allocator has to free its cache to find room (and, with ``max_split_size``, its oversize
+    blocks first) but never runs out."""
+    uncapped = CudaCachingAllocator(settings)
+    for event in events:
+        uncapped.allocate(event[0], event[1]) if len(event) == 2 else uncapped.free(event[0])
+    for capacity in range(uncapped.peak_reserved_bytes - 2 * MiB, 0, -2 * MiB):
+        allocator = CudaCachingAllocator(settings, capacity)
+        try:
+            for event in events:
+                allocator.allocate(event[0], event[1]) if len(event) == 2 else allocator.free(event[0])
+        except CudaOutOfMemoryError:
+            continue
+        if allocator.alloc_retries:
+            return capacity
+    raise SystemExit("no cap makes these events retry without running out: change them")
+
+
 def churn_traces() -> list[dict[str, Any]]:
     big = [30 * MiB, 64 * MiB - 1, 64 * MiB, 64 * MiB + 1, 100 * MiB, 150 * MiB, 200 * MiB, *EDGE_SIZES]
     traces = [
@@ -179,6 +200,19 @@ def churn_traces() -> list[dict[str, Any]]:
             "events": events[: oom + 1],
         }
     )
+    for alloc_conf, seed in (("", 6), ("max_split_size_mb:64", 7)):
+        events = churn(seed, 3000, EDGE_SIZES + [30 * MiB, 64 * MiB + 1, 100 * MiB], 12)
+        settings = AllocatorSettings.from_environment({"PYTORCH_CUDA_ALLOC_CONF": alloc_conf})
+        capacity = retried_under_a_cap(events, settings)
+        traces.append(
+            {
+                "name": f"capped churn, retried ({capacity // MiB} MiB)",
+                "kind": "capped churn",
+                "alloc_conf": alloc_conf,
+                "capacity_bytes": capacity,
+                "events": events,
+            }
+        )
     return traces
 
 

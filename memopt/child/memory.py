@@ -76,6 +76,18 @@ class Memory:
         return max(known) if known else None
 
     @property
+    def start_up_floor(self) -> int | None:
+        """When the start-up peaked above the measured steps, what it alone holds on the device,
+        which recompute cannot lower: elsewhere the whole run's peak; on CUDA the start-up's
+        allocated peak (the reserved segments held at least that) plus what lives outside the
+        allocator, a floor under what runs out (the reserved peak is no start-up's alone)."""
+        if self.binding_phase is not Phase.START_UP or self.peak_bytes is None:
+            return None
+        if self.on_cuda and self.cuda_reserved_bytes is not None and self.peak_over_run_bytes is not None:
+            return self.peak_over_run_bytes + (self.cuda_outside_bytes or 0)
+        return self.whole_run_peak
+
+    @property
     def binding_phase(self) -> Phase | None:
         """Start-up when the whole run peaked above the measured steps; the steps otherwise."""
         if self.peak_bytes is None:

@@ -20,9 +20,9 @@ from memopt.ort import (
     render_json_config,
     takes_json_file,
     validate_entries,
-    write_json_config,
 )
 from memopt.run import TrialResult
+from memopt.run.files import replace_atomically
 from memopt.units import format_bytes, format_cuda_memory, format_mib
 
 __all__ = ["print_config", "print_trial", "print_validated"]
@@ -56,7 +56,7 @@ def print_config(
         console.print(render_json_config(entries).rstrip(), highlight=False, markup=False, soft_wrap=True)
         console.print(export_line("config.json"), highlight=False, markup=False)
         return
-    path = write_json_config(entries, out, version, overwrite=force)
+    path = replace_atomically(out, render_json_config(entries), overwrite=force).resolve()
     console.print(f"# wrote {path}", highlight=False, markup=False, soft_wrap=True)
     console.print(export_line(str(path)), highlight=False, markup=False, soft_wrap=True)
 

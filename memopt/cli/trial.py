@@ -25,6 +25,7 @@ from memopt.cli.options import (
     StepsOption,
     TargetSeqOption,
     TimeoutOption,
+    checked_count,
     choose_target,
     run_settings,
 )
@@ -35,7 +36,7 @@ from memopt.ort.config import ConfigEntry, PlanKey
 from memopt.ort.version import OrtVersion
 from memopt.predict.calibrate import learn_from_trial, load_saved_model, model_identity, save_model
 from memopt.predict.memory_model import MemoryModel, ModelError
-from memopt.run import DEFAULT_RUNS_DIR, DEFAULT_STEPS, DEFAULT_TIMEOUT_S, check_batch
+from memopt.run import DEFAULT_RUNS_DIR, DEFAULT_STEPS, DEFAULT_TIMEOUT_S
 from memopt.run.budget import parse_budget
 from memopt.run.journal import Journal
 from memopt.run.trials import (
@@ -50,7 +51,7 @@ __all__ = ["trial_command"]
 
 @app.command("trial")
 def trial_command(
-    batch: Annotated[int, typer.Option("--batch", "-b", help="Batch size.")],
+    batch: Annotated[int, typer.Option("--batch", "-b", callback=checked_count, help="Batch size.")],
     words: Annotated[
         list[str] | None,
         typer.Argument(
@@ -92,7 +93,6 @@ def trial_command(
 ) -> None:
     """Run RECIPE (or your command) at --batch with --config applied as a user would; record memory, time and ORT's plans."""
     target = _target(words or [], command)
-    check_batch(batch)
     parsed_budget = parse_budget(budget) if budget is not None else None
     settings = run_settings(
         target,

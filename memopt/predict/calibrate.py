@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from memopt.child import NODE_TIMES_FILE
+from memopt.child.memory import Memory
 from memopt.core import Command, RunnableTarget, RunStatus, parse_target
 from memopt.cuda_caching import AllocatorSettings, AllocatorSettingsNotModelled, CudaSetup, PoolLayout
 from memopt.errors import DamagedRecord, one_line
@@ -434,10 +435,12 @@ def fit_calibration(
     # The journal's history of this target, and these trials even where no journal holds them.
     known = (*journaled, *trials)
     history = list({t.key or id(t): t for t in known}.values())  # a trial no journal keyed counts once
-    observations = [_observation(t, _plans_of(t, plans)) for t in history if t.predicted_figure_bytes]
+    observations = [
+        _observation(t.batch_size, _plans_of(t, plans), t.memory) for t in history if t.predicted_figure_bytes
+    ]
     if loaded.probe_peak is not None and loaded.probe_peak[2] == device_used:
         # The graph probe is a no-config run too: with the calibration run, two batches fit the allocator's scale.
-        observations.append(Observation(loaded.probe_peak[0], (), loaded.probe_peak[1]))
+        observations.append(_observation(loaded.probe_peak[0], (), loaded.probe_peak[1]))
     model = fit_memory_model(
         observations,
         plans,
@@ -584,20 +587,16 @@ def learn_from_trial(
     known = {p.key for p in model.plans}
     applied = tuple(key for key in trial.applied(plans) if key in known)
     partial = {key: count for key, count in (counts or {}).items() if key in applied}
-    return model.with_observation(_observation(trial, applied, partial))
+    return model.with_observation(_observation(trial.batch_size, applied, trial.memory, partial))
 
 
 def _observation(
-    trial: TrialResult, plans: tuple[PlanKey, ...], counts: Mapping[PlanKey, int] | None = None
+    batch_size: int, plans: tuple[PlanKey, ...], memory: Memory, counts: Mapping[PlanKey, int] | None = None
 ) -> Observation:
-    """What ``trial`` measured, as the model learns it: on CUDA what ran out (reserved plus
-    outside the allocator, the outside part kept apart), elsewhere the steps' peak."""
+    """What a run at ``batch_size`` measured, as the model learns it: on CUDA what ran out
+    (reserved plus outside the allocator, the outside part kept apart), elsewhere the steps' peak."""
     return Observation(
-        trial.batch_size,
-        plans,
-        int(trial.predicted_figure_bytes or 0),
-        dict(counts or {}),
-        trial.cuda_outside_bytes or 0,
+        batch_size, plans, int(memory.predicted_figure or 0), dict(counts or {}), memory.cuda_outside_bytes or 0
     )
 
 

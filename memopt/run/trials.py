@@ -37,17 +37,19 @@ from memopt.ort.config import (
     ConfigError,
     PlanKey,
     ValidatedConfig,
+    config_file_argument,
     format_config_string,
     parse_config_json,
     parse_config_string,
     plan_keys,
+    render_json_config,
     takes_json_file,
     validate_entries,
-    write_json_config,
 )
 from memopt.ort.version import OrtVersion
 from memopt.run.budget import Budget, total_ram
 from memopt.run.command import run_target
+from memopt.run.files import replace_atomically
 from memopt.run.journal import Journal
 from memopt.run.launch import PACKAGE_ROOT, RunRequest, RunResult, new_run_dir
 from memopt.run.records import checked_trial_record
@@ -396,8 +398,8 @@ def parse_trial_config(text: str, version: OrtVersion) -> ValidatedConfig:
     text = text.strip()
     if text.lower() in ("", "none", "off"):
         return ValidatedConfig((), ())
-    path = Path(text)
-    if text.endswith(".json") or (_is_file(path) and ":" not in text.split("/")[-1]):
+    path = config_file_argument(text)
+    if path is not None:
         try:
             content = path.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as err:
@@ -417,14 +419,6 @@ def inherited_config_note() -> str | None:
     if not inherited:
         return None
     return f"{' and '.join(inherited)} from your environment is not used: each trial sets its own config"
-
-
-def _is_file(path: Path) -> bool:
-    """Whether ``path`` names a file; text no file could be named (too long, NUL) is not one."""
-    try:
-        return path.is_file()
-    except (OSError, ValueError):
-        return False
 
 
 def config_key(entries: tuple[ConfigEntry, ...]) -> tuple[str, ...]:
@@ -674,7 +668,7 @@ def _config_env(
     if not entries:
         return {PROFILE_VAR: "1"}, CONFIG_VARIABLES, None
     if takes_json_file(version):
-        value = str(write_json_config(entries, run_dir / CONFIG_FILE, version, overwrite=True))
+        value = str(replace_atomically(run_dir / CONFIG_FILE, render_json_config(entries)).resolve())
     else:
         value = format_config_string(entries, version)
     return {ENV_VAR: value}, (LEVEL_VAR,), value

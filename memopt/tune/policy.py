@@ -53,7 +53,7 @@ class Attempt:
     error: str | None = None
     number: int = 0  # the trial's number in the session
     step_times: tuple[float, ...] = ()  # the measured steps' seconds (warm-up left out)
-    start_up_bytes: int | None = None  # the whole run's peak, when the start-up peaked above the steps
+    start_up_bytes: int | None = None  # what the start-up alone holds, when it peaked above the steps
     whole_run_bytes: int | None = None  # what a hard limit sees; None: unknown, the outcome alone decides
 
     def __post_init__(self) -> None:
@@ -324,12 +324,14 @@ def _within_noise(state: SearchState, last: Attempt) -> TryPlans | Stop:
     room = state.room(last)
     assert room is not None and last.whole_run_bytes is not None  # else the outcome alone decides
     over = room.under_limit_bytes < 0
-    if last.binding_phase is Phase.STEPS:
+    # The start-up alone over the limit: no recompute can help (on CUDA the steps' segments may
+    # have made the rest of what runs out, and more recompute may take some away).
+    if over and (last.start_up_bytes or 0) > state.limit_bytes:
+        return _start_up_binds(state, last.start_up_bytes or 0, "limit")
+    if last.binding_phase is Phase.STEPS or over:
         step = _heavier(state, last, f"trial {last.number} fits the budget but is {room.describe()}: {room.verdict}; ")
         if isinstance(step, TryPlans) or over:
             return step
-    elif over:
-        return _start_up_binds(state, last.whole_run_bytes, "limit")
     message = (
         f"the budget is within the run-to-run noise of what is reachable: trial {last.number} "
         f"({names(last.plans) or 'no config'}) is {room.describe()}"
@@ -372,8 +374,10 @@ def _lighter(state: SearchState, last: Attempt) -> TryPlans | Stop:
 def _heavier(state: SearchState, last: Attempt, prefix: str = "") -> TryPlans | Stop:
     """After an overshoot (or a fit within the noise, ``prefix`` saying so): a selection
     predicted to save more, or why there is none."""
-    if last.outcome is Outcome.OVER_BUDGET and last.start_up_bytes is not None:
-        return _start_up_binds(state, last.start_up_bytes)
+    # Over budget with the start-up alone over it (on CPU the one implies the other; on CUDA the
+    # verdict is on reserved segments the steps may have added to): no recompute can help.
+    if last.outcome is Outcome.OVER_BUDGET and (last.start_up_bytes or 0) > state.budget_bytes:
+        return _start_up_binds(state, last.start_up_bytes or 0)
     tried, limit, useful = state.tried(), state.limit_bytes, state.useful_plans()
     selection = tuple(key for key in last.plans if key not in state.left_off)
     if not prefix:

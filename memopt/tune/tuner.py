@@ -744,7 +744,7 @@ def _attempt(record: TrialRecord) -> Attempt:
         _error_line(result),
         record.number,
         result.measured_step_times_s,
-        result.memory.whole_run_peak if result.start_up_binds else None,
+        result.memory.start_up_floor,
         result.memory.device_peak,
     )
 
