@@ -24,7 +24,15 @@ from torch import nn
 from memopt.backends.torch.apply import AppliedPolicy, apply_policy
 from memopt.backends.torch.policy import POLICY_ENV, RecomputePlan, RecomputePolicy, RecomputePolicyError
 
-__all__ = ["POLICY_ENV", "AppliedPolicy", "RecomputePlan", "RecomputePolicy", "RecomputePolicyError", "apply"]
+__all__ = [
+    "POLICY_ENV",
+    "AppliedPolicy",
+    "RecomputePlan",
+    "RecomputePolicy",
+    "RecomputePolicyError",
+    "apply",
+    "apply_policy",
+]
 
 Model = TypeVar("Model", bound=nn.Module)
 

@@ -47,9 +47,12 @@ class _Recompute:
         self.versions = [(t, t._version) for t in inputs if isinstance(t, torch.Tensor)]
         self.outputs: list[torch.Tensor] | None = None
 
+    def inputs_changed(self) -> bool:
+        return any(t._version != version for t, version in self.versions)
+
     def output(self, index: int) -> torch.Tensor:
         if self.outputs is None:
-            if any(t._version != version for t, version in self.versions):
+            if self.inputs_changed():
                 raise RuntimeError(
                     f"memopt recompute: an input of aten.{self.func.__name__} was changed in place after the "
                     "forward, so its output cannot be recomputed; drop that plan from the policy"
@@ -94,26 +97,25 @@ class _NoteOutputs(TorchDispatchMode):
     """Inside one module call: note the outputs of the plans' ops, for the saved-tensor hooks."""
 
     def __init__(self, plans: list[RecomputePlan], applied: AppliedPolicy) -> None:
-        super().__init__()
+        super().__init__()  # type: ignore[no-untyped-call]
         self.plans, self.applied = plans, applied
 
     def __torch_dispatch__(
         self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None
     ) -> Any:
         kwargs = kwargs or {}
-        out = func(*args, **kwargs)
         for plan in self.plans:
             self.applied.ops_seen.setdefault(plan, set()).add(func._schema.name.removeprefix("aten::"))
         chosen = [plan for plan in self.plans if plan.op is not None and plan.op.matches(func)]
-        if chosen:
-            call = _Recompute(func, args, kwargs)
-            outputs = [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)]
-            for index, tensor in enumerate(outputs):
-                self.applied.noted[tensor] = _Noted(
-                    call, index, tensor.size(), tensor.stride(), tensor.storage_offset()
-                )
-            for plan in chosen:
-                self.applied.op_calls[plan] += 1
+        if not chosen:
+            return func(*args, **kwargs)
+        call = _Recompute(func, args, kwargs)
+        out = func(*args, **kwargs)
+        outputs = [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)]
+        for index, tensor in enumerate(outputs):
+            self.applied.noted[tensor] = _Noted(call, index, tensor.size(), tensor.stride(), tensor.storage_offset())
+        for plan in chosen:
+            self.applied.op_calls[plan] += 1
         return out
 
 
@@ -126,14 +128,22 @@ class AppliedPolicy:
     op_calls: dict[RecomputePlan, int] = field(default_factory=dict)
     ops_seen: dict[RecomputePlan, set[str]] = field(default_factory=dict)  # aten names that ran in its modules
     noted: WeakTensorKeyDictionary = field(default_factory=WeakTensorKeyDictionary)
+    # The op outputs the last forward left to backward to recompute: (call, output index) -> bytes.
+    replaced: dict[tuple[int, int], int] = field(default_factory=dict)
     checked: bool = False
 
     def pack(self, tensor: torch.Tensor) -> Any:
         base = tensor if tensor._base is None else tensor._base
-        noted = self.noted.get(base)
+        noted = self.noted.get(base)  # type: ignore[no-untyped-call]
         if noted is None:
             return tensor
+        self.replaced[(id(noted.call), noted.index)] = base.untyped_storage().nbytes()
         return _Packed(noted, tensor.size(), tensor.stride(), tensor.storage_offset())
+
+    @property
+    def replaced_bytes(self) -> int:
+        """Bytes of op outputs the last forward did not keep for backward (what the op plans save)."""
+        return sum(self.replaced.values())
 
     @staticmethod
     def unpack(packed: Any) -> torch.Tensor:
@@ -174,12 +184,12 @@ def apply_policy(model: nn.Module, policy: RecomputePolicy) -> AppliedPolicy:
         module = model.get_submodule(path)
         op_plans = [plan for plan in plans if not plan.whole_module]
         if op_plans:
-            module.forward = _noting(module.forward, op_plans, applied)  # type: ignore[method-assign]
+            module.forward = _noting(module.forward, op_plans, applied)
         for plan in plans:
             if plan.whole_module:
-                module.forward = _checkpointed(module.forward, plan.keep)  # type: ignore[method-assign]
+                module.forward = _checkpointed(module.forward, plan.keep)
     if applied.op_calls:
-        model.forward = _hooked(model.forward, applied)  # type: ignore[method-assign]
+        model.forward = _hooked(model.forward, applied)
     setattr(model, _APPLIED, applied)
     return applied
 
@@ -196,6 +206,7 @@ def _noting(forward: Callable[..., Any], plans: list[RecomputePlan], applied: Ap
 def _hooked(forward: Callable[..., Any], applied: AppliedPolicy) -> Callable[..., Any]:
     @functools.wraps(forward)
     def run(*args: Any, **kwargs: Any) -> Any:
+        applied.replaced.clear()
         with saved_tensors_hooks(applied.pack, applied.unpack):
             out = forward(*args, **kwargs)
         applied.check_ops_ran()

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from torch._ops import ops as torch_ops
 
 from memopt.errors import MemoptError
 
@@ -48,6 +49,10 @@ _FORMAT = "memopt-recompute-policy"
 _VERSION = 1
 _WHOLE_MODULE = "*"
 _EXCEPT = " except "
+# Ops that write into an input their schema does not mark as written: batch norm's running statistics.
+_UNMARKED_WRITES = frozenset(
+    {"native_batch_norm", "cudnn_batch_norm", "miopen_batch_norm", "batch_norm", "_batch_norm_impl_index"}
+)
 
 
 class RecomputePolicyError(MemoptError):
@@ -75,7 +80,7 @@ class OpName:
     def overloads(self) -> list[torch._ops.OpOverload]:
         """The overloads this name covers (``RecomputePolicyError`` where torch has none)."""
         try:
-            packet = getattr(torch.ops.aten, self.name)
+            packet = getattr(torch_ops.aten, self.name)
         except (AttributeError, RuntimeError):
             raise RecomputePolicyError(f"torch {torch.__version__} has no op aten.{self.name}") from None
         names = packet.overloads()
@@ -94,7 +99,9 @@ class OpName:
             schema = overload._schema
             if any(arg.is_out for arg in schema.arguments):
                 continue  # the out= variant writes into the buffer it is given, never into an input
-            if torch.Tag.nondeterministic_seeded in overload.tags:
+            if self.name in _UNMARKED_WRITES:
+                why = "updates the running statistics in place: recomputed it would update them twice"
+            elif torch.Tag.nondeterministic_seeded in overload.tags:
                 why = "is random: recomputed outside a checkpoint region it draws new numbers"
             elif schema.is_mutable:
                 why = "writes into its inputs: recomputed or cached it gives wrong gradients"
@@ -174,13 +181,17 @@ class RecomputePolicy:
         except json.JSONDecodeError as err:
             raise RecomputePolicyError(f"{source} is not JSON: {err}") from None
         if not isinstance(data, dict) or data.get("format") != _FORMAT:
-            raise RecomputePolicyError(f"{source} is not a memopt recompute policy (no \"format\": \"{_FORMAT}\")")
+            raise RecomputePolicyError(f'{source} is not a memopt recompute policy (no "format": "{_FORMAT}")')
         if data.get("version") != _VERSION:
-            raise RecomputePolicyError(f"{source} is policy version {data.get('version')!r}; this memopt reads {_VERSION}")
+            raise RecomputePolicyError(
+                f"{source} is policy version {data.get('version')!r}; this memopt reads {_VERSION}"
+            )
         unknown = sorted(set(data) - {"format", "version", "plans"})
         plans = data.get("plans")
         if unknown or not isinstance(plans, list) or not all(isinstance(p, str) for p in plans):
-            raise RecomputePolicyError(f"{source}: expected only \"plans\", a list of 'MODULE: OP' texts, beside the format")
+            raise RecomputePolicyError(
+                f"{source}: expected only \"plans\", a list of 'MODULE: OP' texts, beside the format"
+            )
         try:
             return cls(tuple(RecomputePlan.parse(p) for p in plans))
         except RecomputePolicyError as err:
