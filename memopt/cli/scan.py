@@ -15,6 +15,8 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
+from memopt.backends import Backend, choose_backend
+from memopt.backends.torch.scan import TorchScan, scan_recipe
 from memopt.cli import app, console, error_console
 from memopt.cli.dims import parse_dims_option
 from memopt.cli.options import (
@@ -101,11 +103,24 @@ def scan_command(
     python: str | None = typer.Option(
         None, "--python", help="Interpreter whose ORT/torch stack builds a recipe's graph."
     ),
+    backend: str | None = typer.Option(
+        None, "--backend", help="ort (ORTModule) or torch (plain PyTorch); default: ort where ORTModule can run."
+    ),
 ) -> None:
     """Find the stashed activations ORT could recompute, grouped into ORT's plans, with their savings."""
     if as_json and as_csv:
         raise MemoptError("choose one of --json and --csv")
+    chosen_backend = choose_backend(backend)
+    error_console.print(chosen_backend.line(), markup=False, highlight=False, soft_wrap=True)
     chosen = choose_target(target, command)
+    if chosen_backend.backend is Backend.TORCH:
+        if not isinstance(chosen, RecipeTarget):
+            raise MemoptError(f"--backend torch scans a recipe, not {chosen}")
+        options = recipe_options(chosen, seq, size, option, hf_task, target_seq)
+        with console.status(f"Capturing a training step of {escape(str(chosen))} at a few sizes…"):
+            scanned = scan_recipe(chosen.load(options), batch or probe_batch)
+        _print_torch_scan(scanned, str(chosen))
+        return
     python = command_notes(chosen, python, probe_batch)
     # A recipe's batch is built at --seq; an ONNX file or a command has no recipe to pass it to.
     recipe = isinstance(chosen, RecipeTarget)
@@ -170,6 +185,30 @@ def scan_command(
 
         plot_scan(report, values, plot)
         status.print(f"plot written to {plot}", markup=False, highlight=False)
+
+
+def _print_torch_scan(scanned: TorchScan, label: str) -> None:
+    at = f"batch {scanned.batch}" + (f", seq {scanned.seq}" if scanned.seq else "")
+    table = Table(title=f"{label}: recompute plans for plain PyTorch at {at}", box=box.SIMPLE_HEAD)
+    for column in ("plan", "tensors", "modules", "saving", "saving (bytes)", "recompute (ms)"):
+        wide = column in ("plan", "saving (bytes)")
+        table.add_column(column, justify="left" if wide else "right", no_wrap=wide)
+    for row in scanned.rows:
+        formula = str(row.saving) if row.saving is not None else "not a polynomial in batch, seq"
+        table.add_row(
+            escape(str(row.plan)),
+            str(row.tensors),
+            str(row.modules),
+            format_bytes(row.saving_bytes),
+            formula,
+            f"{row.recompute_seconds * 1e3:.2f}",
+        )
+    print_table(table)
+    console.print(
+        f"activations kept for backward: {format_bytes(scanned.saved_bytes)} = {scanned.saved or 'no polynomial'} bytes",
+        markup=False,
+        highlight=False,
+    )
 
 
 def _differences_from_probe(report: ScanReport, loaded: ScanTarget, version: str, level: ProbeLevel) -> list[str]:
