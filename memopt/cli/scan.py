@@ -192,7 +192,7 @@ def _print_torch_scan(scanned: TorchScan, label: str) -> None:
     table = Table(title=f"{label}: recompute plans for plain PyTorch at {at}", box=box.SIMPLE_HEAD)
     for column in ("plan", "tensors", "modules", "saving", "saving (bytes)", "recompute (ms)"):
         wide = column in ("plan", "saving (bytes)")
-        table.add_column(column, justify="left" if wide else "right", no_wrap=wide)
+        table.add_column(column, justify="left" if wide else "right", overflow="fold" if wide else "ellipsis")
     for row in scanned.rows:
         formula = str(row.saving) if row.saving is not None else "not a polynomial in batch, seq"
         table.add_row(

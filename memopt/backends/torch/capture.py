@@ -45,7 +45,9 @@ class SavedTensor:
     shape: tuple[int, ...]
     dtype: str
     savers: frozenset[str]  # the innermost modules running when autograd saved it
-    op_inputs: tuple[tuple[int, int], ...]  # the making op's input storages (address, bytes), parameters and buffers left out
+    op_inputs: tuple[
+        tuple[int, int], ...
+    ]  # the making op's input storages (address, bytes), parameters and buffers left out
 
 
 @dataclass(frozen=True)
@@ -68,7 +70,7 @@ class _NoteProducers(TorchDispatchMode):
     def __init__(self, modules: list[str], seconds: dict[tuple[str, str], float], params: set[int]) -> None:
         super().__init__()  # type: ignore[no-untyped-call]
         self.modules, self.seconds, self.params = modules, seconds, params
-        self.producer: WeakTensorKeyDictionary = WeakTensorKeyDictionary()
+        self.producer: WeakTensorKeyDictionary = WeakTensorKeyDictionary()  # type: ignore[no-untyped-call]
 
     def __torch_dispatch__(
         self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None
@@ -144,7 +146,8 @@ def capture_step(model: nn.Module, forward_and_loss: Callable[[], torch.Tensor])
 
     with _module_paths(model, stack, module_seconds), saved_tensors_hooks(pack, lambda t: t), mode:
         loss = forward_and_loss()
-    del loss, keep_alive
+    del loss
+    keep_alive.clear()
     kept = tuple(replace(t, savers=frozenset(savers[t.storage])) for t in saved.values())
     return CapturedStep(kept, op_seconds, module_seconds)
 

@@ -72,7 +72,9 @@ def scan_recipe(recipe: Recipe, batch: int) -> TorchScan:
     for pattern, op in sorted({(module_pattern(t.module), t.op) for t in main.saved if t.module and plannable(t.op)}):
         plan = RecomputePlan(pattern, OpName.parse(op))
         tensors = [t for t in main.saved if t.op == op and module_pattern(t.module) == pattern]
-        seconds = sum(s for (path, name), s in main.op_seconds.items() if name == op and module_pattern(path) == pattern)
+        seconds = sum(
+            s for (path, name), s in main.op_seconds.items() if name == op and module_pattern(path) == pattern
+        )
         matched = sum(plan.matches_module(path) for path in all_paths)
         saving = functools.partial(_op_saving, pattern=pattern, op=op)
         if saving(main) <= 0:
@@ -98,7 +100,9 @@ def _op_saving(step: CapturedStep, pattern: str, op: str) -> int:
     saved = {t.storage: t.nbytes for t in step.saved}
     made = [t for t in step.saved if t.op == op and module_pattern(t.module) == pattern]
     outputs = {t.storage: t.nbytes for t in made}
-    kept = {address: nbytes for t in made for address, nbytes in t.op_inputs if address not in saved or address in outputs}
+    kept = {
+        address: nbytes for t in made for address, nbytes in t.op_inputs if address not in saved or address in outputs
+    }
     return sum(outputs.values()) - sum(kept.values())
 
 
@@ -142,7 +146,7 @@ def _capture(recipe: Recipe, batch: int, seq: int | None) -> CapturedStep:
             output = model(*inputs)
         else:
             output = model(inputs)
-        return loss_fn(output, target)  # type: ignore[no-any-return]
+        return loss_fn(output, target)
 
     return capture_step(model, forward_and_loss)
 
@@ -162,7 +166,9 @@ def _fit(
         return [float(batch**b * (seq or 1) ** s) for b in (0, 1) for s in range(seq_powers)]
 
     solved = np.linalg.solve(np.array([row(p) for p in points]), np.array([float(values[p]) for p in points]))
-    poly = Polynomial({m: c for m, c in zip(monomials, (Fraction(float(c)).limit_denominator(64) for c in solved)) if c})
+    poly = Polynomial(
+        {m: c for m, c in zip(monomials, (Fraction(float(c)).limit_denominator(64) for c in solved)) if c}
+    )
     if any(poly.evaluate({BATCH: b, SEQ: s or 1}) != values[(b, s)] for b, s in [*points, check]):
         return None
     return poly

@@ -1,0 +1,73 @@
+"""The torch back end's scan: saved activations by op and module, exact byte formulas, and plans
+that apply. In this process with plain PyTorch; the command line in a process with ORT blocked."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from fractions import Fraction
+from pathlib import Path
+
+import pytest
+from support.torch_steps import assert_bitwise_equal
+
+from memopt.backends.torch.policy import RecomputePolicy
+from memopt.backends.torch.scan import BATCH, SEQ, scan_recipe
+from memopt.graph.polynomial import Polynomial
+from memopt.recipes import load_recipe
+
+
+def test_gpt_plans_and_their_exact_bytes() -> None:
+    """gelu's output is 4·d_model floats a token per block: 2 blocks x 256 x 4 bytes = 2048·batch·seq."""
+    scanned = scan_recipe(load_recipe("gpt", {"size": "tiny", "seq_len": 32}), 4)
+    rows = {str(row.plan): row for row in scanned.rows}
+    gelu = rows["blocks.*.mlp.act: gelu"]
+    assert gelu.saving == Polynomial({((BATCH, 1), (SEQ, 1)): Fraction(2048)})
+    assert (gelu.tensors, gelu.modules, gelu.saving_bytes) == (2, 2, 2048 * 4 * 32)
+    # Whole blocks: every activation inside, the attention's seq² terms included.
+    assert rows["blocks.*: *"].saving is not None and ((BATCH, 1), (SEQ, 2)) in rows["blocks.*: *"].saving.terms
+    # Dropout's noise is written in place (bernoulli_): no op plan names it, a region over the dropout does.
+    assert not any("bernoulli" in plan or "div_" in plan for plan in rows)
+    assert "blocks.*.attn.attn_drop: *" in rows
+
+
+def test_cnn_gets_no_region_over_batch_norm() -> None:
+    scanned = scan_recipe(load_recipe("cnn", {"size": "tiny"}), 2)
+    assert all(not row.plan.whole_module for row in scanned.rows)
+    assert {str(row.plan) for row in scanned.rows} >= {"*: convolution", "*: max_pool2d_with_indices"}
+
+
+@pytest.mark.parametrize("spec", ["gpt", "bert", "mlp", "cnn"])
+def test_every_op_plan_the_scan_finds_keeps_gradients_bitwise(spec: str) -> None:
+    recipe = load_recipe(spec, {"size": "tiny"})
+    plans = tuple(row.plan for row in scan_recipe(recipe, 2).rows if not row.plan.whole_module)
+    assert plans
+    assert_bitwise_equal(recipe, RecomputePolicy(plans))
+
+
+@pytest.mark.subprocess
+def test_scan_backend_torch_runs_without_onnxruntime(tmp_path: Path) -> None:
+    """In a process where onnxruntime cannot be imported, ``--backend torch`` scans, and without
+    ``--backend`` the first line says torch was chosen because ORTModule cannot run."""
+    (tmp_path / "sitecustomize.py").write_text(
+        "import importlib.machinery, sys\n"
+        "class _Absent:\n"
+        "    def create_module(self, spec):\n"
+        "        return None\n"
+        "    def exec_module(self, module):\n"
+        "        raise ModuleNotFoundError(f'No module named {module.__name__!r}', name=module.__name__)\n"
+        "class _NoOrt:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name.split('.')[0] == 'onnxruntime':\n"
+        "            return importlib.machinery.ModuleSpec(name, _Absent())\n"
+        "sys.meta_path.insert(0, _NoOrt())\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(tmp_path), "COLUMNS": "200"}
+    args = [sys.executable, "-m", "memopt", "scan", "gpt", "--size", "tiny", "--batch", "2", "--seq", "16"]
+    done = subprocess.run(args, capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.splitlines()[0].startswith(
+        "backend: torch (ORTModule cannot run here: onnxruntime-training is not installed"
+    )
+    assert "blocks.*.mlp.act: gelu" in done.stdout and "2048*batch*seq" in done.stdout.replace(".0*", "*")
