@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 from support.torch_steps import assert_bitwise_equal
 
-from memopt.backends.torch.policy import RecomputePolicy
 from memopt.backends.torch.scan import BATCH, SEQ, scan_recipe
 from memopt.graph.polynomial import Polynomial
 from memopt.recipes import load_recipe
+from memopt.recompute.policy import RecomputePolicy
 
 
 def test_gpt_plans_and_their_exact_bytes() -> None:

@@ -1,6 +1,5 @@
-"""The plain-PyTorch back end: recompute plans as module-path patterns and aten ops.
+"""The plain-PyTorch back end: a step's saved activations (``capture``) grouped into recompute plans (``scan``).
 
-``policy`` reads and writes the policy file, ``apply`` puts a policy on a model (both need
-only torch and the standard library: a user's training script imports them through
-``memopt.recompute``); ``capture`` scans one training step's saved activations.
+The plans are ``memopt.recompute``'s: module-path patterns and aten ops, applied in the user's
+script (and in a trial's child process) by ``memopt.recompute.apply``.
 """

@@ -26,7 +26,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 from torch.utils.weak import WeakTensorKeyDictionary
 
-from memopt.backends.torch.policy import OpName, RecomputePlan, RecomputePolicyError
+from memopt.recompute.policy import OpName, RecomputePlan, RecomputePolicyError
 
 __all__ = ["CapturedStep", "SavedTensor", "capture_step", "module_pattern"]
 

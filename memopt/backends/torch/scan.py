@@ -24,10 +24,10 @@ import torch
 from torch import nn
 
 from memopt.backends.torch.capture import CapturedStep, capture_step, module_pattern, plannable
-from memopt.backends.torch.policy import OpName, RecomputePlan
 from memopt.errors import MemoptError
 from memopt.graph.polynomial import Monomial, Polynomial
 from memopt.recipes import Recipe
+from memopt.recompute.policy import OpName, RecomputePlan
 
 __all__ = ["BATCH", "SEQ", "TorchPlanRow", "TorchScan", "scan_recipe"]
 

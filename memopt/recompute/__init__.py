@@ -9,8 +9,8 @@ variable unset it does nothing. A missing or malformed file, or a plan that matc
 the model, raises ``RecomputePolicyError`` with one line saying what is wrong: never a silent
 run without the recompute the budget was planned with.
 
-This module imports only torch and the standard library (``memopt.backends.torch.policy``
-describes the plans, ``memopt.backends.torch.apply`` how they are applied).
+This module imports only torch and the standard library (``memopt.recompute.policy``
+describes the plans, ``memopt.recompute.wrappers`` how they are applied).
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ from typing import TypeVar
 
 from torch import nn
 
-from memopt.backends.torch.apply import AppliedPolicy, apply_policy
-from memopt.backends.torch.policy import POLICY_ENV, RecomputePlan, RecomputePolicy, RecomputePolicyError
+from memopt.recompute.policy import POLICY_ENV, RecomputePlan, RecomputePolicy, RecomputePolicyError
+from memopt.recompute.wrappers import AppliedPolicy, apply_policy
 
 __all__ = [
     "POLICY_ENV",

@@ -31,7 +31,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 from torch.utils.weak import WeakTensorKeyDictionary
 
-from memopt.backends.torch.policy import OpName, RecomputePlan, RecomputePolicy, RecomputePolicyError
+from memopt.recompute.policy import OpName, RecomputePlan, RecomputePolicy, RecomputePolicyError
 
 __all__ = ["AppliedPolicy", "apply_policy"]
 
