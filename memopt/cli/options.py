@@ -237,3 +237,12 @@ def calibration_batches(text: str | None) -> tuple[int, ...] | None:
     if not values or min(values) < 1:
         raise MemoptError(f"--calibrate needs one or more positive batch sizes, not {text!r}")
     return values
+
+
+BackendOption = Annotated[
+    str | None,
+    typer.Option(
+        "--backend",
+        help="ort (ORTModule) or torch (plain PyTorch with memopt.recompute); default: ort where ORTModule can run, else torch.",
+    ),
+]

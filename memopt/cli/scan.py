@@ -20,6 +20,7 @@ from memopt.backends.torch.scan import TorchScan, scan_recipe
 from memopt.cli import app, console, error_console
 from memopt.cli.dims import parse_dims_option
 from memopt.cli.options import (
+    BackendOption,
     CommandOption,
     HfTaskOption,
     OptionPairs,
@@ -103,9 +104,7 @@ def scan_command(
     python: str | None = typer.Option(
         None, "--python", help="Interpreter whose ORT/torch stack builds a recipe's graph."
     ),
-    backend: str | None = typer.Option(
-        None, "--backend", help="ort (ORTModule) or torch (plain PyTorch); default: ort where ORTModule can run."
-    ),
+    backend: BackendOption = None,
 ) -> None:
     """Find the stashed activations ORT could recompute, grouped into ORT's plans, with their savings."""
     if as_json and as_csv:
