@@ -3,14 +3,12 @@ that apply. In this process with plain PyTorch; the command line in a process wi
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from fractions import Fraction
 from pathlib import Path
 
 import pytest
-from support.torch_steps import assert_bitwise_equal
+from support.cli import memopt
+from support.torch_steps import assert_bitwise_equal, without_onnxruntime
 
 from memopt.backends.torch.scan import BATCH, SEQ, scan_recipe
 from memopt.graph.polynomial import Polynomial
@@ -50,22 +48,7 @@ def test_every_op_plan_the_scan_finds_keeps_gradients_bitwise(spec: str) -> None
 def test_scan_backend_torch_runs_without_onnxruntime(tmp_path: Path) -> None:
     """In a process where onnxruntime cannot be imported, ``--backend torch`` scans, and without
     ``--backend`` the first line says torch was chosen because ORTModule cannot run."""
-    (tmp_path / "sitecustomize.py").write_text(
-        "import importlib.machinery, sys\n"
-        "class _Absent:\n"
-        "    def create_module(self, spec):\n"
-        "        return None\n"
-        "    def exec_module(self, module):\n"
-        "        raise ModuleNotFoundError(f'No module named {module.__name__!r}', name=module.__name__)\n"
-        "class _NoOrt:\n"
-        "    def find_spec(self, name, path=None, target=None):\n"
-        "        if name.split('.')[0] == 'onnxruntime':\n"
-        "            return importlib.machinery.ModuleSpec(name, _Absent())\n"
-        "sys.meta_path.insert(0, _NoOrt())\n"
-    )
-    env = {**os.environ, "PYTHONPATH": str(tmp_path), "COLUMNS": "200"}
-    args = [sys.executable, "-m", "memopt", "scan", "gpt", "--size", "tiny", "--batch", "2", "--seq", "16"]
-    done = subprocess.run(args, capture_output=True, text=True, env=env, timeout=300)
+    done = memopt("scan", "gpt", "--size", "tiny", "--batch", "2", "--seq", "16", env=without_onnxruntime(tmp_path))
     assert done.returncode == 0, done.stderr
     assert done.stderr.splitlines()[0].startswith(
         "backend: torch (ORTModule cannot run here: onnxruntime-training is not installed"

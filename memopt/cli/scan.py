@@ -17,6 +17,7 @@ from rich.text import Text
 
 from memopt.backends import Backend, choose_backend
 from memopt.backends.torch.scan import TorchScan, scan_recipe
+from memopt.backends.torch.trial import require_recipe
 from memopt.cli import app, console, error_console
 from memopt.cli.dims import parse_dims_option
 from memopt.cli.options import (
@@ -110,14 +111,13 @@ def scan_command(
     if as_json and as_csv:
         raise MemoptError("choose one of --json and --csv")
     chosen_backend = choose_backend(backend)
-    error_console.print(chosen_backend.line(), markup=False, highlight=False, soft_wrap=True)
     chosen = choose_target(target, command)
     if chosen_backend.backend is Backend.TORCH:
-        if not isinstance(chosen, RecipeTarget):
-            raise MemoptError(f"--backend torch scans a recipe, not {chosen}")
+        recipe_target = require_recipe(chosen)
         options = recipe_options(chosen, seq, size, option, hf_task, target_seq)
+        error_console.print(chosen_backend.line(), markup=False, highlight=False, soft_wrap=True)
         with console.status(f"Capturing a training step of {escape(str(chosen))} at a few sizes…"):
-            scanned = scan_recipe(chosen.load(options), batch or probe_batch)
+            scanned = scan_recipe(recipe_target.load(options), batch or probe_batch)
         _print_torch_scan(scanned, str(chosen))
         return
     python = command_notes(chosen, python, probe_batch)

@@ -13,7 +13,7 @@ import typer
 from rich.markup import escape
 
 from memopt.backends import Backend, choose_backend
-from memopt.backends.torch.trial import read_policy, resolve_torch_budget, run_torch_trial, trial_key
+from memopt.backends.torch.trial import read_policy, require_recipe, resolve_torch_budget, run_torch_trial, trial_key
 from memopt.cli import EXIT_DOES_NOT_FIT, app, console, error_console
 from memopt.cli.options import (
     BackendOption,
@@ -99,8 +99,9 @@ def trial_command(
 ) -> None:
     """Run RECIPE (or your command) at --batch with --config applied as a user would; record memory, time and ORT's plans."""
     chosen_backend = choose_backend(backend)
-    error_console.print(chosen_backend.line(), highlight=False, soft_wrap=True, markup=False)
     target = _target(words or [], command)
+    if chosen_backend.backend is Backend.TORCH:
+        require_recipe(target)
     check_batch(batch)
     parsed_budget = parse_budget(budget) if budget is not None else None
     settings = run_settings(
@@ -118,7 +119,9 @@ def trial_command(
         runs_dir=runs_dir,
     )
     if chosen_backend.backend is Backend.TORCH:
-        _torch_trial(settings, batch, read_policy(config), parsed_budget, resume, as_json)
+        policy = read_policy(config)
+        error_console.print(chosen_backend.line(), highlight=False, soft_wrap=True, markup=False)
+        _torch_trial(settings, batch, policy, parsed_budget, resume, as_json)
         return
     options = settings.options
     versions = stack_versions(settings.python)

@@ -14,6 +14,7 @@ import sys
 import typer
 
 from memopt.backends import Backend, choose_backend
+from memopt.backends.torch.trial import require_recipe
 from memopt.backends.torch.tune import tune_torch
 from memopt.cli import EXIT_DOES_NOT_FIT, app, error_console
 from memopt.cli.options import (
@@ -97,11 +98,11 @@ def tune_command(
     if as_json and not no_tui:
         raise MemoptError("--json needs --no-tui")
     chosen_backend = choose_backend(backend)
-    error_console.print(chosen_backend.line(), highlight=False, soft_wrap=True, markup=False)
     target = runnable(choose_target(recipe, command))
     if chosen_backend.backend is Backend.TORCH:
         if not no_tui or as_json:
             raise MemoptError("--backend torch has no terminal UI or --json yet: use --no-tui")
+        require_recipe(target)
         torch_settings = run_settings(
             target,
             target_batch,
@@ -116,9 +117,9 @@ def tune_command(
             python=python,
             runs_dir=runs_dir,
         )
-        _headless_torch(
-            torch_settings, target_batch, parse_budget(budget) if budget is not None else None, margin, resume
-        )
+        parsed_budget = parse_budget(budget) if budget is not None else None
+        error_console.print(chosen_backend.line(), highlight=False, soft_wrap=True, markup=False)
+        _headless_torch(torch_settings, target_batch, parsed_budget, margin, resume)
         return
     python = command_notes(target, python, target_batch)
     settings = TuneSettings.for_target(

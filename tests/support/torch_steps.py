@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import torch
 
 from memopt import recompute
@@ -37,3 +39,22 @@ def assert_bitwise_equal(recipe: Recipe, plans: RecomputePolicy) -> None:
     assert plain.keys() == recomputed.keys()
     differ = [name for name in plain if not torch.equal(plain[name], recomputed[name])]
     assert not differ, f"{plans}: {differ}"
+
+
+def without_onnxruntime(folder: Path) -> dict[str, str]:
+    """Environment variables under which a Python process finds no onnxruntime (a ``sitecustomize``
+    in ``folder`` answers every import of it as a missing module), as in a venv without the ORT extra."""
+    (folder / "sitecustomize.py").write_text(
+        "import importlib.machinery, sys\n"
+        "class _Absent:\n"
+        "    def create_module(self, spec):\n"
+        "        return None\n"
+        "    def exec_module(self, module):\n"
+        "        raise ModuleNotFoundError(f'No module named {module.__name__!r}', name=module.__name__)\n"
+        "class _NoOrt:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name.split('.')[0] == 'onnxruntime':\n"
+        "            return importlib.machinery.ModuleSpec(name, _Absent())\n"
+        "sys.meta_path.insert(0, _NoOrt())\n"
+    )
+    return {"PYTHONPATH": str(folder)}

@@ -73,6 +73,15 @@ class TorchTrial:
         }
 
 
+def require_recipe(target: object) -> RecipeTarget:
+    """The torch back end trains recipes: a command's own script applies a policy itself."""
+    if not isinstance(target, RecipeTarget):
+        raise MemoptError(
+            f"--backend torch runs recipes, not {target}: a command applies a policy itself with memopt.recompute.apply"
+        )
+    return target
+
+
 def resolve_torch_budget(budget: Budget | None, requested_device: str) -> int:
     """The budget in bytes on the device a torch trial runs on (``auto``: CUDA where torch has it)."""
     import torch
@@ -111,8 +120,7 @@ def run_torch_trial(
     settings: RunSettings, batch: int, policy: RecomputePolicy, *, journal: Journal, resume: bool = False
 ) -> TorchTrial:
     """Train ``settings``' recipe at ``batch`` with ``policy`` in a child process; journal the outcome."""
-    if not isinstance(settings.target, RecipeTarget):
-        raise MemoptError("--backend torch runs recipes; a command applies the policy itself (memopt.recompute.apply)")
+    require_recipe(settings.target)
     key = trial_key(settings, batch, policy)
     if resume:
         done = journal.latest(key, usable=(RunStatus.OK.value,), kind=TRIAL_KIND)

@@ -26,8 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from memopt.backends.torch.scan import BATCH, SEQ, TorchPlanRow, TorchScan, scan_recipe
-from memopt.backends.torch.trial import TorchTrial, resolve_torch_budget, run_torch_trial
-from memopt.core import RecipeTarget
+from memopt.backends.torch.trial import TorchTrial, require_recipe, resolve_torch_budget, run_torch_trial
 from memopt.errors import MemoptError
 from memopt.predict.planner import budget_limit, cheapest_cover
 from memopt.recompute import RecomputePolicy
@@ -71,13 +70,12 @@ def tune_torch(
     resume: bool,
     say: Callable[[str], None],
 ) -> TorchTuneResult:
-    if not isinstance(settings.target, RecipeTarget):
-        raise MemoptError("memopt tune --backend torch tunes a recipe; --cmd is not supported by this back end yet")
+    recipe = require_recipe(settings.target)
     budget_bytes = resolve_torch_budget(budget, settings.device)
     journal = Journal.in_folder(settings.runs_dir)
     scan_batch = min(target_batch, 2)
     say(f"scan: capturing training steps of {settings.target} at batch {scan_batch} (this process)")
-    scanned = scan_recipe(settings.target.load(settings.options), scan_batch)
+    scanned = scan_recipe(recipe.load(settings.options), scan_batch)
     say(f"scan: {len(scanned.rows)} plans; activations kept for backward: {scanned.saved or scanned.saved_bytes} bytes")
     small, larger = max(1, target_batch // 8), max(2, target_batch // 4)
     if larger <= small:
