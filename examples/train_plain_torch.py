@@ -7,7 +7,7 @@
 The file is also a recipe (``build_model``, ``make_batch``, ``optimizer``), so memopt's torch
 back end can scan it, try it and tune it:
 
-    memopt tune --backend torch examples/train_plain_torch.py --target-batch 256 --budget 1.8GiB --no-tui
+    memopt tune --backend torch examples/train_plain_torch.py --target-batch 256 --budget 2.4GiB --no-tui
 
 A small GPT-like language model on random tokens: long sequences and many heads, so its
 activations, not its weights, fill the memory, as in real training. It trains until stopped (or --max-steps).

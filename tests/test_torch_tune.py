@@ -4,14 +4,22 @@ onnxruntime: real plain-PyTorch training steps in memopt's child process."""
 from __future__ import annotations
 
 import json
+import os
 import re
+import shlex
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 from support.cli import assert_one_line_error, memopt
+from support.readme import shell_blocks
 from support.torch_steps import without_onnxruntime
 
 from memopt.recompute import POLICY_ENV, RecomputePolicy
+from memopt.run.budget import parse_budget
+
+ROOT = Path(__file__).resolve().parent.parent
 
 # Eight tiny GPT blocks at 256 x 64 tokens: activations (about 0.8 GiB) well above the
 # runtime's own RSS, so a budget between them needs recompute.
@@ -72,3 +80,44 @@ def test_bad_torch_backend_input_is_one_error_line(
     tmp_path: Path, args: tuple[str, ...], fragments: tuple[str, ...]
 ) -> None:
     assert_one_line_error(memopt(*args, "--runs-dir", str(tmp_path)), *fragments)
+
+
+README_EXPORT = re.compile(rf"^export {POLICY_ENV}=(\S+)", re.MULTILINE)
+
+
+@pytest.mark.torch
+def test_the_readme_plain_torch_commands_run_as_pasted(tmp_path: Path) -> None:
+    """The README's examples/train_plain_torch.py block, run as a user pastes it from a folder
+    holding only examples/, without onnxruntime: tune ends verified, and the job re-run with the
+    export line peaks under the budget."""
+    blocks = [b for b in shell_blocks((ROOT / "README.md").read_text()) if "train_plain_torch.py" in str(b)]
+    assert len(blocks) == 1, "the README shows one examples/train_plain_torch.py block"
+    tune_words, first_export, second_export, job_words = blocks[0]
+    assert first_export == second_export and first_export[1].startswith(f"{POLICY_ENV}=")
+    budget = parse_budget(tune_words[tune_words.index("--budget") + 1]).bytes or 0
+    (tmp_path / "examples").symlink_to(ROOT / "examples")
+    env = {
+        **os.environ,
+        **without_onnxruntime(tmp_path),
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+    }
+    tuned = subprocess.run(
+        shlex.join(tune_words), shell=True, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=1500
+    )
+    assert tuned.returncode == 0, tuned.stderr[-3000:]
+    exported = README_EXPORT.search(tuned.stdout)
+    assert exported, tuned.stdout
+    # The job in a shell that pasted the export line, its peak RSS read by a parent of its own;
+    # --max-steps because the example trains until stopped.
+    measure = "import resource, subprocess, sys; subprocess.run(sys.argv[1:], check=True); print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)"
+    ran = subprocess.run(
+        f"export {POLICY_ENV}={exported.group(1)}; python -c {shlex.quote(measure)} {shlex.join(job_words)} --max-steps 3",
+        shell=True,
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    assert int(ran.stdout.split()[-1]) * 1024 <= budget
