@@ -30,6 +30,26 @@ def test_gpt_plans_and_their_exact_bytes() -> None:
     assert "blocks.*.attn.attn_drop: *" in rows
 
 
+@pytest.mark.parametrize(("spec", "options"), [("gpt", {"size": "tiny", "seq_len": 32}), ("bert", {"size": "tiny"})])
+def test_fake_tensors_scan_the_same_bytes(spec: str, options: dict[str, object]) -> None:
+    """A fake-tensor scan (no memory, no arithmetic) finds the same plans and bytes as a real one."""
+    recipe = load_recipe(spec, options)
+    real, fake = scan_recipe(recipe, 3), scan_recipe(recipe, 3, fake=True)
+    assert (fake.saved_bytes, fake.saved) == (real.saved_bytes, real.saved)
+    assert {(str(r.plan), r.saving_bytes, r.saving) for r in fake.rows} == {
+        (str(r.plan), r.saving_bytes, r.saving) for r in real.rows
+    }
+
+
+def test_a_model_larger_than_the_machine_scans_with_fake_tensors() -> None:
+    """GPT-2 XL at batch 64 x 1024 tokens keeps terabytes for backward: scanned without any of it."""
+    scanned = scan_recipe(load_recipe("gpt", {"size": "xl", "seq_len": 1024}), 64, fake=True)
+    assert scanned.saved_bytes > 2**40
+    rows = {str(row.plan): row for row in scanned.rows}
+    # 48 blocks' GELU outputs: 4 x 1600 floats a token each.
+    assert rows["blocks.*.mlp.act: gelu"].saving_bytes == 48 * 64 * 1024 * 4 * 1600 * 4
+
+
 def test_cnn_gets_no_region_over_batch_norm() -> None:
     scanned = scan_recipe(load_recipe("cnn", {"size": "tiny"}), 2)
     assert all(not row.plan.whole_module for row in scanned.rows)

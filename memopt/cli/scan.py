@@ -106,6 +106,11 @@ def scan_command(
         None, "--python", help="Interpreter whose ORT/torch stack builds a recipe's graph."
     ),
     backend: BackendOption = None,
+    fake: bool = typer.Option(
+        False,
+        "--fake",
+        help="--backend torch: scan with fake tensors (no memory, any size; recompute times not measured).",
+    ),
 ) -> None:
     """Find the stashed activations ORT could recompute, grouped into ORT's plans, with their savings."""
     if as_json and as_csv:
@@ -117,8 +122,8 @@ def scan_command(
         options = recipe_options(chosen, seq, size, option, hf_task, target_seq)
         error_console.print(chosen_backend.line(), markup=False, highlight=False, soft_wrap=True)
         with console.status(f"Capturing a training step of {escape(str(chosen))} at a few sizes…"):
-            scanned = scan_recipe(recipe_target.load(options), batch or probe_batch)
-        _print_torch_scan(scanned, str(chosen))
+            scanned = scan_recipe(recipe_target.load(options), batch or probe_batch, fake=fake)
+        _print_torch_scan(scanned, str(chosen), fake)
         return
     python = command_notes(chosen, python, probe_batch)
     # A recipe's batch is built at --seq; an ONNX file or a command has no recipe to pass it to.
@@ -186,8 +191,10 @@ def scan_command(
         status.print(f"plot written to {plot}", markup=False, highlight=False)
 
 
-def _print_torch_scan(scanned: TorchScan, label: str) -> None:
-    at = f"batch {scanned.batch}" + (f", seq {scanned.seq}" if scanned.seq else "")
+def _print_torch_scan(scanned: TorchScan, label: str, fake: bool) -> None:
+    at = (
+        f"batch {scanned.batch}" + (f", seq {scanned.seq}" if scanned.seq else "") + (" (fake tensors)" if fake else "")
+    )
     table = Table(title=f"{label}: recompute plans for plain PyTorch at {at}", box=box.SIMPLE_HEAD)
     for column in ("plan", "tensors", "modules", "saving", "saving (bytes)", "recompute (ms)"):
         wide = column in ("plan", "saving (bytes)")
@@ -200,7 +207,7 @@ def _print_torch_scan(scanned: TorchScan, label: str) -> None:
             str(row.modules),
             format_bytes(row.saving_bytes),
             formula,
-            f"{row.recompute_seconds * 1e3:.2f}",
+            "not measured" if fake else f"{row.recompute_seconds * 1e3:.2f}",
         )
     print_table(table)
     console.print(

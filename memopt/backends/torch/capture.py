@@ -71,6 +71,9 @@ class _NoteProducers(TorchDispatchMode):
         super().__init__()  # type: ignore[no-untyped-call]
         self.modules, self.seconds, self.params = modules, seconds, params
         self.producer: WeakTensorKeyDictionary = WeakTensorKeyDictionary()  # type: ignore[no-untyped-call]
+        # Every output lives until the capture ends: no storage address is reused within it, so an
+        # op's inputs, noted by address, are told apart from later tensors.
+        self.outputs: list[torch.Tensor] = []
 
     def __torch_dispatch__(
         self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None
@@ -81,10 +84,11 @@ class _NoteProducers(TorchDispatchMode):
         where = (self.modules[-1], op)
         self.seconds[where] = self.seconds.get(where, 0.0) + time.perf_counter() - started
         storages = [t.untyped_storage() for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor)]
-        inputs = tuple((s.data_ptr(), s.nbytes()) for s in storages if s.data_ptr() not in self.params)
+        inputs = tuple((s._cdata, s.nbytes()) for s in storages if s._cdata not in self.params)
         for tensor in tree_flatten(out)[0]:
             if isinstance(tensor, torch.Tensor):
                 self.producer[tensor] = (*where, inputs)  # an in-place op returns its input: the last writer names it
+                self.outputs.append(tensor)
         return out
 
 
@@ -120,19 +124,18 @@ def _module_paths(model: nn.Module, stack: list[str], seconds: dict[str, float])
 
 def capture_step(model: nn.Module, forward_and_loss: Callable[[], torch.Tensor]) -> CapturedStep:
     """Run ``forward_and_loss`` once (no backward) and note each storage autograd keeps for backward."""
-    params = {p.untyped_storage().data_ptr() for p in (*model.parameters(), *model.buffers())}
+    params = {p.untyped_storage()._cdata for p in (*model.parameters(), *model.buffers())}
     stack = [""]
     op_seconds: dict[tuple[str, str], float] = {}
     module_seconds: dict[str, float] = {}
     saved: dict[int, SavedTensor] = {}
     savers: dict[int, set[str]] = {}
-    keep_alive: list[torch.Tensor] = []  # data pointers stay unique while the step's tensors live
     mode = _NoteProducers(stack, op_seconds, params)
 
     def pack(tensor: torch.Tensor) -> torch.Tensor:
         base = tensor if tensor._base is None else tensor._base
         storage = base.untyped_storage()
-        address = storage.data_ptr()
+        address = storage._cdata
         if address in params:
             return tensor
         savers.setdefault(address, set()).add(stack[-1])
@@ -141,13 +144,12 @@ def capture_step(model: nn.Module, forward_and_loss: Callable[[], torch.Tensor])
             saved[address] = SavedTensor(
                 address, module, op, storage.nbytes(), tuple(base.shape), str(base.dtype), frozenset(), inputs
             )
-            keep_alive.append(base)
         return tensor
 
     with _module_paths(model, stack, module_seconds), saved_tensors_hooks(pack, lambda t: t), mode:
         loss = forward_and_loss()
     del loss
-    keep_alive.clear()
+    mode.outputs.clear()
     kept = tuple(replace(t, savers=frozenset(savers[t.storage])) for t in saved.values())
     return CapturedStep(kept, op_seconds, module_seconds)
 

@@ -1,7 +1,8 @@
 """Recompute plans of a plain-PyTorch model, with their savings as functions of batch and sequence.
 
-A recipe's step is captured (``capture``) at the asked batch and sequence length and at a few
-smaller sizes; each plan's saved bytes are then fitted exactly as ``batch·(a + b·seq + c·seq²)``
+A recipe's step is captured (``capture``), with real tensors or fake ones (``FakeTensorMode``:
+a model larger than the machine scans too), at the asked batch and sequence length and at a few
+other sizes; each plan's saved bytes are then fitted exactly as ``batch·(a + b·seq + c·seq²)``
 (as many sequence terms as there were distinct sequence lengths) and checked on one more batch.
 A plan whose bytes do not follow that form keeps its measured figure and no formula.
 
@@ -13,6 +14,7 @@ Modules holding batch norm get no whole-module plan: its rerun would update the 
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
@@ -22,6 +24,7 @@ from typing import Any
 import numpy as np
 import torch
 from torch import nn
+from torch._subclasses.fake_tensor import FakeTensorMode
 
 from memopt.backends.torch.capture import CapturedStep, capture_step, module_pattern, plannable
 from memopt.errors import MemoptError
@@ -53,15 +56,20 @@ class TorchScan:
     rows: tuple[TorchPlanRow, ...]
 
 
-def scan_recipe(recipe: Recipe, batch: int) -> TorchScan:
-    """Capture the recipe's step at ``batch`` (and its ``seq_len`` option, where it takes one) and group the plans."""
+def scan_recipe(recipe: Recipe, batch: int, *, fake: bool = False) -> TorchScan:
+    """Capture the recipe's step at ``batch`` (and its ``seq_len`` option, where it takes one) and group the plans.
+
+    ``fake``: the model, its batch and every op's output are fake tensors (``FakeTensorMode``):
+    shapes and bytes without memory or arithmetic, so any size scans in seconds; the recompute
+    times are then only the dispatch's, not the ops'."""
     seq = recipe.options.get("seq_len")
     seqs: list[int | None] = sorted({s for s in (seq, (seq or 0) // 2, (seq or 0) // 4) if s}, reverse=True) or [None]
     points = [(b, s) for b in (batch, batch + 1) for s in seqs]
     check = (batch + 2, seqs[-1])
-    captures = {point: _capture(recipe, *point) for point in [*points, check]}
+    with FakeTensorMode() if fake else contextlib.nullcontext():  # type: ignore[no-untyped-call]
+        captures = {point: _capture(recipe, *point) for point in [*points, check]}
+        model = _model(recipe)
     main = captures[points[0]]
-    model = _model(recipe)
     batch_norm = {path for path, module in model.named_modules() if isinstance(module, nn.modules.batchnorm._BatchNorm)}
     all_paths = [path for path, _ in model.named_modules() if path]
 
