@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import errno
+import stat
 from pathlib import Path
 
-__all__ = ["DamagedRecord", "MemoptError", "disk_full", "one_line", "write_failure"]
+__all__ = ["DamagedRecord", "MemoptError", "disk_full", "one_line", "path_kind", "write_failure"]
 
 
 class MemoptError(Exception):
@@ -28,7 +29,25 @@ def disk_full(err: BaseException | None) -> bool:
 
 
 def write_failure(path: Path | str, err: OSError) -> str:
-    """The one line for a failed write of ``path``: a full disk named as such."""
+    """The one line for a failed write of ``path``: a full disk and a read-only mount named as such."""
     if disk_full(err):
         return f"the disk is full: cannot write {path}"
+    if err.errno == errno.EROFS:
+        return f"the file system is read-only: cannot write {path}"
     return f"cannot write {path}: {err.strerror or err}"
+
+
+_KINDS = {
+    stat.S_IFREG: "a regular file",
+    stat.S_IFDIR: "a folder",
+    stat.S_IFLNK: "a symlink",
+    stat.S_IFIFO: "a FIFO (named pipe)",
+    stat.S_IFCHR: "a character device",
+    stat.S_IFBLK: "a block device",
+    stat.S_IFSOCK: "a socket",
+}
+
+
+def path_kind(mode: int) -> str:
+    """What a file of ``st_mode`` ``mode`` is, as a message names it: "a folder", "a FIFO (named pipe)"..."""
+    return _KINDS.get(stat.S_IFMT(mode), "not a regular file")

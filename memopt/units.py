@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-__all__ = ["format_bytes", "format_mib"]
+__all__ = ["format_bytes", "format_cuda_memory", "format_mib"]
 
 _UNITS = ("B", "KiB", "MiB", "GiB", "TiB")
 
@@ -23,3 +23,15 @@ def format_mib(value: float | None) -> str:
     if value is None:
         return "n/a"
     return f"{value / 2**20:,.1f} MiB"
+
+
+def format_cuda_memory(
+    allocated: float | None, reserved: float | None, outside: float | None, allocated_label: str = "allocated"
+) -> str:
+    """A CUDA figure in its parts: what runs out (reserved + outside the allocator), and of the
+    reserved bytes what was allocated."""
+    total = None if reserved is None else reserved + (outside or 0)
+    return (
+        f"{format_mib(total)} = reserved {format_mib(reserved)} + outside the allocator {format_mib(outside)}"
+        f" ({allocated_label} {format_mib(allocated)})"
+    )

@@ -20,9 +20,9 @@ from memopt.ort.config import (
     parse_config_json,
     parse_config_string,
     read_config_file,
-    write_json_config,
 )
 from memopt.ort.version import OrtVersion, OrtVersionError
+from memopt.tune import ConfigExport, write_config
 
 V1_16, V1_17, V1_18, V1_19 = (OrtVersion.parse(text) for text in ("1.16.3", "1.17", "1.18.0", "1.19.2"))
 DOC_CONFIG = "BiasGelu+Cast+Cast+:1:2,Cast+:2:-1,Dropout+:0:-1"
@@ -115,17 +115,17 @@ def test_json_is_1_19_only_and_strings_are_not_1_19() -> None:
         format_config_string([ConfigEntry("X+", OptimizationType.RECOMPUTE)], V1_19)
 
 
-def test_write_json_config_is_atomic_and_never_clobbers(tmp_path: Path) -> None:
-    entries = [ConfigEntry("Gelu+", OptimizationType.RECOMPUTE), ConfigEntry("Cast+", OptimizationType.COMPROMISE)]
+def test_a_written_json_config_is_atomic_and_never_clobbers(tmp_path: Path) -> None:
+    entries = (ConfigEntry("Gelu+", OptimizationType.RECOMPUTE), ConfigEntry("Cast+", OptimizationType.COMPROMISE))
     target = tmp_path / "cfg.json"
-    written = write_json_config(entries, target, V1_19)
+    written = write_config(ConfigExport(entries, V1_19, target), overwrite=False)
     assert json.loads(target.read_text()) == ["Gelu+:1:-1", "Cast+:2:-1"]
-    assert read_config_file(written, V1_19).entries == tuple(entries)
+    assert read_config_file(written, V1_19).entries == entries
     target.write_text("keep me")
-    with pytest.raises(ConfigError, match="exists"):
-        write_json_config(entries, target, V1_19)
+    with pytest.raises(MemoptError, match="exists"):
+        write_config(ConfigExport(entries, V1_19, target), overwrite=False)
     assert target.read_text() == "keep me"
-    write_json_config(entries[:1], target, V1_19, overwrite=True)
+    write_config(ConfigExport(entries[:1], V1_19, target), overwrite=True)
     assert json.loads(target.read_text()) == ["Gelu+:1:-1"]
     assert sorted(os.listdir(tmp_path)) == ["cfg.json"]  # no temporary file left behind
 

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 from support import RECIPES
 from support.cli import CliRun, assert_one_line_error, memopt
+from support.mounts import tmpfs
 from support.processes import running
 
 from memopt.errors import MemoptError
@@ -122,15 +123,8 @@ def test_plan_never_overwrites_the_users_file_without_force(tmp_path: Path) -> N
 @pytest.fixture
 def small_disk(tmp_path: Path) -> Iterator[Path]:
     """A real 1 MiB tmpfs, mounted for the test (root only) and unmounted after it."""
-    disk = tmp_path / "disk"
-    disk.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(disk)], capture_output=True)
-    if mounted.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.decode().strip()}")
-    try:
+    with tmpfs(tmp_path / "disk", "size=1m") as disk:
         yield disk
-    finally:
-        subprocess.run(["umount", "-l", str(disk)], check=False)
 
 
 def test_a_run_that_fills_the_disk_says_so_and_leaves_no_temporary_file(small_disk: Path) -> None:

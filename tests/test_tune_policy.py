@@ -147,6 +147,15 @@ def test_over_budget_at_start_up_stops_the_search() -> None:
     assert "start-up" in stop.message and "2,500.0 MiB" in stop.message
 
 
+def test_over_budget_on_cuda_with_a_start_up_under_it_adds_plans() -> None:
+    # On CUDA the verdict is on reserved + outside: the start-up peaked above the steps in
+    # allocated bytes, but alone it fits; the steps' segments made the run over, and more
+    # recompute may take some away.
+    over = Attempt((B,), Outcome.OVER_BUDGET, number=1, start_up_bytes=2000 * MiB)
+    step = next_step(state(2400, over))
+    assert isinstance(step, TryPlans) and B in step.plans and len(step.plans) > 1
+
+
 # -- the tuning loop over the fake runner ------------------------------------------------------
 
 

@@ -99,11 +99,11 @@ def test_the_highest_memory_over_ranks_takes_each_figure_on_its_own() -> None:
             lambda: TuneSettings(target=parse_runnable("gpt"), target_batch=0),
             "--target-batch must be a positive integer, not 0",
         ),
-        (lambda: RunRequest(parse_runnable("gpt"), 1, steps=0), "--steps must be at least 1, not 0"),
-        (lambda: TrialSpec(parse_runnable("gpt"), 1, steps=0), "--steps must be at least 1, not 0"),
+        (lambda: RunRequest(parse_runnable("gpt"), 1, steps=0), "--steps must be a positive integer, not 0"),
+        (lambda: TrialSpec(parse_runnable("gpt"), 1, steps=0), "--steps must be a positive integer, not 0"),
         (
             lambda: TuneSettings(target=parse_runnable("gpt"), target_batch=4, steps=0),
-            "--steps must be at least 1, not 0",
+            "--steps must be a positive integer, not 0",
         ),
         (lambda: TrialSpec(parse_runnable("gpt"), 1, device="tpu"), "--device must be auto, cpu or cuda"),
         (

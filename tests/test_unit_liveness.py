@@ -13,6 +13,7 @@ import pytest
 from onnx import TensorProto
 from support.graphs import MS, STEP, node, node_graph, training_graph, yield_op
 
+from memopt.cuda_caching import BlockUse, CudaSetup, PoolBlock, PoolLayout, PoolSegment
 from memopt.graph.training_graph import load_graph
 from memopt.ort import PlanKey
 from memopt.ort.rules import AnalysisOrder
@@ -176,6 +177,29 @@ def test_on_cuda_every_buffer_goes_through_pytorchs_caching_allocator() -> None:
     assert simulate(STEP, {"b": 2048}).reserved_bytes == 0.0
 
 
+def _pool(*blocks: tuple[int, BlockUse]) -> CudaSetup:
+    """One 20 MiB large segment as a trial left it, its blocks of MiB sizes in address order."""
+    return CudaSetup(pool=PoolLayout((PoolSegment(False, tuple(PoolBlock(m * MiB, use) for m, use in blocks)),)))
+
+
+def test_on_cuda_the_step_fits_around_what_lives_in_the_pool() -> None:
+    # STEP at b=2048: 2 MiB tensors, at most 5 live (10 MiB), as worked out above. With 8 MiB
+    # held for good at the front of a 20 MiB segment, the 12 MiB after it takes the step: 18
+    # MiB allocated at most, nothing more reserved.
+    roomy = simulate(STEP, {"b": 2048}, device="cuda", cuda=_pool((8, BlockUse.RESIDENT), (12, BlockUse.FREE)))
+    assert (roomy.resident_bytes, roomy.reserved_bytes) == (18 * MiB, 20 * MiB)
+    # With 12 MiB held, 8 MiB is too little: a second 20 MiB segment (its first request is
+    # under 10 MiB), 22 MiB allocated at most.
+    tight = simulate(STEP, {"b": 2048}, device="cuda", cuda=_pool((12, BlockUse.RESIDENT), (8, BlockUse.FREE)))
+    assert (tight.resident_bytes, tight.reserved_bytes) == (22 * MiB, 40 * MiB)
+    # The last step's c, held by the loop, is the pool's loop block: dropped at the first
+    # yield, it is the old c of the worked-out peak, so the figures are the roomy ones.
+    held = _pool((8, BlockUse.RESIDENT), (2, BlockUse.LOOP), (10, BlockUse.FREE))
+    assert simulate(STEP, {"b": 2048}, device="cuda", cuda=held).resident_bytes == 18 * MiB
+    # The live activations are the step's alone.
+    assert roomy.peak_bytes == tight.peak_bytes == 10 * MiB
+
+
 def test_the_simulator_plays_the_device_it_was_made_for() -> None:
     cuda = ActivationSimulator(STEP, {}, device="cuda").timeline({"b": 2048})
     assert cuda.reserved_bytes == 20 * 2**20
@@ -223,7 +247,9 @@ def test_a_plays_bounds_grow_to_its_figure_and_a_stopped_play_resumes_alike() ->
 def test_on_cuda_the_bounds_are_the_live_peak_then_the_figure() -> None:
     simulator, every, dims, fresh = _gpt_sample("cuda")
     bounds = list(simulator.resident_bounds(dims, iter(every)))
-    assert bounds == [fresh.peak_bytes, fresh.resident_bytes] and bounds == sorted(bounds)
+    # The figure the memory model predicts from on CUDA is what the allocator reserved.
+    assert bounds == [fresh.peak_bytes, fresh.reserved_bytes] and bounds == sorted(bounds)
+    assert fresh.held_bytes == fresh.reserved_bytes > fresh.resident_bytes
 
 
 def test_two_threads_asking_about_one_config_get_the_fresh_figure() -> None:

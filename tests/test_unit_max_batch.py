@@ -39,7 +39,7 @@ class FakeSimulator:
         yield self.resident(dims["batch"])
 
     def timeline(self, dims: Mapping[str, int], plans: tuple[PlanKey, ...] = (), counts: object = None) -> object:
-        return SimpleNamespace(resident_bytes=self.resident(dims["batch"]))
+        return SimpleNamespace(held_bytes=self.resident(dims["batch"]))
 
 
 @settings(max_examples=400, deadline=None)

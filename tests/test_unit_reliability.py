@@ -24,7 +24,7 @@ from support.processes import running
 from memopt.core import parse_runnable
 from memopt.errors import MemoptError
 from memopt.graph import Polynomial
-from memopt.ort import ConfigEntry, ConfigError, OptimizationType, OrtVersion
+from memopt.ort import ConfigEntry, OptimizationType, OrtVersion
 from memopt.predict import MemoryModel, Observation, PlanSavings, fit_memory_model
 from memopt.predict.calibrate import MODEL_FILE, load_saved_model, save_model
 from memopt.run import Journal, RunRequest, TrialSpec, check_timeout
@@ -146,14 +146,15 @@ def test_concurrent_threads_and_processes_lose_no_model(tmp_path: Path) -> None:
     assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")] == []  # no temp file left
 
 
-def test_atomic_replacement_replaces_a_symlink_instead_of_writing_through_it(tmp_path: Path) -> None:
+def test_atomic_replacement_refuses_a_symlink_instead_of_writing_through_or_over_it(tmp_path: Path) -> None:
     victim = tmp_path / "victim.txt"
     victim.write_text("keep me\n")
     target = tmp_path / "config.txt"
     target.symlink_to(victim)
-    replace_atomically(target, "new\n")
+    with pytest.raises(MemoptError, match="is a symlink; memopt writes only to a regular file or a new path"):
+        replace_atomically(target, "new\n")
     assert victim.read_text() == "keep me\n"
-    assert not target.is_symlink() and target.read_text() == "new\n"
+    assert target.is_symlink() and target.readlink() == victim
 
 
 # -- the child's guard and import path ------------------------------------------------------
@@ -257,7 +258,7 @@ def test_a_config_written_over_a_file_keeps_its_mode_and_refuses_without_overwri
     target.write_text("[]")
     target.chmod(0o640)
     export = ConfigExport((ConfigEntry("Gelu+", OptimizationType.RECOMPUTE),), version, target)
-    with pytest.raises(ConfigError, match="exists; pass --force"):
+    with pytest.raises(MemoptError, match="exists; pass --force"):
         write_config(export, overwrite=False)
     assert target.read_text() == "[]"
     write_config(export, overwrite=True)

@@ -49,27 +49,29 @@ def gauge(predicted: float, baseline: float, budget: float, limit: float, width:
 
 
 def trials_chart(records: Sequence[TrialRecord], budget: float, width: int) -> Table | Text:
-    """One bar per trial: measured peak against the budget line, with step time."""
+    """One bar per trial: measured peak against the budget line, with step time (on CUDA the
+    peak is what runs out: reserved + outside the allocator)."""
     shown = [r for r in records if r.peak_bytes][-8:]
     if not shown:
         return Text("no trials yet: measured peaks and step times appear here", style="grey62")
-    scale = max(max(r.peak_bytes or 0 for r in shown), budget) * 1.05
+    peaks = [r.result.predicted_figure_bytes or 0 for r in shown]
+    scale = max(max(peaks), budget) * 1.05
     table = Table.grid(padding=(0, 1))
     table.add_column(justify="right", style="bold")
     table.add_column()
     table.add_column(justify="right")
     table.add_column(justify="right", style="cyan")
     bar_width = max(width - 26, 6)
-    for record in shown:
-        fits = (record.peak_bytes or 0) <= budget
+    for record, peak in zip(shown, peaks):
+        fits = peak <= budget
         style = "green" if fits else "red"
         if record.purpose is Purpose.CALIBRATION:
             style = "grey50"
         label = f"#{record.number}" + ("c" if record.purpose is Purpose.CALIBRATION else "")
         table.add_row(
             label,
-            _bar(record.peak_bytes or 0, scale, bar_width, budget, style),
-            format_bytes(record.peak_bytes),
+            _bar(peak, scale, bar_width, budget, style),
+            format_bytes(peak),
             f"{record.step_s:.2f}s" if record.step_s else "-",
         )
     return table

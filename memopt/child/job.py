@@ -41,7 +41,7 @@ from memopt.child import (
     ONNX_PREFIX,
     PARENT_PID_VAR,
 )
-from memopt.child.memory import proc_status_bytes, reset_rss_peak
+from memopt.child.memory import cuda_figures, proc_status_bytes, reset_rss_peak
 
 __all__ = ["install"]
 
@@ -254,6 +254,7 @@ def _peaks(cuda: bool) -> dict[str, Any]:
             "cuda_reserved_bytes": torch.cuda.max_memory_reserved(),
             "cuda_total_memory": torch.cuda.get_device_properties(device).total_memory,
             "cuda_device_name": torch.cuda.get_device_name(device),
+            **cuda_figures(),
         }
     return {"device": "cpu", "memory_kind": "rss", "peak_bytes": proc_status_bytes("VmHWM")}
 

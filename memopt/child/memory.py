@@ -11,7 +11,7 @@ from dataclasses import dataclass, fields
 from enum import Enum
 from pathlib import Path
 
-__all__ = ["Memory", "Phase", "proc_status_bytes", "reset_rss_peak"]
+__all__ = ["Memory", "Phase", "cuda_figures", "proc_status_bytes", "reset_rss_peak"]
 
 
 class Phase(str, Enum):
@@ -34,6 +34,35 @@ class Memory:
     peak_bytes: int | None = None  # the measured steps' peak: reset after the warm-up step
     peak_over_run_bytes: int | None = None  # the whole run's: export and session build included
     cuda_reserved_bytes: int | None = None  # CUDA: the caching allocator's reserved peak
+    cuda_outside_bytes: int | None = None  # CUDA: memory outside the allocator at that peak
+    cuda_alloc_retries: int | None = None  # CUDA: num_alloc_retries (the cache freed to find room)
+    cuda_ooms: int | None = None  # CUDA: num_ooms
+
+    @property
+    def on_cuda(self) -> bool:
+        return self.memory_kind == "cuda_allocated"
+
+    @property
+    def device_peak(self) -> int | None:
+        """What runs out, the figure a budget is judged on: on CUDA the caching allocator's
+        reserved peak (allocated or cached, the segments hold the card's memory) plus what
+        lives outside it; elsewhere ``whole_run_peak``."""
+        if self.on_cuda and self.cuda_reserved_bytes is not None:
+            return self.cuda_reserved_bytes + (self.cuda_outside_bytes or 0)
+        return self.whole_run_peak
+
+    @property
+    def predicted_figure(self) -> int | None:
+        """The measured figure the memory model predicts and learns from: on CUDA what runs out
+        (reserved plus outside the allocator), elsewhere the measured steps' peak."""
+        if self.on_cuda and self.cuda_reserved_bytes is not None:
+            return self.device_peak
+        return self.steady_or_run_peak
+
+    @property
+    def at_the_edge(self) -> bool:
+        """The allocator had to free its cache to find room: the run fits, but only just."""
+        return bool(self.cuda_alloc_retries)
 
     @property
     def steady_or_run_peak(self) -> int | None:
@@ -45,6 +74,18 @@ class Memory:
         """What a hard limit sees: the highest of the whole run's peak and the steps' peak."""
         known = [size for size in (self.peak_bytes, self.peak_over_run_bytes) if size is not None]
         return max(known) if known else None
+
+    @property
+    def start_up_floor(self) -> int | None:
+        """When the start-up peaked above the measured steps, what it alone holds on the device,
+        which recompute cannot lower: elsewhere the whole run's peak; on CUDA the start-up's
+        allocated peak (the reserved segments held at least that) plus what lives outside the
+        allocator, a floor under what runs out (the reserved peak is no start-up's alone)."""
+        if self.binding_phase is not Phase.START_UP or self.peak_bytes is None:
+            return None
+        if self.on_cuda and self.cuda_reserved_bytes is not None and self.peak_over_run_bytes is not None:
+            return self.peak_over_run_bytes + (self.cuda_outside_bytes or 0)
+        return self.whole_run_peak
 
     @property
     def binding_phase(self) -> Phase | None:
@@ -99,3 +140,20 @@ def reset_rss_peak() -> None:
         Path("/proc/self/clear_refs").write_text("5")
     except OSError:
         pass
+
+
+def cuda_figures() -> dict[str, int]:
+    """torch's CUDA figures beside its peaks, named as ``Memory`` names them: the memory outside
+    the caching allocator now (device total − free − reserved: the context, library workspaces,
+    other processes) and the allocator's retries and out-of-memory errors so far. Read after a
+    step, when the reserved segments (kept until ``empty_cache``) are near their peak; torch is
+    imported only here, in a process that runs CUDA."""
+    import torch
+
+    free, total = torch.cuda.mem_get_info()
+    stats = torch.cuda.memory_stats()
+    return {
+        "cuda_outside_bytes": max(total - free - torch.cuda.memory_reserved(), 0),
+        "cuda_alloc_retries": int(stats.get("num_alloc_retries", 0)),
+        "cuda_ooms": int(stats.get("num_ooms", 0)),
+    }

@@ -6,9 +6,10 @@ This module imports torch, and ORT where the back end is ORT; the parent process
 
 from __future__ import annotations
 
+import os
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,9 +21,10 @@ from torch.optim.adamw import AdamW
 from torch.optim.optimizer import Optimizer
 
 from memopt.child import ONNX_PREFIX, OOM_MARKERS
-from memopt.child.memory import proc_status_bytes, reset_rss_peak
+from memopt.child.memory import cuda_figures, proc_status_bytes, reset_rss_peak
 from memopt.child.profile import profile_sessions, write_node_times
-from memopt.errors import one_line
+from memopt.cuda_caching import AllocatorSettings, PoolLayout
+from memopt.errors import MemoptError, one_line
 from memopt.recipes import Recipe, RecipeError
 
 __all__ = [
@@ -59,8 +61,15 @@ class StepReport:
     peak_over_run_bytes: int | None = None
     peak_bytes: int | None = None
     cuda_reserved_bytes: int | None = None
+    # CUDA: memory outside the caching allocator (context, library workspaces, other processes)
+    # where the reserved bytes peaked: device total − free − reserved, the highest after a step.
+    cuda_outside_bytes: int | None = None
+    cuda_alloc_retries: int | None = None  # times the allocator freed its cache to find room
+    cuda_ooms: int | None = None  # allocations that failed even then
     cuda_device_name: str | None = None
     cuda_total_memory: int | None = None  # the device's capacity, for budgets given as a percentage
+    # CUDA: what lived in the caching allocator's pool after the warm-up step (PoolLayout.to_json).
+    cuda_pool: list[dict[str, Any]] | None = None
 
 
 def pick_device(requested: str, ort_has_cuda: bool) -> str:
@@ -148,6 +157,10 @@ def run_steps(
     """
     report = StepReport(device=device, memory_kind="cuda_allocated" if device == "cuda" else "rss")
     if device == "cuda":
+        try:  # without the caching allocator its statistics read 0: nothing to measure
+            AllocatorSettings.from_environment(os.environ)
+        except MemoptError as err:
+            raise RecipeError(str(err)) from None
         report.cuda_device_name = torch.cuda.get_device_name()
         report.cuda_total_memory = torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory
     step = TrainingStep(recipe, batch_size, device, _debug_options(backend, log_level, save_onnx), backend)
@@ -161,6 +174,8 @@ def run_steps(
         report.step_times_s.append(time.perf_counter() - started)
         report.losses.append(loss)
         _read_peaks(report, device, steady=index >= 1)
+        if device == "cuda" and index == 0:
+            report.cuda_pool = _pool_layout(step).to_json()
         on_step(report)
     if profile_to is not None and device == "cpu" and backend == "ort":
         del step  # its session and arena go before the profiled one is built
@@ -358,8 +373,31 @@ def _read_peaks(report: StepReport, device: str, steady: bool) -> None:
     if device == "cuda":
         peak = torch.cuda.max_memory_allocated()
         report.cuda_reserved_bytes = max(report.cuda_reserved_bytes or 0, torch.cuda.max_memory_reserved())
+        figures = cuda_figures()
+        report.cuda_outside_bytes = max(report.cuda_outside_bytes or 0, figures["cuda_outside_bytes"])
+        report.cuda_alloc_retries, report.cuda_ooms = figures["cuda_alloc_retries"], figures["cuda_ooms"]
     else:
         peak = proc_status_bytes("VmHWM")
     report.peak_over_run_bytes = max(report.peak_over_run_bytes or 0, peak)
     if steady:
         report.peak_bytes = max(report.peak_bytes or 0, peak)
+
+
+def _pool_layout(step: TrainingStep) -> PoolLayout:
+    """What lives in the caching allocator's pool now: the weights, the optimizer's state, the
+    blocks the warm-up step left cached, and the outputs the loop holds until the next step."""
+    loop = {tensor.untyped_storage().data_ptr() for tensor in _tensors(step.previous)}
+    return PoolLayout.from_snapshot(torch.cuda.memory_snapshot(), loop)  # type: ignore[no-untyped-call]
+
+
+def _tensors(value: Any) -> Iterator[torch.Tensor]:
+    """The CUDA tensors in a step's output (a tensor, or containers and model outputs of them)."""
+    if isinstance(value, torch.Tensor):
+        if value.is_cuda:
+            yield value
+    elif isinstance(value, Mapping):
+        for item in value.values():
+            yield from _tensors(item)
+    elif isinstance(value, (tuple, list)):
+        for item in value:
+            yield from _tensors(item)

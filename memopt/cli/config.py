@@ -19,6 +19,7 @@ from memopt.ort.config import (
     refuse_unknown_entries,
     takes_json_file,
 )
+from memopt.run.files import check_write_target
 
 __all__ = ["config_app", "print_config"]
 
@@ -68,10 +69,12 @@ def emit_command(
     ),
     ort_version: str | None = typer.Option(None, "--ort-version", help=_VERSION_HELP),
     out: Path | None = typer.Option(None, "--out", help="ORT 1.19: the JSON file to write (atomically)."),
-    force: bool = typer.Option(False, "--force", help="Overwrite --out if it exists."),
+    force: bool = typer.Option(False, "--force", help="Overwrite --out if it is a regular file."),
     log: str | None = typer.Option(None, "--log", help=_LOG_HELP),
 ) -> None:
     """Write the config enabling ENTRIES, in the form VERSION reads, and the export line."""
+    if out is not None:
+        check_write_target(out, overwrite=force)  # before any output: the refusal is the one line
     summary = _summary_of(log)
     version = config_version(ort_version, summary)
     text = ",".join(entry if ":" in entry else f"{entry}:1:-1" for entry in entries)

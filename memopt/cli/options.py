@@ -13,7 +13,7 @@ from memopt.cli import error_console
 from memopt.core import Command, HfConfig, RecipeTarget, RunnableTarget, Target, command_target, parse_target
 from memopt.errors import MemoptError
 from memopt.recipes import DEFAULT_RECIPE, parse_option_value
-from memopt.run import RunSettings, check_device, check_options, inherited_config_note
+from memopt.run import RunSettings, check_count, check_device, check_options, inherited_config_note
 
 __all__ = [
     "BudgetOption",
@@ -34,12 +34,21 @@ __all__ = [
     "TargetBatchOption",
     "TimeoutOption",
     "calibration_batches",
+    "checked_count",
     "choose_target",
     "command_notes",
     "check_device",
     "recipe_options",
     "run_settings",
 ]
+
+
+def checked_count(value: int | None, param: typer.CallbackParam) -> int | None:
+    """A size or count option (a batch, a sequence length, a number of steps or trials),
+    refused while the command line is read when out of range: below 1 or beyond 64 bits."""
+    if value is not None:
+        check_count(value, param.opts[0])
+    return value
 
 
 RecipeArgument = Annotated[
@@ -65,7 +74,9 @@ CommandOption = Annotated[
         "'torchrun --nproc_per_node 2 train.py --batch-size {batch}' ({batch}: memopt sets the batch size).",
     ),
 ]
-TargetBatchOption = Annotated[int, typer.Option("--target-batch", help="The batch size to fit.")]
+TargetBatchOption = Annotated[
+    int, typer.Option("--target-batch", callback=checked_count, help="The batch size to fit.")
+]
 BudgetOption = Annotated[
     str | None,
     typer.Option(
@@ -74,7 +85,9 @@ BudgetOption = Annotated[
         "Required on CPU; on CUDA the default is the GPU's memory less 10%.",
     ),
 ]
-SeqOption = Annotated[int | None, typer.Option("--seq", min=1, help="Sequence length (recipes with a seq_len option).")]
+SeqOption = Annotated[
+    int | None, typer.Option("--seq", callback=checked_count, help="Sequence length (recipes with a seq_len option).")
+]
 SizeOption = Annotated[str | None, typer.Option("--size", help="Model size of a built-in recipe, e.g. tiny, small.")]
 OptionPairs = Annotated[
     list[str], typer.Option("--option", "-o", help="Recipe option key=value; for hf: a config field (repeatable).")
@@ -90,7 +103,7 @@ TargetSeqOption = Annotated[
     int | None,
     typer.Option(
         "--target-seq",
-        min=1,
+        callback=checked_count,
         help="Target sequence length: hf: seq2seq decoder labels; in scan, the second dim of labels/decoder_* inputs (default --seq).",
     ),
 ]
@@ -98,6 +111,7 @@ StepsOption = Annotated[
     int,
     typer.Option(
         "--steps",
+        callback=checked_count,
         help="Measured steps per run after the warm-up step. Keep 2 or more: some plans lower "
         "only the first measured step's peak.",
     ),
@@ -234,8 +248,10 @@ def calibration_batches(text: str | None) -> tuple[int, ...] | None:
         values = tuple(int(part) for part in text.split(",") if part.strip())
     except ValueError:
         raise MemoptError(f"--calibrate takes batch sizes like 8 or 2,4, not {text!r}") from None
-    if not values or min(values) < 1:
+    if not values:
         raise MemoptError(f"--calibrate needs one or more positive batch sizes, not {text!r}")
+    for value in values:
+        check_count(value, "--calibrate")
     return values
 
 

@@ -58,13 +58,17 @@ def parse_command(
         None, "--ort-version", help="Write the config for this ORT release (default: the log's)."
     ),
     config_out: Path | None = typer.Option(None, "--config-out", help="For ORT 1.19: write the JSON config file here."),
-    force: bool = typer.Option(False, "--force", help="Overwrite --config-out if it exists."),
+    force: bool = typer.Option(False, "--force", help="Overwrite --config-out if it is a regular file."),
 ) -> None:
     """Read every memory-optimizer summary (and per-step memory line) in LOGS and list its plans,
     largest saving first. A log that cannot be read is reported and the others still shown;
     the exit status is then 2."""
     if as_json and as_csv:
         raise MemoptError("choose one of --json and --csv")
+    if config_out is not None:
+        from memopt.run.files import check_write_target  # only for a config to write, as print_config below
+
+        check_write_target(config_out, overwrite=force)  # before the logs are read and shown
     user_dims = parse_dims_option(dims)
     results, failures = _read_all(logs)
     evaluation = _Evaluation(user_dims)

@@ -38,16 +38,17 @@ from memopt.cli.show import print_trial
 from memopt.cli.tables import add_entry_column, print_table
 from memopt.core import RunnableTarget, runnable
 from memopt.errors import MemoptError
-from memopt.ort.config import export_line, takes_json_file
+from memopt.ort.config import takes_json_file
 from memopt.ort.version import OrtVersion
 from memopt.predict.calibrate import Calibration, calibrate, learn_from_trial, save_model
 from memopt.predict.planner import DEFAULT_MARGIN, PlanResult, choose_plans
-from memopt.run import DEFAULT_RUNS_DIR, DEFAULT_STEPS, DEFAULT_TIMEOUT_S, check_batch
+from memopt.run import DEFAULT_RUNS_DIR, DEFAULT_STEPS, DEFAULT_TIMEOUT_S
 from memopt.run.budget import parse_budget, require_budget, resolve_budget
+from memopt.run.files import check_write_target
 from memopt.run.journal import Journal
 from memopt.run.trials import TrialResult, TrialSpec, run_trial, stack_versions
-from memopt.tune.export import plan_export, refuse_existing, write_config
-from memopt.units import format_bytes, format_mib
+from memopt.tune.export import ConfigExport, plan_export, write_config
+from memopt.units import format_bytes, format_cuda_memory, format_mib
 
 __all__ = ["plan_command"]
 
@@ -77,19 +78,21 @@ def plan_command(
         help="Run a trial with the chosen config at the target batch and report measured vs predicted.",
     ),
     out: Path | None = typer.Option(
-        None, "--out", help="ORT 1.19: where to write the JSON config (default: in --runs-dir)."
+        None,
+        "--out",
+        help="ORT 1.19: where to write the JSON config (default: in --runs-dir); "
+        "when no recompute is needed it gets the empty config [].",
     ),
-    force: bool = typer.Option(False, "--force", help="Overwrite --out if it exists."),
+    force: bool = typer.Option(False, "--force", help="Overwrite --out if it is a regular file."),
     python: PythonOption = None,
     timeout: TimeoutOption = DEFAULT_TIMEOUT_S,
     as_json: bool = typer.Option(False, "--json", help="Print the plan as JSON."),
 ) -> None:
     """Choose the plans that bring RECIPE's predicted peak at --target-batch under --budget at least recompute cost."""
-    check_batch(target_batch, "--target-batch")
     if not 0 <= margin < 1:
         raise MemoptError(f"--margin must be a fraction in [0, 1), not {margin:g}")
-    if out is not None and not force:
-        refuse_existing(out)  # before any run: a user's file is never replaced unasked
+    if out is not None:
+        check_write_target(out, overwrite=force)  # before any run: a user's file is never replaced unasked
     target = runnable(choose_target(recipe, command, default=None))
     settings = run_settings(
         target,
@@ -108,6 +111,12 @@ def plan_command(
     batches = calibration_batches(calibrate_at)
     parsed = parse_budget(budget) if budget is not None else None
     versions = stack_versions(settings.python)
+    if (
+        out is not None
+        and versions.ort_version is not None
+        and not takes_json_file(OrtVersion.parse(versions.ort_version))
+    ):
+        raise MemoptError(f"ORT {versions.ort_version} takes the config string itself; --out is for 1.19 JSON files")
     require_budget(parsed, device, versions.cuda)
     with console.status(f"Calibrating {escape(str(target))}: graph probe and no-config trials…"):
         cal = calibrate(settings, target_batch, calibration_batches=batches, resume=resume, versions=versions)
@@ -124,7 +133,7 @@ def plan_command(
         baseline_step_s=cal.baseline_step_s,
     )
     # A config that is not predicted to fit is no answer: nothing is written or exported.
-    config_value = _write_config(result, cal, runs_dir, target, out, force) if result.feasible else None
+    export, config_file = _write_config(result, cal, runs_dir, target, out, force) if result.feasible else (None, None)
     trial = None
     if verify and result.feasible:
         predicted = int(result.predicted_bytes)
@@ -141,9 +150,9 @@ def plan_command(
         if learnt is not None:
             save_model(runs_dir, cal.identity, learnt)
     if as_json:
-        print(json.dumps(_as_json(result, cal, config_value, trial), indent=2, default=str))
+        print(json.dumps(_as_json(result, cal, export, config_file, trial), indent=2, default=str))
     else:
-        _print(result, cal, config_value, target)
+        _print(result, cal, export, target, out)
         if trial is not None:
             print_trial(trial)
     if not result.feasible or (trial is not None and trial.outcome.does_not_fit):
@@ -152,17 +161,20 @@ def plan_command(
 
 def _write_config(
     result: PlanResult, cal: Calibration, runs_dir: Path, target: RunnableTarget, out: Path | None, force: bool
-) -> str | None:
-    if not result.entries:
-        return None
+) -> tuple[ConfigExport, Path | None]:
+    """The config of a feasible plan and the file written for it, where ORT 1.19 reads one.
+    With ``--out`` the file is written even when no recompute is needed: it gets the empty
+    config, so a job that exports it runs as with no config, never with an older config."""
     version = OrtVersion.parse(cal.ort_version)
     export = plan_export(result.entries, version, runs_dir, target, result.target_batch, out, kind="plan")
-    if takes_json_file(version):
-        write_config(export, overwrite=out is None or force)
-    return export.value
+    if takes_json_file(version) and (result.entries or out is not None):
+        return export, write_config(export, overwrite=out is None or force)
+    return export, None
 
 
-def _print(result: PlanResult, cal: Calibration, config_value: str | None, target: RunnableTarget) -> None:
+def _print(
+    result: PlanResult, cal: Calibration, export: ConfigExport | None, target: RunnableTarget, out: Path | None
+) -> None:
     model = cal.model
     console.print(
         f"[bold]Plan for {escape(str(target))}[/] at batch {result.target_batch} on {cal.device.upper()} "
@@ -204,6 +216,14 @@ def _print(result: PlanResult, cal: Calibration, config_value: str | None, targe
         f"recompute cost {result.cost_s * 1000:.1f} ms/step{overhead}",
         highlight=False,
     )
+    if model.simulated and cal.device == "cuda":
+        console.print(
+            "  on the card  "
+            + format_cuda_memory(
+                *model.on_card(result.target_batch, result.plans, result.counts), allocated_label="simulated allocated"
+            ),
+            highlight=False,
+        )
     if not result.needs_recompute:
         console.print("  no recompute is needed: the no-config run is predicted to fit", highlight=False)
     if not result.feasible and target.fixed_batch:
@@ -215,8 +235,19 @@ def _print(result: PlanResult, cal: Calibration, config_value: str | None, targe
         console.print(
             f"  batch {result.target_batch} cannot fit even with every plan; {_what_fits(result)}", highlight=False
         )
-    if config_value:
-        console.print(export_line(config_value), markup=False, highlight=False, soft_wrap=True)
+    if export is None:
+        if out is not None:
+            console.print(f"# {out} not written: no config is predicted to fit", markup=False, highlight=False)
+        return
+    if out is not None and not export.entries:
+        console.print(
+            f"# wrote the empty config [] to {out.resolve()}: exporting it is the same as no config",
+            markup=False,
+            highlight=False,
+            soft_wrap=True,
+        )
+    for line in export.lines:
+        console.print(line, markup=False, highlight=False, soft_wrap=True)
 
 
 def _what_fits(result: PlanResult) -> str:
@@ -229,8 +260,13 @@ def _what_fits(result: PlanResult) -> str:
 
 
 def _as_json(
-    result: PlanResult, cal: Calibration, config_value: str | None, trial: TrialResult | None
+    result: PlanResult,
+    cal: Calibration,
+    export: ConfigExport | None,
+    config_file: Path | None,
+    trial: TrialResult | None,
 ) -> dict[str, Any]:
+    config_value = export.value if export is not None else None
     return {
         "recipe_graph": cal.graph_source,
         "device": cal.device,
@@ -261,13 +297,23 @@ def _as_json(
         "config": [str(e) for e in result.entries],
         "refused": list(cal.refused),
         "config_value": config_value,
-        "export": export_line(config_value) if config_value else None,
+        "export": export.lines[0] if export is not None else None,
+        "config_file": str(config_file) if config_file is not None else None,
         "model": {
             "description": cal.model.describe(),
             "cost_source": cal.cost_source,
             "arena_check": cal.arena_check or None,
             "fixed_bytes": round(cal.model.static_bytes),
             "activation_scale": cal.model.activation_scale,
+            "outside_bytes": round(cal.model.outside_bytes),
+            "on_card": dict(
+                zip(
+                    ("allocated_bytes", "reserved_bytes", "outside_bytes"),
+                    (round(part) for part in cal.model.on_card(result.target_batch, result.plans, result.counts)),
+                )
+            )
+            if cal.model.simulated and cal.device == "cuda"
+            else None,
             "peak_at": cal.model.timeline(result.target_batch, result.plans).where() if cal.model.simulated else None,
         },
         "verification": trial.to_record() if trial is not None else None,

@@ -21,6 +21,7 @@ from memopt.cli.options import (
     TargetSeqOption,
     TimeoutOption,
     check_device,
+    checked_count,
     choose_target,
     command_notes,
     recipe_options,
@@ -39,13 +40,13 @@ __all__ = ["probe_command"]
 def probe_command(
     recipe: OptionalRecipeArgument = None,
     command: CommandOption = None,
-    batch: int = typer.Option(8, "--batch", "-b", min=1, help="Batch size."),
+    batch: int = typer.Option(8, "--batch", "-b", callback=checked_count, help="Batch size."),
     seq: SeqOption = None,
     size: SizeOption = None,
     option: OptionPairs = [],  # noqa: B006  (typer reads the default; never mutated)
     hf_task: HfTaskOption = None,
     target_seq: TargetSeqOption = None,
-    steps: int = typer.Option(2, "--steps", min=1, help="Measured steps after the warm-up step."),
+    steps: int = typer.Option(2, "--steps", callback=checked_count, help="Measured steps after the warm-up step."),
     device: DeviceOption = "auto",
     log_level: str = typer.Option(
         "INFO",

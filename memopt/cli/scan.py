@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -28,6 +27,7 @@ from memopt.cli.options import (
     RunsDirOption,
     SizeOption,
     TargetSeqOption,
+    checked_count,
     choose_target,
     command_notes,
     recipe_options,
@@ -40,6 +40,7 @@ from memopt.graph.sizes import resolve_dims
 from memopt.ort.stack import inspect_stack
 from memopt.recipes import DEFAULT_RECIPE
 from memopt.run import DEFAULT_RUNS_DIR
+from memopt.run.files import check_write_target, replace_atomically
 from memopt.run.target import ScanTarget, load_target
 from memopt.scan import ProbeLevel, ScanReport, fold_layers, scan_graph
 from memopt.scan.parity import logged_parity
@@ -62,10 +63,17 @@ def scan_command(
     ),
     command: CommandOption = None,
     batch: int | None = typer.Option(
-        None, "--batch", "-b", help="Evaluate savings at this batch size (every input's first dim)."
+        None,
+        "--batch",
+        "-b",
+        callback=checked_count,
+        help="Evaluate savings at this batch size (every input's first dim).",
     ),
     seq: int | None = typer.Option(
-        None, "--seq", help="Evaluate savings at this sequence length (second dim of token inputs)."
+        None,
+        "--seq",
+        callback=checked_count,
+        help="Evaluate savings at this sequence length (second dim of token inputs).",
     ),
     dims: str | None = typer.Option(
         None, "--dims", help="Exact dim values, e.g. input_ids_dim0=32,input_ids_dim1=512."
@@ -99,7 +107,7 @@ def scan_command(
         help="Forward-only ONNX: where the loss is. outside (ORTModule's case: computed in PyTorch), cross-entropy or mse (added to the graph).",
     ),
     probe_batch: int = typer.Option(
-        2, "--probe-batch", min=1, help="Batch of the short probe that builds a recipe's graph."
+        2, "--probe-batch", callback=checked_count, help="Batch of the short probe that builds a recipe's graph."
     ),
     runs_dir: RunsDirOption = DEFAULT_RUNS_DIR,
     python: str | None = typer.Option(
@@ -187,7 +195,7 @@ def scan_command(
             raise MemoptError(f"--plot needs values for {', '.join(missing or unnamed)}")
         from memopt.scan.plot import plot_scan
 
-        plot_scan(report, values, plot)
+        replace_atomically(plot, plot_scan(report, values, _image_format(plot)))
         status.print(f"plot written to {plot}", markup=False, highlight=False)
 
 
@@ -232,10 +240,18 @@ def _check_plot_path(plot: Path) -> None:
     folder = plot.parent
     if plot.is_dir():
         raise MemoptError(f"--plot {plot} is a folder; name the image file, e.g. {plot / 'plans.png'}")
+    _image_format(plot)
     if not folder.is_dir():
         raise MemoptError(f"--plot {plot}: the folder {folder} does not exist")
-    if not os.access(folder, os.W_OK | os.X_OK):
-        raise MemoptError(f"--plot {plot}: cannot write in {folder}")
+    check_write_target(plot, overwrite=True)
+
+
+def _image_format(plot: Path) -> str:
+    """``png`` or ``svg``, from the file name."""
+    image_format = plot.suffix.lower().removeprefix(".")
+    if image_format not in ("png", "svg"):
+        raise MemoptError(f"--plot needs a .png or .svg file name, not {plot.name!r}")
+    return image_format
 
 
 def plans_frame(report: ScanReport, dims: dict[str, int] | None) -> pd.DataFrame:

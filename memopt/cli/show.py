@@ -20,10 +20,10 @@ from memopt.ort import (
     render_json_config,
     takes_json_file,
     validate_entries,
-    write_json_config,
 )
 from memopt.run import TrialResult
-from memopt.units import format_bytes, format_mib
+from memopt.run.files import replace_atomically
+from memopt.units import format_bytes, format_cuda_memory, format_mib
 
 __all__ = ["print_config", "print_trial", "print_validated"]
 
@@ -56,7 +56,7 @@ def print_config(
         console.print(render_json_config(entries).rstrip(), highlight=False, markup=False, soft_wrap=True)
         console.print(export_line("config.json"), highlight=False, markup=False)
         return
-    path = write_json_config(entries, out, version, overwrite=force)
+    path = replace_atomically(out, render_json_config(entries), overwrite=force).resolve()
     console.print(f"# wrote {path}", highlight=False, markup=False, soft_wrap=True)
     console.print(export_line(str(path)), highlight=False, markup=False, soft_wrap=True)
 
@@ -108,12 +108,24 @@ def print_trial(result: TrialResult, console: Console = default_console) -> None
             "what a hard limit sees, start-up included",
             highlight=False,
         )
+        judged, judged_on = result.memory.device_peak, "whole run"
+        if result.memory.on_cuda and result.cuda_reserved_bytes is not None:
+            judged_on = "reserved + outside the allocator: what runs out on the card"
+            console.print(
+                "  on the card  "
+                + format_cuda_memory(
+                    result.memory.whole_run_peak, result.cuda_reserved_bytes, result.cuda_outside_bytes
+                ),
+                highlight=False,
+            )
+        if result.at_the_edge:
+            console.print(f"  [yellow]at the edge[/]  {result.at_the_edge}", highlight=False, soft_wrap=True)
         if result.start_up_binds:
             console.print(f"  [yellow]start-up[/]     {result.start_up_binds}", highlight=False, soft_wrap=True)
         if result.budget_bytes is not None:
             console.print(
                 f"  budget       {format_mib(result.budget_bytes)}: "
-                f"{'within' if whole_run and whole_run <= result.budget_bytes else 'OVER'} (whole run)",
+                f"{'within' if judged and judged <= result.budget_bytes else 'OVER'} ({judged_on})",
                 highlight=False,
             )
         if result.predicted_peak_bytes is not None:

@@ -28,6 +28,7 @@ from memopt.cli.options import (
     StepsOption,
     TargetSeqOption,
     TimeoutOption,
+    checked_count,
     choose_target,
     run_settings,
 )
@@ -39,7 +40,7 @@ from memopt.ort.version import OrtVersion
 from memopt.predict.calibrate import learn_from_trial, load_saved_model, model_identity, save_model
 from memopt.predict.memory_model import MemoryModel, ModelError
 from memopt.recompute import POLICY_ENV, RecomputePolicy
-from memopt.run import DEFAULT_RUNS_DIR, DEFAULT_STEPS, DEFAULT_TIMEOUT_S, check_batch
+from memopt.run import DEFAULT_RUNS_DIR, DEFAULT_STEPS, DEFAULT_TIMEOUT_S
 from memopt.run.budget import Budget, parse_budget
 from memopt.run.journal import Journal
 from memopt.run.settings import RunSettings
@@ -56,7 +57,7 @@ __all__ = ["trial_command"]
 
 @app.command("trial")
 def trial_command(
-    batch: Annotated[int, typer.Option("--batch", "-b", help="Batch size.")],
+    batch: Annotated[int, typer.Option("--batch", "-b", callback=checked_count, help="Batch size.")],
     words: Annotated[
         list[str] | None,
         typer.Argument(
@@ -102,7 +103,6 @@ def trial_command(
     target = _target(words or [], command)
     if chosen_backend.backend is Backend.TORCH:
         require_recipe(target)
-    check_batch(batch)
     parsed_budget = parse_budget(budget) if budget is not None else None
     settings = run_settings(
         target,

@@ -35,6 +35,7 @@ from memopt.cli.options import (
     TargetSeqOption,
     TimeoutOption,
     calibration_batches,
+    checked_count,
     choose_target,
     command_notes,
     recipe_options,
@@ -65,11 +66,12 @@ __all__ = ["tune_command", "print_event"]
 def tune_command(
     recipe: OptionalRecipeArgument = None,
     command: CommandOption = None,
-    target_batch: int = typer.Option(..., "--target-batch", help="The batch size to fit."),
+    target_batch: int = typer.Option(..., "--target-batch", callback=checked_count, help="The batch size to fit."),
     budget: BudgetOption = None,
     max_trials: int = typer.Option(
         DEFAULT_MAX_TRIALS,
         "--max-trials",
+        callback=checked_count,
         help="Most search trials at the target batch (calibration trials not counted).",
     ),
     steps: StepsOption = DEFAULT_STEPS,

@@ -229,18 +229,16 @@ def parse_text(text: str, source: str = "<text>") -> ParseResult:
 
 
 def parse_file(path: str | Path) -> ParseResult:
-    """Parse a log file, or standard input when ``path`` is ``"-"``."""
+    """Parse a log file, or standard input when ``path`` is ``"-"``.
+
+    Every input is read once, front to back, as a stream: a pipe (``<(cat log)``, a FIFO)
+    reads as a file does."""
     if str(path) == "-":
-        stdin = sys.stdin.buffer
-        probe = stdin.peek(_BINARY_PROBE_BYTES) if hasattr(stdin, "peek") else b""
-        _reject_binary(probe[:_BINARY_PROBE_BYTES], "standard input")
-        return _parse_binary_handle(stdin, "<stdin>")
+        return _parse_stream(sys.stdin.buffer, "standard input", "<stdin>")
     path = Path(path)
     try:
-        with path.open("rb") as handle:
-            _reject_binary(handle.read(_BINARY_PROBE_BYTES), str(path))
-            handle.seek(0)
-            return _parse_binary_handle(handle, str(path))
+        with path.open("rb", buffering=_BINARY_PROBE_BYTES) as handle:
+            return _parse_stream(handle, str(path), str(path))
     except IsADirectoryError:
         raise LogReadError(f"{path} is a directory, not a log file") from None
     except OSError as err:
@@ -261,9 +259,13 @@ def require_summaries(result: ParseResult) -> ParseResult:
     raise NoSummaryError(f"no memory-optimizer summary in {result.source} ({result.lines_read} lines){reason}")
 
 
-def _reject_binary(head: bytes, name: str) -> None:
-    if b"\x00" in head:
+def _parse_stream(handle: BinaryIO, name: str, source: str) -> ParseResult:
+    """Refuse binary data, seen in the first bytes without consuming them (``peek``: a
+    pipe cannot seek back), then parse."""
+    head = handle.peek(_BINARY_PROBE_BYTES) if hasattr(handle, "peek") else b""
+    if b"\x00" in head[:_BINARY_PROBE_BYTES]:
         raise LogReadError(f"{name} holds binary data, not a log")
+    return _parse_binary_handle(handle, source)
 
 
 def _parse_binary_handle(handle: BinaryIO, source: str) -> ParseResult:

@@ -2,7 +2,7 @@
 
 - ``version``: ``OrtVersion``/``OrtVersionRange`` (1.14-1.19).
 - ``rules``: each release family's recompute rules (which ops, which inputs ORT follows).
-- ``config``: ``ORTMODULE_MEMORY_OPT_CONFIG`` entries, parsed and written in each
+- ``config``: ``ORTMODULE_MEMORY_OPT_CONFIG`` entries, parsed, checked and rendered in each
   release's syntax (a string up to 1.18, a JSON file from 1.19).
 - ``stack``: the installed ORT/torch pair and whether ORTModule can run with it.
 """
@@ -14,6 +14,7 @@ from memopt.ort.config import (
     OptimizationType,
     PlanKey,
     ValidatedConfig,
+    config_file_argument,
     export_line,
     format_config_string,
     parse_config_json,
@@ -24,7 +25,6 @@ from memopt.ort.config import (
     render_json_config,
     takes_json_file,
     validate_entries,
-    write_json_config,
 )
 from memopt.ort.rules import FAMILIES, ProbeLevel, ReleaseRules, UnknownReleaseError, family_of, rules_for
 from memopt.ort.stack import (
@@ -59,6 +59,7 @@ __all__ = [
     "UnknownReleaseError",
     "ValidatedConfig",
     "check_stack",
+    "config_file_argument",
     "export_line",
     "family_of",
     "format_config_string",
@@ -73,5 +74,4 @@ __all__ = [
     "takes_json_file",
     "torch_problem",
     "validate_entries",
-    "write_json_config",
 ]

@@ -9,16 +9,15 @@ hides, and returns warnings for what ORT silently ignores or does differently th
 from __future__ import annotations
 
 import json
-import os
 import re
 import shlex
-import tempfile
+import stat
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from enum import IntEnum
 from pathlib import Path
 
-from memopt.errors import MemoptError, write_failure
+from memopt.errors import MemoptError, path_kind
 from memopt.ort.version import OrtVersion
 
 __all__ = [
@@ -31,9 +30,9 @@ __all__ = [
     "PlanKey",
     "ValidatedConfig",
     "cell_subgraph",
+    "config_file_argument",
     "export_line",
     "format_config_string",
-    "mode_for",
     "parse_config_json",
     "parse_config_string",
     "plan_cell",
@@ -44,7 +43,6 @@ __all__ = [
     "render_json_config",
     "takes_json_file",
     "validate_entries",
-    "write_json_config",
 ]
 
 ENV_VAR = "ORTMODULE_MEMORY_OPT_CONFIG"
@@ -145,6 +143,32 @@ def read_config_file(path: str | Path, version: OrtVersion, known_plans: Collect
     return parse_config_json(text, version, known_plans)
 
 
+def config_file_argument(text: str) -> Path | None:
+    """The config file a command-line config argument names, or None when ``text`` is the
+    config itself (a config string, or plan keys such as ``Gelu+``).
+
+    A name ending in ``.json`` or holding a ``/`` names a file, as does any other existing
+    path whose last part holds no ``:`` (every config string holds one). That file must be a
+    regular one, or a symlink to one: a folder, a device or a FIFO is refused, never read
+    as the name of a plan."""
+    path = Path(text)
+    names_a_file = text.endswith(".json") or "/" in text
+    if not names_a_file and ":" in path.name:
+        return None
+    try:
+        mode = path.stat().st_mode
+    except (OSError, ValueError) as err:
+        # Missing, or text no file could be named (too long, a NUL): a config string, unless it names a file.
+        if not names_a_file:
+            return None
+        if isinstance(err, (FileNotFoundError, NotADirectoryError)):
+            raise ConfigError(f"the config file {text} does not exist") from None
+        raise ConfigError(f"cannot read the config file {text}: {getattr(err, 'strerror', None) or err}") from None
+    if not stat.S_ISREG(mode):
+        raise ConfigError(f"the config {text} is {path_kind(mode)}, not a config file")
+    return path
+
+
 def validate_entries(
     entries: Iterable[ConfigEntry],
     version: OrtVersion,
@@ -186,7 +210,7 @@ def refuse_unknown_entries(entries: Iterable[ConfigEntry], known_plans: Collecti
 def format_config_string(entries: Iterable[ConfigEntry], version: OrtVersion) -> str:
     """The value for ORT <=1.18, checked as ORT would."""
     if takes_json_file(version):
-        raise ConfigError(f"ORT {version} reads {ENV_VAR} as a JSON file path; write the file with write_json_config")
+        raise ConfigError(f"ORT {version} reads {ENV_VAR} as a JSON file path; not the config string itself")
     text = ",".join(str(entry) for entry in entries)
     parse_config_string(text, version)
     return text
@@ -197,68 +221,9 @@ def render_json_config(entries: Iterable[ConfigEntry]) -> str:
     return json.dumps([str(entry) for entry in entries], indent=2) + "\n"
 
 
-def write_json_config(
-    entries: Iterable[ConfigEntry], path: str | Path, version: OrtVersion, overwrite: bool = False
-) -> Path:
-    """Write the 1.19 JSON file atomically; an existing file is replaced only when ``overwrite``."""
-    entries = tuple(entries)
-    if not takes_json_file(version):
-        raise ConfigError(f"ORT {version} takes the config string itself; JSON files start with 1.19")
-    validate_entries(entries, version)
-    path = Path(path)
-    if path.is_dir():
-        raise ConfigError(f"{path} is a folder; name the JSON file to write, e.g. {path / 'config.json'}")
-    content = render_json_config(entries)
-    try:
-        handle = tempfile.NamedTemporaryFile(
-            "w", encoding="utf-8", dir=path.parent, prefix=f".{path.name}.", suffix=".tmp", delete=False
-        )
-    except OSError as err:
-        raise ConfigError(write_failure(path, err)) from None
-    temporary = Path(handle.name)
-    try:
-        with handle:
-            handle.write(content)
-            handle.flush()
-            os.fsync(handle.fileno())
-            os.fchmod(handle.fileno(), mode_for(path))
-        if overwrite:
-            os.replace(temporary, path)
-        else:
-            _link_without_overwriting(temporary, path)
-    except OSError as err:
-        raise ConfigError(write_failure(path, err)) from None
-    finally:
-        temporary.unlink(missing_ok=True)
-    return path.resolve()
-
-
-def mode_for(path: Path) -> int:
-    """The mode a file written at ``path`` gets: the mode of the file it replaces, else what the
-    user's umask gives a new file (a temporary file starts private)."""
-    try:
-        return path.stat().st_mode & 0o7777
-    except OSError:
-        umask = os.umask(0)
-        os.umask(umask)
-        return 0o666 & ~umask
-
-
 def export_line(value: str) -> str:
     """The shell line that sets the variable to ``value`` (a config string or a JSON path)."""
     return f"export {ENV_VAR}={shlex.quote(value)}"
-
-
-def _link_without_overwriting(temporary: Path, path: Path) -> None:
-    try:
-        os.link(temporary, path)  # fails if ``path`` exists, with no window for a race
-    except FileExistsError:
-        raise ConfigError(f"{path} exists; pass --force to overwrite it") from None
-    except OSError:
-        # A file system without hard links: check, then rename.
-        if path.exists():
-            raise ConfigError(f"{path} exists; pass --force to overwrite it") from None
-        os.replace(temporary, path)
 
 
 def _items(text: str, warnings: list[str]) -> list[str]:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import threading
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -30,7 +31,9 @@ from typing import Any
 import numpy as np
 
 from memopt.child import NODE_TIMES_FILE
+from memopt.child.memory import Memory
 from memopt.core import Command, RunnableTarget, RunStatus, parse_target
+from memopt.cuda_caching import AllocatorSettings, AllocatorSettingsNotModelled, CudaSetup, PoolLayout
 from memopt.errors import DamagedRecord, one_line
 from memopt.graph.sizes import batch_symbols
 from memopt.graph.training_graph import TrainingGraph
@@ -366,7 +369,12 @@ def plan_savings(report: ScanReport, graph: TrainingGraph) -> tuple[PlanSavings,
 
 
 def simulator_for(
-    plans: Sequence[PlanSavings], graph: TrainingGraph, source: Path | None, ort_version: str, device: str
+    plans: Sequence[PlanSavings],
+    graph: TrainingGraph,
+    source: Path | None,
+    ort_version: str,
+    device: str,
+    cuda: CudaSetup = CudaSetup(),
 ) -> ActivationSimulator:
     return ActivationSimulator(
         graph,
@@ -374,7 +382,19 @@ def simulator_for(
         str(source) if source else None,
         rules_for(ort_version).analysis_order,
         device,
+        cuda,
     )
+
+
+def cuda_setup(trials: Iterable[TrialResult], environ: Mapping[str, str] = os.environ) -> CudaSetup:
+    """How a CUDA step is simulated: PyTorch's allocator with the settings a run started from
+    ``environ`` gets (those it leaves out named in one warning; ``MemoptError`` where caching
+    is off), and the residents' layout of the first of ``trials`` that read its pool."""
+    settings = AllocatorSettings.from_environment(environ)
+    if (warning := settings.warning()) is not None:
+        warnings.warn(AllocatorSettingsNotModelled(warning), stacklevel=2)
+    pool = next((PoolLayout.from_json(t.cuda_pool) for t in trials if t.cuda_pool), None)
+    return CudaSetup(settings, pool.residents() if pool is not None else None)
 
 
 def fit_calibration(
@@ -414,17 +434,26 @@ def fit_calibration(
     # The journal's history of this target, and these trials even where no journal holds them.
     known = (*journaled, *trials)
     history = list({t.key or id(t): t for t in known}.values())  # a trial no journal keyed counts once
-    observations = [Observation(t.batch_size, _plans_of(t, plans), int(t.peak_bytes)) for t in history if t.peak_bytes]
+    observations = [
+        _observation(t.batch_size, _plans_of(t, plans), t.memory) for t in history if t.predicted_figure_bytes
+    ]
     if loaded.probe_peak is not None and loaded.probe_peak[2] == device_used:
         # The graph probe is a no-config run too: with the calibration run, two batches fit the allocator's scale.
-        observations.append(Observation(loaded.probe_peak[0], (), loaded.probe_peak[1]))
+        observations.append(_observation(loaded.probe_peak[0], (), loaded.probe_peak[1]))
     model = fit_memory_model(
         observations,
         plans,
         symbols,
         fixed,
         single_batch=target.fixed_batch,
-        simulator=simulator_for(plans, loaded.graph, loaded.graph_path, prepared.ort_version, device_used),
+        simulator=simulator_for(
+            plans,
+            loaded.graph,
+            loaded.graph_path,
+            prepared.ort_version,
+            device_used,
+            cuda_setup(trials) if device_used == "cuda" else CudaSetup(),
+        ),
     )
     save_model(runs_dir, identity, model)
 
@@ -552,12 +581,22 @@ def learn_from_trial(
     """``model`` refitted with what ``trial`` measured: of ``plans`` (those its config enabled),
     the ones ORT applied and the model knows, an entry ORT left OFF having saved nothing.
     None where the trial measured no peak. Raises ``ModelError`` where no model fits."""
-    if not trial.ran or not trial.peak_bytes:
+    if not trial.ran or not trial.predicted_figure_bytes:
         return None
     known = {p.key for p in model.plans}
     applied = tuple(key for key in trial.applied(plans) if key in known)
     partial = {key: count for key, count in (counts or {}).items() if key in applied}
-    return model.with_observation(Observation(trial.batch_size, applied, trial.peak_bytes, partial))
+    return model.with_observation(_observation(trial.batch_size, applied, trial.memory, partial))
+
+
+def _observation(
+    batch_size: int, plans: tuple[PlanKey, ...], memory: Memory, counts: Mapping[PlanKey, int] | None = None
+) -> Observation:
+    """What a run at ``batch_size`` measured, as the model learns it: on CUDA what ran out
+    (reserved plus outside the allocator, the outside part kept apart), elsewhere the steps' peak."""
+    return Observation(
+        batch_size, plans, int(memory.predicted_figure or 0), dict(counts or {}), memory.cuda_outside_bytes or 0
+    )
 
 
 def _plans_of(trial: TrialResult, plans: tuple[PlanSavings, ...]) -> tuple[PlanKey, ...]:

@@ -26,10 +26,12 @@ The same allocations and frees, played through the device's allocator over sever
 give ``resident_bytes``, what a trial's peak reads and the memory model predicts from. On CPU
 that allocator is ORT's BFC arena (``memopt.predict.arena``) and the figure the pages it
 handed out, which is what the process holds. On CUDA it is PyTorch's caching allocator
-(``memopt.predict.cuda_caching``): ORTModule hands ORT's allocations to it, so PyTorch's loss
-and the gradients it hands back go through it too; the figure is its peak of allocated bytes
-after the warm-up step (``torch.cuda.max_memory_allocated``), and ``reserved_bytes`` its peak
-of reserved segments, what the device holds for it.
+(``memopt.cuda_caching``): ORTModule hands ORT's allocations to it, so PyTorch's loss
+and the gradients it hands back go through it too; ``resident_bytes`` is its peak of allocated
+bytes after the warm-up step (``torch.cuda.max_memory_allocated``), and ``reserved_bytes`` its
+peak of reserved segments (``max_memory_reserved``), what the device holds for it and what
+the memory model predicts from there (``Timeline.held_bytes``). What already lives in the pool
+(weights, optimizer state) is placed first where a trial's pool layout is known.
 
 The work is split by what it depends on: a config's schedule and how each output gets its
 buffer (a ``_Program``) do not depend on the dims, so a config is scheduled once for every
@@ -52,6 +54,7 @@ from typing import NamedTuple, ParamSpec, TypeVar
 import numpy as np
 from onnx import TensorProto
 
+from memopt.cuda_caching import BlockUse, CudaSetup
 from memopt.graph.expr import ExpressionError, parse_expression
 from memopt.graph.runs import Runs
 from memopt.graph.topology import memory_efficient_backward, memory_efficient_order
@@ -60,7 +63,6 @@ from memopt.logparse import ArenaGrowth
 from memopt.ort.config import PlanKey
 from memopt.ort.rules import AnalysisOrder
 from memopt.predict.arena import ALLOCATE, FREE, BFCArena
-from memopt.predict.cuda_caching import CudaCachingAllocator
 from memopt.predict.program_kernel import assign_buffers
 from memopt.scan.detect import element_size
 from memopt.scan.modules import module_path
@@ -170,6 +172,14 @@ class Timeline:
     # CPU: the regions the arena added for the constants then over the steps played, in order:
     # what ORT logs at DEVINFO when it extends.
     arena_growth: tuple[ArenaGrowth, ...] = ()
+    device: str = "cpu"  # whose allocator played the step
+
+    @property
+    def held_bytes(self) -> float:
+        """What the device's allocator holds at its peak, the figure the memory model predicts
+        from: on CUDA the reserved segments (what runs out on the card, allocated or cached),
+        on CPU the arena's pages (``resident_bytes``)."""
+        return self.reserved_bytes if self.device == "cuda" else self.resident_bytes
 
     def where(self) -> str:
         place = f" in {self.module}" if self.module else ""
@@ -190,16 +200,17 @@ def simulate(
     recompute: Iterable[Recompute] = (),
     order: AnalysisOrder = AnalysisOrder.MEMORY_EFFICIENT_DEEPEST_FIRST,
     device: str = "cpu",
+    cuda: CudaSetup = CudaSetup(),
 ) -> Timeline:
     """The activation timeline of one training step of ``graph`` at ``dims`` with ``recompute``
     applied, a config running in the execution ``order`` of the release (``OrtRules.analysis_order``),
-    its allocations played through ``device``'s allocator.
+    its allocations played through ``device``'s allocator (on CUDA, set up as ``cuda`` says).
 
     A config is played in the release's order only: the arena's growth and its pages follow
     that order (a base-size GPT-2 with every plan on grows its arena region for region as
     ORT's log shows), and playing the file's order too, the larger figure kept, priced
     combined plans several times too low (BENCHMARKS.md, base-size models)."""
-    return _simulate(_program(graph, tuple(recompute), order, device=device), dims, _SizesAt(), device)
+    return _simulate(_program(graph, tuple(recompute), order, device=device), dims, _SizesAt(), device, cuda)
 
 
 def _program(
@@ -214,11 +225,14 @@ def _program(
 
 
 @_without_cyclic_gc
-def _simulate(program: _Program, dims: Mapping[str, int], known: _SizesAt, device: str) -> Timeline:
+def _simulate(
+    program: _Program, dims: Mapping[str, int], known: _SizesAt, device: str, cuda: CudaSetup = CudaSetup()
+) -> Timeline:
     """``program`` played at ``dims`` through ``device``'s allocator; ``known``: the tensors'
     sizes there, as far as known."""
-    play = _play_cuda if device == "cuda" else _play
-    return play(program, _Sizes(program, dims, known))
+    if device == "cuda":
+        return _play_cuda(program, _Sizes(program, dims, known), cuda)
+    return _play(program, _Sizes(program, dims, known))
 
 
 class _GraphArrays:
@@ -804,20 +818,26 @@ def _live_pass(program: _Program, size: np.ndarray, transients: Mapping[int, flo
 _CUDA_STEPS = 3
 
 
-def _play_cuda(program: _Program, sizes: _Sizes) -> Timeline:
+def _play_cuda(program: _Program, sizes: _Sizes, cuda: CudaSetup) -> Timeline:
     """Run the program for a warm-up step and measured steps through PyTorch's caching
     allocator, which holds ORT's buffers, PyTorch's gradients and its loss's two copies alike:
-    the live peak of one step, where it is, and the allocator's peaks after the warm-up."""
+    the live peak of one step, where it is, and the allocator's peaks after the warm-up.
+
+    With a pool read from a trial after its warm-up step, the steps start from it: the weights
+    and the optimizer's state are among its residents, the last step's outputs are the loop's
+    blocks (freed at the first step's yield), and every step played is a measured one."""
     yield_index = program.yield_index
     size = sizes.of_buffers(program)
     held, count = program.held_by_loop, len(size)
     loss_bytes = _loss_bytes(program, sizes)
-    allocator = CudaCachingAllocator()
-    for name in program.constants:
+    allocator = cuda.allocator()
+    warmed_up = cuda.pool is not None
+    loop_blocks = cuda.pool.held_count(BlockUse.LOOP) if cuda.pool is not None else 0
+    for name in () if warmed_up else program.constants:
         allocator.allocate(("constant", name), sizes.known(name))
     live, peak, peak_index = 0.0, 0.0, -1
     for repeat in range(_CUDA_STEPS):
-        if repeat == 1:
+        if repeat == 1 and not warmed_up:
             allocator.reset_peaks()
         base, last = repeat * count, (repeat - 1) * count
         for index, (allocated, freed) in enumerate(zip(program.numbers_allocated, program.numbers_released)):
@@ -825,8 +845,12 @@ def _play_cuda(program: _Program, sizes: _Sizes) -> Timeline:
                 allocator.allocate(base + buffer, size[buffer])
                 live += size[buffer] if repeat == 0 else 0.0
             if index == yield_index:
-                for buffer in held if repeat else ():  # the loop drops the last step's outputs
-                    allocator.free(last + buffer)
+                # The loop drops the last step's outputs: the pool's before the first step.
+                dropped: list[object] = (
+                    [last + buffer for buffer in held] if repeat else [("loop", i) for i in range(loop_blocks)]
+                )
+                for gone in dropped:
+                    allocator.free(gone)
                 for copy in (0, 1):
                     allocator.allocate((repeat, "loss", copy), loss_bytes / 2)
                 for copy in (0, 1):
@@ -838,15 +862,17 @@ def _play_cuda(program: _Program, sizes: _Sizes) -> Timeline:
                 allocator.free(base + buffer)
                 live -= size[buffer] if repeat == 0 else 0.0
     return _timeline(
-        program, peak, peak_index, float(allocator.peak_allocated_bytes), float(allocator.peak_reserved_bytes)
+        program, peak, peak_index, float(allocator.peak_allocated_bytes), float(allocator.peak_reserved_bytes), "cuda"
     )
 
 
-def _timeline(program: _Program, peak: float, peak_index: int, resident: float, reserved: float = 0.0) -> Timeline:
+def _timeline(
+    program: _Program, peak: float, peak_index: int, resident: float, reserved: float = 0.0, device: str = "cpu"
+) -> Timeline:
     """The timeline of a play whose live peak ``peak`` came at step ``peak_index``."""
     steps, yield_index = program.steps, program.yield_index
     if peak_index < 0:
-        return Timeline(0.0, "", "", "forward", None, False, len(steps))
+        return Timeline(0.0, "", "", "forward", None, False, len(steps), device=device)
     at = steps[peak_index]
     phase = (
         "forward"
@@ -865,6 +891,7 @@ def _timeline(program: _Program, peak: float, peak_index: int, resident: float, 
         len(steps),
         resident,
         reserved,
+        device=device,
     )
 
 
@@ -1142,12 +1169,14 @@ class ActivationSimulator:
         source: str | None = None,
         order: AnalysisOrder = AnalysisOrder.MEMORY_EFFICIENT_DEEPEST_FIRST,
         device: str = "cpu",
+        cuda: CudaSetup = CudaSetup(),
     ):
         self.graph = graph
         self.plans = {key: tuple(recomputes) for key, recomputes in plans.items()}
         self.source = source  # the ONNX file the graph was loaded from, when known
         self.order = order  # the order a config runs in: the release's analysis order
         self.device = device  # whose allocator a step is played through: "cuda", else ORT's CPU arena
+        self.cuda = cuda  # on CUDA: the allocator's settings and what lives in its pool
         self._cache: dict[_Memo, Timeline] = {}
         # Plays stopped before their last step, once the question asked of them was answered.
         self._plays: dict[_Memo, _ArenaPlay] = {}
@@ -1183,7 +1212,7 @@ class ActivationSimulator:
     def resident_bounds(
         self, dims: Mapping[str, int], plans: Iterable[PlanKey] = (), counts: Mapping[PlanKey, int] | None = None
     ) -> Iterator[float]:
-        """Figures ``timeline(…).resident_bytes`` is never under, each for more work and none
+        """Figures ``timeline(…).held_bytes`` is never under, each for more work and none
         looser than the one before, the last the figure itself: the step's live peak (every
         live buffer lies in pages the allocator handed out, and its bytes are whole), then on
         CPU the arena's figure after each step played. A question about a limit stops reading
@@ -1193,7 +1222,7 @@ class ActivationSimulator:
             known = self._cache.get(memo)
             play = None if known is not None or self.device == "cuda" else self._kept_play(dims, memo)
             if known is not None:
-                first = known.resident_bytes
+                first = known.held_bytes
             elif play is not None:
                 first = max(play.live_peak, play.resident)  # a resumed play has played steps already
             else:
@@ -1203,7 +1232,7 @@ class ActivationSimulator:
         if known is not None:
             return
         if play is None:  # CUDA: the caching allocator is played whole
-            yield self._timeline(dims, memo).resident_bytes
+            yield self._timeline(dims, memo).held_bytes
             return
         while True:
             with self._lock:  # the tune screen asks while the tuner's worker plans
@@ -1225,7 +1254,7 @@ class ActivationSimulator:
                 play = self._plays.pop(memo, None)
                 if play is None:
                     program, sizes = self._prepare(*memo)
-                    self._cache[memo] = _simulate(program, dims, sizes, self.device)
+                    self._cache[memo] = _simulate(program, dims, sizes, self.device, self.cuda)
                 else:
                     self._cache[memo] = play.finish()
             return self._cache[memo]

@@ -4,11 +4,14 @@ With the training graph (the normal case):
 
     peak(b, S) = fixed + scale · activations(b, S)
 
-``activations`` is the simulated resident activation memory of a step
+``activations`` is what the device's allocator holds for a step, simulated
 (``memopt.predict.liveness``: ORT's execution order, each tensor live from its producer to
 its last consumer, the config's recompute applied as ORT rewrites the graph, the
-allocations played through ORT's BFC arena). ``fixed`` (runtime, weights, gradients'
-holders, optimizer state) is what a no-config trial measures beyond the simulation;
+allocations played through ORT's BFC arena on CPU; on CUDA through PyTorch's caching
+allocator, its reserved segments, what runs out on the card). ``fixed`` (runtime, weights,
+gradients' holders, optimizer state; on CUDA also what lives outside the allocator, the
+CUDA context and library workspaces, ``outside_bytes`` of it) is what trials measure beyond
+the simulation;
 ``scale`` is what the simulation still misses (kernel workspaces, PyTorch's side of the
 loss), 1.0 until trials with different simulated figures fit it by least squares. A plan's
 saving is what it takes off the simulated figure, not the bytes it stashes.
@@ -37,6 +40,7 @@ from typing import Any
 
 import numpy as np
 
+from memopt.cuda_caching import CudaSetup
 from memopt.errors import MemoptError
 from memopt.graph.polynomial import Polynomial
 from memopt.graph.training_graph import load_graph
@@ -83,12 +87,15 @@ class PlanSavings:
 
 @dataclass(frozen=True)
 class Observation:
-    """A measured peak. ``plans``: keys enabled; ``counts``: occurrences per key where partial."""
+    """A measured peak. ``plans``: keys enabled; ``counts``: occurrences per key where partial.
+    On CUDA the peak is what runs out: reserved plus ``outside_bytes``, the memory outside the
+    allocator at the peak."""
 
     batch_size: int
     plans: tuple[PlanKey, ...]
     peak_bytes: int
     counts: Mapping[PlanKey, int] = field(default_factory=dict)
+    outside_bytes: int = 0
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "plans", plan_keys(self.plans))  # keys read back from text are PlanKeys again
@@ -116,6 +123,7 @@ class MemoryModel:
     observations: tuple[Observation, ...] = ()
     simulator: ActivationSimulator | None = field(default=None, compare=False, repr=False)
     activation_scale: float = 1.0  # with a simulator: measured activation bytes per simulated byte
+    outside_bytes: float = 0.0  # CUDA: of the fixed part, what lives outside the caching allocator
 
     @property
     def simulated(self) -> bool:
@@ -135,7 +143,7 @@ class MemoryModel:
         """Predicted activation bytes at the peak (the prediction less the fixed part)."""
         if self.simulator is None:
             return self.predict(batch_size, plans, counts).peak_bytes - self.static_bytes
-        return self.activation_scale * self.timeline(batch_size, plans, counts).resident_bytes
+        return self.activation_scale * self.timeline(batch_size, plans, counts).held_bytes
 
     def describe(self) -> str:
         """One line: what the model adds up."""
@@ -144,6 +152,11 @@ class MemoryModel:
             scale = (
                 f" × {self.activation_scale:.2f} (allocator overhead learnt)" if self.activation_scale != 1.0 else ""
             )
+            if self.simulator.device == "cuda":
+                return (
+                    f"fixed {self.static_bytes / mib:,.1f} MiB (outside the allocator {self.outside_bytes / mib:,.1f} MiB)"
+                    f" + simulated reserved peak{scale}"
+                )
             return f"fixed {self.static_bytes / mib:,.1f} MiB + simulated activation peak{scale}"
         return (
             f"static {self.static_bytes / mib:,.1f} MiB + {self.per_sample_bytes / mib:,.1f} MiB/sample"
@@ -165,7 +178,7 @@ class MemoryModel:
         plan = self.plan(key)
         if self.simulator is not None:
             counts = {} if count is None else {key: count}
-            return self.timeline(batch_size).resident_bytes - self.timeline(batch_size, (key,), counts).resident_bytes
+            return self.timeline(batch_size).held_bytes - self.timeline(batch_size, (key,), counts).held_bytes
         dims = self.dims(batch_size)
         if count is None or count < 0 or count >= plan.frequency or not plan.occurrences:
             return _evaluate(plan.saving, dims)
@@ -200,6 +213,14 @@ class MemoryModel:
         if self.simulator is not None:
             return self.static_bytes + self.activations(batch_size, plans, counts)
         return self.predict(batch_size, plans, counts).peak_bytes
+
+    def on_card(
+        self, batch_size: int, plans: Iterable[PlanKey] = (), counts: Mapping[PlanKey, int] | None = None
+    ) -> tuple[float, float, float]:
+        """On CUDA the predicted peak in its parts: (simulated allocated, predicted reserved,
+        outside the allocator); the last two add up to ``peak``."""
+        peak = self.peak(batch_size, plans, counts)
+        return self.timeline(batch_size, plans, counts).resident_bytes, peak - self.outside_bytes, self.outside_bytes
 
     def peak_bounds(self, batch_size: int, plans: Iterable[PlanKey] = ()) -> Iterator[float]:
         """Figures ``peak`` is never under, each for more work, the last ``peak`` itself: with the
@@ -281,9 +302,11 @@ class MemoryModel:
             "effectiveness": dict(self.effectiveness),
             "global_effectiveness": self.global_effectiveness,
             "activation_scale": self.activation_scale,
+            "outside_bytes": self.outside_bytes,
             "graph": self.simulator.source if self.simulator is not None else None,
             "config_order": self.simulator.order.value if self.simulator is not None else None,
             "device": self.simulator.device if self.simulator is not None else None,
+            "cuda_setup": self.simulator.cuda.to_json() if self.simulator is not None else None,
             "plans": [
                 {
                     "key": p.key,
@@ -301,6 +324,7 @@ class MemoryModel:
                     "plans": list(o.plans),
                     "peak_bytes": o.peak_bytes,
                     "counts": dict(o.counts),
+                    "outside_bytes": o.outside_bytes,
                 }
                 for o in self.observations
             ],
@@ -326,6 +350,7 @@ class MemoryModel:
                 tuple(o["plans"]),
                 _count(o["peak_bytes"]),
                 {PlanKey(key): _count(count) for key, count in dict(o.get("counts", {})).items()},
+                _count(o.get("outside_bytes", 0)),
             )
             for o in data.get("observations", ())
         )
@@ -338,8 +363,11 @@ class MemoryModel:
             {PlanKey(key): _finite(value) for key, value in dict(data.get("effectiveness", {})).items()},
             _finite(data.get("global_effectiveness", 1.0)),
             observations,
-            _reload_simulator(data.get("graph"), plans, data.get("config_order"), data.get("device")),
+            _reload_simulator(
+                data.get("graph"), plans, data.get("config_order"), data.get("device"), data.get("cuda_setup")
+            ),
             _finite(data.get("activation_scale", 1.0)),
+            _finite(data.get("outside_bytes", 0.0)),
         )
 
 
@@ -357,9 +385,11 @@ def _count(value: Any) -> int:
 
 
 def _reload_simulator(
-    source: Any, plans: tuple[PlanSavings, ...], order: Any, device: Any
+    source: Any, plans: tuple[PlanSavings, ...], order: Any, device: Any, cuda: Any
 ) -> ActivationSimulator | None:
-    """The simulator of a saved model, if its graph file is still there (and it names a known order)."""
+    """The simulator of a saved model, if its graph file is still there (and it names a known
+    order); ``ModelError`` where its CUDA setup is damaged (a model saved before there was one
+    simulates PyTorch's defaults on an empty pool)."""
     if not isinstance(source, str) or not any(p.recomputes for p in plans):
         return None
     try:
@@ -367,8 +397,12 @@ def _reload_simulator(
         graph = load_graph(source)
     except (MemoptError, ValueError):
         return None
+    try:
+        setup = CudaSetup() if cuda is None else CudaSetup.from_json(cuda)
+    except (ValueError, KeyError, TypeError) as err:
+        raise ModelError(f"its CUDA allocator setup is damaged ({err})") from None
     return ActivationSimulator(
-        graph, {p.key: p.recomputes for p in plans}, source, config_order, "cuda" if device == "cuda" else "cpu"
+        graph, {p.key: p.recomputes for p in plans}, source, config_order, "cuda" if device == "cuda" else "cpu", setup
     )
 
 
@@ -428,14 +462,15 @@ def _fit_simulated(
     if not observations:
         raise ModelError("the memory model needs one measured trial to calibrate its fixed part")
     model = MemoryModel(batch_symbols, fixed_dims, plans, 0.0, 0.0, observations=observations, simulator=simulator)
-    x = np.array([model.timeline(o.batch_size, o.plans, o.counts).resident_bytes for o in observations])
+    x = np.array([model.timeline(o.batch_size, o.plans, o.counts).held_bytes for o in observations])
     y = np.array([o.peak_bytes for o in observations], dtype=float)
     scale = 1.0
     if len(x) >= 2 and x.max() - x.min() >= _SCALE_SPREAD * x.max():
         slope, _ = np.polyfit(x, y, 1)
         scale = float(np.clip(slope, *_SCALE_RANGE))
     fixed = float(np.median(y - scale * x))
-    return replace(model, static_bytes=fixed, activation_scale=scale)
+    outside = float(np.median([o.outside_bytes for o in observations]))
+    return replace(model, static_bytes=fixed, activation_scale=scale, outside_bytes=outside)
 
 
 def _fit_effectiveness(model: MemoryModel, observed: list[Observation], prior: float) -> MemoryModel:

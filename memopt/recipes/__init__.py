@@ -36,7 +36,7 @@ import importlib.util
 import inspect
 import os
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
@@ -124,11 +124,8 @@ def load_recipe(spec: str, options: Mapping[str, Any] | None = None) -> Recipe:
     for name in ("loss", "optimizer"):
         if functions[name] is not None and not callable(functions[name]):
             raise RecipeError(f"recipe {spec!r}: {name} is not callable")
-    declared = set().union(*(_parameters(cast(Callable[..., Any], functions[n])) for n in REQUIRED))
-    unknown = sorted(set(options) - declared)
-    if unknown:
-        takes = ", ".join(sorted(declared - {"batch_size"})) or "none"
-        raise RecipeError(f"recipe {spec!r} takes no option {', '.join(unknown)} (its options: {takes})")
+    declared = _merged(_signature_kinds(cast(Callable[..., Any], functions[n])) for n in REQUIRED)
+    _check_option_values(spec, options, declared)
     return Recipe(spec=spec, options=options, loss_only=loss_only, **functions)  # type: ignore[arg-type]  # required ones checked above
 
 
@@ -202,15 +199,70 @@ def _check_options(spec: str, source: Path | None, options: Mapping[str, Any] | 
     text (nothing is run); a recipe whose functions cannot be read so, or take ``**``, is left
     to the child."""
     declared = _declared_options(source) if source is not None else None
-    if declared is None:
-        return
-    unknown = sorted(set(options or {}) - declared)
+    if declared is not None:
+        _check_option_values(spec, options or {}, declared)
+
+
+def _check_option_values(spec: str, options: Mapping[str, Any], declared: Mapping[str, type | None]) -> None:
+    """Refuse an option no function declares, and a value of the wrong kind for one declared
+    a ``bool``, an ``int`` or a ``float`` (by its annotation, else its default): ``-o tied=maybe``
+    would reach ``build_model`` as the text "maybe", which Python takes for true."""
+    unknown = sorted(set(options) - set(declared))
     if unknown:
-        takes = ", ".join(sorted(declared - {"batch_size"})) or "none"
+        takes = ", ".join(sorted(set(declared) - {"batch_size"})) or "none"
         raise RecipeError(f"recipe {spec!r} takes no option {', '.join(unknown)} (its options: {takes})")
+    for name, value in options.items():
+        kind = declared[name]
+        if kind is None or (isinstance(value, kind) and not (isinstance(value, bool) and kind is not bool)):
+            continue
+        if kind is float and isinstance(value, int) and not isinstance(value, bool):
+            continue
+        raise RecipeError(f"recipe {spec!r}: -o {name}={_spelled(value)} is not {_KIND_VALUES[kind]}")
 
 
-def _declared_options(source: Path) -> set[str] | None:
+# How each checked kind is written after ``-o name=`` (``parse_option_value`` reads them so).
+_KIND_VALUES: dict[type, str] = {bool: "true or false", int: "a whole number", float: "a number"}
+
+
+def _spelled(value: Any) -> str:
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def _kind(annotation: str | None, default: Any) -> type | None:
+    """``bool``, ``int`` or ``float`` when a parameter is declared one (``x: bool``,
+    ``x: int | None``, ``Optional[float]``, or unannotated with such a default), else None."""
+    if annotation is None:
+        return type(default) if type(default) in _KIND_VALUES else None
+    text = annotation.replace("typing.", "").strip()
+    if text.startswith("Optional[") and text.endswith("]"):
+        text = text.removeprefix("Optional[").removesuffix("]")
+    parts = {part.strip() for part in text.split("|")} - {"None"}
+    named = {kind.__name__: kind for kind in _KIND_VALUES}
+    return named.get(parts.pop()) if len(parts) == 1 else None
+
+
+def _merged(declarations: Iterable[Mapping[str, type | None]]) -> dict[str, type | None]:
+    """The options of several functions; a name declared as different kinds is left unchecked."""
+    merged: dict[str, type | None] = {}
+    for declared in declarations:
+        for name, kind in declared.items():
+            merged[name] = kind if merged.get(name, kind) is kind else None
+    return merged
+
+
+def _signature_kinds(function: Callable[..., Any]) -> dict[str, type | None]:
+    kinds = {}
+    for name, parameter in inspect.signature(function).parameters.items():
+        annotation = parameter.annotation
+        if annotation is inspect.Parameter.empty:
+            text = None
+        else:  # postponed annotations are their text already
+            text = annotation if isinstance(annotation, str) else inspect.formatannotation(annotation)
+        kinds[name] = _kind(text, None if parameter.default is inspect.Parameter.empty else parameter.default)
+    return kinds
+
+
+def _declared_options(source: Path) -> dict[str, type | None] | None:
     try:
         tree = ast.parse(source.read_text(encoding="utf-8", errors="replace"))
     except (OSError, SyntaxError, ValueError):
@@ -218,13 +270,31 @@ def _declared_options(source: Path) -> set[str] | None:
     functions = {node.name: node for node in tree.body if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))}
     if not all(name in functions for name in REQUIRED):
         return None  # defined some other way (an import, an assignment): only the child can tell
-    declared: set[str] = set()
+    declarations = []
     for name in REQUIRED:
         arguments = functions[name].args
         if arguments.kwarg is not None:
             return None
-        declared.update(a.arg for a in (*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs))
-    return declared
+        positional = (*arguments.posonlyargs, *arguments.args)
+        defaults = [None] * (len(positional) - len(arguments.defaults)) + list(arguments.defaults)
+        pairs = [*zip(positional, defaults), *zip(arguments.kwonlyargs, arguments.kw_defaults)]
+        declarations.append(
+            {
+                argument.arg: _kind(
+                    None if argument.annotation is None else ast.unparse(argument.annotation), _literal(default)
+                )
+                for argument, default in pairs
+            }
+        )
+    return _merged(declarations)
+
+
+def _literal(node: ast.expr | None) -> Any:
+    """A default written as a literal (``True``, ``0.15``), else None."""
+    try:
+        return None if node is None else ast.literal_eval(node)
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        return None
 
 
 def _import_source(spec: str) -> ModuleType | Any:

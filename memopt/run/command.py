@@ -256,13 +256,17 @@ def _result(
     memories: list[Memory] = []
     for rank, own in sorted(by_rank.items()):
         own.sort(key=lambda r: int(r.get("step") or 0))
-        measured = [Memory.from_record(r) for r in own if int(r.get("step") or 0) >= 2]
+        own_memories = [Memory.from_record(r) for r in own]
+        measured = [m for r, m in zip(own, own_memories) if int(r.get("step") or 0) >= 2]
         memory = Memory(
             memory_kind=own[0].get("memory_kind"),
             static_bytes=Memory.from_record(own[0]).static_bytes,
             peak_bytes=Memory.highest(measured).peak_bytes,
             peak_over_run_bytes=Memory.from_record(own[-1]).peak_over_run_bytes,
             cuda_reserved_bytes=Memory.highest(measured).cuda_reserved_bytes,
+            cuda_outside_bytes=Memory.highest(measured).cuda_outside_bytes,
+            cuda_alloc_retries=Memory.highest(own_memories).cuda_alloc_retries,
+            cuda_ooms=Memory.highest(own_memories).cuda_ooms,
         )
         memories.append(memory)
         ranks.append({"rank": rank, "pid": own[-1].get("pid"), "steps": len(own), **asdict(memory)})

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from memopt.errors import MemoptError, write_failure
+from memopt.run.files import unwritable_folder
 
 __all__ = ["JOURNAL_NAME", "Journal", "JournalEntry"]
 
@@ -82,8 +83,8 @@ class Journal:
         try:
             if self.path.is_symlink() or self.path.exists():
                 os.close(self._open())
-            elif not os.access(self._existing_parent(), os.W_OK | os.X_OK):
-                raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(self._existing_parent()))
+            elif (problem := unwritable_folder(self._existing_parent())) is not None:
+                raise problem
         except OSError as err:
             raise self._error(err) from None
 

@@ -135,6 +135,7 @@ class RunResult:
     memory: Memory = field(default_factory=Memory)
     cuda_device_name: str | None = None
     cuda_total_memory: int | None = None
+    cuda_pool: tuple[Mapping[str, Any], ...] = ()  # CUDA: the allocator's pool after the warm-up step
     wall_s: float = 0.0
     returncode: int | None = None
     ranks: tuple[Mapping[str, Any], ...] = ()  # a command's processes, each with its own peak
@@ -486,6 +487,7 @@ def _collect(
         memory=Memory.from_record(steps),
         cuda_device_name=steps.get("cuda_device_name"),
         cuda_total_memory=steps.get("cuda_total_memory"),
+        cuda_pool=tuple(steps.get("cuda_pool") or ()),
         wall_s=wall_s,
         returncode=returncode,
         oom_evidence=oom if status is RunStatus.OUT_OF_MEMORY else None,

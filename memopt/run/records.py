@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Mapping
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, Strict, TypeAdapter, ValidationError
 from typing_extensions import TypedDict
@@ -34,6 +34,16 @@ class _Rank(TypedDict, total=False):
     peak_bytes: _Count | None
     peak_over_run_bytes: _Count | None
     cuda_reserved_bytes: _Count | None
+    cuda_outside_bytes: _Count | None
+    cuda_alloc_retries: _Count | None
+    cuda_ooms: _Count | None
+
+
+class _PoolSegment(TypedDict):
+    """A segment of the CUDA caching allocator's pool (``PoolLayout.to_json``): its blocks' sizes and uses."""
+
+    small: Annotated[bool, Strict()]
+    blocks: list[tuple[Annotated[int, Strict(), Field(gt=0, multiple_of=512)], Literal["resident", "loop", "free"]]]
 
 
 class _TrialRecord(TypedDict, total=False):
@@ -57,8 +67,12 @@ class _TrialRecord(TypedDict, total=False):
     peak_bytes: _Count | None
     peak_over_run_bytes: _Count | None
     cuda_reserved_bytes: _Count | None
+    cuda_outside_bytes: _Count | None
+    cuda_alloc_retries: _Count | None
+    cuda_ooms: _Count | None
     cuda_total_memory: _Count | None
     cuda_device_name: str | None
+    cuda_pool: list[_PoolSegment]
     step_times_s: list[_Seconds]
     median_step_s: _Seconds | None
     throughput: _Seconds | None

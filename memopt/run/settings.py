@@ -17,8 +17,10 @@ __all__ = [
     "DEFAULT_STEPS",
     "DEFAULT_TIMEOUT_S",
     "DEVICES",
+    "MAX_COUNT",
     "RunSettings",
     "check_batch",
+    "check_count",
     "check_device",
     "check_options",
     "check_steps",
@@ -31,6 +33,9 @@ DEFAULT_STEPS = 2
 DEFAULT_TIMEOUT_S = 1800.0  # a run's time limit unless --timeout says otherwise
 DEFAULT_RUNS_DIR = Path("runs")  # where run folders go unless --runs-dir says otherwise
 DEVICES = ("auto", "cpu", "cuda")  # auto: CUDA where ORT and torch have it, else CPU
+# The most a size or a count may be: torch's and ORT's sizes are 64-bit integers, so a
+# larger batch or sequence could never be built (and would be reported as not fitting).
+MAX_COUNT = 2**63 - 1
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -59,14 +64,20 @@ def check_options(target: Target, options: Mapping[str, Any]) -> None:
         raise MemoptError("recipe options (--size, --seq, -o) do not apply to a command: put them in the command")
 
 
+def check_count(value: int, flag: str) -> None:
+    """A size or count the user gave (``flag`` names it): a whole number from 1 to ``MAX_COUNT``."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise MemoptError(f"{flag} must be a positive integer, not {value}")
+    if value > MAX_COUNT:
+        raise MemoptError(f"{flag} {value} is out of range: at most {MAX_COUNT:,} (sizes are 64-bit integers)")
+
+
 def check_batch(batch_size: int, flag: str = "--batch") -> None:
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise MemoptError(f"{flag} must be a positive integer, not {batch_size}")
+    check_count(batch_size, flag)
 
 
 def check_steps(steps: int) -> None:
-    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
-        raise MemoptError(f"--steps must be at least 1, not {steps}")
+    check_count(steps, "--steps")
 
 
 def check_device(device: str) -> None:

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from memopt.child.memory import Memory
 from memopt.core import GraphFile, RunnableTarget, RunStatus, Target
 from memopt.errors import MemoptError
 from memopt.graph.gradient import build_training_graph
@@ -31,8 +32,8 @@ class ScanTarget:
     # The "<subgraph>:<type>" cells of the Plan table ORT printed for this graph (a probe's
     # log); None when ORT printed none. A config entry outside them is one ORT ignores.
     ort_plans: frozenset[str] | None = None
-    # The probe's own no-config measurement (batch, steady peak bytes, device): a free calibration point.
-    probe_peak: tuple[int, int, str] | None = None
+    # The probe's own no-config measurement (batch, what it measured, device): a free calibration point.
+    probe_peak: tuple[int, Memory, str] | None = None
     log_path: Path | None = None  # the probe's log, whose Plan table a scan checks itself against
 
 
@@ -82,16 +83,17 @@ def load_target(
         probe_batch //= 2
     if not run.ok and not (out_of_memory and result.execution_graph is not None):
         raise MemoptError(f"could not build the training graph of {target}: {run.error} (log: {run.log_path})")
-    peak = (probe_batch, run.memory.peak_bytes, run.device or "cpu") if run.ok and run.memory.peak_bytes else None
+    measured = run.memory.peak_bytes and run.memory.predicted_figure
+    peak = (probe_batch, run.memory, run.device or "cpu") if run.ok and measured else None
     return graph_of_run(target, run.run_dir, run.stack.get("ort_version"), peak)
 
 
 def graph_of_run(
-    target: RunnableTarget, run_dir: Path, ort_version: str | None, peak: tuple[int, int, str] | None = None
+    target: RunnableTarget, run_dir: Path, ort_version: str | None, peak: tuple[int, Memory, str] | None = None
 ) -> ScanTarget:
     """The training graph a no-config run of ``target`` saved into ``run_dir`` (a probe, or a
     calibration trial that saved its graphs), with the dims and Plan table its log shows;
-    ``peak``: that run's (batch, steady peak, device), where it ran to the end."""
+    ``peak``: that run's (batch, memory measured, device), where it ran to the end."""
     graphs = saved_graphs(run_dir / ONNX_DIR)
     log_path = run_dir / LOG_NAME
     if "execution" not in graphs:

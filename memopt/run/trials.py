@@ -37,17 +37,19 @@ from memopt.ort.config import (
     ConfigError,
     PlanKey,
     ValidatedConfig,
+    config_file_argument,
     format_config_string,
     parse_config_json,
     parse_config_string,
     plan_keys,
+    render_json_config,
     takes_json_file,
     validate_entries,
-    write_json_config,
 )
 from memopt.ort.version import OrtVersion
 from memopt.run.budget import Budget, total_ram
 from memopt.run.command import run_target
+from memopt.run.files import replace_atomically
 from memopt.run.journal import Journal
 from memopt.run.launch import PACKAGE_ROOT, RunRequest, RunResult, new_run_dir
 from memopt.run.records import checked_trial_record
@@ -207,8 +209,12 @@ class TrialResult:
     peak_bytes: int | None = None
     peak_over_run_bytes: int | None = None  # warm-up (export, session build) included
     cuda_reserved_bytes: int | None = None
+    cuda_outside_bytes: int | None = None  # outside the caching allocator where reserved peaked
+    cuda_alloc_retries: int | None = None
+    cuda_ooms: int | None = None
     cuda_total_memory: int | None = None
     cuda_device_name: str | None = None
+    cuda_pool: tuple[Mapping[str, Any], ...] = ()  # the allocator's pool after the warm-up step
     step_times_s: tuple[float, ...] = ()  # [0] is the warm-up step
     median_step_s: float | None = None
     throughput: float | None = None  # samples per second over the measured steps
@@ -237,7 +243,14 @@ class TrialResult:
     @property
     def memory(self) -> Memory:
         return Memory(
-            self.memory_kind, self.static_bytes, self.peak_bytes, self.peak_over_run_bytes, self.cuda_reserved_bytes
+            self.memory_kind,
+            self.static_bytes,
+            self.peak_bytes,
+            self.peak_over_run_bytes,
+            self.cuda_reserved_bytes,
+            self.cuda_outside_bytes,
+            self.cuda_alloc_retries,
+            self.cuda_ooms,
         )
 
     @property
@@ -280,9 +293,25 @@ class TrialResult:
     @property
     def prediction_error(self) -> float | None:
         """(predicted − measured) / measured peak."""
-        if self.predicted_peak_bytes is None or not self.peak_bytes:
+        measured = self.predicted_figure_bytes
+        if self.predicted_peak_bytes is None or not measured:
             return None
-        return (self.predicted_peak_bytes - self.peak_bytes) / self.peak_bytes
+        return (self.predicted_peak_bytes - measured) / measured
+
+    @property
+    def predicted_figure_bytes(self) -> int | None:
+        """The measured figure the memory model predicts and learns from (``Memory.predicted_figure``)."""
+        return self.memory.predicted_figure
+
+    @property
+    def at_the_edge(self) -> str | None:
+        """When the caching allocator had to free its cache to find room, a line saying so."""
+        if not self.memory.at_the_edge:
+            return None
+        return (
+            f"running at the edge: PyTorch's allocator freed its cache {self.cuda_alloc_retries} time(s) to find"
+            " room (num_alloc_retries); a little more memory elsewhere and it runs out"
+        )
 
     def to_record(self) -> dict[str, Any]:
         record = asdict(self)
@@ -291,6 +320,8 @@ class TrialResult:
         record["ranks"] = [dict(rank) for rank in self.ranks]
         record["prediction_error"] = self.prediction_error
         record["whole_run_peak_bytes"] = self.memory.whole_run_peak
+        record["device_peak_bytes"] = self.memory.device_peak
+        record["at_the_edge"] = self.memory.at_the_edge
         phase = self.memory.binding_phase
         record["binding_phase"] = str(phase) if phase else None
         return record
@@ -306,7 +337,7 @@ class TrialResult:
         values = {name: value for name, value in checked.items() if name in known}
         values["target"] = parse_target(str(checked.get("recipe")))
         values["status"] = RunStatus.read(values.get("status"))
-        for name in ("config", "step_times_s", "plans_on", "plans_off", "config_warnings", "ranks"):
+        for name in ("config", "step_times_s", "plans_on", "plans_off", "config_warnings", "ranks", "cuda_pool"):
             values[name] = tuple(values.get(name) or ())
         # A record from a damaged journal may hold any word: it says nothing reliable.
         values["outcome"] = _OUTCOME_WORDS.get(str(values.get("outcome")), Outcome.CRASHED)
@@ -315,7 +346,7 @@ class TrialResult:
     def judged(self, budget_bytes: int | None) -> TrialResult:
         """This result with its outcome decided against ``budget_bytes``."""
         return replace(
-            self, budget_bytes=budget_bytes, outcome=_outcome(self.status, self.memory.whole_run_peak, budget_bytes)
+            self, budget_bytes=budget_bytes, outcome=_outcome(self.status, self.memory.device_peak, budget_bytes)
         )
 
 
@@ -367,8 +398,8 @@ def parse_trial_config(text: str, version: OrtVersion) -> ValidatedConfig:
     text = text.strip()
     if text.lower() in ("", "none", "off"):
         return ValidatedConfig((), ())
-    path = Path(text)
-    if text.endswith(".json") or (_is_file(path) and ":" not in text.split("/")[-1]):
+    path = config_file_argument(text)
+    if path is not None:
         try:
             content = path.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as err:
@@ -388,14 +419,6 @@ def inherited_config_note() -> str | None:
     if not inherited:
         return None
     return f"{' and '.join(inherited)} from your environment is not used: each trial sets its own config"
-
-
-def _is_file(path: Path) -> bool:
-    """Whether ``path`` names a file; text no file could be named (too long, NUL) is not one."""
-    try:
-        return path.is_file()
-    except (OSError, ValueError):
-        return False
 
 
 def config_key(entries: tuple[ConfigEntry, ...]) -> tuple[str, ...]:
@@ -645,14 +668,15 @@ def _config_env(
     if not entries:
         return {PROFILE_VAR: "1"}, CONFIG_VARIABLES, None
     if takes_json_file(version):
-        value = str(write_json_config(entries, run_dir / CONFIG_FILE, version, overwrite=True))
+        value = str(replace_atomically(run_dir / CONFIG_FILE, render_json_config(entries)).resolve())
     else:
         value = format_config_string(entries, version)
     return {ENV_VAR: value}, (LEVEL_VAR,), value
 
 
 def _outcome(status: RunStatus, peak: int | None, budget: int | None) -> Outcome:
-    """``peak``: the whole run's (start-up included): a job under a hard limit dies at whichever part peaks."""
+    """``peak``: what runs out over the whole run (start-up included; on CUDA reserved plus
+    outside the allocator): a job under a hard limit dies at whichever part peaks."""
     if status == RunStatus.OK and budget is not None and peak is not None and peak > budget:
         return Outcome.OVER_BUDGET
     return _STATUS_TO_OUTCOME.get(status, Outcome.CRASHED)
@@ -681,7 +705,7 @@ def _result(
         batch_size=spec.batch_size,
         config=tuple(str(entry) for entry in spec.config),
         config_value=value,
-        outcome=_outcome(run.status, run.memory.whole_run_peak, budget),
+        outcome=_outcome(run.status, run.memory.device_peak, budget),
         status=run.status,
         run_dir=str(run.run_dir),
         steps=spec.steps,
@@ -693,6 +717,7 @@ def _result(
         **{**asdict(run.memory), "peak_bytes": peak},
         cuda_total_memory=run.cuda_total_memory,
         cuda_device_name=run.cuda_device_name,
+        cuda_pool=run.cuda_pool,
         step_times_s=tuple(run.step_times_s),
         median_step_s=median,
         throughput=spec.batch_size / median if median else None,

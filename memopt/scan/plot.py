@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
+import io
 from collections.abc import Mapping
-from pathlib import Path
 
 import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
-from memopt.errors import MemoptError
 from memopt.graph.sizes import batch_symbols
 from memopt.scan import ScanReport
 
@@ -20,10 +19,9 @@ PLOTTED_PLANS = 6  # plans drawn one by one in the batch sweep; the rest only in
 _MIB = 2**20
 
 
-def plot_scan(report: ScanReport, dims: Mapping[str, int], path: Path) -> None:
-    """Write a PNG or SVG: savings per plan at ``dims``, and the batch sweep around them."""
-    if path.suffix.lower() not in (".png", ".svg"):
-        raise MemoptError(f"--plot needs a .png or .svg file name, not {path.name!r}")
+def plot_scan(report: ScanReport, dims: Mapping[str, int], image_format: str) -> bytes:
+    """A PNG or SVG image (``image_format`` ``"png"`` or ``"svg"``): savings per plan at
+    ``dims``, and the batch sweep around them. The caller writes it where it belongs."""
     batch = batch_symbols(report.inputs)
     figure, (bars, sweep) = plt.subplots(1, 2, figsize=(14, max(4.0, 0.4 * len(report.patterns) + 1.5)))
     ranked = sorted(report.patterns, key=lambda p: p.exact.evaluate(dims))
@@ -71,8 +69,10 @@ def plot_scan(report: ScanReport, dims: Mapping[str, int], path: Path) -> None:
     sweep.set_title("Stashed activations vs batch size")
     sweep.legend(fontsize=7)
     figure.tight_layout()
-    figure.savefig(path)
+    image = io.BytesIO()
+    figure.savefig(image, format=image_format)
     plt.close(figure)
+    return image.getvalue()
 
 
 def _best_per_node(report: ScanReport, dims: Mapping[str, int]) -> float:

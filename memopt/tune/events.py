@@ -123,9 +123,10 @@ class TrialRecord:
 
     @property
     def prediction_error(self) -> float | None:
-        if self.predicted_bytes is None or not self.result.peak_bytes:
+        measured = self.result.predicted_figure_bytes
+        if self.predicted_bytes is None or not measured:
             return None
-        return (self.predicted_bytes - self.result.peak_bytes) / self.result.peak_bytes
+        return (self.predicted_bytes - measured) / measured
 
 
 @dataclass(frozen=True)

@@ -20,17 +20,16 @@ from memopt.core import Target
 from memopt.ort import (
     ENV_VAR,
     ConfigEntry,
-    ConfigError,
     OrtVersion,
     export_line,
     format_config_string,
     render_json_config,
     takes_json_file,
-    write_json_config,
+    validate_entries,
 )
 from memopt.run.files import replace_atomically
 
-__all__ = ["ConfigExport", "plan_export", "refuse_existing", "write_config"]
+__all__ = ["ConfigExport", "UNSET_LINE", "plan_export", "write_config"]
 
 UNSET_LINE = f"unset {ENV_VAR}  # no recompute needed"
 
@@ -81,19 +80,13 @@ def plan_export(
 def write_config(export: ConfigExport, overwrite: bool = True) -> Path:
     """Write the file ``export`` names (atomically): the JSON config (1.19) or the config string (<=1.18).
 
-    A file already there is replaced only when ``overwrite`` (the default suits memopt's own,
-    content-named files), keeping its mode."""
-    if not overwrite:
-        refuse_existing(export.path)
-    if takes_json_file(export.version):
-        return write_json_config(export.entries, export.path, export.version, overwrite=overwrite).resolve()
-    return replace_atomically(export.path, (export.value or "") + "\n").resolve()
-
-
-def refuse_existing(path: Path) -> None:
-    """Raise ``ConfigError`` if ``path`` exists (a file the user has, never to be replaced unasked)."""
-    if path.is_symlink() or path.exists():
-        raise ConfigError(f"{path} exists; pass --force to overwrite it")
+    A regular file already there is replaced only when ``overwrite`` (the default suits
+    memopt's own, content-named files), keeping its mode; anything else there is refused
+    (``check_write_target``). Entries that enable nothing give the empty config ORT reads as
+    no recompute (``[]``, or an empty line)."""
+    validate_entries(export.entries, export.version)
+    content = render_json_config(export.entries) if takes_json_file(export.version) else (export.value or "") + "\n"
+    return replace_atomically(export.path, content, overwrite=overwrite).resolve()
 
 
 def _string_of(entries: tuple[ConfigEntry, ...], version: OrtVersion) -> str:

@@ -44,7 +44,7 @@ class Attempt:
     error: str | None = None
     number: int = 0  # the trial's number in the session
     step_times: tuple[float, ...] = ()  # the measured steps' seconds (warm-up left out)
-    start_up_bytes: int | None = None  # the whole run's peak, when the start-up peaked above the steps
+    start_up_bytes: int | None = None  # what the start-up alone holds, when it peaked above the steps
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "plans", plan_keys(self.plans))  # keys read back from text are PlanKeys again
@@ -239,8 +239,10 @@ def _lighter(state: SearchState, last: Attempt) -> TryPlans | Stop:
 
 def _heavier(state: SearchState, last: Attempt) -> TryPlans | Stop:
     """After an overshoot: a selection predicted to save more, or why there is none."""
-    if last.outcome is Outcome.OVER_BUDGET and last.start_up_bytes is not None:
-        return _start_up_binds(state, last.start_up_bytes)
+    # Over budget with the start-up alone over it (on CPU the one implies the other; on CUDA the
+    # verdict is on reserved segments the steps may have added to): no recompute can help.
+    if last.outcome is Outcome.OVER_BUDGET and (last.start_up_bytes or 0) > state.budget_bytes:
+        return _start_up_binds(state, last.start_up_bytes or 0)
     tried, limit, useful = state.tried(), state.limit_bytes, state.useful_plans()
     selection = tuple(key for key in last.plans if key not in state.left_off)
     prefix = ""

@@ -77,7 +77,7 @@ from memopt.tune.policy import (
     next_step,
 )
 from memopt.tune.settings import TuneCancelled, TuneError, TuneSettings
-from memopt.units import format_mib
+from memopt.units import format_cuda_memory, format_mib
 
 __all__ = ["Tuner"]
 
@@ -374,7 +374,7 @@ class Tuner:
                 _error_line(r.result),
                 r.number,
                 r.result.measured_step_times_s,
-                r.result.memory.whole_run_peak if r.result.start_up_binds else None,
+                r.result.memory.start_up_floor,
             )
             for r in self.records
             if r.purpose is not Purpose.CALIBRATION
@@ -475,6 +475,12 @@ class Tuner:
         line = f"trial {record.number}: {record.outcome.label}{reused}, peak {format_mib(result.peak_bytes)}"
         if len(result.ranks) > 1:
             line += f" (highest of {len(result.ranks)} ranks)"
+        if result.memory.on_cuda and result.cuda_reserved_bytes is not None:
+            line += "; on the card " + format_cuda_memory(
+                result.memory.whole_run_peak, result.cuda_reserved_bytes, result.cuda_outside_bytes
+            )
+        if result.at_the_edge:
+            line += f"; {result.at_the_edge}"
         if result.median_step_s:
             line += f", {result.median_step_s:.2f} s/step{_spread(result.measured_step_times_s)}"
         if result.start_up_binds:
@@ -550,7 +556,7 @@ class Tuner:
             for r in self.records
             if r.result.ran
             and r.batch_size < target
-            and (peak := r.result.memory.whole_run_peak) is not None
+            and (peak := r.result.memory.device_peak) is not None
             and peak <= self.budget_bytes
         ]
         good = max(fitting, key=lambda r: r.batch_size, default=None)
@@ -670,6 +676,7 @@ class Tuner:
                 **_ort_plans(best.result),
                 "peak_bytes": best.peak_bytes,
                 "whole_run_peak_bytes": best.result.memory.whole_run_peak,
+                **_cuda_fields(best.result),
                 "binding_phase": _phase(best.result),
                 "median_step_s": best.step_s,
                 "chosen_by": self.best_rule(),
@@ -687,6 +694,7 @@ class Tuner:
                     "outcome": str(r.outcome),
                     "peak_bytes": r.peak_bytes,
                     "whole_run_peak_bytes": r.result.memory.whole_run_peak,
+                    **_cuda_fields(r.result),
                     "binding_phase": _phase(r.result),
                     "ranks": [{"rank": k.get("rank"), "peak_bytes": k.get("peak_bytes")} for k in r.result.ranks],
                     "predicted_bytes": r.predicted_bytes,
@@ -718,3 +726,17 @@ def _error_line(result: TrialResult) -> str | None:
     if result.error is None:
         return None
     return f"{result.error} (log: {result.run_dir}/ort.log)"
+
+
+def _cuda_fields(result: TrialResult) -> dict[str, Any]:
+    """What ran out on the card, in its parts, for ``--json`` (a CPU trial has none of them)."""
+    memory = result.memory
+    if not memory.on_cuda:
+        return {}
+    return {
+        "device_peak_bytes": memory.device_peak,
+        "cuda_reserved_bytes": memory.cuda_reserved_bytes,
+        "cuda_outside_bytes": memory.cuda_outside_bytes,
+        "cuda_alloc_retries": memory.cuda_alloc_retries,
+        "at_the_edge": memory.at_the_edge,
+    }
