@@ -71,8 +71,19 @@ def test_tune_without_onnxruntime_ends_verified_with_the_export_line(tmp_path: P
             ("has no op aten.gleu",),
         ),
         (
-            ("trial", "--backend", "torch", "--batch", "2", "--cmd", "python train.py"),
-            ("--backend torch runs recipes, not cmd:python train.py",),
+            (
+                "tune",
+                "--backend",
+                "torch",
+                "--target-batch",
+                "2",
+                "--budget",
+                "1GiB",
+                "--no-tui",
+                "--cmd",
+                "python t.py",
+            ),
+            ("--backend torch runs recipes, not cmd:python t.py",),
         ),
     ],
 )
@@ -121,3 +132,20 @@ def test_the_readme_plain_torch_commands_run_as_pasted(tmp_path: Path) -> None:
     )
     assert ran.returncode == 0, ran.stderr[-3000:]
     assert int(ran.stdout.split()[-1]) * 1024 <= budget
+
+
+@pytest.mark.torch
+def test_a_command_applies_the_policy_itself(tmp_path: Path) -> None:
+    """``trial --backend torch --cmd``: the user's script reads the policy file memopt puts in its
+    environment, and its steps count from the model it passed to ``memopt.recompute.apply``."""
+    script = ROOT / "examples" / "train_plain_torch.py"
+    runs = tmp_path / "runs"
+    args = ("trial", "--backend", "torch", "--batch", "16", "--steps", "1", "--runs-dir", str(runs), "--json")
+    cmd = f"{sys.executable} {script} --batch-size {{batch}}"
+    done = memopt(*args, "--config", "blocks.*: *", "--cmd", cmd, env=without_onnxruntime(tmp_path))
+    assert done.returncode == 0, done.stderr
+    record = json.loads(done.stdout)
+    assert record["status"] == "ok" and record["plans"] == ["blocks.*: *"] and record["peak_bytes"] > 0
+    # A plan the script's model cannot take fails the job with the policy's own message.
+    bad = memopt(*args, "--config", "layers.*: gelu", "--cmd", cmd, env=without_onnxruntime(tmp_path))
+    assert bad.returncode != 0 and "no module of the model matches layers.*" in bad.stderr

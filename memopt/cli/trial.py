@@ -13,7 +13,7 @@ import typer
 from rich.markup import escape
 
 from memopt.backends import Backend, choose_backend
-from memopt.backends.torch.trial import read_policy, require_recipe, resolve_torch_budget, run_torch_trial, trial_key
+from memopt.backends.torch.trial import read_policy, resolve_torch_budget, run_torch_trial, trial_key
 from memopt.cli import EXIT_DOES_NOT_FIT, app, console, error_console
 from memopt.cli.options import (
     BackendOption,
@@ -101,8 +101,6 @@ def trial_command(
     """Run RECIPE (or your command) at --batch with --config applied as a user would; record memory, time and ORT's plans."""
     chosen_backend = choose_backend(backend)
     target = _target(words or [], command)
-    if chosen_backend.backend is Backend.TORCH:
-        require_recipe(target)
     parsed_budget = parse_budget(budget) if budget is not None else None
     settings = run_settings(
         target,

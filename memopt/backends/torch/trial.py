@@ -1,7 +1,9 @@
 """A torch trial: a recipe's real training steps in a child process, with a recompute policy applied.
 
 The policy goes where a user's script finds it: a file in the run folder named by
-``MEMOPT_RECOMPUTE_POLICY`` in the child's environment, read by ``memopt.recompute.apply``.
+``MEMOPT_RECOMPUTE_POLICY`` in the child's environment, read by ``memopt.recompute.apply`` (in
+memopt's child for a recipe; in the user's own script for a ``--cmd`` command, whose steps count
+from the first training forward of the model it passes to ``apply``).
 The peak is measured as for ORT (``memopt.child.steps``): the process's peak RSS on CPU, the
 caching allocator's statistics on CUDA. Each finished trial is a journal line of kind
 ``torch-trial``; ``resume`` reuses one with the same recipe, options, batch and policy.
@@ -19,8 +21,9 @@ from memopt.core import RecipeTarget, RunStatus
 from memopt.errors import MemoptError
 from memopt.recompute import POLICY_ENV, RecomputePlan, RecomputePolicy
 from memopt.run.budget import Budget, resolve_budget, total_ram
+from memopt.run.command import run_target
 from memopt.run.journal import Journal
-from memopt.run.launch import RunRequest, launch, new_run_dir
+from memopt.run.launch import RunRequest, new_run_dir
 from memopt.run.settings import RunSettings
 
 __all__ = [
@@ -119,8 +122,8 @@ def trial_key(settings: RunSettings, batch: int, policy: RecomputePolicy) -> str
 def run_torch_trial(
     settings: RunSettings, batch: int, policy: RecomputePolicy, *, journal: Journal, resume: bool = False
 ) -> TorchTrial:
-    """Train ``settings``' recipe at ``batch`` with ``policy`` in a child process; journal the outcome."""
-    require_recipe(settings.target)
+    """Train ``settings``' recipe at ``batch`` with ``policy`` in a child process, or run its command
+    with the policy file in its environment (its script applies it); journal the outcome."""
     key = trial_key(settings, batch, policy)
     if resume:
         done = journal.latest(key, usable=(RunStatus.OK.value,), kind=TRIAL_KIND)
@@ -135,7 +138,7 @@ def run_torch_trial(
                 record.get("median_step_s"),
                 reused=True,
             )
-    run_dir = new_run_dir(settings.runs_dir, f"torch-b{batch}")
+    run_dir = new_run_dir(settings.runs_dir, f"torch-{settings.target.label}-b{batch}")
     policy.write(run_dir / POLICY_FILE)
     request = RunRequest(
         target=settings.target,
@@ -148,7 +151,7 @@ def run_torch_trial(
         env={POLICY_ENV: str((run_dir / POLICY_FILE).resolve())},
         backend="torch",
     )
-    run = launch(request, run_dir)
+    run = run_target(request, run_dir)
     trial = TorchTrial(batch, policy, run.status, run_dir, run.memory.whole_run_peak, run.median_step_s, run.error)
     journal.append(trial.record(key))
     return trial
