@@ -8,6 +8,7 @@ VENV ?= .venv
 EXTRA ?= $(if $(shell command -v nvidia-smi 2>/dev/null),gpu,cpu)
 TORCH_CU118_INDEX ?= https://download.pytorch.org/whl/cu118
 GPU_TORCH ?= torch==2.3.1
+TORCH_ORT ?= torch-ort==1.19.2
 
 BIN := $(VENV)/bin
 INSTALLED := $(VENV)/.memopt-installed-$(EXTRA)
@@ -58,12 +59,17 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
+# The optimum extra (optimum's ORTTrainer, accelerate) too, so tests/test_stacks.py runs the stacks
+# users train with. ORTTrainer imports torch_ort, whose own dependencies would replace the ORT
+# build chosen above: it goes in without them.
 $(INSTALLED): pyproject.toml constraints.txt | $(BIN)/python
 ifeq ($(EXTRA),gpu)
 	$(BIN)/pip install $(GPU_TORCH) --index-url $(TORCH_CU118_INDEX)
-	$(BIN)/pip install -e '.[gpu,hf,test]'
+	$(BIN)/pip install -e '.[gpu,hf,test,optimum]'
+	$(BIN)/pip install --no-deps $(TORCH_ORT)
 else
-	$(BIN)/pip install -c constraints.txt -e '.[cpu,hf,test]'
+	$(BIN)/pip install -c constraints.txt -e '.[cpu,hf,test,optimum]'
+	$(BIN)/pip install -c constraints.txt --no-deps $(TORCH_ORT)
 endif
 	touch $@
 

@@ -102,3 +102,35 @@ def test_a_rank_prefixed_exception_is_quoted_with_its_rank() -> None:
 
 def test_a_log_without_an_exception_or_a_known_failure_explains_nothing() -> None:
     assert explain_failure("step 1 loss 3.2\nKilled\n") is None
+
+
+@pytest.mark.subprocess
+def test_tune_runs_a_failing_job_once_and_says_its_error_once(tmp_path: Path) -> None:
+    script = tmp_path / "rank_failure.py"
+    script.write_text(RANK_FAILURE)
+    runs = tmp_path / "runs"
+    command = f"{TORCHRUN} {script} {{batch}}"
+    run = memopt(
+        "tune", "--cmd", command, "--target-batch", "4", "--budget", "1GiB", "--no-tui", "--runs-dir", str(runs)
+    )
+    assert run.returncode == 2, run.stdout + run.stderr
+    # the calibration trial that is also the graph probe ran the job; nothing ran it again
+    assert [folder.name.split("-")[0] for folder in runs.iterdir() if folder.is_dir()] == ["trial"]
+    said = run.stdout + run.stderr
+    assert said.count("Found no NVIDIA driver") == 1, said
+    assert run.stderr.strip().splitlines()[-1].startswith("error: the no-config calibration trial at batch 2")
+
+
+@pytest.mark.ort
+def test_tune_of_a_job_shorter_than_its_steps_stops_before_the_probe_is_done(tmp_path: Path) -> None:
+    command = f"{sys.executable} examples/train_ddp.py --seq 64 --layers 1 --batch-size {{batch}} --max-steps 2"
+    run = memopt(
+        "tune", "--cmd", command, "--target-batch", "4", "--budget", "1GiB", "--steps", "2", "--no-tui",
+        "--runs-dir", str(tmp_path), cwd=ROOT,
+    )  # fmt: skip
+    assert run.returncode == 2, run.stdout + run.stderr
+    said = run.stdout + run.stderr
+    assert "[probe] done" not in said and "did not run:" not in said and "recipe_error" not in said, said
+    assert said.count("ended by itself after 2 training steps") == 1, said
+    error = run.stderr.strip().splitlines()[-1]
+    assert error.startswith("error: the no-config calibration trial at batch 2 did not run to the end (recipe error)")

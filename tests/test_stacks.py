@@ -3,8 +3,9 @@
 (examples/train_accelerate.py), each single-process and with two processes (gloo on CPU),
 through ``memopt tune --cmd --no-tui`` to a verified config.
 
-optimum and accelerate are not in the ``test`` extra: these tests skip where they are not
-installed (README "optimum's ORTTrainer and accelerate" says how).
+`make` installs both (the ``optimum`` extra, and torch-ort without its dependencies) for
+`make test` and CI; elsewhere these tests skip where they are not installed (README
+"optimum's ORTTrainer and accelerate" says how).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -70,3 +72,23 @@ def test_headless_tune_of_the_stack_ends_verified(command: str, ranks: int, tmp_
     verified = next(trial for trial in summary["trials"] if trial["number"] == best["trial"])
     assert len(verified["ranks"]) == ranks
     assert any(line.startswith("export ORTMODULE_MEMORY_OPT_CONFIG=") for line in summary["export"])
+
+
+@pytest.mark.subprocess
+@pytest.mark.parametrize("extra", ["cpu", "gpu"])
+def test_make_installs_the_stacks_these_tests_run(extra: str, tmp_path: Path) -> None:
+    """`make test` and CI install optimum, accelerate and torch-ort (without its dependencies,
+    which would replace the ORT build), so the tests above run there instead of skipping."""
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "python").touch()  # the venv exists: only the install step is planned
+    dry = subprocess.run(
+        ["make", "-n", f"VENV={venv}", f"EXTRA={extra}", f"{venv}/.memopt-installed-{extra}"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert f"-e '.[{extra},hf,test,optimum]'" in dry, dry
+    assert "--no-deps torch-ort==1.19.2" in dry, dry
+    assert "torch-ort==1.19.2" in (ROOT / "constraints.txt").read_text().splitlines()

@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 from support.fake_tuning import FakeRunner, MiB, fake_tuner, prepared_gpt
 
+from memopt.child.memory import Phase
 from memopt.graph import Polynomial
-from memopt.predict import MemoryModel, Observation, PlanSavings, fit_memory_model
+from memopt.predict import MemoryModel, Observation, PhaseSpread, PlanSavings, RunSpread, StartUp, fit_memory_model
 from memopt.run import Journal, Outcome
 from memopt.tune import Attempt, Purpose, SearchState, SearchStatus, Stop, TryPlans, best_verified, next_step
 
@@ -36,17 +37,26 @@ def model() -> MemoryModel:
     return fit_memory_model(observations, plans, ("batch",), {})
 
 
-def state(budget_mib: float, *attempts: Attempt, max_trials: int = 6) -> SearchState:
+def state(
+    budget_mib: float,
+    *attempts: Attempt,
+    max_trials: int = 6,
+    margin: float = 0.0,
+    start_up: StartUp = StartUp(),
+    spread: RunSpread = RunSpread(),
+) -> SearchState:
     return SearchState(
         model=model(),
         costs_s=COSTS,
         target_batch=16,
         budget_bytes=int(budget_mib * MiB),
-        margin=0.0,
+        margin=margin,
         ort_version="1.19.2",
         max_trials=max_trials,
         attempts=attempts,
         trials_used=len(attempts),
+        start_up=start_up,
+        spread=spread,
     )
 
 
@@ -156,6 +166,104 @@ def test_over_budget_on_cuda_with_a_start_up_under_it_adds_plans() -> None:
     assert isinstance(step, TryPlans) and B in step.plans and len(step.plans) > 1
 
 
+# -- verdicts against the limit and the run-to-run spread ---------------------------------------
+
+# The start-up (export, session build) measured at 1,090 MiB in runs at batch 8 and 16, 12 MiB apart.
+START_UP = StartUp(((8, 1084 * MiB), (16, 1096 * MiB)))
+START_UP_SPREAD = RunSpread(start_up=PhaseSpread(12 * MiB, 2))
+
+
+def test_a_fit_under_the_budget_but_over_the_limit_is_not_verified() -> None:
+    # budget 2,400 MiB less 2%: limit 2,352 MiB; the steps peaked at 2,380 MiB, within the budget
+    fit = Attempt((B,), Outcome.OK, 0.5, number=1, whole_run_bytes=2380 * MiB)
+    searched = state(2400, fit, margin=0.02)
+    assert not searched.verified(fit) and best_verified(searched) is None
+    step = next_step(searched)
+    assert isinstance(step, TryPlans) and B in step.plans and len(step.plans) > 1
+    assert "28.0 MiB over the limit 2,352.0 MiB" in step.reason and "not verified" in step.reason
+
+
+def test_a_start_up_fit_within_its_spread_of_the_limit_says_so_instead_of_verified() -> None:
+    # limit 1,078.0 MiB (1,100 MiB less 2%); the start-up peaked at 1,070 MiB: 8 MiB of room, 12 MiB of spread
+    fit = Attempt((B,), Outcome.OK, number=1, start_up_bytes=1070 * MiB, whole_run_bytes=1070 * MiB)
+    searched = state(1100, fit, margin=0.02, start_up=START_UP, spread=START_UP_SPREAD)
+    room = searched.room(fit)
+    assert room is not None and room.phase is Phase.START_UP and not room.verified
+    stop = next_step(searched)
+    assert isinstance(stop, Stop) and stop.status is SearchStatus.WITHIN_NOISE, stop
+    assert "within the run-to-run noise of what is reachable" in stop.message
+    assert "8.0 MiB under the limit 1,078.0 MiB" in stop.message and "spread of the start-up 12.0 MiB" in stop.message
+    assert "recompute cannot lower the start-up" in stop.message
+    # verified needs 1,070 + 12 MiB under the limit: 1,082 / 0.98
+    assert "a budget of 1,104.1 MiB or more would verify" in stop.message
+    assert best_verified(searched) is None
+
+
+def test_a_start_up_fit_over_the_limit_is_not_called_noise() -> None:
+    # within the budget (1,090 ≤ 1,100 MiB) but over the limit 1,078 MiB: recompute cannot help
+    fit = Attempt((B,), Outcome.OK, number=1, start_up_bytes=1090 * MiB, whole_run_bytes=1090 * MiB)
+    stop = next_step(state(1100, fit, margin=0.02, start_up=START_UP, spread=START_UP_SPREAD))
+    assert isinstance(stop, Stop) and stop.status is SearchStatus.IMPOSSIBLE, stop
+    assert "peaks at 1,090.0 MiB > limit 1,078.0 MiB; recompute cannot lower it" in stop.message
+
+
+def test_every_plan_on_and_still_over_the_limit_does_not_fit() -> None:
+    fit = Attempt((A, B, C), Outcome.OK, number=1, whole_run_bytes=1395 * MiB)
+    stop = next_step(state(1400, fit, margin=0.02))
+    assert isinstance(stop, Stop) and stop.status is SearchStatus.IMPOSSIBLE, stop
+
+
+def test_a_fit_with_more_room_than_the_spread_is_verified_and_says_how_much() -> None:
+    fit = Attempt((B,), Outcome.OK, number=1, start_up_bytes=1060 * MiB, whole_run_bytes=1060 * MiB)
+    searched = state(1100, fit, margin=0.02, start_up=START_UP, spread=START_UP_SPREAD)
+    room = searched.room(fit)
+    assert room is not None and room.verified
+    assert room.describe() == (
+        "18.0 MiB under the limit 1,078.0 MiB at the whole run's peak (the start-up binds); "
+        "run-to-run spread of the start-up 12.0 MiB (2 runs)"
+    )
+    best = best_verified(searched)
+    assert best is not None and best.attempt == fit
+
+
+def test_a_phase_run_once_has_no_spread_and_needs_only_the_limit() -> None:
+    fit = Attempt((B,), Outcome.OK, number=1, whole_run_bytes=2350 * MiB)
+    searched = state(2400, fit, margin=0.02)
+    room = searched.room(fit)
+    assert room is not None and room.verified and "not measured yet" in room.describe()
+
+
+def test_advice_counts_the_start_up_and_never_says_batch_0() -> None:
+    # every plan brings the steps to 1,480 MiB at batch 16, under the limit 1,568 MiB (1,600 MiB
+    # less 2%); the start-up was measured at 1,590 MiB at batch 8 and 1,602 MiB at batch 16
+    start_up = StartUp(((8, 1590 * MiB), (16, 1602 * MiB)))
+    first = next_step(state(1600, margin=0.02, start_up=start_up, spread=START_UP_SPREAD))
+    assert isinstance(first, TryPlans)
+    assert "the lowest peak at batch 16 is 1,602.0 MiB, the start-up's (measured; recompute cannot lower it" in (
+        first.reason
+    ), first.reason
+    # the start-up at batch 16 plus its spread, over 0.98; no batch's start-up is under the limit
+    assert "a budget of 1,646.9 MiB or more is predicted to fit; not even batch 1" in first.reason
+    assert "batch 0" not in first.reason
+
+
+def test_nothing_fitting_at_any_batch_says_not_even_batch_1() -> None:
+    stop = next_step(state(800, Attempt((A, B, C), Outcome.OVER_BUDGET, number=1)))
+    assert isinstance(stop, Stop) and stop.status is SearchStatus.IMPOSSIBLE
+    assert "predicted to fit: not even batch 1" in stop.message and "batch 0" not in stop.message
+    assert next_step(state(800)).reason.endswith(
+        "not even batch 1 is predicted to fit in this budget; trying it once to check"
+    )
+
+
+def test_start_up_predicted_by_batch_and_its_spread_from_repeats() -> None:
+    start_up = StartUp(((4, 1000 * MiB), (8, 1010 * MiB)))
+    assert start_up.at(16) == pytest.approx(1030 * MiB)
+    assert start_up.largest_batch(1021 * MiB, 15) == 12 and start_up.largest_batch(900 * MiB, 15) == 0
+    assert StartUp(((8, 1000 * MiB), (4, 1010 * MiB))).at(16) == pytest.approx(1005 * MiB)  # never falls with the batch
+    assert StartUp().at(16) is None and StartUp().largest_batch(1, 15) == 15
+
+
 # -- the tuning loop over the fake runner ------------------------------------------------------
 
 
@@ -179,6 +287,17 @@ def test_tuner_verifies_a_config_in_one_search_trial_when_the_model_is_right(tmp
     assert [r.purpose for r in result.trials] == [Purpose.CALIBRATION, Purpose.SEARCH]  # two runs
     assert tuner.export_lines()[0].startswith("export ORTMODULE_MEMORY_OPT_CONFIG=")
     assert len(list(Journal.in_folder(tmp_path).entries())) == len(result.trials)
+
+
+def test_tuner_says_how_much_room_the_verified_config_leaves(tmp_path: Path) -> None:
+    runner = FakeRunner(prepared_gpt())
+    tuner = fake_tuner(tmp_path, runner, budget_between(runner), margin=0.02)
+    result = tuner.auto_search()
+    assert result.status is SearchStatus.VERIFIED and result.best is not None, result.message
+    assert "MiB under the limit" in result.message and "spread of the steps not measured yet" in result.message
+    best = tuner.summary(result)["best"]
+    assert best["room_bytes"] == tuner.limit_bytes - best["whole_run_peak_bytes"] >= 0
+    assert best["spread_bytes"] == 0.0
 
 
 def test_tuner_learns_what_the_allocator_adds_when_the_first_guess_misses(tmp_path: Path) -> None:

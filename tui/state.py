@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from memopt.ort import PlanKey, plan_keys
 from memopt.run import TrialResult
 from memopt.tune import PlanRow, TrialRecord, Tuner
-from memopt.units import format_bytes
+from memopt.units import format_bytes, format_mib
 
 __all__ = ["SORT_KEYS", "Selection", "exit_lines", "plan_cells", "short_plans", "sort_rows", "trial_cells"]
 
@@ -127,7 +127,7 @@ def exit_lines(tuner: Tuner, selection: Sequence[PlanKey]) -> list[str]:
         if best is not None:
             lines.append(
                 f"# memopt tune: verified at batch {best.batch_size} (trial {best.number}, peak "
-                f"{format_bytes(best.peak_bytes)}, {best.step_s or 0:.2f} s/step): {short_plans(best.plans)}"
+                f"{format_mib(best.peak_bytes)}, {best.step_s or 0:.2f} s/step): {short_plans(best.plans)}"
             )
             tuner.write_export_file(best.plans)
             lines += tuner.export_lines(best.plans)

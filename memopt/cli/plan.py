@@ -178,7 +178,7 @@ def _print(
     model = cal.model
     console.print(
         f"[bold]Plan for {escape(str(target))}[/] at batch {result.target_batch} on {cal.device.upper()} "
-        f"(ORT {cal.ort_version}), budget {format_bytes(result.budget_bytes)}",
+        f"(ORT {cal.ort_version}), budget {format_mib(result.budget_bytes)} (limit {format_mib(result.limit_bytes)})",
         highlight=False,
     )
     measured = ", ".join(

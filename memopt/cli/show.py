@@ -100,7 +100,7 @@ def print_trial(result: TrialResult, console: Console = default_console) -> None
             line += f"; reserved {format_bytes(result.cuda_reserved_bytes)}"
         console.print(line, highlight=False)
         if len(result.ranks) > 1:
-            per_rank = ", ".join(f"{r.get('rank')}: {format_bytes(r.get('peak_bytes'))}" for r in result.ranks)
+            per_rank = ", ".join(f"{r.get('rank')}: {format_mib(r.get('peak_bytes'))}" for r in result.ranks)
             console.print(f"  ranks        {per_rank} (the trial's peak is the highest)", highlight=False)
         whole_run = result.memory.whole_run_peak
         console.print(

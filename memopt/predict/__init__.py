@@ -5,6 +5,8 @@
 - ``recompute_cost``: what recomputing a plan costs: its nodes' profiled kernel times (CPU), else
   their work, scaled from the graph to the target dims.
 - ``planner``: the cheapest set of plans predicted to fit a budget (exact, via HiGHS).
+- ``whole_run``: the start-up's peak by batch (recompute cannot lower it) and each phase's
+  run-to-run spread, from the runs a session made.
 - ``calibrate``: fits the model and costs from no-config runs; ``prepare_target`` loads
   and scans a target once, ``calibrate_on`` calibrates on any trial runner.
 """
@@ -23,6 +25,7 @@ from memopt.predict.calibrate import (
     plan_savings,
     prepare_target,
     require_batch_dim,
+    require_ran,
     save_model,
 )
 from memopt.predict.memory_model import MemoryModel, ModelError, Observation, PlanSavings, Prediction, fit_memory_model
@@ -36,6 +39,7 @@ from memopt.predict.recompute_cost import (
     read_node_times,
     seconds_per_unit,
 )
+from memopt.predict.whole_run import PhaseSpread, RunSpread, StartUp
 
 __all__ = [
     "BALANCE",
@@ -46,9 +50,12 @@ __all__ = [
     "MemoryModel",
     "ModelError",
     "Observation",
+    "PhaseSpread",
     "PlanChoice",
     "PlanResult",
     "RecomputeCost",
+    "RunSpread",
+    "StartUp",
     "PlanSavings",
     "PreparedTarget",
     "Prediction",
@@ -68,6 +75,7 @@ __all__ = [
     "plan_savings",
     "prepare_target",
     "require_batch_dim",
+    "require_ran",
     "save_model",
     "seconds_per_unit",
 ]

@@ -341,11 +341,12 @@ def require_batch_dim(report: ScanReport, target: RunnableTarget) -> tuple[str, 
 
 
 def require_ran(trial: TrialResult) -> None:
+    """Raise where a calibration trial did not run its steps to the end, saying why in the user's words."""
     if not trial.ran:
         what = "configured" if trial.config else "no-config"
         raise ModelError(
-            f"the {what} calibration trial at batch {trial.batch_size} did not run: {trial.outcome}: "
-            f"{trial.error} (log: {trial.run_dir}/ort.log)"
+            f"the {what} calibration trial at batch {trial.batch_size} did not run to the end "
+            f"({trial.outcome.label}): {trial.error} (log: {trial.run_dir}/ort.log)"
         )
 
 

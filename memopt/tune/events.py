@@ -15,7 +15,7 @@ from typing import Any
 from memopt.core import Target
 from memopt.ort import OptimizationType, PlanKey, plan_keys
 from memopt.run import Outcome, TrialResult
-from memopt.units import format_bytes
+from memopt.units import format_mib
 
 __all__ = [
     "Note",
@@ -52,6 +52,8 @@ class SearchStatus(str, Enum):
     VERIFIED = "verified"  # a config was measured to fit
     MAX_TRIALS = "max_trials"  # --max-trials search trials ran first
     IMPOSSIBLE = "impossible"  # even every plan is not enough at the target batch
+    # What fits has less room under the limit than the run-to-run spread: a re-run may go over
+    WITHIN_NOISE = "within_noise"
     CANCELLED = "cancelled"
     FAILED = "failed"  # the target cannot run at all, or nothing could be verified
 
@@ -219,11 +221,12 @@ def event_line(event: TuneEvent) -> str:
     if isinstance(event, Ready):
         return (
             f"[ready] {event.target} on {event.device}, ORT {event.ort_version}, torch {event.torch_version}; "
-            f"target batch {event.target_batch}, budget {format_bytes(event.budget_bytes)}; {len(event.rows)} plans"
+            f"target batch {event.target_batch}, budget {format_mib(event.budget_bytes)} (limit "
+            f"{format_mib(event.limit_bytes)}); {len(event.rows)} plans"
         )
     if isinstance(event, TrialStarted):
         plans = ", ".join(p.short for p in event.plans) or "no config"
-        predicted = f", predicted {format_bytes(event.predicted_bytes)}" if event.predicted_bytes is not None else ""
+        predicted = f", predicted {format_mib(event.predicted_bytes)}" if event.predicted_bytes is not None else ""
         return f"[trial {event.number}] {event.purpose} at batch {event.batch_size}: {plans}{predicted}…"
     if isinstance(event, TrialFinished):
         return f"[result] {event.explanation}"

@@ -5,6 +5,13 @@
     after an overshoot (over budget, out of memory, crashed): a selection predicted to
     save more, else stop (nothing fits: the largest batch predicted to fit is said)
 
+A trial fits when its whole run (start-up included) is within the budget; it is verified only
+when that peak is under the limit (the budget less the margin) by more than the run-to-run
+spread measured for the phase that bound it (``Room``). A fit with less room than that is
+within the noise: more recompute is tried where the steps bound; where the start-up bound,
+which recompute cannot lower, the search says so and stops. Predictions and advice use the
+whole run: the memory model's steps and the start-up's measured peak (``StartUp``).
+
 Plans ORT left OFF in a trial (its Plan table says so) are dropped from later selections:
 ORT ignores them, so they cannot lower the peak. No process, file or clock is touched
 here, so every rule is tested with a hand-made model and scripted outcomes.
@@ -15,8 +22,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 
+from memopt.child.memory import Phase
 from memopt.ort import PlanKey, plan_keys
-from memopt.predict import MemoryModel, PlanResult, budget_limit, choose_plans
+from memopt.predict import MemoryModel, PlanResult, RunSpread, StartUp, budget_limit, choose_plans
 from memopt.run import Outcome
 from memopt.tune.events import SearchStatus
 from memopt.units import format_mib
@@ -24,6 +32,7 @@ from memopt.units import format_mib
 __all__ = [
     "Attempt",
     "BestVerified",
+    "Room",
     "SearchState",
     "Stop",
     "TryPlans",
@@ -45,10 +54,49 @@ class Attempt:
     number: int = 0  # the trial's number in the session
     step_times: tuple[float, ...] = ()  # the measured steps' seconds (warm-up left out)
     start_up_bytes: int | None = None  # what the start-up alone holds, when it peaked above the steps
+    whole_run_bytes: int | None = None  # what a hard limit sees; None: unknown, the outcome alone decides
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "plans", plan_keys(self.plans))  # keys read back from text are PlanKeys again
         object.__setattr__(self, "left_off", plan_keys(self.left_off))
+
+    @property
+    def binding_phase(self) -> Phase:
+        return Phase.START_UP if self.start_up_bytes is not None else Phase.STEPS
+
+
+@dataclass(frozen=True)
+class Room:
+    """How far a fitting trial's whole-run peak is under the limit, against the run-to-run
+    spread of the phase that bound it: verified only with more room than that spread (where
+    the phase has run once, nothing is measured and the peak need only be under the limit)."""
+
+    under_limit_bytes: float  # negative: over the limit
+    limit_bytes: float
+    phase: Phase
+    spread_bytes: float
+    spread_line: str
+
+    @property
+    def verified(self) -> bool:
+        return self.under_limit_bytes > self.spread_bytes if self.spread_bytes else self.under_limit_bytes >= 0
+
+    def describe(self) -> str:
+        if self.under_limit_bytes >= 0:
+            where = f"{format_mib(self.under_limit_bytes)} under the limit {format_mib(self.limit_bytes)}"
+        else:
+            where = f"{format_mib(-self.under_limit_bytes)} over the limit {format_mib(self.limit_bytes)}"
+        binds = "the start-up binds" if self.phase is Phase.START_UP else "the steps bind"
+        return f"{where} at the whole run's peak ({binds}); {self.spread_line}"
+
+    @property
+    def verdict(self) -> str:
+        """Why a fit is not verified, in a few words; empty where it is."""
+        if self.verified:
+            return ""
+        if self.under_limit_bytes < 0:
+            return "over the limit, not verified"
+        return "within the run-to-run spread of the limit, not verified"
 
 
 @dataclass(frozen=True)
@@ -66,10 +114,44 @@ class SearchState:
     baseline_step_s: float | None = None
     attempts: tuple[Attempt, ...] = ()
     trials_used: int = 0
+    start_up: StartUp = StartUp()  # the start-up's peak where it bound, from every run of the session
+    spread: RunSpread = RunSpread()  # each phase's run-to-run spread, from every run of the session
 
     @property
     def limit_bytes(self) -> float:
         return budget_limit(self.budget_bytes, self.margin)
+
+    def room(self, attempt: Attempt) -> Room | None:
+        """How far ``attempt``'s whole run is under the limit; None where its peak is unknown."""
+        if attempt.whole_run_bytes is None:
+            return None
+        phase = attempt.binding_phase
+        spread = self.spread.of(phase)
+        return Room(
+            self.limit_bytes - attempt.whole_run_bytes,
+            self.limit_bytes,
+            phase,
+            self.spread.bytes_of(phase),
+            spread.describe(phase) if spread else f"spread of the {phase} not measured yet (one run of it)",
+        )
+
+    def verified(self, attempt: Attempt) -> bool:
+        """Fits, and with more room under the limit than the run-to-run spread of its binding phase."""
+        room = self.room(attempt)
+        return attempt.outcome is Outcome.OK and (room is None or room.verified)
+
+    def whole_run(self, steps_bytes: float, batch_size: int | None = None) -> tuple[float, Phase]:
+        """The whole run's predicted peak where the steps are predicted at ``steps_bytes``, and
+        the phase that binds: the start-up binds where its measured peak is higher."""
+        start_up = self.start_up.at(batch_size or self.target_batch)
+        if start_up is not None and start_up > steps_bytes:
+            return start_up, Phase.START_UP
+        return steps_bytes, Phase.STEPS
+
+    def budget_for(self, whole_run_bytes: float, phase: Phase) -> float:
+        """The smallest budget that would verify a run peaking at ``whole_run_bytes``: its limit
+        above the peak by the phase's run-to-run spread."""
+        return (whole_run_bytes + self.spread.bytes_of(phase)) / (1.0 - self.margin)
 
     @property
     def left_off(self) -> frozenset[PlanKey]:
@@ -89,9 +171,14 @@ class SearchState:
         return tuple(key for key in ranked if self.model.factor(key) * raw[key] > 0 and key not in ignored)
 
     def largest_below_target(self, plans: Iterable[PlanKey]) -> int:
-        """The largest batch below the target predicted to fit with ``plans``: what fits instead
-        (a larger batch can fit where the target does not: the allocator's placement)."""
-        return self.model.max_batch(self.limit_bytes, plans, ceiling=self.target_batch - 1)
+        """The largest batch below the target whose whole run is predicted to verify with
+        ``plans`` (0: not even batch 1): what fits instead (a larger batch can fit where the
+        target does not: the allocator's placement). Each phase keeps its spread under the limit."""
+        limit = self.limit_bytes
+        ceiling = self.start_up.largest_batch(limit - self.spread.bytes_of(Phase.START_UP), self.target_batch - 1)
+        if ceiling < 1:
+            return 0
+        return self.model.max_batch(limit - self.spread.bytes_of(Phase.STEPS), plans, ceiling=ceiling)
 
     def plan(self) -> PlanResult:
         """The planner's choice among the plans ORT has not ignored."""
@@ -136,7 +223,10 @@ def next_step(state: SearchState) -> TryPlans | Stop:
     last = state.attempts[-1]
     if last.outcome.fatal:
         return Stop(SearchStatus.FAILED, f"the trial could not run: {last.error}")
-    step = _lighter(state, last) if last.outcome is Outcome.OK else _heavier(state, last)
+    if last.outcome is Outcome.OK and not state.verified(last):
+        step = _within_noise(state, last)
+    else:
+        step = _lighter(state, last) if last.outcome is Outcome.OK else _heavier(state, last)
     if isinstance(step, Stop):
         return step
     if state.trials_used >= state.max_trials:
@@ -153,10 +243,10 @@ class BestVerified:
 
 
 def best_verified(state: SearchState) -> BestVerified | None:
-    """Of the trials that fit, the one the cost model ranks cheapest (then fewer plans, then
+    """Of the trials verified (``SearchState.verified``), the one the cost model ranks cheapest (then fewer plans, then
     first); a measured trial overrules it only when every one of its steps ran faster than
     every step of the model's choice: two medians closer than their own spread are noise."""
-    fitting = [a for a in state.attempts if a.outcome is Outcome.OK]
+    fitting = [a for a in state.attempts if state.verified(a)]
     if not fitting:
         return None
     modelled = min(fitting, key=lambda a: (state.cost_of(a.plans), len(a.plans), a.number))
@@ -181,7 +271,8 @@ def best_verified(state: SearchState) -> BestVerified | None:
 def _first(state: SearchState) -> TryPlans | Stop:
     limit = state.limit_bytes
     plan = state.plan()
-    if plan.feasible:
+    whole, phase = state.whole_run(plan.predicted_bytes)
+    if plan.feasible and (phase is Phase.STEPS or whole + state.spread.bytes_of(phase) <= limit):
         if plan.plans:
             return TryPlans(
                 plan.plans,
@@ -196,16 +287,59 @@ def _first(state: SearchState) -> TryPlans | Stop:
 
 
 def _floor_line(state: SearchState, plan: PlanResult) -> str:
-    """The lowest peak any selection is predicted at when the limit is below it, and what would fit instead."""
-    floor = plan.predicted_bytes
-    largest = state.largest_below_target(state.useful_plans())
+    """The lowest whole-run peak any selection is predicted at when the limit is below it, and
+    what would fit instead: a budget, or a smaller batch (or not even batch 1)."""
+    floor, phase = state.whole_run(plan.predicted_bytes)
+    steps = f"{names(plan.plans) or 'no config'}; no config {format_mib(plan.baseline_bytes)}"
+    if phase is Phase.START_UP:
+        what = (
+            f"{format_mib(floor)}, the start-up's (measured; recompute cannot lower it; the steps "
+            f"{format_mib(plan.predicted_bytes)} with {steps})"
+        )
+    else:
+        what = f"{format_mib(floor)} ({steps})"
+    spread = state.spread.of(phase)
+    whose = "the start-up's" if phase is Phase.START_UP else "the steps'"
+    noise = f" and {whose} run-to-run spread {format_mib(spread.bytes)}" if spread else ""
     return (
-        f"planner: no selection is predicted to fit; the lowest peak at batch {state.target_batch} is "
-        f"{format_mib(floor)} ({names(plan.plans)}; no config {format_mib(plan.baseline_bytes)}), above the "
-        f"limit {format_mib(state.limit_bytes)} (budget {format_mib(state.budget_bytes)} less the "
-        f"{state.margin:.0%} margin): a budget of {format_mib(floor / (1.0 - state.margin))} or more, or batch "
-        f"{largest}, is predicted to fit"
+        f"planner: no selection is predicted to fit; the lowest peak at batch {state.target_batch} is {what}, above "
+        f"the limit {format_mib(state.limit_bytes)} (budget {format_mib(state.budget_bytes)} less the "
+        f"{state.margin:.0%} margin{noise}): {_advice(state, floor, phase)}"
     )
+
+
+def _advice(state: SearchState, whole_run_bytes: float, phase: Phase) -> str:
+    """What would verify instead, from the whole-run model: a budget, or a smaller batch."""
+    budget = f"a budget of {format_mib(state.budget_for(whole_run_bytes, phase))} or more"
+    largest = state.largest_below_target(state.useful_plans())
+    if largest < 1:
+        return f"{budget} is predicted to fit; not even batch 1 is predicted to fit in this budget"
+    return f"{budget}, or batch {largest}, is predicted to fit"
+
+
+def _within_noise(state: SearchState, last: Attempt) -> TryPlans | Stop:
+    """A fit (within the budget) that is over the limit, or under it by less than its binding
+    phase's run-to-run spread: a re-run may go over. More recompute gives the steps room; the
+    start-up's peak it cannot lower."""
+    room = state.room(last)
+    assert room is not None and last.whole_run_bytes is not None  # else the outcome alone decides
+    over = room.under_limit_bytes < 0
+    # The start-up alone over the limit: no recompute can help (on CUDA the steps' segments may
+    # have made the rest of what runs out, and more recompute may take some away).
+    if over and (last.start_up_bytes or 0) > state.limit_bytes:
+        return _start_up_binds(state, last.start_up_bytes or 0, "limit")
+    if last.binding_phase is Phase.STEPS or over:
+        step = _heavier(state, last, f"trial {last.number} fits the budget but is {room.describe()}: {room.verdict}; ")
+        if isinstance(step, TryPlans) or over:
+            return step
+    message = (
+        f"the budget is within the run-to-run noise of what is reachable: trial {last.number} "
+        f"({names(last.plans) or 'no config'}) is {room.describe()}"
+        + ("; recompute cannot lower the start-up" if last.binding_phase is Phase.START_UP else "; every plan is on")
+        + f"; a budget of {format_mib(state.budget_for(last.whole_run_bytes, last.binding_phase))} or more would verify"
+    )
+    verified = best_verified(state) is not None
+    return Stop(SearchStatus.VERIFIED if verified else SearchStatus.WITHIN_NOISE, message)
 
 
 def _lighter(state: SearchState, last: Attempt) -> TryPlans | Stop:
@@ -237,24 +371,26 @@ def _lighter(state: SearchState, last: Attempt) -> TryPlans | Stop:
     return _stop(state, SearchStatus.VERIFIED, f"nothing lighter to try (without {costliest.short}: {why})")
 
 
-def _heavier(state: SearchState, last: Attempt) -> TryPlans | Stop:
-    """After an overshoot: a selection predicted to save more, or why there is none."""
+def _heavier(state: SearchState, last: Attempt, prefix: str = "") -> TryPlans | Stop:
+    """After an overshoot (or a fit within the noise, ``prefix`` saying so): a selection
+    predicted to save more, or why there is none."""
     # Over budget with the start-up alone over it (on CPU the one implies the other; on CUDA the
     # verdict is on reserved segments the steps may have added to): no recompute can help.
     if last.outcome is Outcome.OVER_BUDGET and (last.start_up_bytes or 0) > state.budget_bytes:
         return _start_up_binds(state, last.start_up_bytes or 0)
     tried, limit, useful = state.tried(), state.limit_bytes, state.useful_plans()
     selection = tuple(key for key in last.plans if key not in state.left_off)
-    prefix = ""
-    if last.left_off:
-        prefix = f"ORT left {names(last.left_off)} OFF (it ignores them): dropped; "
-    elif not last.outcome.does_not_fit:
-        prefix = f"trial {last.number} {last.outcome.label}; trying another selection; "
+    if not prefix:
+        if last.left_off:
+            prefix = f"ORT left {names(last.left_off)} OFF (it ignores them): dropped; "
+        elif not last.outcome.does_not_fit:
+            prefix = f"trial {last.number} {last.outcome.label}; trying another selection; "
+        prefix += "over; "
     plan = state.plan()
     if plan.feasible and frozenset(plan.plans) not in tried and set(plan.plans) != set(selection):
         return TryPlans(
             plan.plans,
-            f"{prefix}over; recalibrated planner: {names(plan.plans)} predicted "
+            f"{prefix}recalibrated planner: {names(plan.plans)} predicted "
             f"{format_mib(plan.predicted_bytes)} ≤ limit {format_mib(limit)}",
         )
     candidate = list(selection)
@@ -268,19 +404,20 @@ def _heavier(state: SearchState, last: Attempt) -> TryPlans | Stop:
         if predicted <= limit or len(candidate) == len(useful):
             return TryPlans(
                 tuple(candidate),
-                f"{prefix}over; adding {key.short}: {names(candidate)} predicted "
+                f"{prefix}adding {key.short}: {names(candidate)} predicted "
                 f"{format_mib(predicted)} vs limit {format_mib(limit)}",
             )
     return _stop(state, SearchStatus.IMPOSSIBLE, "every plan is on")
 
 
-def _start_up_binds(state: SearchState, start_up_bytes: int) -> Stop:
-    """Over budget at start-up: more recompute lowers the training steps, not the export and
-    session build, so no selection can help."""
+def _start_up_binds(state: SearchState, start_up_bytes: int, over: str = "budget") -> Stop:
+    """Over budget (or over the limit: ``over``) at start-up: more recompute lowers the training
+    steps, not the export and session build, so no selection can help."""
+    bound = state.budget_bytes if over == "budget" else state.limit_bytes
     message = (
         f"the start-up (ONNX export, session build, warm-up step) peaks at {format_mib(start_up_bytes)} > "
-        f"budget {format_mib(state.budget_bytes)}; recompute cannot lower it: the lowest reachable peak is about "
-        f"{format_mib(start_up_bytes)}"
+        f"{over} {format_mib(bound)}; recompute cannot lower it: the lowest reachable peak is about "
+        f"{format_mib(start_up_bytes)}; {_advice(state, start_up_bytes, Phase.START_UP)}"
     )
     verified = best_verified(state) is not None
     return Stop(SearchStatus.VERIFIED if verified else SearchStatus.IMPOSSIBLE, message)
@@ -294,9 +431,10 @@ def _stop(state: SearchState, status: SearchStatus, message: str) -> Stop:
         largest = state.largest_below_target(useful)
         # With no plan predicted to save, "even with every plan" would claim plans were tried.
         how = "even with every plan" if useful else "and no plan is predicted to lower its peak"
+        fits = f"batch {largest}{' with every plan' if useful else ''}" if largest else "not even batch 1"
         message = (
             f"batch {state.target_batch} does not fit in {format_mib(state.budget_bytes)} {how}; predicted to "
-            f"fit: batch {largest}{' with every plan' if useful else ''}; {_plans_line(state)}"
+            f"fit: {fits}; {_plans_line(state)}"
         )
         return Stop(SearchStatus.VERIFIED if verified else SearchStatus.IMPOSSIBLE, message, largest)
     if not verified:

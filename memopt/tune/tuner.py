@@ -30,11 +30,14 @@ from memopt.predict import (
     PlanResult,
     Prediction,
     PreparedTarget,
+    RunSpread,
+    StartUp,
     budget_limit,
     calibrate_on,
     default_calibration_batches,
     learn_from_trial,
     prepare_target,
+    require_ran,
 )
 from memopt.run import (
     Journal,
@@ -70,6 +73,7 @@ from memopt.tune.events import (
 from memopt.tune.export import ConfigExport, plan_export, write_config
 from memopt.tune.policy import (
     Attempt,
+    Room,
     SearchState,
     Stop,
     best_verified,
@@ -252,6 +256,9 @@ class Tuner:
             batch, (), Purpose.CALIBRATION, f"graph probe and no-config calibration at batch {batch}", None, None, True
         )
         self._probed = record.result
+        if record.result.status is not RunStatus.OUT_OF_MEMORY:
+            # A job that failed fails again: its own error ends the session, not a second run of it.
+            require_ran(record.result)
         try:
             return graph_of_run(self.settings.target, Path(record.result.run_dir), record.result.ort_version)
         except (MemoptError, OSError):
@@ -365,17 +372,9 @@ class Tuner:
     def search_state(self, trials_used: int = 0, max_trials: int | None = None) -> SearchState:
         """What the policy knows now: the model, costs, budget and every trial at the target batch."""
         calibration = self._calibrated()
+        results = [r.result for r in self.records]
         attempts = tuple(
-            Attempt(
-                r.plans,
-                r.outcome,
-                r.step_s,
-                r.left_off,
-                _error_line(r.result),
-                r.number,
-                r.result.measured_step_times_s,
-                r.result.memory.start_up_floor,
-            )
+            _attempt(r)
             for r in self.records
             if r.purpose is not Purpose.CALIBRATION
             and r.batch_size == self.settings.target_batch
@@ -392,6 +391,8 @@ class Tuner:
             baseline_step_s=calibration.baseline_step_s,
             attempts=attempts,
             trials_used=trials_used,
+            start_up=StartUp.of_trials(results),
+            spread=RunSpread.of_trials(results),
         )
 
     def _search_budget(self, attempts: Iterable[Attempt]) -> int:
@@ -471,6 +472,11 @@ class Tuner:
         if record.outcome is Outcome.CANCELLED:
             return f"trial {record.number} cancelled: its child process was killed"
         if not result.ran or not result.peak_bytes:
+            if record.outcome.fatal or (
+                record.purpose is Purpose.CALIBRATION and record.outcome is not Outcome.OUT_OF_MEMORY
+            ):
+                # The session ends on it and says why once, with the log.
+                return f"trial {record.number}: {record.outcome.label}{reused} (log: {result.run_dir}/ort.log)"
             return f"trial {record.number}: {record.outcome.label}{reused}: {result.error or 'no measurement'}"
         line = f"trial {record.number}: {record.outcome.label}{reused}, peak {format_mib(result.peak_bytes)}"
         if len(result.ranks) > 1:
@@ -489,6 +495,11 @@ class Tuner:
             line += f" (predicted {format_mib(record.predicted_bytes)}, {(record.prediction_error or 0) * 100:+.1f}%)"
         if record.left_off:
             line += f"; ORT left {names(record.left_off)} OFF"
+        if record.fits and record.purpose is not Purpose.CALIBRATION and self.calibration is not None:
+            state = self.search_state()
+            room = state.room(_attempt(record))
+            if room is not None:
+                line += f"; {room.describe()}" + (f": {room.verdict}" if room.verdict else "")
         if self.model is not None and record.purpose is not Purpose.CALIBRATION:
             try:
                 learnt = learn_from_trial(self.model, result, record.plans)
@@ -551,14 +562,8 @@ class Tuner:
         lower than the middle."""
         every = tuple(p.key for p in self.report.patterns)
         target, limit = self.settings.target_batch, self.search_state().limit_bytes
-        fitting = [
-            r
-            for r in self.records
-            if r.result.ran
-            and r.batch_size < target
-            and (peak := r.result.memory.device_peak) is not None
-            and peak <= self.budget_bytes
-        ]
+        state = self.search_state()
+        fitting = [r for r in self.records if r.batch_size < target and r.result.ran and state.verified(_attempt(r))]
         good = max(fitting, key=lambda r: r.batch_size, default=None)
         bad = target
         batch = self._model().max_batch(limit, every, ceiling=target - 1)
@@ -572,9 +577,9 @@ class Tuner:
             reason = f"batch {target} does not fit: checking batch {batch} with every plan"
             self._emit(Note(reason))
             record = self._trial(batch, every, Purpose.SEARCH, reason, predicted, self.budget_bytes)
-            if record.outcome is Outcome.OK:
+            if self._verified(record):
                 good = record
-            elif record.outcome.does_not_fit:
+            elif record.fits or record.outcome.does_not_fit:
                 bad, limit = batch, min(limit, predicted)
             else:
                 return Stop(
@@ -598,10 +603,22 @@ class Tuner:
             good.batch_size,
         )
 
+    def _verified(self, record: TrialRecord) -> bool:
+        """Ran within the budget, and under the limit by more than its binding phase's run-to-run spread."""
+        return record.result.ran and self.search_state().verified(_attempt(record))
+
+    def room(self, record: TrialRecord) -> Room | None:
+        """How far ``record``'s whole run is under the limit, against its binding phase's spread."""
+        return self.search_state().room(_attempt(record))
+
     def _finish(self, status: SearchStatus, message: str, largest: int | None = None) -> TuneResult:
         best = self.best()
         if best is not None and status is not SearchStatus.CANCELLED:
-            message += f"; best verified: trial {best.number} ({names(best.plans) or 'no config'}; {self.best_rule()})"
+            room = self.room(best)
+            message += (
+                f"; best verified: trial {best.number} ({names(best.plans) or 'no config'}; {self.best_rule()})"
+                + (f"; {room.describe()}" if room is not None else "")
+            )
             ran = next(r for r in self.records if r.number == best.number)
             if ran.left_off:
                 message += f"; ORT left {names(ran.left_off)} OFF in that trial: not in the final config"
@@ -679,6 +696,7 @@ class Tuner:
                 **_cuda_fields(best.result),
                 "binding_phase": _phase(best.result),
                 "median_step_s": best.step_s,
+                **_room_fields(self.room(best)),
                 "chosen_by": self.best_rule(),
                 "run_dir": best.result.run_dir,
             },
@@ -706,6 +724,29 @@ class Tuner:
                 for r in result.trials
             ],
         }
+
+
+def _room_fields(room: Room | None) -> dict[str, Any]:
+    """How much room the verified config leaves under the limit, for ``--json``."""
+    if room is None:
+        return {}
+    return {"room_bytes": room.under_limit_bytes, "spread_bytes": room.spread_bytes, "spread": room.spread_line}
+
+
+def _attempt(record: TrialRecord) -> Attempt:
+    """A trial as the policy sees it."""
+    result = record.result
+    return Attempt(
+        record.plans,
+        record.outcome,
+        record.step_s,
+        record.left_off,
+        _error_line(result),
+        record.number,
+        result.measured_step_times_s,
+        result.memory.start_up_floor,
+        result.memory.device_peak,
+    )
 
 
 def _ort_plans(result: TrialResult) -> dict[str, list[str]]:

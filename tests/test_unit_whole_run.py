@@ -1,0 +1,40 @@
+"""The run-to-run spread of each phase and the start-up's peak, from the trials a session ran
+(hand-made trial results: pure logic, no process)."""
+
+from __future__ import annotations
+
+from support.results import MiB, measured
+
+from memopt.child.memory import Phase
+from memopt.predict import PhaseSpread, RunSpread, StartUp
+
+
+def test_a_single_run_measures_no_spread() -> None:
+    assert RunSpread.of_trials([measured("a", 8, 1000, 1090)]) == RunSpread()
+
+
+def test_the_ranks_of_one_job_measure_both_phases() -> None:
+    job = measured("a", 8, 1010, 1123, (1000, 1120), (1010, 1123))
+    assert RunSpread.of_trials([job]) == RunSpread(PhaseSpread(10 * MiB, 2), PhaseSpread(3 * MiB, 2))
+
+
+def test_repeats_of_one_trial_measure_its_phase() -> None:
+    # the same key twice (a resumed or repeated trial): the start-up bound both times, 15 MiB apart
+    runs = [measured("a", 8, 1000, 1090), measured("a", 8, 990, 1105), measured("c", 4, 950, 1080)]
+    spread = RunSpread.of_trials(runs)
+    assert spread.start_up == PhaseSpread(15 * MiB, 2) and spread.steps == PhaseSpread(10 * MiB, 2)
+    assert spread.start_up.describe(Phase.START_UP) == "run-to-run spread of the start-up 15.0 MiB (2 runs)"
+    assert StartUp.of_trials(runs).samples == ((8, 1090 * MiB), (8, 1105 * MiB), (4, 1080 * MiB))
+
+
+def test_other_configs_and_batches_are_not_counted_as_noise() -> None:
+    # a warm-up step that binds the start-up changes with the config and the batch: not noise
+    runs = [measured("a", 8, 1000, 1090), measured("b", 8, 990, 1060), measured("c", 4, 950, 1000)]
+    assert RunSpread.of_trials(runs) == RunSpread()
+
+
+def test_runs_the_steps_bound_tell_nothing_of_the_start_up() -> None:
+    runs = [measured("a", 8, 1000, 1000), measured("a", 8, 1004, 1004)]
+    spread = RunSpread.of_trials(runs)
+    assert spread.steps == PhaseSpread(4 * MiB, 2) and spread.start_up is None
+    assert StartUp.of_trials(runs).samples == ()
