@@ -49,12 +49,14 @@ def simulate_sample_once(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.fixture(autouse=True)
 def processes_only_where_marked(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A test that starts a process is marked so (``subprocess``, or ``ort``): ``-m`` then
+    """A test that starts a process is marked so (``subprocess``, ``ort`` or ``torch``): ``-m`` then
     selects tests by what they are, and an unmarked test stays in this process."""
-    if request.node.get_closest_marker("subprocess") or request.node.get_closest_marker("ort"):
+    if any(request.node.get_closest_marker(marker) for marker in ("subprocess", "ort", "torch")):
         return
 
     def refuse(*args: object, **kwargs: object) -> None:
-        raise AssertionError(f"{request.node.nodeid} starts a process: mark it subprocess (or ort where ORT runs)")
+        raise AssertionError(
+            f"{request.node.nodeid} starts a process: mark it subprocess (ort where ORT runs, torch where torch trains)"
+        )
 
     monkeypatch.setattr(subprocess.Popen, "_execute_child", refuse)

@@ -13,23 +13,12 @@ import sys
 from pathlib import Path
 
 import pytest
+from support.readme import shell_blocks
 
 pytestmark = pytest.mark.ort  # real torchrun training jobs
 
 ROOT = Path(__file__).resolve().parent.parent
 EXPORT = re.compile(r"^export ORTMODULE_MEMORY_OPT_CONFIG=(\S+)", re.MULTILINE)
-
-
-def shell_blocks(readme: str) -> list[list[list[str]]]:
-    """Each ```sh block as the commands a shell would run, each a list of words:
-    continuations joined, comments and the ``…`` elisions of shown output dropped."""
-    blocks = re.findall(r"```sh\n(.*?)```", readme, re.DOTALL)
-    commands: list[list[list[str]]] = []
-    for block in blocks:
-        joined = block.replace("\\\n", " ")
-        lines = [shlex.split(line, comments=True) for line in joined.splitlines()]
-        commands.append([words for words in lines if words and words != ["…"]])
-    return commands
 
 
 def train_ddp_block() -> list[list[str]]:

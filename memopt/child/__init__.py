@@ -47,6 +47,7 @@ class ChildRequest:
     log_level: str
     save_onnx: bool
     options: Mapping[str, Any] = field(default_factory=dict)
+    backend: str = "ort"  # or "torch": plain PyTorch with memopt.recompute's policy
 
 
 # What the parent tells the child through its environment: whom to watch and how long it may

@@ -38,8 +38,10 @@ def main(request_path: str, result_path: str) -> int:
         os.replace(temporary, result_path)
 
     write()
+    torch_backend = request.backend == "torch"
     try:
-        check_stack(stack)
+        if not torch_backend:
+            check_stack(stack)
     except StackError as err:
         return _fail(write, RunStatus.STACK_ERROR, err)
     try:
@@ -55,7 +57,7 @@ def main(request_path: str, result_path: str) -> int:
             (Path(result_path).parent / name).write_text(text)
         for note in recipe.notes:
             print(f"[memopt] {request.recipe}: {note}", file=sys.stderr, flush=True)
-        device = pick_device(request.device, ort_has_cuda=stack.ort_cuda_version is not None)
+        device = pick_device(request.device, ort_has_cuda=torch_backend or stack.ort_cuda_version is not None)
         write(device=device)
         print(f"[memopt] {request.recipe} batch {request.batch_size} on {device}", file=sys.stderr, flush=True)
         run_steps(
@@ -67,6 +69,7 @@ def main(request_path: str, result_path: str) -> int:
             save_onnx=request.save_onnx,
             on_step=lambda report: write(steps=asdict(report)),
             profile_to=Path(result_path).parent if os.environ.get(PROFILE_VAR) == "1" else None,
+            backend=request.backend,
         )
     except StackError as err:
         return _fail(write, RunStatus.STACK_ERROR, err)

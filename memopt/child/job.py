@@ -1,8 +1,9 @@
 """Inside a user's training job: count ORTModule training steps, measure each rank, report.
 
 ``memopt.child.hook``'s ``sitecustomize`` calls ``install()`` at start-up in every Python
-process of the job. Nothing happens until the job imports ORTModule; then each
-``ORTModule`` the job builds
+process of the job. Nothing happens until the job imports ORTModule (or, in plain PyTorch,
+``memopt.recompute``, whose ``apply`` then marks the model it applies a policy to as ORTModule's
+wrapping does); then each ``ORTModule`` the job builds
 
 - saves its graphs (rank 0 only, when the parent asks: ``DebugOptions(save_onnx=True)``,
   the one ORTModule setting no environment variable turns on), and
@@ -47,25 +48,31 @@ from memopt.child.memory import cuda_figures, proc_status_bytes, reset_rss_peak
 __all__ = ["install"]
 
 _ORTMODULE_MODULE = "onnxruntime.training.ortmodule.ortmodule"
+_RECOMPUTE_MODULE = "memopt.recompute"
 # How long a rank that has reported its last step waits for memopt to end the job.
 _WAIT_FOR_END_S = 600.0
 _PARENT_POLL_S = 1.0
 
 
 def install() -> None:
-    """Patch ORTModule when (and if) the job imports it; leave if memopt itself is gone."""
+    """Patch ORTModule, and memopt.recompute's ``apply``, when (and if) the job imports them;
+    leave if memopt itself is gone."""
     threading.Thread(target=_leave_with_parent, name="memopt-parent-watch", daemon=True).start()
-    if _ORTMODULE_MODULE in sys.modules:
-        _patch_ortmodule(sys.modules[_ORTMODULE_MODULE])
-    else:
-        sys.meta_path.insert(0, _PatchOnImport())
+    for name, patch in ((_ORTMODULE_MODULE, _patch_ortmodule), (_RECOMPUTE_MODULE, _patch_recompute)):
+        if name in sys.modules:
+            patch(sys.modules[name])
+        else:
+            sys.meta_path.insert(0, _PatchOnImport(name, patch))
 
 
 class _PatchOnImport(importlib.abc.MetaPathFinder):
-    """Lets ORT's ``ortmodule`` module load as usual, then patches its ``ORTModule``."""
+    """Lets one module load as usual, then patches it."""
+
+    def __init__(self, name: str, patch: Any) -> None:
+        self.name, self.patch = name, patch
 
     def find_spec(self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None) -> Any:
-        if fullname != _ORTMODULE_MODULE:
+        if fullname != self.name:
             return None
         spec = importlib.machinery.PathFinder.find_spec(fullname, path)
         if spec is None or spec.loader is None:
@@ -75,7 +82,7 @@ class _PatchOnImport(importlib.abc.MetaPathFinder):
 
         def exec_module(module: ModuleType) -> None:
             execute(module)
-            _patch_ortmodule(module)
+            self.patch(module)
 
         loader.exec_module = exec_module  # type: ignore[method-assign]
         return spec
@@ -90,6 +97,19 @@ def _patch_ortmodule(module: ModuleType) -> None:
         self.register_forward_pre_hook(_on_forward)
 
     ortmodule_class.__init__ = __init__
+
+
+def _patch_recompute(module: ModuleType) -> None:
+    """A plain-PyTorch job (the torch back end): its steps count from the first training forward
+    of the model it passes to ``memopt.recompute.apply``, as an ORTModule's do."""
+    original_apply = module.apply
+
+    def apply(model: Any, policy: Any = None) -> Any:
+        model = original_apply(model, policy)
+        model.register_forward_pre_hook(_on_forward)
+        return model
+
+    setattr(module, "apply", apply)  # noqa: B010  (a module's attribute, replaced as ORTModule's __init__ is)
 
 
 def _debug_options(given: Any) -> Any:
@@ -235,9 +255,12 @@ def _cuda_in_use() -> bool:
 
 
 def _stack() -> dict[str, Any]:
-    import onnxruntime
     import torch
 
+    try:
+        import onnxruntime
+    except ImportError:  # a plain-PyTorch job (the torch back end) needs no ORT
+        return {"ort_version": None, "ort_package": None, "torch_version": torch.__version__}
     # Which build of ORT training the job runs: onnxruntime-training-cpu or the CUDA one.
     info = importlib.import_module("onnxruntime.capi.build_and_package_info")
     package = getattr(info, "package_name", None)

@@ -1,6 +1,7 @@
-"""Training steps under ORTModule, measured: runs inside the child process only.
+"""Training steps under ORTModule, or in plain PyTorch with a recompute policy, measured: runs
+inside the child process only.
 
-This module imports torch and ORT; the parent process never imports it.
+This module imports torch, and ORT where the back end is ORT; the parent process never imports it.
 """
 
 from __future__ import annotations
@@ -91,9 +92,7 @@ def is_out_of_memory(err: BaseException) -> bool:
 class TrainingStep:
     """A recipe's model under ORTModule, with its batch and optimizer: call it to run one step."""
 
-    def __init__(self, recipe: Recipe, batch_size: int, device: str, debug_options: Any) -> None:
-        from onnxruntime.training.ortmodule import ORTModule
-
+    def __init__(self, recipe: Recipe, batch_size: int, device: str, debug_options: Any, backend: str = "ort") -> None:
         model = _call_recipe("build_model", recipe.model)
         if not isinstance(model, nn.Module):
             raise RecipeError(f"build_model() returned {type(model).__name__}; expected a torch.nn.Module")
@@ -113,7 +112,7 @@ class TrainingStep:
                 )
             self.target = None
             self.loss_fn, self.loss_name = _returned_loss, "the model's returned loss"
-        self.ort_model = ORTModule(model.to(device), debug_options)
+        self.ort_model = _wrapped(model.to(device), backend, debug_options)
         self.optimizer = _call_recipe("optimizer", lambda: _make_optimizer(recipe, self.ort_model.parameters()))
         # A training loop's variables hold the last step's output and loss until the next
         # forward returns; ORT's arena places that step's tensors around them, so a trial
@@ -150,15 +149,15 @@ def run_steps(
     save_onnx: bool,
     on_step: Callable[[StepReport], None] = lambda report: None,
     profile_to: Path | None = None,
+    backend: str = "ort",
 ) -> StepReport:
     """Build the recipe's model under ORTModule and run one warm-up step plus ``steps`` more.
 
     ``step_times_s[0]`` is the warm-up step (export and session build included). With
     ``profile_to`` (a folder), a CPU run then profiles the model in a session of its own and
-    writes each node's kernel time there (``_profile``).
+    writes each node's kernel time there (``_profile``). With ``backend`` ``torch`` the model
+    trains in plain PyTorch with the policy of ``MEMOPT_RECOMPUTE_POLICY`` (``memopt.recompute``).
     """
-    from onnxruntime.training.ortmodule import DebugOptions, LogLevel
-
     report = StepReport(device=device, memory_kind="cuda_allocated" if device == "cuda" else "rss")
     if device == "cuda":
         try:  # without the caching allocator its statistics read 0: nothing to measure
@@ -167,8 +166,7 @@ def run_steps(
             raise RecipeError(str(err)) from None
         report.cuda_device_name = torch.cuda.get_device_name()
         report.cuda_total_memory = torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory
-    options = DebugOptions(log_level=LogLevel[log_level], save_onnx=save_onnx, onnx_prefix=ONNX_PREFIX)
-    step = TrainingStep(recipe, batch_size, device, options)
+    step = TrainingStep(recipe, batch_size, device, _debug_options(backend, log_level, save_onnx), backend)
     report.static_bytes = _memory_now(device)
 
     for index in range(steps + 1):
@@ -184,10 +182,29 @@ def run_steps(
             report.cuda_pool = _pool_layout(step).to_json()
         on_step(report)
         print(step_line(0, index + 1, steps + 1, report.step_times_s[-1]), file=sys.stderr, flush=True)
-    if profile_to is not None and device == "cpu":
+    if profile_to is not None and device == "cpu" and backend == "ort":
         del step  # its session and arena go before the profiled one is built
         _profile(recipe, batch_size, device, profile_to)
     return report
+
+
+def _debug_options(backend: str, log_level: str, save_onnx: bool) -> Any:
+    if backend != "ort":
+        return None
+    from onnxruntime.training.ortmodule import DebugOptions, LogLevel
+
+    return DebugOptions(log_level=LogLevel[log_level], save_onnx=save_onnx, onnx_prefix=ONNX_PREFIX)
+
+
+def _wrapped(model: nn.Module, backend: str, debug_options: Any) -> nn.Module:
+    """The model as the back end trains it: under ORTModule, or with the recompute policy applied."""
+    if backend == "torch":
+        from memopt.recompute import apply
+
+        return apply(model)
+    from onnxruntime.training.ortmodule import ORTModule
+
+    return ORTModule(model, debug_options)
 
 
 def _profile(recipe: Recipe, batch_size: int, device: str, folder: Path) -> None:

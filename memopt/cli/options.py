@@ -253,3 +253,12 @@ def calibration_batches(text: str | None) -> tuple[int, ...] | None:
     for value in values:
         check_count(value, "--calibrate")
     return values
+
+
+BackendOption = Annotated[
+    str | None,
+    typer.Option(
+        "--backend",
+        help="ort (ORTModule) or torch (plain PyTorch with memopt.recompute); default: ort where ORTModule can run, else torch.",
+    ),
+]

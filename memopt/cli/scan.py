@@ -14,9 +14,13 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
+from memopt.backends import Backend, choose_backend
+from memopt.backends.torch.scan import TorchScan, scan_recipe
+from memopt.backends.torch.trial import require_recipe
 from memopt.cli import app, console, error_console
 from memopt.cli.dims import parse_dims_option
 from memopt.cli.options import (
+    BackendOption,
     CommandOption,
     HfTaskOption,
     OptionPairs,
@@ -109,11 +113,26 @@ def scan_command(
     python: str | None = typer.Option(
         None, "--python", help="Interpreter whose ORT/torch stack builds a recipe's graph."
     ),
+    backend: BackendOption = None,
+    fake: bool = typer.Option(
+        False,
+        "--fake",
+        help="--backend torch: scan with fake tensors (no memory, any size; recompute times not measured).",
+    ),
 ) -> None:
     """Find the stashed activations ORT could recompute, grouped into ORT's plans, with their savings."""
     if as_json and as_csv:
         raise MemoptError("choose one of --json and --csv")
+    chosen_backend = choose_backend(backend)
     chosen = choose_target(target, command)
+    if chosen_backend.backend is Backend.TORCH:
+        recipe_target = require_recipe(chosen)
+        options = recipe_options(chosen, seq, size, option, hf_task, target_seq)
+        error_console.print(chosen_backend.line(), markup=False, highlight=False, soft_wrap=True)
+        with console.status(f"Capturing a training step of {escape(str(chosen))} at a few sizes…"):
+            scanned = scan_recipe(recipe_target.load(options), batch or probe_batch, fake=fake)
+        _print_torch_scan(scanned, str(chosen), fake)
+        return
     python = command_notes(chosen, python, probe_batch)
     # A recipe's batch is built at --seq; an ONNX file or a command has no recipe to pass it to.
     recipe = isinstance(chosen, RecipeTarget)
@@ -178,6 +197,32 @@ def scan_command(
 
         replace_atomically(plot, plot_scan(report, values, _image_format(plot)))
         status.print(f"plot written to {plot}", markup=False, highlight=False)
+
+
+def _print_torch_scan(scanned: TorchScan, label: str, fake: bool) -> None:
+    at = (
+        f"batch {scanned.batch}" + (f", seq {scanned.seq}" if scanned.seq else "") + (" (fake tensors)" if fake else "")
+    )
+    table = Table(title=f"{label}: recompute plans for plain PyTorch at {at}", box=box.SIMPLE_HEAD)
+    for column in ("plan", "tensors", "modules", "saving", "saving (bytes)", "recompute (ms)"):
+        wide = column in ("plan", "saving (bytes)")
+        table.add_column(column, justify="left" if wide else "right", overflow="fold" if wide else "ellipsis")
+    for row in scanned.rows:
+        formula = str(row.saving) if row.saving is not None else "not a polynomial in batch, seq"
+        table.add_row(
+            escape(str(row.plan)),
+            str(row.tensors),
+            str(row.modules),
+            format_bytes(row.saving_bytes),
+            formula,
+            "not measured" if fake else f"{row.recompute_seconds * 1e3:.2f}",
+        )
+    print_table(table)
+    console.print(
+        f"activations kept for backward: {format_bytes(scanned.saved_bytes)} = {scanned.saved or 'no polynomial'} bytes",
+        markup=False,
+        highlight=False,
+    )
 
 
 def _differences_from_probe(report: ScanReport, loaded: ScanTarget, version: str, level: ProbeLevel) -> list[str]:

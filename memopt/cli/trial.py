@@ -12,8 +12,11 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
-from memopt.cli import EXIT_DOES_NOT_FIT, app, console
+from memopt.backends import Backend, choose_backend
+from memopt.backends.torch.trial import read_policy, resolve_torch_budget, run_torch_trial, trial_key
+from memopt.cli import EXIT_DOES_NOT_FIT, app, console, error_console
 from memopt.cli.options import (
+    BackendOption,
     CommandOption,
     DeviceOption,
     HfTaskOption,
@@ -36,15 +39,18 @@ from memopt.ort.config import ConfigEntry, PlanKey
 from memopt.ort.version import OrtVersion
 from memopt.predict.calibrate import learn_from_trial, load_saved_model, model_identity, save_model
 from memopt.predict.memory_model import MemoryModel, ModelError
+from memopt.recompute import POLICY_ENV, RecomputePolicy
 from memopt.run import DEFAULT_RUNS_DIR, DEFAULT_STEPS, DEFAULT_TIMEOUT_S
-from memopt.run.budget import parse_budget
+from memopt.run.budget import Budget, parse_budget
 from memopt.run.journal import Journal
+from memopt.run.settings import RunSettings
 from memopt.run.trials import (
     TrialSpec,
     parse_trial_config,
     run_trial,
     stack_versions,
 )
+from memopt.units import format_bytes
 
 __all__ = ["trial_command"]
 
@@ -90,8 +96,10 @@ def trial_command(
     python: PythonOption = None,
     timeout: TimeoutOption = DEFAULT_TIMEOUT_S,
     as_json: bool = typer.Option(False, "--json", help="Print the journal record as JSON."),
+    backend: BackendOption = None,
 ) -> None:
     """Run RECIPE (or your command) at --batch with --config applied as a user would; record memory, time and ORT's plans."""
+    chosen_backend = choose_backend(backend)
     target = _target(words or [], command)
     parsed_budget = parse_budget(budget) if budget is not None else None
     settings = run_settings(
@@ -108,6 +116,11 @@ def trial_command(
         python=python,
         runs_dir=runs_dir,
     )
+    if chosen_backend.backend is Backend.TORCH:
+        policy = read_policy(config)
+        error_console.print(chosen_backend.line(), highlight=False, soft_wrap=True, markup=False)
+        _torch_trial(settings, batch, policy, parsed_budget, resume, as_json)
+        return
     options = settings.options
     versions = stack_versions(settings.python, settings.timeout_s)
     if versions.ort_version is None:
@@ -152,6 +165,31 @@ def trial_command(
         sys.exit(EXIT_DOES_NOT_FIT)
     if not result.ok:
         sys.exit(1)
+
+
+def _torch_trial(
+    settings: RunSettings, batch: int, policy: RecomputePolicy, budget: Budget | None, resume: bool, as_json: bool
+) -> None:
+    with console.status(f"Trial of {escape(str(settings.target))} at batch {batch} in plain PyTorch ({policy})…"):
+        trial = run_torch_trial(settings, batch, policy, journal=Journal.in_folder(settings.runs_dir), resume=resume)
+    if as_json:
+        print(json.dumps(trial.record(trial_key(settings, batch, policy)), indent=2, default=str))
+    if not trial.ok:
+        raise MemoptError(f"the trial {trial.status}: {trial.error} (log: {trial.run_dir}/ort.log)")
+    if not as_json:
+        peak = format_bytes(trial.peak_bytes) if trial.peak_bytes is not None else "unknown"
+        step = f"{trial.median_step_s:.3f} s" if trial.median_step_s is not None else "unknown"
+        console.print(f"batch {batch}, {policy}: peak {peak}, median step {step}", markup=False, highlight=False)
+        console.print(
+            f"export {POLICY_ENV}={shlex.quote(str(trial.policy_path.resolve()))}", markup=False, highlight=False
+        )
+    if budget is not None and trial.peak_bytes is not None:
+        budget_bytes = resolve_torch_budget(budget, settings.device)
+        if trial.peak_bytes > budget_bytes:
+            error_console.print(
+                f"over budget: {format_bytes(trial.peak_bytes)} > {format_bytes(budget_bytes)}", markup=False
+            )
+            sys.exit(EXIT_DOES_NOT_FIT)
 
 
 def _target(words: list[str], command: str | None) -> RunnableTarget:

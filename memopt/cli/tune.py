@@ -8,12 +8,17 @@ Either way the ``export …`` line(s) of the best verified config end up on stdo
 from __future__ import annotations
 
 import json
+import shlex
 import sys
 
 import typer
 
+from memopt.backends import Backend, choose_backend
+from memopt.backends.torch.trial import require_recipe
+from memopt.backends.torch.tune import tune_torch
 from memopt.cli import EXIT_DOES_NOT_FIT, app, error_console
 from memopt.cli.options import (
+    BackendOption,
     BudgetOption,
     CalibrateOption,
     CommandOption,
@@ -34,10 +39,12 @@ from memopt.cli.options import (
     choose_target,
     command_notes,
     recipe_options,
+    run_settings,
 )
 from memopt.core import runnable
 from memopt.errors import MemoptError
 from memopt.predict import DEFAULT_MARGIN
+from memopt.recompute import POLICY_ENV
 from memopt.run import (
     DEFAULT_RUNS_DIR,
     DEFAULT_STEPS,
@@ -47,6 +54,9 @@ from memopt.run import (
     require_budget,
     stack_versions,
 )
+from memopt.run.budget import Budget
+from memopt.run.journal import Journal
+from memopt.run.settings import RunSettings
 from memopt.tune import DEFAULT_MAX_TRIALS, TuneEvent, Tuner, TuneSettings, event_line
 
 __all__ = ["tune_command", "print_event"]
@@ -84,11 +94,35 @@ def tune_command(
     runs_dir: RunsDirOption = DEFAULT_RUNS_DIR,
     python: PythonOption = None,
     timeout: TimeoutOption = DEFAULT_TIMEOUT_S,
+    backend: BackendOption = None,
 ) -> None:
     """Find, verify and print the cheapest recompute config that fits --target-batch in --budget."""
     if as_json and not no_tui:
         raise MemoptError("--json needs --no-tui")
+    chosen_backend = choose_backend(backend)
     target = runnable(choose_target(recipe, command))
+    if chosen_backend.backend is Backend.TORCH:
+        if not no_tui or as_json:
+            raise MemoptError("--backend torch has no terminal UI or --json yet: use --no-tui")
+        require_recipe(target)
+        torch_settings = run_settings(
+            target,
+            target_batch,
+            seq=seq,
+            size=size,
+            pairs=option,
+            hf_task=hf_task,
+            target_seq=target_seq,
+            steps=steps,
+            device=device,
+            timeout=timeout,
+            python=python,
+            runs_dir=runs_dir,
+        )
+        parsed_budget = parse_budget(budget) if budget is not None else None
+        error_console.print(chosen_backend.line(), highlight=False, soft_wrap=True, markup=False)
+        _headless_torch(torch_settings, target_batch, parsed_budget, margin, resume)
+        return
     python = command_notes(target, python, target_batch)
     settings = TuneSettings.for_target(
         target,
@@ -140,6 +174,21 @@ def _headless(settings: TuneSettings, versions: StackVersions, as_json: bool) ->
         for line in tuner.export_lines():
             print(line)
         print(f"# journal: {tuner.journal.path}")
+    if not result.verified:
+        sys.exit(EXIT_DOES_NOT_FIT)
+
+
+def _headless_torch(
+    settings: RunSettings, target_batch: int, budget: Budget | None, margin: float, resume: bool
+) -> None:
+    def say(line: str) -> None:
+        error_console.print(line, highlight=False, soft_wrap=True, markup=False)
+
+    result = tune_torch(settings, target_batch, budget, margin=margin, resume=resume, say=say)
+    if result.verified and result.policy_path is not None:
+        print(f"# {result.policy}")
+        print(f"export {POLICY_ENV}={shlex.quote(str(result.policy_path.resolve()))}")
+    print(f"# journal: {Journal.in_folder(settings.runs_dir).path}")
     if not result.verified:
         sys.exit(EXIT_DOES_NOT_FIT)
 

@@ -28,7 +28,7 @@ from memopt.ort.config import ConfigEntry, PlanKey, plan_config_entries
 from memopt.ort.version import OrtVersion
 from memopt.predict.memory_model import MemoryModel, PlanSavings
 
-__all__ = ["DEFAULT_MARGIN", "PlanChoice", "PlanResult", "budget_limit", "choose_plans"]
+__all__ = ["DEFAULT_MARGIN", "PlanChoice", "PlanResult", "budget_limit", "cheapest_cover", "choose_plans"]
 
 # Fraction of the budget held back for prediction error, by plan and tune alike.
 DEFAULT_MARGIN = 0.02
@@ -259,6 +259,14 @@ def _lowest_peak(
                 lowest, lowest_peak, improved = fewer, peak(fewer), True
                 break
     return lowest
+
+
+def cheapest_cover(savings: Sequence[float], costs: Sequence[float], need: float) -> tuple[list[int], str]:
+    """The indices of the least-cost set of independent plans whose savings add up to ``need``
+    (the same exact solve as ``choose_plans``; a back end without ORT's model calls it directly)."""
+    variables = [(index, 1, saving, cost) for index, (saving, cost) in enumerate(zip(savings, costs))]
+    chosen, solver = _solve(variables, np.array(savings, dtype=float), need)
+    return [index for index, x in enumerate(chosen) if x], solver
 
 
 def _solve(variables: list[tuple[int, int, float, float]], savings: np.ndarray, need: float) -> tuple[np.ndarray, str]:

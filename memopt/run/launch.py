@@ -111,6 +111,7 @@ class RunRequest:
     python: str = sys.executable
     timeout_s: float = DEFAULT_TIMEOUT_S
     cuda: bool = False
+    backend: str = "ort"  # a recipe's child trains under ORTModule, or ("torch") in plain PyTorch
 
     def __post_init__(self) -> None:
         check_timeout(self.timeout_s)
@@ -216,6 +217,7 @@ def launch(request: RunRequest, run_dir: Path, cancel: threading.Event | None = 
         log_level=request.log_level,
         save_onnx=request.save_onnx,
         options=dict(request.options),
+        backend=request.backend,
     )
     write_new(request_path, json.dumps(asdict(child_request)))
     started = time.monotonic()

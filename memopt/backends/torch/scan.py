@@ -1,0 +1,182 @@
+"""Recompute plans of a plain-PyTorch model, with their savings as functions of batch and sequence.
+
+A recipe's step is captured (``capture``), with real tensors or fake ones (``FakeTensorMode``:
+a model larger than the machine scans too), at the asked batch and sequence length and at a few
+other sizes; each plan's saved bytes are then fitted exactly as ``batch·(a + b·seq + c·seq²)``
+(as many sequence terms as there were distinct sequence lengths) and checked on one more batch.
+A plan whose bytes do not follow that form keeps its measured figure and no formula.
+
+Two kinds of plan come out (``policy``): ``MODULE: OP`` for every op whose saved outputs a
+recompute from its inputs can drop, and ``MODULE: *`` for repeated modules (numbered, as layers
+are), whose saving is what their subtree keeps less the inputs a checkpoint keeps in its place.
+Modules holding batch norm get no whole-module plan: its rerun would update the running stats twice.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from fractions import Fraction
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+from torch._subclasses.fake_tensor import FakeTensorMode
+
+from memopt.backends.torch.capture import CapturedStep, capture_step, module_pattern, plannable
+from memopt.errors import MemoptError
+from memopt.graph.polynomial import Monomial, Polynomial
+from memopt.recipes import Recipe
+from memopt.recompute.policy import OpName, RecomputePlan
+
+__all__ = ["BATCH", "SEQ", "TorchPlanRow", "TorchScan", "scan_recipe"]
+
+BATCH, SEQ = "batch", "seq"
+
+
+@dataclass(frozen=True)
+class TorchPlanRow:
+    plan: RecomputePlan
+    tensors: int  # saved tensors the plan drops at the scan's size
+    modules: int  # modules the pattern matches
+    saving_bytes: int  # at the scan's batch and sequence length
+    saving: Polynomial | None  # in BATCH (and SEQ); None where the sizes follow no such formula
+    recompute_seconds: float  # the forward time of what backward reruns, at the scan's size
+
+
+@dataclass(frozen=True)
+class TorchScan:
+    batch: int
+    seq: int | None
+    saved_bytes: int  # every activation the step keeps (parameters left out)
+    saved: Polynomial | None
+    rows: tuple[TorchPlanRow, ...]
+
+
+def scan_recipe(recipe: Recipe, batch: int, *, fake: bool = False) -> TorchScan:
+    """Capture the recipe's step at ``batch`` (and its ``seq_len`` option, where it takes one) and group the plans.
+
+    ``fake``: the model, its batch and every op's output are fake tensors (``FakeTensorMode``):
+    shapes and bytes without memory or arithmetic, so any size scans in seconds; the recompute
+    times are then only the dispatch's, not the ops'."""
+    seq = recipe.options.get("seq_len")
+    seqs: list[int | None] = sorted({s for s in (seq, (seq or 0) // 2, (seq or 0) // 4) if s}, reverse=True) or [None]
+    points = [(b, s) for b in (batch, batch + 1) for s in seqs]
+    check = (batch + 2, seqs[-1])
+    with FakeTensorMode() if fake else contextlib.nullcontext():  # type: ignore[no-untyped-call]
+        captures = {point: _capture(recipe, *point) for point in [*points, check]}
+        model = _model(recipe)
+    main = captures[points[0]]
+    batch_norm = {path for path, module in model.named_modules() if isinstance(module, nn.modules.batchnorm._BatchNorm)}
+    all_paths = [path for path, _ in model.named_modules() if path]
+
+    def fitted(select: Any) -> Polynomial | None:
+        return _fit({point: select(step) for point, step in captures.items()}, points, check)
+
+    rows: list[TorchPlanRow] = []
+    for pattern, op in sorted({(module_pattern(t.module), t.op) for t in main.saved if t.module and plannable(t.op)}):
+        plan = RecomputePlan(pattern, OpName.parse(op))
+        tensors = [t for t in main.saved if t.op == op and module_pattern(t.module) == pattern]
+        seconds = sum(
+            s for (path, name), s in main.op_seconds.items() if name == op and module_pattern(path) == pattern
+        )
+        matched = sum(plan.matches_module(path) for path in all_paths)
+        saving = functools.partial(_op_saving, pattern=pattern, op=op)
+        if saving(main) <= 0:
+            continue
+        rows.append(TorchPlanRow(plan, len(tensors), matched, saving(main), fitted(saving), seconds))
+    for pattern in sorted({module_pattern(p) for p in all_paths if module_pattern(p) != p}):
+        plan = RecomputePlan(pattern)
+        paths = [p for p in all_paths if plan.matches_module(p)]
+        if any(_within(b, p) for b in batch_norm for p in paths):
+            continue
+        saving = functools.partial(_region_saving, paths=paths)
+        if saving(main) <= 0:
+            continue
+        inside = [t for t in main.saved if any(_within(t.module, p) for p in paths)]
+        seconds = sum(main.module_seconds.get(p, 0.0) for p in paths)
+        rows.append(TorchPlanRow(plan, len(inside), len(paths), saving(main), fitted(saving), seconds))
+    rows.sort(key=lambda row: (-row.saving_bytes, str(row.plan)))
+    return TorchScan(batch, seq, main.saved_bytes, fitted(lambda step: step.saved_bytes), tuple(rows))
+
+
+def _op_saving(step: CapturedStep, pattern: str, op: str) -> int:
+    """Bytes of the op's saved outputs, less its inputs that backward's recompute keeps and nothing else saved."""
+    saved = {t.storage: t.nbytes for t in step.saved}
+    made = [t for t in step.saved if t.op == op and module_pattern(t.module) == pattern]
+    outputs = {t.storage: t.nbytes for t in made}
+    kept = {
+        address: nbytes for t in made for address, nbytes in t.op_inputs if address not in saved or address in outputs
+    }
+    return sum(outputs.values()) - sum(kept.values())
+
+
+def _region_saving(step: CapturedStep, paths: list[str]) -> int:
+    """Bytes made and saved only inside the modules: what a checkpoint of each drops.
+
+    Tensors made outside and saved inside are the modules' inputs, which the checkpoint keeps;
+    an input nothing inside saved is kept too, and not counted against the saving here."""
+    return sum(
+        t.nbytes
+        for t in step.saved
+        if any(_within(t.module, p) for p in paths) and all(any(_within(s, p) for p in paths) for s in t.savers)
+    )
+
+
+def _within(module: str, path: str) -> bool:
+    return module == path or module.startswith(path + ".")
+
+
+def _model(recipe: Recipe) -> nn.Module:
+    torch.manual_seed(0)
+    model = recipe.model()
+    if not isinstance(model, nn.Module):
+        raise MemoptError(f"build_model() returned {type(model).__name__}; expected a torch.nn.Module")
+    return model.train()
+
+
+def _capture(recipe: Recipe, batch: int, seq: int | None) -> CapturedStep:
+    from memopt.child.steps import default_loss
+
+    options = dict(recipe.options) | ({"seq_len": seq} if seq is not None else {})
+    sized = replace(recipe, options=options)
+    model = _model(sized)
+    inputs, target = sized.batch(batch)
+    loss_fn = sized.loss or default_loss
+
+    def forward_and_loss() -> torch.Tensor:
+        if isinstance(inputs, dict):
+            output = model(**inputs)
+        elif isinstance(inputs, tuple):
+            output = model(*inputs)
+        else:
+            output = model(inputs)
+        return loss_fn(output, target)
+
+    return capture_step(model, forward_and_loss)
+
+
+def _fit(
+    values: Mapping[tuple[int, int | None], int], points: list[tuple[int, int | None]], check: tuple[int, int | None]
+) -> Polynomial | None:
+    """The exact polynomial of degree 1 in batch and ``len(seqs) - 1`` in seq through ``points``
+    that also gives the ``check`` value, else None."""
+    seq_powers = len({seq for _, seq in points})
+    monomials: list[Monomial] = [
+        tuple(term for term in ((BATCH, b), (SEQ, s)) if term[1]) for b in (0, 1) for s in range(seq_powers)
+    ]
+
+    def row(point: tuple[int, int | None]) -> list[float]:
+        batch, seq = point
+        return [float(batch**b * (seq or 1) ** s) for b in (0, 1) for s in range(seq_powers)]
+
+    solved = np.linalg.solve(np.array([row(p) for p in points]), np.array([float(values[p]) for p in points]))
+    poly = Polynomial(
+        {m: c for m, c in zip(monomials, (Fraction(float(c)).limit_denominator(64) for c in solved)) if c}
+    )
+    if any(poly.evaluate({BATCH: b, SEQ: s or 1}) != values[(b, s)] for b, s in [*points, check]):
+        return None
+    return poly

@@ -1,0 +1,157 @@
+"""A torch trial: a recipe's real training steps in a child process, with a recompute policy applied.
+
+The policy goes where a user's script finds it: a file in the run folder named by
+``MEMOPT_RECOMPUTE_POLICY`` in the child's environment, read by ``memopt.recompute.apply`` (in
+memopt's child for a recipe; in the user's own script for a ``--cmd`` command, whose steps count
+from the first training forward of the model it passes to ``apply``).
+The peak is measured as for ORT (``memopt.child.steps``): the process's peak RSS on CPU, the
+caching allocator's statistics on CUDA. Each finished trial is a journal line of kind
+``torch-trial``; ``resume`` reuses one with the same recipe, options, batch and policy.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from memopt.core import RecipeTarget, RunStatus
+from memopt.errors import MemoptError
+from memopt.recompute import POLICY_ENV, RecomputePlan, RecomputePolicy
+from memopt.run.budget import Budget, resolve_budget, total_ram
+from memopt.run.command import run_target
+from memopt.run.journal import Journal
+from memopt.run.launch import RunRequest, new_run_dir
+from memopt.run.settings import RunSettings
+
+__all__ = [
+    "POLICY_FILE",
+    "TRIAL_KIND",
+    "TorchTrial",
+    "read_policy",
+    "resolve_torch_budget",
+    "run_torch_trial",
+    "trial_key",
+]
+
+POLICY_FILE = "recompute-policy.json"
+TRIAL_KIND = "torch-trial"
+
+
+@dataclass(frozen=True)
+class TorchTrial:
+    batch: int
+    policy: RecomputePolicy
+    status: RunStatus
+    run_dir: Path
+    peak_bytes: int | None  # the whole run's peak: what a hard limit sees
+    median_step_s: float | None
+    error: str | None = None
+    reused: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return self.status == RunStatus.OK
+
+    @property
+    def policy_path(self) -> Path:
+        return self.run_dir / POLICY_FILE
+
+    def fits(self, budget_bytes: int) -> bool:
+        return self.ok and self.peak_bytes is not None and self.peak_bytes <= budget_bytes
+
+    def record(self, key: str) -> dict[str, object]:
+        return {
+            "key": key,
+            "kind": TRIAL_KIND,
+            "batch": self.batch,
+            "plans": [str(plan) for plan in self.policy.plans],
+            "status": self.status.value,
+            "run_dir": str(self.run_dir),
+            "peak_bytes": self.peak_bytes,
+            "median_step_s": self.median_step_s,
+            "error": self.error,
+        }
+
+
+def require_recipe(target: object) -> RecipeTarget:
+    """The torch back end trains recipes: a command's own script applies a policy itself."""
+    if not isinstance(target, RecipeTarget):
+        raise MemoptError(
+            f"--backend torch runs recipes, not {target}: a command applies a policy itself with memopt.recompute.apply"
+        )
+    return target
+
+
+def resolve_torch_budget(budget: Budget | None, requested_device: str) -> int:
+    """The budget in bytes on the device a torch trial runs on (``auto``: CUDA where torch has it)."""
+    import torch
+
+    cuda = requested_device == "cuda" or (requested_device == "auto" and torch.cuda.is_available())
+    if not cuda:
+        return resolve_budget(budget, "cpu", total_ram())
+    return resolve_budget(
+        budget, "cuda", int(torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory)
+    )
+
+
+def read_policy(text: str) -> RecomputePolicy:
+    """``--config`` for the torch back end: ``none``, a policy file, or plans separated by ``;``."""
+    if text.strip().lower() == "none":
+        return RecomputePolicy(())
+    path = Path(text)
+    if path.is_file():
+        return RecomputePolicy.read(path)
+    return RecomputePolicy(tuple(RecomputePlan.parse(plan) for plan in text.split(";") if plan.strip()))
+
+
+def trial_key(settings: RunSettings, batch: int, policy: RecomputePolicy) -> str:
+    identity = {
+        "target": settings.target.spec,
+        "options": dict(settings.options),
+        "batch": batch,
+        "device": settings.device,
+        "steps": settings.steps,
+        "plans": [str(plan) for plan in policy.plans],
+    }
+    return hashlib.sha256(json.dumps(identity, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def run_torch_trial(
+    settings: RunSettings, batch: int, policy: RecomputePolicy, *, journal: Journal, resume: bool = False
+) -> TorchTrial:
+    """Train ``settings``' recipe at ``batch`` with ``policy`` in a child process, or run its command
+    with the policy file in its environment (its script applies it); journal the outcome."""
+    key = trial_key(settings, batch, policy)
+    if resume:
+        done = journal.latest(key, usable=(RunStatus.OK.value,), kind=TRIAL_KIND)
+        if done is not None:
+            record = done.record
+            return TorchTrial(
+                batch,
+                policy,
+                RunStatus(record["status"]),
+                Path(record["run_dir"]),
+                record.get("peak_bytes"),
+                record.get("median_step_s"),
+                reused=True,
+            )
+    run_dir = new_run_dir(settings.runs_dir, f"torch-{settings.target.label}-b{batch}")
+    policy.write(run_dir / POLICY_FILE)
+    request = RunRequest(
+        target=settings.target,
+        batch_size=batch,
+        options=settings.options,
+        steps=settings.steps,
+        device=settings.device,
+        timeout_s=settings.timeout_s,
+        python=settings.python or sys.executable,
+        env={POLICY_ENV: str((run_dir / POLICY_FILE).resolve())},
+        backend="torch",
+    )
+    run = run_target(request, run_dir)
+    trial = TorchTrial(batch, policy, run.status, run_dir, run.memory.whole_run_peak, run.median_step_s, run.error)
+    journal.append(trial.record(key))
+    return trial

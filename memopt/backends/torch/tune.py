@@ -1,0 +1,163 @@
+"""Tune for plain PyTorch: the model decides, the measurement confirms.
+
+1. Scan (in this process): each plan's saving as a polynomial in batch and sequence, and its
+   recompute time, from captured steps at a small batch.
+2. Two runs without recompute at small batches give the peak's fixed part (parameters,
+   gradients, optimizer state, the runtime) and its growth per sample; the peak at the target
+   batch is their line.
+3. The plans whose savings at the target batch (less the one region backward rematerialises at
+   a time) cover the peak's excess over the budget (less
+   the margin) at least recompute time: ``cheapest_cover``, ORT's planner's exact solve, over
+   the op plans (their savings add up); where they cannot cover it, the cheapest whole-module
+   plan that does.
+4. One run at the target batch with that policy verifies it: its measured peak against the budget.
+   Where it is over, its miss (measured less predicted) joins the need and the choice is made
+   once more, with one more verifying run.
+
+That is three training runs (four with the second choice); ORT's path needs its probe too. What stands between this and one
+run is the fixed part: a fake-tensor capture gives the activations without a run, not the
+runtime's and the allocator's share of the peak.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from memopt.backends.torch.scan import BATCH, SEQ, TorchPlanRow, TorchScan, scan_recipe
+from memopt.backends.torch.trial import TorchTrial, require_recipe, resolve_torch_budget, run_torch_trial
+from memopt.errors import MemoptError
+from memopt.predict.planner import budget_limit, cheapest_cover
+from memopt.recompute import RecomputePolicy
+from memopt.run.budget import Budget
+from memopt.run.journal import Journal
+from memopt.run.settings import RunSettings
+from memopt.units import format_bytes
+
+__all__ = ["TorchTuneResult", "tune_torch"]
+
+_NONE = RecomputePolicy(())
+# Runs at the target batch: the model's choice, and once more with what it measured above the prediction.
+_VERIFYING_RUNS = 2
+
+
+@dataclass(frozen=True)
+class TorchTuneResult:
+    target_batch: int
+    budget_bytes: int
+    baseline_bytes: float  # predicted peak without recompute at the target batch
+    predicted_bytes: float  # with the chosen policy
+    policy: RecomputePolicy
+    verify: TorchTrial | None  # None: no policy was predicted to fit, so nothing ran at the target batch
+    trials: tuple[TorchTrial, ...]
+
+    @property
+    def verified(self) -> bool:
+        return self.verify is not None and self.verify.fits(self.budget_bytes)
+
+    @property
+    def policy_path(self) -> Path | None:
+        return self.verify.policy_path if self.verify is not None else None
+
+
+def tune_torch(
+    settings: RunSettings,
+    target_batch: int,
+    budget: Budget | None,
+    *,
+    margin: float,
+    resume: bool,
+    say: Callable[[str], None],
+) -> TorchTuneResult:
+    recipe = require_recipe(settings.target)
+    budget_bytes = resolve_torch_budget(budget, settings.device)
+    journal = Journal.in_folder(settings.runs_dir)
+    scan_batch = min(target_batch, 2)
+    say(f"scan: capturing training steps of {settings.target} at batch {scan_batch} (this process)")
+    scanned = scan_recipe(recipe.load(settings.options), scan_batch)
+    say(f"scan: {len(scanned.rows)} plans; activations kept for backward: {scanned.saved or scanned.saved_bytes} bytes")
+    small, larger = max(1, target_batch // 8), max(2, target_batch // 4)
+    if larger <= small:
+        larger = small + 1
+    trials: list[TorchTrial] = []
+    for batch in (small, larger):
+        trial = run_torch_trial(settings, batch, _NONE, journal=journal, resume=resume)
+        say(_trial_line(trial, "probe"))
+        trials.append(trial)
+        if not trial.ok or trial.peak_bytes is None:
+            raise MemoptError(f"the run at batch {batch} failed: {trial.error} (log: {trial.run_dir}/ort.log)")
+    first, second = (t.peak_bytes or 0 for t in trials)
+    per_sample = (second - first) / (larger - small)
+    baseline = second + per_sample * (target_batch - larger)
+    limit = budget_limit(budget_bytes, margin)
+    say(
+        f"model: peak without recompute at batch {target_batch} = {format_bytes(int(baseline))} "
+        f"({format_bytes(int(first))} at {small}, {format_bytes(int(per_sample))} a sample); "
+        f"limit {format_bytes(int(limit))} (budget {format_bytes(budget_bytes)} less {margin:.0%})"
+    )
+    miss = 0.0  # what the last verifying run measured above its prediction
+    result = None
+    for _ in range(_VERIFYING_RUNS):
+        policy, saving = _choose(scanned, target_batch, baseline + miss - limit)
+        predicted = baseline + miss - saving
+        if predicted > limit:
+            say(
+                f"model: no policy brings batch {target_batch} under {format_bytes(int(limit))} (best {format_bytes(int(predicted))})"
+            )
+            return TorchTuneResult(target_batch, budget_bytes, baseline, predicted, policy, None, tuple(trials))
+        say(f"model: {policy} predicted at {format_bytes(int(predicted))}")
+        verify = run_torch_trial(settings, target_batch, policy, journal=journal, resume=resume)
+        trials.append(verify)
+        say(_trial_line(verify, "verify"))
+        result = TorchTuneResult(target_batch, budget_bytes, baseline, predicted, policy, verify, tuple(trials))
+        if not verify.ok or verify.peak_bytes is None:
+            raise MemoptError(f"the run at batch {target_batch} failed: {verify.error} (log: {verify.run_dir}/ort.log)")
+        error = (verify.peak_bytes - predicted) / verify.peak_bytes
+        verdict = "verified" if result.verified else "over budget"
+        say(
+            f"measurement: {verdict}: peak {format_bytes(verify.peak_bytes)} against budget "
+            f"{format_bytes(budget_bytes)} (predicted {format_bytes(int(predicted))}, error {error:+.1%})"
+        )
+        if result.verified:
+            break
+        miss += verify.peak_bytes - predicted
+    assert result is not None
+    return result
+
+
+def _choose(scanned: TorchScan, batch: int, need: float) -> tuple[RecomputePolicy, float]:
+    """The cheapest policy whose savings at ``batch`` reach ``need`` bytes, and its saving (all op plans where none does)."""
+    if need <= 0:
+        return _NONE, 0.0
+    ops = [row for row in scanned.rows if not row.plan.whole_module]
+    savings = [_saving(row, scanned, batch) for row in ops]
+    costs = [row.recompute_seconds * batch / scanned.batch for row in ops]
+    if sum(savings) >= need:
+        chosen, _ = cheapest_cover(savings, costs, need)
+        return RecomputePolicy(tuple(ops[i].plan for i in chosen)), sum(savings[i] for i in chosen)
+    regions = sorted(
+        (row for row in scanned.rows if row.plan.whole_module and _saving(row, scanned, batch) >= need),
+        key=lambda row: row.recompute_seconds,
+    )
+    if regions:
+        return RecomputePolicy((regions[0].plan,)), _saving(regions[0], scanned, batch)
+    return RecomputePolicy(tuple(row.plan for row in ops)), sum(savings)
+
+
+def _saving(row: TorchPlanRow, scanned: TorchScan, batch: int) -> float:
+    """What the plan takes off the peak at ``batch``: its saving less the one region (or op output)
+    backward holds again while it recomputes it, as the peak sits in backward."""
+    if row.saving is None:  # no formula: the measured bytes, taken as growing with the batch
+        saving = row.saving_bytes * batch / scanned.batch
+    else:
+        saving = row.saving.evaluate({BATCH: batch, SEQ: scanned.seq or 1})
+    at_once = row.modules if row.plan.whole_module else row.tensors
+    return saving * (at_once - 1) / at_once if at_once else 0.0
+
+
+def _trial_line(trial: TorchTrial, role: str) -> str:
+    peak = format_bytes(trial.peak_bytes) if trial.peak_bytes is not None else "no peak"
+    reused = ", from the journal" if trial.reused else ""
+    step = f", step {trial.median_step_s:.3f} s" if trial.median_step_s is not None else ""
+    return f"run ({role}): batch {trial.batch}, {trial.policy}: {trial.status}, peak {peak}{step}{reused} ({trial.run_dir})"

@@ -1,0 +1,214 @@
+"""The recompute policy: plans a person can read, in a file a training script reads back.
+
+A plan names where and what:
+
+``blocks.*.mlp.act: gelu``
+    Inside every module matching ``blocks.*.mlp.act``, the outputs of ``aten.gelu`` are not
+    kept for backward: backward recomputes them from the op's inputs (as ORT's ``Gelu+``).
+``blocks.*.attn: *``
+    Every matching module runs as one non-reentrant checkpoint region: only its inputs are
+    kept, and backward reruns its forward with the RNG state replayed (dropout included).
+``blocks.*: * except mm, bmm``
+    The same region, but the outputs of ``mm`` and ``bmm`` are kept (selective activation
+    checkpointing), so backward reruns only the cheaper ops between them.
+
+A module pattern is a dotted module path (``named_modules()``) in which ``*`` stands for one
+name. An op is an aten operator, spelled ``gelu``, ``aten.gelu``, ``aten::gelu`` or with an
+overload ``gelu.default``; without an overload it means every overload, so ``mm`` and
+``mm.default`` both match the matmul (the SAC trap of ``aten.mm`` matching nothing is gone).
+Random, in-place and view ops are refused where a plan would recompute them from their inputs
+or keep their outputs: either gives wrong gradients or saves nothing.
+
+The file is JSON: ``{"format": "memopt-recompute-policy", "version": 1, "plans": [...]}``
+with each plan in the text form above. Only torch and the standard library are imported here.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from fnmatch import fnmatchcase
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch._ops import ops as torch_ops
+
+from memopt.errors import MemoptError
+
+__all__ = [
+    "POLICY_ENV",
+    "OpName",
+    "RecomputePlan",
+    "RecomputePolicy",
+    "RecomputePolicyError",
+]
+
+POLICY_ENV = "MEMOPT_RECOMPUTE_POLICY"
+_FORMAT = "memopt-recompute-policy"
+_VERSION = 1
+_WHOLE_MODULE = "*"
+_EXCEPT = " except "
+# Ops that write into an input their schema does not mark as written: batch norm's running statistics.
+_UNMARKED_WRITES = frozenset(
+    {"native_batch_norm", "cudnn_batch_norm", "miopen_batch_norm", "batch_norm", "_batch_norm_impl_index"}
+)
+
+
+class RecomputePolicyError(MemoptError):
+    """The policy file cannot be read, or a plan in it cannot be applied as written."""
+
+
+@dataclass(frozen=True)
+class OpName:
+    """An aten operator, with or without one overload (``None``: all of them)."""
+
+    name: str
+    overload: str | None = None
+
+    @classmethod
+    def parse(cls, text: str) -> OpName:
+        spelled = text.strip()
+        bare = spelled.replace("::", ".").removeprefix("torch.ops.").removeprefix("aten.")
+        name, _, overload = bare.partition(".")
+        if not name or not name.replace("_", "a").isalnum() or "." in overload:
+            raise RecomputePolicyError(f"{spelled!r} is not an op name (say gelu, aten.gelu or gelu.default)")
+        op = cls(name, overload or None)
+        op.overloads()  # refuses an op torch does not have
+        return op
+
+    def overloads(self) -> list[torch._ops.OpOverload]:
+        """The overloads this name covers (``RecomputePolicyError`` where torch has none)."""
+        try:
+            packet = getattr(torch_ops.aten, self.name)
+        except (AttributeError, RuntimeError):
+            raise RecomputePolicyError(f"torch {torch.__version__} has no op aten.{self.name}") from None
+        names = packet.overloads()
+        if self.overload is not None and self.overload not in names:
+            raise RecomputePolicyError(
+                f"aten.{self.name} has no overload {self.overload!r} (it has {', '.join(names)})"
+            )
+        return [getattr(packet, name) for name in ([self.overload] if self.overload else names)]
+
+    def matches(self, func: torch._ops.OpOverload) -> bool:
+        return func._schema.name == f"aten::{self.name}" and self.overload in (None, func._overloadname)
+
+    def refuse_unsafe(self, use: str) -> None:
+        """Refuse an op whose outputs cannot be recomputed from its inputs or kept apart from them."""
+        for overload in self.overloads():
+            schema = overload._schema
+            if any(arg.is_out for arg in schema.arguments):
+                continue  # the out= variant writes into the buffer it is given, never into an input
+            if self.name in _UNMARKED_WRITES:
+                why = "updates the running statistics in place: recomputed it would update them twice"
+            elif torch.Tag.nondeterministic_seeded in overload.tags:
+                why = "is random: recomputed outside a checkpoint region it draws new numbers"
+            elif schema.is_mutable:
+                why = "writes into its inputs: recomputed or cached it gives wrong gradients"
+            elif any(ret.alias_info is not None for ret in schema.returns):
+                why = "returns a view of its input: there is nothing of its own to drop or keep"
+            else:
+                continue
+            raise RecomputePolicyError(
+                f"{use} {self}: aten.{overload.__name__} {why}; use a whole-module plan ('MODULE: *')"
+            )
+
+    def __str__(self) -> str:
+        return self.name if self.overload is None else f"{self.name}.{self.overload}"
+
+
+@dataclass(frozen=True)
+class RecomputePlan:
+    """``module: op`` (recompute that op's outputs), ``module: *`` or ``module: * except ops``."""
+
+    module: str
+    op: OpName | None = None  # None: the whole module is one checkpoint region
+    keep: tuple[OpName, ...] = ()  # in a whole-module region: ops whose outputs stay saved
+
+    def __post_init__(self) -> None:
+        names = self.module.split(".")
+        if not self.module or any(not name or name != name.strip() or " " in name for name in names):
+            raise RecomputePolicyError(f"{self.module!r} is not a module path pattern (say blocks.*.mlp)")
+        if self.op is not None and self.keep:
+            raise RecomputePolicyError(f"plan {self}: 'except' goes with a whole-module plan ('MODULE: * except OPS')")
+        if self.op is not None:
+            self.op.refuse_unsafe("cannot recompute")
+        for op in self.keep:
+            op.refuse_unsafe("cannot keep")
+
+    @classmethod
+    def parse(cls, text: str) -> RecomputePlan:
+        module, colon, what = text.partition(":")
+        what = what.strip()
+        if not colon or not what:
+            raise RecomputePolicyError(f"plan {text!r} is not 'MODULE: OP', 'MODULE: *' or 'MODULE: * except OPS'")
+        if what == _WHOLE_MODULE:
+            return cls(module.strip())
+        if what.startswith(_WHOLE_MODULE + _EXCEPT):
+            keep = tuple(OpName.parse(op) for op in what.removeprefix(_WHOLE_MODULE + _EXCEPT).split(","))
+            return cls(module.strip(), keep=keep)
+        return cls(module.strip(), OpName.parse(what))
+
+    @property
+    def whole_module(self) -> bool:
+        return self.op is None
+
+    def matches_module(self, path: str) -> bool:
+        pattern = self.module.split(".")
+        names = path.split(".")
+        return len(names) == len(pattern) and all(fnmatchcase(n, p) for n, p in zip(names, pattern))
+
+    def __str__(self) -> str:
+        if self.op is not None:
+            return f"{self.module}: {self.op}"
+        kept = f"{_EXCEPT}{', '.join(map(str, self.keep))}" if self.keep else ""
+        return f"{self.module}: {_WHOLE_MODULE}{kept}"
+
+
+@dataclass(frozen=True)
+class RecomputePolicy:
+    """The chosen plans, applied together (``memopt.recompute.apply``)."""
+
+    plans: tuple[RecomputePlan, ...]
+
+    def to_json(self) -> str:
+        return json.dumps({"format": _FORMAT, "version": _VERSION, "plans": [str(p) for p in self.plans]}, indent=2)
+
+    @classmethod
+    def from_json(cls, text: str, source: str = "the policy") -> RecomputePolicy:
+        try:
+            data: Any = json.loads(text)
+        except json.JSONDecodeError as err:
+            raise RecomputePolicyError(f"{source} is not JSON: {err}") from None
+        if not isinstance(data, dict) or data.get("format") != _FORMAT:
+            raise RecomputePolicyError(f'{source} is not a memopt recompute policy (no "format": "{_FORMAT}")')
+        if data.get("version") != _VERSION:
+            raise RecomputePolicyError(
+                f"{source} is policy version {data.get('version')!r}; this memopt reads {_VERSION}"
+            )
+        unknown = sorted(set(data) - {"format", "version", "plans"})
+        plans = data.get("plans")
+        if unknown or not isinstance(plans, list) or not all(isinstance(p, str) for p in plans):
+            raise RecomputePolicyError(
+                f"{source}: expected only \"plans\", a list of 'MODULE: OP' texts, beside the format"
+            )
+        try:
+            return cls(tuple(RecomputePlan.parse(p) for p in plans))
+        except RecomputePolicyError as err:
+            raise RecomputePolicyError(f"{source}: {err}") from None
+
+    @classmethod
+    def read(cls, path: Path) -> RecomputePolicy:
+        try:
+            text = path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            raise RecomputePolicyError(f"{POLICY_ENV}={path}: no such file") from None
+        except (OSError, UnicodeDecodeError) as err:
+            raise RecomputePolicyError(f"{POLICY_ENV}={path}: cannot read it ({err})") from None
+        return cls.from_json(text, f"{POLICY_ENV}={path}")
+
+    def write(self, path: Path) -> None:
+        path.write_text(self.to_json() + "\n", encoding="utf-8")
+
+    def __str__(self) -> str:
+        return "; ".join(map(str, self.plans)) or "no recompute"
