@@ -38,10 +38,9 @@ _Timestamp = Annotated[float, Strict(), Field(ge=0, le=1e11, allow_inf_nan=False
 _Rate = Annotated[float, Strict(), Field(ge=0, le=MOST_BYTES, allow_inf_nan=False)]
 
 
-class _Rank(TypedDict, total=False):
-    rank: _Count
-    pid: Annotated[int, Strict(), Field(ge=0, le=_MOST_PID)] | None
-    steps: _Count
+class _Memory(TypedDict, total=False):
+    """A run's memory figures, as a trial and each of its ranks record them."""
+
     memory_kind: str | None
     static_bytes: _Bytes | None
     peak_bytes: _Bytes | None
@@ -50,6 +49,12 @@ class _Rank(TypedDict, total=False):
     cuda_outside_bytes: _Bytes | None
     cuda_alloc_retries: _Count | None
     cuda_ooms: _Count | None
+
+
+class _Rank(_Memory, total=False):
+    rank: _Count
+    pid: Annotated[int, Strict(), Field(ge=0, le=_MOST_PID)] | None
+    steps: _Count
 
 
 class _PoolSegment(TypedDict):
@@ -63,7 +68,7 @@ class _PoolSegment(TypedDict):
     ]
 
 
-class _TrialRecord(TypedDict, total=False):
+class _TrialRecord(_Memory, total=False):
     key: str
     recipe: str
     options: dict[str, Any]
@@ -79,14 +84,6 @@ class _TrialRecord(TypedDict, total=False):
     ort_version: str | None
     torch_version: str | None
     ort_package: str | None
-    memory_kind: str | None
-    static_bytes: _Bytes | None
-    peak_bytes: _Bytes | None
-    peak_over_run_bytes: _Bytes | None
-    cuda_reserved_bytes: _Bytes | None
-    cuda_outside_bytes: _Bytes | None
-    cuda_alloc_retries: _Count | None
-    cuda_ooms: _Count | None
     cuda_total_memory: _Bytes | None
     cuda_device_name: str | None
     cuda_pool: list[_PoolSegment]
