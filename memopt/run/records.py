@@ -70,6 +70,7 @@ class _TrialRecord(TypedDict, total=False):
     cuda_outside_bytes: _Count | None
     cuda_alloc_retries: _Count | None
     cuda_ooms: _Count | None
+    exit_peak_bytes: _Count | None
     cuda_total_memory: _Count | None
     cuda_device_name: str | None
     cuda_pool: list[_PoolSegment]
