@@ -125,3 +125,22 @@ def test_a_recipe_trial_counts_its_childs_exit(folder: Path) -> None:
     during = max(record["peak_bytes"], record["peak_over_run_bytes"])
     assert record["whole_run_peak_bytes"] >= during + EXIT_BYTES * 0.8
     assert record["binding_phase"] == "exit"
+
+
+def test_a_job_that_catches_the_exit_is_ended_and_its_exit_not_measured(folder: Path) -> None:
+    """The old path stays as the fallback: a loop that swallows every exception (SystemExit too)
+    trains on, memopt ends its group after the grace period and says the exit was not measured."""
+    (folder / "stubborn.py").write_text(
+        JOB.replace("for step in range(20):", "for step in range(10**9):").replace(
+            "except Exception as err:", "except BaseException as err:"
+        )
+    )
+    command = f"{sys.executable} stubborn.py --batch-size {{batch}}"
+    run = memopt("trial", "--cmd", command, "--batch", "4", "--json", "--runs-dir", "stubborn-runs", cwd=folder)
+    assert run.returncode == 0, run.stderr
+    record = json.loads(run.stdout)
+    assert record["outcome"] == "ok"
+    assert record["exit_peak_bytes"] is None and record["binding_phase"] == "steps"
+    assert "its exit (atexit, finalizers) is not measured" in (folder / record["run_dir"] / "ort.log").read_text()
+    for rank in record["ranks"]:
+        assert_gone(rank["pid"])
