@@ -14,8 +14,11 @@ wrapping does); then each ``ORTModule`` the job builds
 After every step the rank appends one JSON line to the steps file: its rank, the step,
 the step time and its memory (CPU: peak RSS, reset after the warm-up step; CUDA:
 ``torch.cuda.max_memory_allocated``/reserved, reset likewise). After its last step a rank
-waits, at the step boundary, for memopt to end the whole job; it leaves on its own if
-memopt is gone. Limits: a step is an optimizer step (two optimizers count twice; a
+leaves at the step boundary by a normal interpreter exit (``SystemExit``, which passes
+through a training loop's ``except Exception``): every rank stops at the same step, and the
+job then ends as it would by hand (atexit handlers, finalizers, module teardown), which memopt
+measures when it reaps the job. A job that catches the exit runs on until memopt ends it.
+Limits: a step is an optimizer step (two optimizers count twice; a
 hand-written update without ``torch.optim`` is never seen); ``python -S``/``-I`` skip
 ``sitecustomize``; processes on other hosts write to their own host's steps file.
 """
@@ -49,8 +52,6 @@ __all__ = ["install"]
 
 _ORTMODULE_MODULE = "onnxruntime.training.ortmodule.ortmodule"
 _RECOMPUTE_MODULE = "memopt.recompute"
-# How long a rank that has reported its last step waits for memopt to end the job.
-_WAIT_FOR_END_S = 600.0
 _PARENT_POLL_S = 1.0
 
 
@@ -180,18 +181,8 @@ def _on_optimizer_step(optimizer: Any, args: Any, kwargs: Any) -> None:
     _write(record)
     steps.last_end = time.monotonic()
     if steps.count == steps.total:
-        _wait_for_end()
-
-
-def _wait_for_end() -> None:
-    """Stay at this step boundary until memopt ends the job (every rank stops at the same step)."""
-    sys.stdout.flush()
-    sys.stderr.flush()
-    parent = int(os.environ.get(PARENT_PID_VAR, "0"))
-    deadline = time.monotonic() + _WAIT_FOR_END_S
-    while time.monotonic() < deadline and parent and _alive(parent):
-        time.sleep(0.2)
-    os._exit(0)
+        print(f"[memopt] rank {_rank()} has done its steps: it exits here", file=sys.stderr, flush=True)
+        raise SystemExit(0)
 
 
 def _leave_with_parent() -> None:

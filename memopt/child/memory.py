@@ -7,7 +7,7 @@ import math
 import re
 import resource
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from enum import Enum
 from pathlib import Path
 
@@ -19,6 +19,7 @@ class Phase(str, Enum):
 
     START_UP = "start-up"  # ONNX export, session build and the warm-up step
     STEPS = "steps"  # the measured training steps
+    EXIT = "exit"  # the job's own end after the steps: unwinding, atexit, the interpreter's finalization
 
     def __str__(self) -> str:
         return self.value
@@ -37,6 +38,10 @@ class Memory:
     cuda_outside_bytes: int | None = None  # CUDA: memory outside the allocator at that peak
     cuda_alloc_retries: int | None = None  # CUDA: num_alloc_retries (the cache freed to find room)
     cuda_ooms: int | None = None  # CUDA: num_ooms
+    # CPU, a whole run only (not a rank): the kernel's peak RSS of its processes, each on its own,
+    # up to their exit (finalization included), read when they were reaped; None: not measured
+    # (the run was ended after its steps, or predates this figure).
+    exit_peak_bytes: int | None = None
 
     @property
     def on_cuda(self) -> bool:
@@ -71,8 +76,8 @@ class Memory:
 
     @property
     def whole_run_peak(self) -> int | None:
-        """What a hard limit sees: the highest of the whole run's peak and the steps' peak."""
-        known = [size for size in (self.peak_bytes, self.peak_over_run_bytes) if size is not None]
+        """What a hard limit sees: the highest of the start-up's, the steps' and the exit's peaks."""
+        known = [size for size in (self.peak_bytes, self.peak_over_run_bytes, self.exit_peak_bytes) if size is not None]
         return max(known) if known else None
 
     @property
@@ -89,12 +94,23 @@ class Memory:
 
     @property
     def binding_phase(self) -> Phase | None:
-        """Start-up when the whole run peaked above the measured steps; the steps otherwise."""
+        """The exit where it peaked above the rest; else start-up when the whole run peaked above
+        the measured steps; the steps otherwise."""
+        during = max((size for size in (self.peak_bytes, self.peak_over_run_bytes) if size is not None), default=None)
+        if self.exit_peak_bytes is not None and during is not None and self.exit_peak_bytes > during:
+            return Phase.EXIT
         if self.peak_bytes is None:
             return Phase.START_UP if self.peak_over_run_bytes is not None else None
         if self.peak_over_run_bytes is not None and self.peak_over_run_bytes > self.peak_bytes:
             return Phase.START_UP
         return Phase.STEPS
+
+    def with_exit_peak(self, max_rss_bytes: int | None) -> Memory:
+        """These figures with the run's peak RSS up to its processes' exit (``exit_peak_bytes``):
+        on CPU only, where it is the same kind of figure as the rest."""
+        if self.memory_kind != "rss" or max_rss_bytes is None:
+            return self
+        return replace(self, exit_peak_bytes=max_rss_bytes)
 
     @classmethod
     def from_record(cls, record: Mapping[str, object]) -> Memory:

@@ -68,6 +68,16 @@ def print_validated(config: ValidatedConfig, version: OrtVersion, console: Conso
     console.print(f"# ORT {version} accepts this config: {shown}", highlight=False, markup=False, soft_wrap=True)
 
 
+def _phases_counted(result: TrialResult) -> str:
+    """What the whole-run figure covers: the job's own exit (atexit, finalizers) where it was
+    measured (CPU, a job that ended by itself after its steps)."""
+    if result.exit_peak_bytes is not None:
+        return f"start-up and the job's exit included (exit {format_mib(result.exit_peak_bytes)})"
+    if result.memory_kind == "rss":
+        return "start-up included; the job's exit not measured"
+    return "start-up included"
+
+
 def print_trial(result: TrialResult, console: Console = default_console) -> None:
     """The console summary of one trial."""
     shown = ", ".join(f"{k}={v}" for k, v in result.options.items()) or "default options"
@@ -105,7 +115,7 @@ def print_trial(result: TrialResult, console: Console = default_console) -> None
         whole_run = result.memory.whole_run_peak
         console.print(
             f"  whole run    {format_mib(whole_run)} at its peak ({result.memory.binding_phase}): "
-            "what a hard limit sees, start-up included",
+            f"what a hard limit sees, {_phases_counted(result)}",
             highlight=False,
         )
         judged, judged_on = result.memory.device_peak, "whole run"

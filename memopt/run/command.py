@@ -5,12 +5,16 @@ A command target (``memopt.core.Command``, spec ``cmd:torchrun … train.py --ba
 ``/bin/sh -c`` in the caller's working directory with only environment variables added: the trial's memory-optimizer variables, ORTModule's log level
 (its Plan table), its graphs' folder, and a start-up hook on ``PYTHONPATH``
 (``memopt.child.hook``) that counts steps on every rank and reports them into the run
-folder's ``steps.jsonl``. Once every rank has reported its last step, memopt ends the
-job's whole process group.
+folder's ``steps.jsonl``. After its last step each rank leaves by a normal interpreter exit,
+so the job ends as it would by hand (atexit handlers, finalizers, module teardown) and its
+peak RSS up to that end is read from the kernel's accounting when it is reaped (CPU). A job
+that does not end within a grace period has its whole process group ended, its exit then
+not measured.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -90,13 +94,27 @@ def _run_command(request: RunRequest, run_dir: Path, cancel: threading.Event | N
     records = _read_steps(steps_file)
     status, error, oom = _status(records, wanted, end, run_dir / LOG_NAME, request.timeout_s)
     result = replace(_result(records, status, error, run_dir, end), oom_evidence=oom)
+    if status is RunStatus.OK and end.ending is Ending.EXITED:
+        result = replace(result, memory=result.memory.with_exit_peak(end.max_rss_bytes))
+    elif status is RunStatus.OK:
+        with contextlib.suppress(OSError), open(run_dir / LOG_NAME, "a") as log:
+            log.write(
+                "[memopt] the job did not end by itself after its last step: memopt ended it, so its exit "
+                "(atexit, finalizers) is not measured\n"
+            )
     write_new(
         run_dir / RECORD_NAME,
         json.dumps(
             {
                 "memopt_version": memopt.__version__,
                 "request": {"command": command, "batch_size": request.batch_size, "steps": request.steps},
-                "result": {"status": status, "error": error, "ranks": list(result.ranks), "wall_s": end.wall_s},
+                "result": {
+                    "status": status,
+                    "error": error,
+                    "ranks": list(result.ranks),
+                    "exit_peak_bytes": result.memory.exit_peak_bytes,
+                    "wall_s": end.wall_s,
+                },
             },
             indent=2,
             default=str,

@@ -21,14 +21,14 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime
 from enum import Enum
 from pathlib import Path
 from typing import Any
 
 import memopt
-from memopt.child import CHILD_MODULE, ONNX_PREFIX, PARENT_PID_VAR, RUN_DIR_VAR, TIMEOUT_VAR, ChildRequest
+from memopt.child import CHILD_MODULE, ONNX_PREFIX, PARENT_PID_VAR, PROFILE_VAR, RUN_DIR_VAR, TIMEOUT_VAR, ChildRequest
 from memopt.child.memory import Memory
 from memopt.core import RunnableTarget, RunStatus
 from memopt.errors import MemoptError, write_failure
@@ -51,6 +51,11 @@ from memopt.run.stops import POLL_S, StopWatch, running_seconds
 _CANCEL_POLL_S = POLL_S
 # How long a job that has done its steps gets to leave after SIGTERM before SIGKILL.
 _END_GRACE_S = 5.0
+# How long a job that has done its steps gets to end by itself (its ranks leave at the step
+# boundary, and the interpreter finalizes) before memopt ends it; its end is then not measured.
+_EXIT_GRACE_S = 30.0
+# How often a wait looks whether the child has ended.
+_REAP_POLL_S = 0.02
 
 __all__ = [
     "PARENT_PID_VAR",
@@ -229,10 +234,14 @@ def launch(request: RunRequest, run_dir: Path, cancel: threading.Event | None = 
         oom = None
         stopped: tuple[tuple[float, float], ...] = ()
         if outcome is None:
-            ending = Ending.CANCELLED
+            ending, max_rss = Ending.CANCELLED, None
         else:
-            returncode, ending, oom, stopped = outcome
+            returncode, ending, oom, stopped, max_rss = outcome
         result = _collect(result_path, run_dir, returncode, ending, time.monotonic() - started, request, oom, stopped)
+        # The child's own end (the interpreter's finalization) counts, but not the profiling session a
+        # profiled run builds after its steps: no job of the user's runs that.
+        if result.ok and ending is Ending.FINISHED and request.env.get(PROFILE_VAR) != "1":
+            result = replace(result, memory=result.memory.with_exit_peak(max_rss))
     except OSError as err:
         raise MemoptError(f"cannot start {request.python}: {err.strerror or err}") from None
     finally:  # the child's temporary file too, where it died mid-write (a full disk)
@@ -246,6 +255,7 @@ class Ending(str, Enum):
     """How a run's process ended, before its result is read."""
 
     FINISHED = "finished"  # on its own
+    EXITED = "exited"  # it did what was wanted, then ended by itself: its end is measured
     DONE = "done"  # it did what was wanted, and memopt ended it
     TIMED_OUT = "timed_out"
     CANCELLED = "cancelled"
@@ -261,6 +271,9 @@ class ProcessEnd:
     wall_s: float
     oom_evidence: str | None = None  # the kernel's record of an OOM kill in the job's cgroup (``OomWatch``)
     stopped: tuple[tuple[float, float], ...] = ()  # when memopt or the job was stopped (``StopWatch``)
+    # The kernel's peak RSS over the job's processes, each on its own, up to its exit: every
+    # process the job waited for (a launcher's workers, a shell's command) counts.
+    max_rss_bytes: int | None = None
 
 
 def run_process(
@@ -275,8 +288,9 @@ def run_process(
 ) -> ProcessEnd:
     """Run ``argv`` as is, in a process group of its own, its output into the folder's log.
 
-    ``done`` (asked every poll) says the job did what was wanted: its whole group is then
-    ended, politely first (SIGTERM, then SIGKILL after a grace period). Timeout, cancel,
+    ``done`` (asked every poll) says the job did what was wanted: it then has a grace period
+    to end by itself (``Ending.EXITED``), after which its whole group is ended, politely first
+    (SIGTERM, then SIGKILL after a grace period: ``Ending.DONE``). Timeout, cancel,
     ``end_all_runs`` and the caller's own interruption end the group as ``launch`` does.
     """
     started = time.monotonic()
@@ -287,8 +301,8 @@ def run_process(
         return ProcessEnd(None, Ending.NOT_STARTED, time.monotonic() - started)
     if outcome is None:
         return ProcessEnd(None, Ending.CANCELLED, 0.0)
-    returncode, ending, oom, stopped = outcome
-    return ProcessEnd(returncode, ending, time.monotonic() - started, oom, stopped)
+    returncode, ending, oom, stopped, max_rss = outcome
+    return ProcessEnd(returncode, ending, time.monotonic() - started, oom, stopped, max_rss)
 
 
 def _run_child(
@@ -302,12 +316,13 @@ def _run_child(
     done: Callable[[], bool] | None = None,
     *,
     gentle: bool = False,
-) -> tuple[int, Ending, str | None, tuple[tuple[float, float], ...]] | None:
+) -> tuple[int, Ending, str | None, tuple[tuple[float, float], ...], int | None] | None:
     """Start ``argv`` and wait for it as ``_wait`` does; return only once every process of the
     run is gone: its group, and whatever carries the run's mark in a group or session of its
     own. Its output goes through a ``LogPump`` into the folder's log. Returns the return code,
     how it ended, the kernel's record of an OOM kill in its memory cgroup (``OomWatch``) and
-    when memopt or the run was stopped (``StopWatch``); None: cancelled first."""
+    when memopt or the run was stopped (``StopWatch``), its peak RSS as the kernel accounted it at
+    its reaping (``_Process``); None: cancelled first."""
     with open(run_dir / LOG_NAME, log_mode, buffering=0) as log:  # the pump's writes, each to disk as is
         child = _start_registered(argv, env, cwd, cancel)
         if child is None:
@@ -318,7 +333,7 @@ def _run_child(
         stops = StopWatch(lambda: {child.pid, *marked_pids(RUN_DIR_VAR, env[RUN_DIR_VAR])})
         try:
             returncode, ending = _wait(child, timeout_s, cancel, done, gentle=gentle, failed=pump.failed, stops=stops)
-            return returncode, ending, watch.evidence(), stops.finish()
+            return returncode, ending, watch.evidence(), stops.finish(), child.max_rss_bytes
         finally:  # Ctrl-C and the caller's own shutdown included: leave no process behind
             if child.returncode is None:
                 _kill_group(child)
@@ -378,19 +393,46 @@ def _note(run_dir: Path, text: str) -> None:
         log.write(text)
 
 
+class _Process(subprocess.Popen[bytes]):
+    """A run's process, reaped with ``wait4``: with its exit status comes the kernel's peak RSS
+    of it and of every descendant it waited for (``max_rss_bytes``), up to their exits, the
+    interpreter's finalization included: what ``/usr/bin/time -v`` reports for the same job."""
+
+    max_rss_bytes: int | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            try:
+                pid, status, usage = os.wait4(self.pid, os.WNOHANG)
+            except ChildProcessError:  # reaped elsewhere: no accounting to read
+                return super().poll()
+            if pid:
+                self.returncode = os.waitstatus_to_exitcode(status)
+                self.max_rss_bytes = usage.ru_maxrss * 1024  # Linux counts it in KiB
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while (returncode := self.poll()) is None:
+            if deadline is not None and time.monotonic() >= deadline:
+                raise subprocess.TimeoutExpired(self.args, timeout or 0.0)
+            time.sleep(_REAP_POLL_S)
+        return returncode
+
+
 def _start_registered(
     argv: list[str],
     env: dict[str, str],
     cwd: Path | None,
     cancel: threading.Event | None,
     stderr: int = subprocess.STDOUT,
-) -> subprocess.Popen[bytes] | None:
+) -> _Process | None:
     """Start ``argv`` in a session of its own, its output on a pipe (``stderr`` with it, unless
     told otherwise), registered for ``end_all_runs``; None: cancelled first."""
     with _live_lock:  # no child starts after end_all_runs has looked at the live ones
         if _ending.is_set() or (cancel is not None and cancel.is_set()):
             return None
-        child = subprocess.Popen(
+        child = _Process(
             argv,
             stdout=subprocess.PIPE,
             stderr=stderr,
@@ -420,15 +462,19 @@ def _wait(
 ) -> tuple[int, Ending]:
     """Wait for ``child``; end its group on timeout or cancel (``gentle``: SIGTERM first, which
     launchers such as torchrun pass on to workers in sessions of their own; else SIGKILL), and
-    once ``done()``; a set ``failed`` (its log cannot be written) ends it as a cancel does;
-    ``stops`` is ticked at every wake. Returns (returncode, how it ended)."""
+    once ``done()`` held and the child did not end by itself within ``_EXIT_GRACE_S``; a set
+    ``failed`` (its log cannot be written) ends it as a cancel does; ``stops`` is ticked at every
+    wake. Returns (returncode, how it ended)."""
     deadline = time.monotonic() + timeout_s
+    done_at: float | None = None
     while True:
         if stops is not None:
             stops.tick()
         if child.poll() is not None:  # finished just as the deadline or a cancel came: it finished
-            return child.returncode, _how_it_ended(child.returncode)
-        if done is not None and done():
+            return child.returncode, _how_it_ended(child.returncode, done_at)
+        if done_at is None and done is not None and done():
+            done_at = time.monotonic()
+        if done_at is not None and time.monotonic() - done_at > _EXIT_GRACE_S:
             return _end_group(child), Ending.DONE
         left = deadline - time.monotonic()
         if left <= 0:
@@ -439,7 +485,7 @@ def _wait(
             returncode = child.wait(timeout=min(left, _CANCEL_POLL_S))
         except subprocess.TimeoutExpired:
             continue
-        return returncode, _how_it_ended(returncode)
+        return returncode, _how_it_ended(returncode, done_at)
 
 
 def _stop(child: subprocess.Popen[bytes], gentle: bool) -> int:
@@ -449,9 +495,11 @@ def _stop(child: subprocess.Popen[bytes], gentle: bool) -> int:
     return child.wait()
 
 
-def _how_it_ended(returncode: int) -> Ending:
+def _how_it_ended(returncode: int, done_at: float | None) -> Ending:
     # Killed by end_all_runs while its launch waited: the caller's shutdown, not a crash.
-    return Ending.CANCELLED if returncode < 0 and _ending.is_set() else Ending.FINISHED
+    if returncode < 0 and _ending.is_set():
+        return Ending.CANCELLED
+    return Ending.EXITED if done_at is not None else Ending.FINISHED
 
 
 def _child_env(request: RunRequest, run_dir: Path) -> dict[str, str]:

@@ -84,6 +84,7 @@ class _TrialRecord(_Memory, total=False):
     ort_version: str | None
     torch_version: str | None
     ort_package: str | None
+    exit_peak_bytes: _Bytes | None
     cuda_total_memory: _Bytes | None
     cuda_device_name: str | None
     cuda_pool: list[_PoolSegment]

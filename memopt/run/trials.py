@@ -211,6 +211,7 @@ class TrialResult:
     cuda_outside_bytes: int | None = None  # outside the caching allocator where reserved peaked
     cuda_alloc_retries: int | None = None
     cuda_ooms: int | None = None
+    exit_peak_bytes: int | None = None  # CPU: the job's processes' peak RSS up to their own exit
     cuda_total_memory: int | None = None
     cuda_device_name: str | None = None
     cuda_pool: tuple[Mapping[str, Any], ...] = ()  # the allocator's pool after the warm-up step
@@ -250,6 +251,7 @@ class TrialResult:
             self.cuda_outside_bytes,
             self.cuda_alloc_retries,
             self.cuda_ooms,
+            self.exit_peak_bytes,
         )
 
     @property
