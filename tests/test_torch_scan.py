@@ -3,6 +3,8 @@ that apply. In this process with plain PyTorch; the command line in a process wi
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from fractions import Fraction
 from pathlib import Path
 
@@ -74,3 +76,12 @@ def test_scan_backend_torch_runs_without_onnxruntime(tmp_path: Path) -> None:
         "backend: torch (ORTModule cannot run here: onnxruntime-training is not installed"
     )
     assert "blocks.*.mlp.act: gelu" in done.stdout and "2048*batch*seq" in done.stdout.replace(".0*", "*")
+
+
+@pytest.mark.subprocess
+def test_the_commands_load_torch_only_where_the_torch_back_end_runs() -> None:
+    """An ORT trial's or tune's own process shares its job's memory cgroup: it must not carry
+    torch (about 600 MiB of RSS) for a back end it does not use."""
+    imports = "import sys, memopt.cli.scan, memopt.cli.trial, memopt.cli.tune; print(sorted({'torch', 'onnxruntime'} & set(sys.modules)))"
+    loaded = subprocess.run([sys.executable, "-c", imports], capture_output=True, text=True, check=True)
+    assert loaded.stdout.strip() == "[]", loaded.stderr

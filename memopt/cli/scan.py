@@ -15,8 +15,6 @@ from rich.table import Table
 from rich.text import Text
 
 from memopt.backends import Backend, choose_backend
-from memopt.backends.torch.scan import TorchScan, scan_recipe
-from memopt.backends.torch.trial import require_recipe
 from memopt.cli import app, console, error_console
 from memopt.cli.dims import parse_dims_option
 from memopt.cli.options import (
@@ -50,6 +48,8 @@ from memopt.units import format_bytes
 
 if TYPE_CHECKING:
     import pandas as pd
+
+    from memopt.backends.torch.scan import TorchScan
 
 __all__ = ["scan_command"]
 
@@ -126,6 +126,10 @@ def scan_command(
     chosen_backend = choose_backend(backend)
     chosen = choose_target(target, command)
     if chosen_backend.backend is Backend.TORCH:
+        # Imported here: an ORT scan loads no torch in this process.
+        from memopt.backends.torch.scan import scan_recipe
+        from memopt.backends.torch.trial import require_recipe
+
         recipe_target = require_recipe(chosen)
         options = recipe_options(chosen, seq, size, option, hf_task, target_seq)
         error_console.print(chosen_backend.line(), markup=False, highlight=False, soft_wrap=True)

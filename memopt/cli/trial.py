@@ -13,7 +13,6 @@ import typer
 from rich.markup import escape
 
 from memopt.backends import Backend, choose_backend
-from memopt.backends.torch.trial import read_policy, resolve_torch_budget, run_torch_trial, trial_key
 from memopt.cli import EXIT_DOES_NOT_FIT, app, console, error_console
 from memopt.cli.options import (
     BackendOption,
@@ -39,7 +38,6 @@ from memopt.ort.config import ConfigEntry, PlanKey
 from memopt.ort.version import OrtVersion
 from memopt.predict.calibrate import learn_from_trial, load_saved_model, model_identity, save_model
 from memopt.predict.memory_model import MemoryModel, ModelError
-from memopt.recompute import POLICY_ENV, RecomputePolicy
 from memopt.run import DEFAULT_RUNS_DIR, DEFAULT_STEPS, DEFAULT_TIMEOUT_S
 from memopt.run.budget import Budget, parse_budget
 from memopt.run.journal import Journal
@@ -117,9 +115,8 @@ def trial_command(
         runs_dir=runs_dir,
     )
     if chosen_backend.backend is Backend.TORCH:
-        policy = read_policy(config)
         error_console.print(chosen_backend.line(), highlight=False, soft_wrap=True, markup=False)
-        _torch_trial(settings, batch, policy, parsed_budget, resume, as_json)
+        _torch_trial(settings, batch, config, parsed_budget, resume, as_json)
         return
     options = settings.options
     versions = stack_versions(settings.python, settings.timeout_s)
@@ -168,8 +165,14 @@ def trial_command(
 
 
 def _torch_trial(
-    settings: RunSettings, batch: int, policy: RecomputePolicy, budget: Budget | None, resume: bool, as_json: bool
+    settings: RunSettings, batch: int, config: str, budget: Budget | None, resume: bool, as_json: bool
 ) -> None:
+    # Imported here: the torch back end loads torch (about 600 MiB of RSS), which an ORT trial's
+    # parent process, counted in the same memory cgroup as its job, must not carry.
+    from memopt.backends.torch.trial import read_policy, resolve_torch_budget, run_torch_trial, trial_key
+    from memopt.recompute import POLICY_ENV
+
+    policy = read_policy(config)
     with console.status(f"Trial of {escape(str(settings.target))} at batch {batch} in plain PyTorch ({policy})…"):
         trial = run_torch_trial(settings, batch, policy, journal=Journal.in_folder(settings.runs_dir), resume=resume)
     if as_json:

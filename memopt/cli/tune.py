@@ -14,8 +14,6 @@ import sys
 import typer
 
 from memopt.backends import Backend, choose_backend
-from memopt.backends.torch.trial import require_recipe
-from memopt.backends.torch.tune import tune_torch
 from memopt.cli import EXIT_DOES_NOT_FIT, app, error_console
 from memopt.cli.options import (
     BackendOption,
@@ -44,7 +42,6 @@ from memopt.cli.options import (
 from memopt.core import runnable
 from memopt.errors import MemoptError
 from memopt.predict import DEFAULT_MARGIN
-from memopt.recompute import POLICY_ENV
 from memopt.run import (
     DEFAULT_RUNS_DIR,
     DEFAULT_STEPS,
@@ -104,6 +101,10 @@ def tune_command(
     if chosen_backend.backend is Backend.TORCH:
         if not no_tui or as_json:
             raise MemoptError("--backend torch has no terminal UI or --json yet: use --no-tui")
+        # Imported here: the torch back end loads torch (about 600 MiB of RSS), which an ORT
+        # tune's parent process, counted in the same memory cgroup as its runs, must not carry.
+        from memopt.backends.torch.trial import require_recipe
+
         require_recipe(target)
         torch_settings = run_settings(
             target,
@@ -181,6 +182,9 @@ def _headless(settings: TuneSettings, versions: StackVersions, as_json: bool) ->
 def _headless_torch(
     settings: RunSettings, target_batch: int, budget: Budget | None, margin: float, resume: bool
 ) -> None:
+    from memopt.backends.torch.tune import tune_torch
+    from memopt.recompute import POLICY_ENV
+
     def say(line: str) -> None:
         error_console.print(line, highlight=False, soft_wrap=True, markup=False)
 
