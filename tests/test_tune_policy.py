@@ -16,7 +16,7 @@ from support.fake_tuning import FakeRunner, MiB, fake_tuner, prepared_gpt
 
 from memopt.child.memory import Phase
 from memopt.graph import Polynomial
-from memopt.predict import MemoryModel, Observation, PhaseSpread, PlanSavings, RunSpread, StartUp, fit_memory_model
+from memopt.predict import FixedPeaks, MemoryModel, Observation, PhaseSpread, PlanSavings, RunSpread, fit_memory_model
 from memopt.run import Journal, Outcome
 from memopt.tune import Attempt, Purpose, SearchState, SearchStatus, Stop, TryPlans, best_verified, next_step
 
@@ -42,7 +42,7 @@ def state(
     *attempts: Attempt,
     max_trials: int = 6,
     margin: float = 0.0,
-    start_up: StartUp = StartUp(),
+    fixed_peaks: FixedPeaks = FixedPeaks(),
     spread: RunSpread = RunSpread(),
 ) -> SearchState:
     return SearchState(
@@ -55,7 +55,7 @@ def state(
         max_trials=max_trials,
         attempts=attempts,
         trials_used=len(attempts),
-        start_up=start_up,
+        fixed_peaks=fixed_peaks,
         spread=spread,
     )
 
@@ -151,17 +151,25 @@ def test_a_measurement_beyond_the_spread_overrules_the_cost_model() -> None:
 
 def test_over_budget_at_start_up_stops_the_search() -> None:
     # the steps fit (B predicted within the budget), the export and session build do not
-    over = Attempt((B,), Outcome.OVER_BUDGET, number=1, start_up_bytes=2500 * MiB)
+    over = Attempt((B,), Outcome.OVER_BUDGET, number=1, fixed_bytes=2500 * MiB)
     stop = next_step(state(2400, over))
     assert isinstance(stop, Stop) and stop.status is SearchStatus.IMPOSSIBLE
     assert "start-up" in stop.message and "2,500.0 MiB" in stop.message
+
+
+def test_over_budget_at_the_jobs_exit_stops_the_search() -> None:
+    # the steps fit, the interpreter's exit after them does not: recompute cannot lower it
+    over = Attempt((B,), Outcome.OVER_BUDGET, number=1, fixed_bytes=2500 * MiB, fixed_phase=Phase.EXIT)
+    stop = next_step(state(2400, over))
+    assert isinstance(stop, Stop) and stop.status is SearchStatus.IMPOSSIBLE
+    assert "the job's exit" in stop.message and "2,500.0 MiB" in stop.message and "start-up" not in stop.message
 
 
 def test_over_budget_on_cuda_with_a_start_up_under_it_adds_plans() -> None:
     # On CUDA the verdict is on reserved + outside: the start-up peaked above the steps in
     # allocated bytes, but alone it fits; the steps' segments made the run over, and more
     # recompute may take some away.
-    over = Attempt((B,), Outcome.OVER_BUDGET, number=1, start_up_bytes=2000 * MiB)
+    over = Attempt((B,), Outcome.OVER_BUDGET, number=1, fixed_bytes=2000 * MiB)
     step = next_step(state(2400, over))
     assert isinstance(step, TryPlans) and B in step.plans and len(step.plans) > 1
 
@@ -169,7 +177,7 @@ def test_over_budget_on_cuda_with_a_start_up_under_it_adds_plans() -> None:
 # -- verdicts against the limit and the run-to-run spread ---------------------------------------
 
 # The start-up (export, session build) measured at 1,090 MiB in runs at batch 8 and 16, 12 MiB apart.
-START_UP = StartUp(((8, 1084 * MiB), (16, 1096 * MiB)))
+START_UP = FixedPeaks(((8, 1084 * MiB), (16, 1096 * MiB)))
 START_UP_SPREAD = RunSpread(start_up=PhaseSpread(12 * MiB, 2))
 
 
@@ -185,8 +193,8 @@ def test_a_fit_under_the_budget_but_over_the_limit_is_not_verified() -> None:
 
 def test_a_start_up_fit_within_its_spread_of_the_limit_says_so_instead_of_verified() -> None:
     # limit 1,078.0 MiB (1,100 MiB less 2%); the start-up peaked at 1,070 MiB: 8 MiB of room, 12 MiB of spread
-    fit = Attempt((B,), Outcome.OK, number=1, start_up_bytes=1070 * MiB, whole_run_bytes=1070 * MiB)
-    searched = state(1100, fit, margin=0.02, start_up=START_UP, spread=START_UP_SPREAD)
+    fit = Attempt((B,), Outcome.OK, number=1, fixed_bytes=1070 * MiB, whole_run_bytes=1070 * MiB)
+    searched = state(1100, fit, margin=0.02, fixed_peaks=START_UP, spread=START_UP_SPREAD)
     room = searched.room(fit)
     assert room is not None and room.phase is Phase.START_UP and not room.verified
     stop = next_step(searched)
@@ -201,8 +209,8 @@ def test_a_start_up_fit_within_its_spread_of_the_limit_says_so_instead_of_verifi
 
 def test_a_start_up_fit_over_the_limit_is_not_called_noise() -> None:
     # within the budget (1,090 ≤ 1,100 MiB) but over the limit 1,078 MiB: recompute cannot help
-    fit = Attempt((B,), Outcome.OK, number=1, start_up_bytes=1090 * MiB, whole_run_bytes=1090 * MiB)
-    stop = next_step(state(1100, fit, margin=0.02, start_up=START_UP, spread=START_UP_SPREAD))
+    fit = Attempt((B,), Outcome.OK, number=1, fixed_bytes=1090 * MiB, whole_run_bytes=1090 * MiB)
+    stop = next_step(state(1100, fit, margin=0.02, fixed_peaks=START_UP, spread=START_UP_SPREAD))
     assert isinstance(stop, Stop) and stop.status is SearchStatus.IMPOSSIBLE, stop
     assert "peaks at 1,090.0 MiB > limit 1,078.0 MiB; recompute cannot lower it" in stop.message
 
@@ -214,8 +222,8 @@ def test_every_plan_on_and_still_over_the_limit_does_not_fit() -> None:
 
 
 def test_a_fit_with_more_room_than_the_spread_is_verified_and_says_how_much() -> None:
-    fit = Attempt((B,), Outcome.OK, number=1, start_up_bytes=1060 * MiB, whole_run_bytes=1060 * MiB)
-    searched = state(1100, fit, margin=0.02, start_up=START_UP, spread=START_UP_SPREAD)
+    fit = Attempt((B,), Outcome.OK, number=1, fixed_bytes=1060 * MiB, whole_run_bytes=1060 * MiB)
+    searched = state(1100, fit, margin=0.02, fixed_peaks=START_UP, spread=START_UP_SPREAD)
     room = searched.room(fit)
     assert room is not None and room.verified
     assert room.describe() == (
@@ -236,8 +244,8 @@ def test_a_phase_run_once_has_no_spread_and_needs_only_the_limit() -> None:
 def test_advice_counts_the_start_up_and_never_says_batch_0() -> None:
     # every plan brings the steps to 1,480 MiB at batch 16, under the limit 1,568 MiB (1,600 MiB
     # less 2%); the start-up was measured at 1,590 MiB at batch 8 and 1,602 MiB at batch 16
-    start_up = StartUp(((8, 1590 * MiB), (16, 1602 * MiB)))
-    first = next_step(state(1600, margin=0.02, start_up=start_up, spread=START_UP_SPREAD))
+    start_up = FixedPeaks(((8, 1590 * MiB), (16, 1602 * MiB)))
+    first = next_step(state(1600, margin=0.02, fixed_peaks=start_up, spread=START_UP_SPREAD))
     assert isinstance(first, TryPlans)
     assert "the lowest peak at batch 16 is 1,602.0 MiB, the start-up's (measured; recompute cannot lower it" in (
         first.reason
@@ -257,11 +265,13 @@ def test_nothing_fitting_at_any_batch_says_not_even_batch_1() -> None:
 
 
 def test_start_up_predicted_by_batch_and_its_spread_from_repeats() -> None:
-    start_up = StartUp(((4, 1000 * MiB), (8, 1010 * MiB)))
+    start_up = FixedPeaks(((4, 1000 * MiB), (8, 1010 * MiB)))
     assert start_up.at(16) == pytest.approx(1030 * MiB)
     assert start_up.largest_batch(1021 * MiB, 15) == 12 and start_up.largest_batch(900 * MiB, 15) == 0
-    assert StartUp(((8, 1000 * MiB), (4, 1010 * MiB))).at(16) == pytest.approx(1005 * MiB)  # never falls with the batch
-    assert StartUp().at(16) is None and StartUp().largest_batch(1, 15) == 15
+    assert FixedPeaks(((8, 1000 * MiB), (4, 1010 * MiB))).at(16) == pytest.approx(
+        1005 * MiB
+    )  # never falls with the batch
+    assert FixedPeaks().at(16) is None and FixedPeaks().largest_batch(1, 15) == 15
 
 
 # -- the tuning loop over the fake runner ------------------------------------------------------

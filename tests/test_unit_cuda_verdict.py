@@ -86,11 +86,11 @@ def test_on_cpu_the_verdict_is_the_whole_runs_peak_as_before() -> None:
 def test_a_start_up_above_the_steps_is_a_floor_in_the_verdicts_terms() -> None:
     # CPU: the whole run's peak. CUDA: the start-up's allocated peak plus outside the allocator,
     # under the reserved + outside the run was judged on.
-    assert Memory("rss", 10, 100, 120).start_up_floor == 120
-    assert Memory("rss", 10, 130, 120).start_up_floor is None  # the steps bind
+    assert Memory("rss", 10, 100, 120).fixed_floor == 120
+    assert Memory("rss", 10, 130, 120).fixed_floor is None  # the steps bind
     cuda = Memory("cuda_allocated", 10, 1000 * MiB, 1200 * MiB, 1800 * MiB, 300 * MiB)
-    assert (cuda.start_up_floor, cuda.device_peak) == (1500 * MiB, 2100 * MiB)
-    assert replace(cuda, peak_over_run_bytes=900 * MiB).start_up_floor is None
+    assert (cuda.fixed_floor, cuda.device_peak) == (1500 * MiB, 2100 * MiB)
+    assert replace(cuda, peak_over_run_bytes=900 * MiB).fixed_floor is None
 
 
 def test_ranks_report_their_highest_cuda_figures() -> None:

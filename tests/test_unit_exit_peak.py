@@ -12,7 +12,7 @@ from memopt.run import TrialResult
 def test_an_exit_above_the_run_binds_the_whole_run() -> None:
     memory = Memory("rss", peak_bytes=800 * MiB, peak_over_run_bytes=780 * MiB).with_exit_peak(850 * MiB)
     assert memory.whole_run_peak == 850 * MiB and memory.binding_phase is Phase.EXIT
-    assert memory.device_peak == 850 * MiB and memory.start_up_floor is None
+    assert memory.device_peak == 850 * MiB and memory.fixed_floor == 850 * MiB  # recompute cannot lower it
 
 
 def test_an_exit_below_the_run_changes_nothing() -> None:

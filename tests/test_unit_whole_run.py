@@ -6,7 +6,7 @@ from __future__ import annotations
 from support.results import MiB, measured
 
 from memopt.child.memory import Phase
-from memopt.predict import PhaseSpread, RunSpread, StartUp
+from memopt.predict import FixedPeaks, PhaseSpread, RunSpread
 
 
 def test_a_single_run_measures_no_spread() -> None:
@@ -24,7 +24,7 @@ def test_repeats_of_one_trial_measure_its_phase() -> None:
     spread = RunSpread.of_trials(runs)
     assert spread.start_up == PhaseSpread(15 * MiB, 2) and spread.steps == PhaseSpread(10 * MiB, 2)
     assert spread.start_up.describe(Phase.START_UP) == "run-to-run spread of the start-up 15.0 MiB (2 runs)"
-    assert StartUp.of_trials(runs).samples == ((8, 1090 * MiB), (8, 1105 * MiB), (4, 1080 * MiB))
+    assert FixedPeaks.of_trials(runs).samples == ((8, 1090 * MiB), (8, 1105 * MiB), (4, 1080 * MiB))
 
 
 def test_other_configs_and_batches_are_not_counted_as_noise() -> None:
@@ -37,4 +37,19 @@ def test_runs_the_steps_bound_tell_nothing_of_the_start_up() -> None:
     runs = [measured("a", 8, 1000, 1000), measured("a", 8, 1004, 1004)]
     spread = RunSpread.of_trials(runs)
     assert spread.steps == PhaseSpread(4 * MiB, 2) and spread.start_up is None
-    assert StartUp.of_trials(runs).samples == ()
+    assert FixedPeaks.of_trials(runs).samples == ()
+
+
+def test_the_jobs_exit_is_a_fixed_peak_and_its_repeats_measure_its_spread() -> None:
+    # optimum's run_clm.py on CPU: the steps peak near 970 MiB, the interpreter's exit 40-70 MiB
+    # above, whatever is recomputed; the same key twice measures the exit's spread
+    runs = [
+        measured("a", 8, 975, 975, exit_peak_bytes=1012 * MiB),
+        measured("a", 8, 972, 972, exit_peak_bytes=1038 * MiB),
+        measured("b", 8, 964, 964, exit_peak_bytes=1008 * MiB),
+    ]
+    spread = RunSpread.of_trials(runs)
+    assert spread.exit == PhaseSpread(26 * MiB, 2) and spread.of(Phase.EXIT) == spread.exit
+    peaks = FixedPeaks.of_trials(runs)
+    assert peaks.phase is Phase.EXIT
+    assert peaks.samples == ((8, 1012 * MiB), (8, 1038 * MiB), (8, 1008 * MiB))

@@ -24,6 +24,11 @@ class Phase(str, Enum):
     def __str__(self) -> str:
         return self.value
 
+    @property
+    def lowered_by_recompute(self) -> bool:
+        """Recompute lowers the steps' activations; the start-up and the exit hold what it cannot touch."""
+        return self is Phase.STEPS
+
 
 @dataclass(frozen=True)
 class Memory:
@@ -81,12 +86,13 @@ class Memory:
         return max(known) if known else None
 
     @property
-    def start_up_floor(self) -> int | None:
-        """When the start-up peaked above the measured steps, what it alone holds on the device,
-        which recompute cannot lower: elsewhere the whole run's peak; on CUDA the start-up's
+    def fixed_floor(self) -> int | None:
+        """When the start-up or the exit peaked above the measured steps, what that phase alone
+        holds on the device, which recompute cannot lower: elsewhere the whole run's peak; on CUDA the start-up's
         allocated peak (the reserved segments held at least that) plus what lives outside the
         allocator, a floor under what runs out (the reserved peak is no start-up's alone)."""
-        if self.binding_phase is not Phase.START_UP or self.peak_bytes is None:
+        phase = self.binding_phase
+        if phase is None or phase.lowered_by_recompute or self.peak_bytes is None:
             return None
         if self.on_cuda and self.cuda_reserved_bytes is not None and self.peak_over_run_bytes is not None:
             return self.peak_over_run_bytes + (self.cuda_outside_bytes or 0)

@@ -39,7 +39,7 @@ from memopt.predict.recompute_cost import (
     read_node_times,
     seconds_per_unit,
 )
-from memopt.predict.whole_run import PhaseSpread, RunSpread, StartUp
+from memopt.predict.whole_run import FixedPeaks, PhaseSpread, RunSpread
 
 __all__ = [
     "BALANCE",
@@ -55,7 +55,7 @@ __all__ = [
     "PlanResult",
     "RecomputeCost",
     "RunSpread",
-    "StartUp",
+    "FixedPeaks",
     "PlanSavings",
     "PreparedTarget",
     "Prediction",

@@ -1,9 +1,10 @@
 """The whole run as a hard limit sees it, from the runs a session already made.
 
-A run peaks in one of two phases (``Phase``): the measured steps, which the memory model
-predicts and recompute lowers, or the start-up (ONNX export, session build, warm-up step),
-which recompute cannot lower. ``StartUp`` predicts the start-up's peak by batch from the
-runs where it bound; the whole run's predicted peak is the higher of the two.
+A run peaks in one of three phases (``Phase``): the measured steps, which the memory model
+predicts and recompute lowers, or the start-up (ONNX export, session build, warm-up step) or
+the job's exit (finalization), which recompute cannot lower. ``FixedPeaks`` predicts the
+latter's peak by batch from the runs where they bound; the whole run's predicted peak is the
+higher of the two.
 
 Neither phase peaks at the same figure twice: the export, the session build and the
 allocator differ from run to run. ``RunSpread`` says how far apart the runs memopt made
@@ -27,7 +28,7 @@ import numpy as np
 from memopt.child.memory import Memory, Phase
 from memopt.run.trials import TrialResult
 
-__all__ = ["PhaseSpread", "RunSpread", "StartUp", "processes_of"]
+__all__ = ["PhaseSpread", "RunSpread", "FixedPeaks", "processes_of"]
 
 
 @dataclass(frozen=True)
@@ -48,9 +49,10 @@ class RunSpread:
 
     steps: PhaseSpread | None = None
     start_up: PhaseSpread | None = None
+    exit: PhaseSpread | None = None
 
     def of(self, phase: Phase) -> PhaseSpread | None:
-        return self.start_up if phase is Phase.START_UP else self.steps
+        return {Phase.START_UP: self.start_up, Phase.EXIT: self.exit}.get(phase, self.steps)
 
     def bytes_of(self, phase: Phase) -> float:
         """The spread to leave room for: 0 where the phase ran once (nothing measured yet)."""
@@ -62,13 +64,16 @@ class RunSpread:
         """The spread of each phase over the processes of each trial key (ranks, repeats)."""
         steps: dict[str, list[int]] = defaultdict(list)
         start_up: dict[str, list[int]] = defaultdict(list)
+        exits: dict[str, list[int]] = defaultdict(list)
         for trial in trials:
             for memory in processes_of(trial):
                 if memory.peak_bytes is not None:
                     steps[trial.key].append(memory.peak_bytes)
                 if memory.binding_phase is Phase.START_UP and memory.whole_run_peak is not None:
                     start_up[trial.key].append(memory.whole_run_peak)
-        return cls(_repeats(steps.values()), _repeats(start_up.values()))
+            if trial.ran and trial.memory.exit_peak_bytes is not None:  # the job's, not a rank's
+                exits[trial.key].append(trial.memory.exit_peak_bytes)
+        return cls(_repeats(steps.values()), _repeats(start_up.values()), _repeats(exits.values()))
 
 
 def processes_of(trial: TrialResult) -> tuple[Memory, ...]:
@@ -81,26 +86,33 @@ def processes_of(trial: TrialResult) -> tuple[Memory, ...]:
 
 
 @dataclass(frozen=True)
-class StartUp:
-    """The start-up's peak by batch, from the processes whose start-up bound: (batch, whole-run
-    peak) each. Recompute does not lower it, so the config a run had does not matter."""
+class FixedPeaks:
+    """The peak of the phases recompute cannot lower, by batch: the start-up's from the processes
+    whose start-up bound, the job's exit's from the runs whose exit bound, (batch, whole-run
+    peak) each. The config a run had does not matter. ``phase``: the phase of the highest sample,
+    the one said to bind."""
 
     samples: tuple[tuple[int, int], ...] = ()
+    phase: Phase = Phase.START_UP
 
     @classmethod
-    def of_trials(cls, trials: Iterable[TrialResult]) -> StartUp:
-        return cls(
-            tuple(
-                (trial.batch_size, memory.whole_run_peak)
-                for trial in trials
-                for memory in processes_of(trial)
-                if memory.binding_phase is Phase.START_UP and memory.whole_run_peak is not None
-            )
-        )
+    def of_trials(cls, trials: Iterable[TrialResult]) -> FixedPeaks:
+        found: list[tuple[int, int, Phase]] = []
+        for trial in trials:
+            for memory in processes_of(trial):
+                if memory.binding_phase is Phase.START_UP and memory.whole_run_peak is not None:
+                    found.append((trial.batch_size, memory.whole_run_peak, Phase.START_UP))
+            job = trial.memory  # the exit is measured for the job as a whole, not per rank
+            if trial.ran and job.binding_phase is Phase.EXIT and job.whole_run_peak is not None:
+                found.append((trial.batch_size, job.whole_run_peak, Phase.EXIT))
+        if not found:
+            return cls()
+        highest = max(found, key=lambda sample: sample[1])
+        return cls(tuple((batch, peak) for batch, peak, _ in found), highest[2])
 
     @functools.cached_property
     def _line(self) -> tuple[float, float] | None:
-        """(intercept, slope) of the start-up's peak in the batch; None without samples."""
+        """(intercept, slope) of the fixed phases' peak in the batch; None without samples."""
         if not self.samples:
             return None
         batches = np.array([batch for batch, _ in self.samples], dtype=float)
@@ -112,7 +124,7 @@ class StartUp:
         return float(peaks.mean()), 0.0
 
     def at(self, batch_size: int) -> float | None:
-        """The predicted start-up peak at ``batch_size``: a line in the batch through the samples
+        """The predicted peak of the fixed phases at ``batch_size``: a line in the batch through the samples
         (least squares), never falling as the batch grows; the samples' mean where they are all
         at one batch (or fall with it); None without samples."""
         if self._line is None:
@@ -121,8 +133,8 @@ class StartUp:
         return intercept + slope * batch_size
 
     def largest_batch(self, limit_bytes: float, ceiling: int) -> int:
-        """The largest batch up to ``ceiling`` whose predicted start-up is within ``limit_bytes``
-        (0: none); ``ceiling`` where nothing is known of the start-up."""
+        """The largest batch up to ``ceiling`` whose fixed phases are predicted within ``limit_bytes``
+        (0: none); ``ceiling`` where nothing is known of them."""
         if self._line is None:
             return ceiling
         intercept, slope = self._line

@@ -5,12 +5,13 @@
     after an overshoot (over budget, out of memory, crashed): a selection predicted to
     save more, else stop (nothing fits: the largest batch predicted to fit is said)
 
-A trial fits when its whole run (start-up included) is within the budget; it is verified only
-when that peak is under the limit (the budget less the margin) by more than the run-to-run
-spread measured for the phase that bound it (``Room``). A fit with less room than that is
-within the noise: more recompute is tried where the steps bound; where the start-up bound,
-which recompute cannot lower, the search says so and stops. Predictions and advice use the
-whole run: the memory model's steps and the start-up's measured peak (``StartUp``).
+A trial fits when its whole run (start-up and the job's exit included) is within the budget;
+it is verified only when that peak is under the limit (the budget less the margin) by more
+than the run-to-run spread measured for the phase that bound it (``Room``). A fit with less
+room than that is within the noise: more recompute is tried where the steps bound; where the
+start-up or the exit bound, which recompute cannot lower, the search says so and stops.
+Predictions and advice use the whole run: the memory model's steps and the measured peaks of
+the start-up and the exit (``FixedPeaks``).
 
 Plans ORT left OFF in a trial (its Plan table says so) are dropped from later selections:
 ORT ignores them, so they cannot lower the peak. No process, file or clock is touched
@@ -24,7 +25,7 @@ from dataclasses import dataclass, replace
 
 from memopt.child.memory import Phase
 from memopt.ort import PlanKey, plan_keys
-from memopt.predict import MemoryModel, PlanResult, RunSpread, StartUp, budget_limit, choose_plans
+from memopt.predict import FixedPeaks, MemoryModel, PlanResult, RunSpread, budget_limit, choose_plans
 from memopt.run import Outcome
 from memopt.tune.events import SearchStatus
 from memopt.units import format_mib
@@ -53,8 +54,9 @@ class Attempt:
     error: str | None = None
     number: int = 0  # the trial's number in the session
     step_times: tuple[float, ...] = ()  # the measured steps' seconds (warm-up left out)
-    start_up_bytes: int | None = None  # what the start-up alone holds, when it peaked above the steps
+    fixed_bytes: int | None = None  # what the start-up or the exit alone holds, when it peaked above the steps
     whole_run_bytes: int | None = None  # what a hard limit sees; None: unknown, the outcome alone decides
+    fixed_phase: Phase = Phase.START_UP  # which phase holds ``fixed_bytes``
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "plans", plan_keys(self.plans))  # keys read back from text are PlanKeys again
@@ -62,7 +64,7 @@ class Attempt:
 
     @property
     def binding_phase(self) -> Phase:
-        return Phase.START_UP if self.start_up_bytes is not None else Phase.STEPS
+        return self.fixed_phase if self.fixed_bytes is not None else Phase.STEPS
 
 
 @dataclass(frozen=True)
@@ -86,7 +88,7 @@ class Room:
             where = f"{format_mib(self.under_limit_bytes)} under the limit {format_mib(self.limit_bytes)}"
         else:
             where = f"{format_mib(-self.under_limit_bytes)} over the limit {format_mib(self.limit_bytes)}"
-        binds = "the start-up binds" if self.phase is Phase.START_UP else "the steps bind"
+        binds = "the steps bind" if self.phase.lowered_by_recompute else f"the {self.phase} binds"
         return f"{where} at the whole run's peak ({binds}); {self.spread_line}"
 
     @property
@@ -114,7 +116,9 @@ class SearchState:
     baseline_step_s: float | None = None
     attempts: tuple[Attempt, ...] = ()
     trials_used: int = 0
-    start_up: StartUp = StartUp()  # the start-up's peak where it bound, from every run of the session
+    fixed_peaks: FixedPeaks = (
+        FixedPeaks()
+    )  # the start-up's and the exit's peaks where they bound, every run of the session
     spread: RunSpread = RunSpread()  # each phase's run-to-run spread, from every run of the session
 
     @property
@@ -142,10 +146,10 @@ class SearchState:
 
     def whole_run(self, steps_bytes: float, batch_size: int | None = None) -> tuple[float, Phase]:
         """The whole run's predicted peak where the steps are predicted at ``steps_bytes``, and
-        the phase that binds: the start-up binds where its measured peak is higher."""
-        start_up = self.start_up.at(batch_size or self.target_batch)
-        if start_up is not None and start_up > steps_bytes:
-            return start_up, Phase.START_UP
+        the phase that binds: the start-up or the exit binds where its measured peak is higher."""
+        fixed = self.fixed_peaks.at(batch_size or self.target_batch)
+        if fixed is not None and fixed > steps_bytes:
+            return fixed, self.fixed_peaks.phase
         return steps_bytes, Phase.STEPS
 
     def budget_for(self, whole_run_bytes: float, phase: Phase) -> float:
@@ -175,7 +179,8 @@ class SearchState:
         ``plans`` (0: not even batch 1): what fits instead (a larger batch can fit where the
         target does not: the allocator's placement). Each phase keeps its spread under the limit."""
         limit = self.limit_bytes
-        ceiling = self.start_up.largest_batch(limit - self.spread.bytes_of(Phase.START_UP), self.target_batch - 1)
+        fixed_spread = self.spread.bytes_of(self.fixed_peaks.phase)
+        ceiling = self.fixed_peaks.largest_batch(limit - fixed_spread, self.target_batch - 1)
         if ceiling < 1:
             return 0
         return self.model.max_batch(limit - self.spread.bytes_of(Phase.STEPS), plans, ceiling=ceiling)
@@ -291,15 +296,15 @@ def _floor_line(state: SearchState, plan: PlanResult) -> str:
     what would fit instead: a budget, or a smaller batch (or not even batch 1)."""
     floor, phase = state.whole_run(plan.predicted_bytes)
     steps = f"{names(plan.plans) or 'no config'}; no config {format_mib(plan.baseline_bytes)}"
-    if phase is Phase.START_UP:
+    if not phase.lowered_by_recompute:
         what = (
-            f"{format_mib(floor)}, the start-up's (measured; recompute cannot lower it; the steps "
+            f"{format_mib(floor)}, the {phase}'s (measured; recompute cannot lower it; the steps "
             f"{format_mib(plan.predicted_bytes)} with {steps})"
         )
     else:
         what = f"{format_mib(floor)} ({steps})"
     spread = state.spread.of(phase)
-    whose = "the start-up's" if phase is Phase.START_UP else "the steps'"
+    whose = "the steps'" if phase.lowered_by_recompute else f"the {phase}'s"
     noise = f" and {whose} run-to-run spread {format_mib(spread.bytes)}" if spread else ""
     return (
         f"planner: no selection is predicted to fit; the lowest peak at batch {state.target_batch} is {what}, above "
@@ -326,16 +331,20 @@ def _within_noise(state: SearchState, last: Attempt) -> TryPlans | Stop:
     over = room.under_limit_bytes < 0
     # The start-up alone over the limit: no recompute can help (on CUDA the steps' segments may
     # have made the rest of what runs out, and more recompute may take some away).
-    if over and (last.start_up_bytes or 0) > state.limit_bytes:
-        return _start_up_binds(state, last.start_up_bytes or 0, "limit")
-    if last.binding_phase is Phase.STEPS or over:
+    if over and (last.fixed_bytes or 0) > state.limit_bytes:
+        return _fixed_phase_binds(state, last, "limit")
+    if last.binding_phase.lowered_by_recompute or over:
         step = _heavier(state, last, f"trial {last.number} fits the budget but is {room.describe()}: {room.verdict}; ")
         if isinstance(step, TryPlans) or over:
             return step
     message = (
         f"the budget is within the run-to-run noise of what is reachable: trial {last.number} "
         f"({names(last.plans) or 'no config'}) is {room.describe()}"
-        + ("; recompute cannot lower the start-up" if last.binding_phase is Phase.START_UP else "; every plan is on")
+        + (
+            "; every plan is on"
+            if last.binding_phase.lowered_by_recompute
+            else f"; recompute cannot lower the {last.binding_phase}"
+        )
         + f"; a budget of {format_mib(state.budget_for(last.whole_run_bytes, last.binding_phase))} or more would verify"
     )
     verified = best_verified(state) is not None
@@ -376,8 +385,8 @@ def _heavier(state: SearchState, last: Attempt, prefix: str = "") -> TryPlans | 
     predicted to save more, or why there is none."""
     # Over budget with the start-up alone over it (on CPU the one implies the other; on CUDA the
     # verdict is on reserved segments the steps may have added to): no recompute can help.
-    if last.outcome is Outcome.OVER_BUDGET and (last.start_up_bytes or 0) > state.budget_bytes:
-        return _start_up_binds(state, last.start_up_bytes or 0)
+    if last.outcome is Outcome.OVER_BUDGET and (last.fixed_bytes or 0) > state.budget_bytes:
+        return _fixed_phase_binds(state, last)
     tried, limit, useful = state.tried(), state.limit_bytes, state.useful_plans()
     selection = tuple(key for key in last.plans if key not in state.left_off)
     if not prefix:
@@ -410,14 +419,21 @@ def _heavier(state: SearchState, last: Attempt, prefix: str = "") -> TryPlans | 
     return _stop(state, SearchStatus.IMPOSSIBLE, "every plan is on")
 
 
-def _start_up_binds(state: SearchState, start_up_bytes: int, over: str = "budget") -> Stop:
-    """Over budget (or over the limit: ``over``) at start-up: more recompute lowers the training
-    steps, not the export and session build, so no selection can help."""
+_WHAT_HOLDS = {
+    Phase.START_UP: "the start-up (ONNX export, session build, warm-up step)",
+    Phase.EXIT: "the job's exit (unwinding, atexit, the interpreter's finalization)",
+}
+
+
+def _fixed_phase_binds(state: SearchState, last: Attempt, over: str = "budget") -> Stop:
+    """Over budget (or over the limit: ``over``) at start-up or at the job's exit: more recompute
+    lowers the training steps, not what those phases hold, so no selection can help."""
+    fixed_bytes = last.fixed_bytes or 0
     bound = state.budget_bytes if over == "budget" else state.limit_bytes
     message = (
-        f"the start-up (ONNX export, session build, warm-up step) peaks at {format_mib(start_up_bytes)} > "
+        f"{_WHAT_HOLDS[last.fixed_phase]} peaks at {format_mib(fixed_bytes)} > "
         f"{over} {format_mib(bound)}; recompute cannot lower it: the lowest reachable peak is about "
-        f"{format_mib(start_up_bytes)}; {_advice(state, start_up_bytes, Phase.START_UP)}"
+        f"{format_mib(fixed_bytes)}; {_advice(state, fixed_bytes, last.fixed_phase)}"
     )
     verified = best_verified(state) is not None
     return Stop(SearchStatus.VERIFIED if verified else SearchStatus.IMPOSSIBLE, message)

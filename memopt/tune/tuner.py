@@ -19,19 +19,20 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, TypeVar
 
+from memopt.child.memory import Phase
 from memopt.core import RunStatus
 from memopt.errors import MemoptError
 from memopt.ort import ConfigEntry, OrtVersion, PlanKey, plan_config_entries, takes_json_file
 from memopt.predict import (
     Calibration,
     DoesNotFit,
+    FixedPeaks,
     MemoryModel,
     ModelError,
     PlanResult,
     Prediction,
     PreparedTarget,
     RunSpread,
-    StartUp,
     budget_limit,
     calibrate_on,
     default_calibration_batches,
@@ -391,7 +392,7 @@ class Tuner:
             baseline_step_s=calibration.baseline_step_s,
             attempts=attempts,
             trials_used=trials_used,
-            start_up=StartUp.of_trials(results),
+            fixed_peaks=FixedPeaks.of_trials(results),
             spread=RunSpread.of_trials(results),
         )
 
@@ -744,8 +745,9 @@ def _attempt(record: TrialRecord) -> Attempt:
         _error_line(result),
         record.number,
         result.measured_step_times_s,
-        result.memory.start_up_floor,
+        result.memory.fixed_floor,
         result.memory.device_peak,
+        result.memory.binding_phase or Phase.START_UP,
     )
 
 
