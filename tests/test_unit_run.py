@@ -225,6 +225,7 @@ def test_child_runs_the_child_module_with_request_and_result_paths(tmp_path: Pat
         "device": "auto",
         "log_level": "INFO",
         "save_onnx": False,
+        "backend": "ort",
     }
 
 

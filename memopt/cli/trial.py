@@ -115,8 +115,7 @@ def trial_command(
         runs_dir=runs_dir,
     )
     if chosen_backend.backend is Backend.TORCH:
-        error_console.print(chosen_backend.line(), highlight=False, soft_wrap=True, markup=False)
-        _torch_trial(settings, batch, config, parsed_budget, resume, as_json)
+        _torch_trial(settings, batch, config, parsed_budget, resume, as_json, chosen_backend.line())
         return
     options = settings.options
     versions = stack_versions(settings.python, settings.timeout_s)
@@ -165,14 +164,21 @@ def trial_command(
 
 
 def _torch_trial(
-    settings: RunSettings, batch: int, config: str, budget: Budget | None, resume: bool, as_json: bool
+    settings: RunSettings,
+    batch: int,
+    config: str,
+    budget: Budget | None,
+    resume: bool,
+    as_json: bool,
+    backend_line: str,
 ) -> None:
     # Imported here: the torch back end loads torch (about 600 MiB of RSS), which an ORT trial's
     # parent process, counted in the same memory cgroup as its job, must not carry.
     from memopt.backends.torch.trial import read_policy, resolve_torch_budget, run_torch_trial, trial_key
     from memopt.recompute import POLICY_ENV
 
-    policy = read_policy(config)
+    policy = read_policy(config)  # bad input stays one error line, before the back end's line
+    error_console.print(backend_line, highlight=False, soft_wrap=True, markup=False)
     with console.status(f"Trial of {escape(str(settings.target))} at batch {batch} in plain PyTorch ({policy})…"):
         trial = run_torch_trial(settings, batch, policy, journal=Journal.in_folder(settings.runs_dir), resume=resume)
     if as_json:
