@@ -431,3 +431,24 @@ def test_the_stop_watch_counts_the_stretch_memopt_did_not_run() -> None:
     watch.tick()
     (start, end), *rest = watch.finish()
     assert not rest and end - start >= GAP_S + 0.3
+
+
+@pytest.mark.subprocess
+def test_a_runs_kernel_peak_is_not_memopts_own() -> None:
+    """The kernel keeps a process's peak across exec, and a child starts from its parent's
+    memory: a child's reaped peak below memopt's own peak at its start is memopt's, not the
+    child's, and is left unmeasured; above it, it is the child's own."""
+    script = (
+        "import importlib, sys\n"
+        "launch = importlib.import_module('memopt.run.launch')\n"
+        "held = bytearray(b'1' * (600 << 20))\n"
+        "def peak(mib):\n"
+        "    child = launch._Process([sys.executable, '-c', f\"x = bytearray(b'1' * ({mib} << 20))\"])\n"
+        "    child.wait()\n"
+        "    return child.max_rss_bytes\n"
+        "print(peak(50), peak(900) >> 20)\n"
+    )
+    small, large = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True
+    ).stdout.split()
+    assert small == "None" and int(large) >= 900

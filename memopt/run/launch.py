@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import resource
 import signal
 import statistics
 import subprocess
@@ -396,9 +397,18 @@ def _note(run_dir: Path, text: str) -> None:
 class _Process(subprocess.Popen[bytes]):
     """A run's process, reaped with ``wait4``: with its exit status comes the kernel's peak RSS
     of it and of every descendant it waited for (``max_rss_bytes``), up to their exits, the
-    interpreter's finalization included: what ``/usr/bin/time -v`` reports for the same job."""
+    interpreter's finalization included: what ``/usr/bin/time -v`` reports for the same job.
+
+    The kernel keeps a process's peak across ``exec``, and a child starts from its parent's
+    memory (fork copies it, vfork shares it): the figure is never below memopt's own peak at
+    the start. Where it is not above it, the job's own peak cannot be told from memopt's and
+    ``max_rss_bytes`` stays None (not measured)."""
 
     max_rss_bytes: int | None = None
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self._spawner_peak_bytes = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: KiB
+        super().__init__(*args, **kwargs)
 
     def poll(self) -> int | None:
         if self.returncode is None:
@@ -408,7 +418,8 @@ class _Process(subprocess.Popen[bytes]):
                 return super().poll()
             if pid:
                 self.returncode = os.waitstatus_to_exitcode(status)
-                self.max_rss_bytes = usage.ru_maxrss * 1024  # Linux counts it in KiB
+                peak = usage.ru_maxrss * 1024
+                self.max_rss_bytes = peak if peak > self._spawner_peak_bytes else None
         return self.returncode
 
     def wait(self, timeout: float | None = None) -> int:
