@@ -141,8 +141,8 @@ def test_tune_below_every_plan_says_the_largest_batch_a_run_checked(tmp_path: Pa
 
 # What a run under memopt takes a percentage budget of, as memopt's own process sees it.
 SHOWS_BUDGET = (
-    "from memopt.run.budget import parse_budget, resolve_budget, total_ram; "
-    "print(total_ram(), resolve_budget(parse_budget('80%'), 'cpu', total_ram()), resolve_budget(None, 'cpu', total_ram()))"
+    "from memopt.run.budget import parse_budget, resolve_budget, cpu_device_memory; "
+    "print(cpu_device_memory(), resolve_budget(parse_budget('80%'), 'cpu', cpu_device_memory()), resolve_budget(None, 'cpu', cpu_device_memory()))"
 )
 
 

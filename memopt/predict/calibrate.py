@@ -49,7 +49,7 @@ from memopt.predict.memory_model import (
     fit_memory_model,
 )
 from memopt.predict.recompute_cost import BALANCE, RecomputeCost, read_node_times, seconds_per_unit
-from memopt.run.budget import total_ram
+from memopt.run.budget import cpu_device_memory
 from memopt.run.files import exclusive_lock, replace_atomically
 from memopt.run.journal import Journal
 from memopt.run.launch import LOG_NAME
@@ -485,7 +485,7 @@ def fit_calibration(
     cost_source = _cost_source(cost, set(_recomputed(occurrences, occurrences)), reference.batch_size, scale)
     baseline_step = max(step_fit[0] + step_fit[1] * target_batch, 0.0) if step_fit else None
     totals = [t.cuda_total_memory for t in trials if t.cuda_total_memory]
-    device_total = totals[0] if totals else (total_ram() if device_used == "cpu" else None)
+    device_total = totals[0] if totals else (cpu_device_memory() if device_used == "cpu" else None)
     return Calibration(
         model,
         plan_costs,

@@ -18,10 +18,10 @@ from memopt.run.budget import (
     DEFAULT_FRACTION,
     Budget,
     BudgetError,
+    cpu_device_memory,
     parse_budget,
     require_budget,
     resolve_budget,
-    total_ram,
 )
 from memopt.run.command import run_target
 from memopt.run.journal import JOURNAL_NAME, Journal, JournalEntry
@@ -123,5 +123,5 @@ __all__ = [
     "run_target",
     "run_trial",
     "stack_versions",
-    "total_ram",
+    "cpu_device_memory",
 ]

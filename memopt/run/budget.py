@@ -17,7 +17,7 @@ __all__ = [
     "parse_budget",
     "require_budget",
     "resolve_budget",
-    "total_ram",
+    "cpu_device_memory",
 ]
 
 # Without --budget: the device less 10% (on CUDA left to the allocator cache and the CUDA
@@ -88,7 +88,7 @@ def parse_budget(text: str) -> Budget:
     return Budget(text.strip(), bytes=value)
 
 
-def total_ram() -> int | None:
+def cpu_device_memory() -> int | None:
     """The CPU device's total: this machine's physical memory, or the limit of the memory cgroup
     memopt runs in (its runs start in it too) where that is lower. A percentage budget, and the
     default one, are shares of what the runs can really have."""
@@ -102,7 +102,7 @@ def total_ram() -> int | None:
 
 def resolve_budget(budget: Budget | None, device: str, device_total: int | None) -> int:
     """The budget in bytes on ``device`` ("cpu" or "cuda") whose memory is ``device_total``
-    (physical RAM on CPU): without a budget, ``DEFAULT_FRACTION`` of it."""
+    (``cpu_device_memory`` on CPU): without a budget, ``DEFAULT_FRACTION`` of it."""
     if budget is not None:
         return budget.bytes_of(device_total)
     if not device_total:
@@ -112,5 +112,5 @@ def resolve_budget(budget: Budget | None, device: str, device_total: int | None)
 
 def require_budget(budget: Budget | None, device: str, cuda_available: bool) -> None:
     """Refuse, before any run, a missing budget where the device's memory cannot be known."""
-    if budget is None and (device == "cpu" or not cuda_available) and total_ram() is None:
+    if budget is None and (device == "cpu" or not cuda_available) and cpu_device_memory() is None:
         raise BudgetError("this machine's physical memory is unknown; give --budget, e.g. 2.5GiB")

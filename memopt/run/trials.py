@@ -46,7 +46,7 @@ from memopt.ort.config import (
     validate_entries,
 )
 from memopt.ort.version import OrtVersion
-from memopt.run.budget import Budget, total_ram
+from memopt.run.budget import Budget, cpu_device_memory
 from memopt.run.command import run_target
 from memopt.run.files import replace_atomically
 from memopt.run.journal import Journal
@@ -637,7 +637,7 @@ class JournaledRunner:
 
     def _judged(self, result: TrialResult, budget_bytes: int | None) -> TrialResult:
         if budget_bytes is None and self.budget is not None:
-            total = result.cuda_total_memory if result.device == "cuda" else total_ram()
+            total = result.cuda_total_memory if result.device == "cuda" else cpu_device_memory()
             # A run that died before its first step never learnt the device's size; it cannot
             # be over budget either, so its outcome (out of memory, crashed, ...) stands.
             if self.budget.bytes is not None or total is not None:

@@ -20,7 +20,7 @@ from pathlib import Path
 from memopt.core import RecipeTarget, RunStatus
 from memopt.errors import MemoptError
 from memopt.recompute import POLICY_ENV, RecomputePlan, RecomputePolicy
-from memopt.run.budget import Budget, resolve_budget, total_ram
+from memopt.run.budget import Budget, cpu_device_memory, resolve_budget
 from memopt.run.command import run_target
 from memopt.run.journal import Journal
 from memopt.run.launch import RunRequest, new_run_dir
@@ -91,7 +91,7 @@ def resolve_torch_budget(budget: Budget | None, requested_device: str) -> int:
 
     cuda = requested_device == "cuda" or (requested_device == "auto" and torch.cuda.is_available())
     if not cuda:
-        return resolve_budget(budget, "cpu", total_ram())
+        return resolve_budget(budget, "cpu", cpu_device_memory())
     return resolve_budget(
         budget, "cuda", int(torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory)
     )
