@@ -21,7 +21,7 @@ __all__ = [
 ]
 
 # Without --budget: the device less 10% (on CUDA left to the allocator cache and the CUDA
-# context, on CPU to the rest of the machine); physical RAM is the CPU device's memory.
+# context, on CPU to the rest of the machine); the CPU device's memory is ``cpu_device_memory``.
 DEFAULT_FRACTION = 0.9
 
 _UNITS = {
