@@ -14,7 +14,6 @@ not measured.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import signal
@@ -50,6 +49,7 @@ from memopt.run.launch import (
     RunRequest,
     RunResult,
     launch,
+    note_in_log,
     run_process,
     step_seconds,
     write_new,
@@ -97,11 +97,11 @@ def _run_command(request: RunRequest, run_dir: Path, cancel: threading.Event | N
     if status is RunStatus.OK and end.ending is Ending.EXITED:
         result = replace(result, memory=result.memory.with_exit_peak(end.max_rss_bytes))
     elif status is RunStatus.OK:
-        with contextlib.suppress(OSError), open(run_dir / LOG_NAME, "a") as log:
-            log.write(
-                "[memopt] the job did not end by itself after its last step: memopt ended it, so its exit "
-                "(atexit, finalizers) is not measured\n"
-            )
+        note_in_log(
+            run_dir,
+            "[memopt] the job did not end by itself after its last step: memopt ended it, so its exit "
+            "(atexit, finalizers) is not measured\n",
+        )
     write_new(
         run_dir / RECORD_NAME,
         json.dumps(

@@ -73,6 +73,7 @@ __all__ = [
     "RunResult",
     "launch",
     "new_run_dir",
+    "note_in_log",
     "write_new",
     "LOG_NAME",
     "RECORD_NAME",
@@ -298,7 +299,7 @@ def run_process(
     try:
         outcome = _run_child(list(argv), run_dir, dict(env), cwd, cancel, timeout_s, "ab", done, gentle=True)
     except OSError as err:
-        _note(run_dir, f"{err}\n")
+        note_in_log(run_dir, f"{err}\n")
         return ProcessEnd(None, Ending.NOT_STARTED, time.monotonic() - started)
     if outcome is None:
         return ProcessEnd(None, Ending.CANCELLED, 0.0)
@@ -389,7 +390,8 @@ def write_new(path: Path, text: str) -> None:
         raise MemoptError(write_failure(path, err)) from None
 
 
-def _note(run_dir: Path, text: str) -> None:
+def note_in_log(run_dir: Path, text: str) -> None:
+    """Append ``text`` to the run's log where it can; a log that cannot be written loses only the note."""
     with contextlib.suppress(OSError), open(run_dir / LOG_NAME, "a") as log:
         log.write(text)
 
