@@ -2,17 +2,19 @@
 
 1. Scan (in this process): each plan's saving as a polynomial in batch and sequence, and its
    recompute time, from captured steps at a small batch.
-2. Two runs without recompute at small batches give the peak's fixed part (parameters,
-   gradients, optimizer state, the runtime) and its growth per sample; the peak at the target
-   batch is their line.
+2. Two runs without recompute, at a quarter and a half of the target batch, give the peak's
+   fixed part (parameters, gradients, optimizer state, the runtime) and its growth per sample;
+   the peak at the target batch is their line (probes that close keep the extrapolation short:
+   a CPU peak varies by tens of MiB from run to run).
 3. The plans whose savings at the target batch (less the one region backward rematerialises at
-   a time) cover the peak's excess over the budget (less
-   the margin) at least recompute time: ``cheapest_cover``, ORT's planner's exact solve, over
-   the op plans (their savings add up); where they cannot cover it, the cheapest whole-module
-   plan that does.
-4. One run at the target batch with that policy verifies it: its measured peak against the budget.
-   Where it is over, its miss (measured less predicted) joins the need and the choice is made
-   once more, with one more verifying run.
+   a time) cover the peak's excess over the limit (the budget less the margin) at least
+   recompute time: ``cheapest_cover``, ORT's planner's exact solve, over the op plans (their
+   savings add up); where they cannot cover it, the cheapest whole-module plan that does; where
+   nothing does, the policy that saves the most.
+4. One run at the target batch with that policy answers: verified when its measured peak is
+   under the limit. The model's "nothing fits" is an extrapolation, so the policy that saves the
+   most is run once even then. Where the run is over, its miss (measured less predicted) joins
+   the need and the choice is made once more, with one more verifying run.
 
 That is three training runs (four with the second choice); ORT's path needs its probe too. What stands between this and one
 run is the fixed part: a fake-tensor capture gives the activations without a run, not the
@@ -46,6 +48,7 @@ _VERIFYING_RUNS = 2
 class TorchTuneResult:
     target_batch: int
     budget_bytes: int
+    limit_bytes: float  # the budget less the margin: what a verified peak stays under
     baseline_bytes: float  # predicted peak without recompute at the target batch
     predicted_bytes: float  # with the chosen policy
     policy: RecomputePolicy
@@ -54,7 +57,7 @@ class TorchTuneResult:
 
     @property
     def verified(self) -> bool:
-        return self.verify is not None and self.verify.fits(self.budget_bytes)
+        return self.verify is not None and self.verify.fits(int(self.limit_bytes))
 
     @property
     def policy_path(self) -> Path | None:
@@ -77,7 +80,7 @@ def tune_torch(
     say(f"scan: capturing training steps of {settings.target} at batch {scan_batch} (this process)")
     scanned = scan_recipe(recipe.load(settings.options), scan_batch)
     say(f"scan: {len(scanned.rows)} plans; activations kept for backward: {scanned.saved or scanned.saved_bytes} bytes")
-    small, larger = max(1, target_batch // 8), max(2, target_batch // 4)
+    small, larger = max(1, target_batch // 4), max(2, target_batch // 2)
     if larger <= small:
         larger = small + 1
     trials: list[TorchTrial] = []
@@ -98,36 +101,38 @@ def tune_torch(
     )
     miss = 0.0  # what the last verifying run measured above its prediction
     result = None
-    for _ in range(_VERIFYING_RUNS):
+    for attempt in range(_VERIFYING_RUNS):
         policy, saving = _choose(scanned, target_batch, baseline + miss - limit)
         predicted = baseline + miss - saving
-        if predicted > limit:
+        if predicted > limit and attempt > 0:
             say(
-                f"model: no policy brings batch {target_batch} under {format_bytes(int(limit))} (best {format_bytes(int(predicted))})"
+                f"model: no policy brings batch {target_batch} under {format_bytes(int(limit))} "
+                f"(best {format_bytes(int(predicted))}, with the last run's miss)"
             )
-            return TorchTuneResult(target_batch, budget_bytes, baseline, predicted, policy, None, tuple(trials))
-        say(f"model: {policy} predicted at {format_bytes(int(predicted))}")
+            break
+        over = ", over the limit: one run to measure it" if predicted > limit else ""
+        say(f"model: {policy} predicted at {format_bytes(int(predicted))}{over}")
         verify = run_torch_trial(settings, target_batch, policy, journal=journal, resume=resume)
         trials.append(verify)
         say(_trial_line(verify, "verify"))
-        result = TorchTuneResult(target_batch, budget_bytes, baseline, predicted, policy, verify, tuple(trials))
+        result = TorchTuneResult(target_batch, budget_bytes, limit, baseline, predicted, policy, verify, tuple(trials))
         if not verify.ok or verify.peak_bytes is None:
             raise MemoptError(f"the run at batch {target_batch} failed: {verify.error} (log: {verify.run_dir}/ort.log)")
         error = (verify.peak_bytes - predicted) / verify.peak_bytes
-        verdict = "verified" if result.verified else "over budget"
+        verdict = "verified" if result.verified else "over the limit"
         say(
-            f"measurement: {verdict}: peak {format_bytes(verify.peak_bytes)} against budget "
-            f"{format_bytes(budget_bytes)} (predicted {format_bytes(int(predicted))}, error {error:+.1%})"
+            f"measurement: {verdict}: peak {format_bytes(verify.peak_bytes)} against the limit "
+            f"{format_bytes(int(limit))} (predicted {format_bytes(int(predicted))}, error {error:+.1%})"
         )
         if result.verified:
             break
         miss += verify.peak_bytes - predicted
-    assert result is not None
+    assert result is not None  # the first choice always runs
     return result
 
 
 def _choose(scanned: TorchScan, batch: int, need: float) -> tuple[RecomputePolicy, float]:
-    """The cheapest policy whose savings at ``batch`` reach ``need`` bytes, and its saving (all op plans where none does)."""
+    """The cheapest policy whose savings at ``batch`` reach ``need`` bytes, and its saving (the policy that saves most where none does)."""
     if need <= 0:
         return _NONE, 0.0
     ops = [row for row in scanned.rows if not row.plan.whole_module]
@@ -142,7 +147,13 @@ def _choose(scanned: TorchScan, batch: int, need: float) -> tuple[RecomputePolic
     )
     if regions:
         return RecomputePolicy((regions[0].plan,)), _saving(regions[0], scanned, batch)
-    return RecomputePolicy(tuple(row.plan for row in ops)), sum(savings)
+    every_op = RecomputePolicy(tuple(row.plan for row in ops)), sum(savings)
+    largest_region = max(
+        ((RecomputePolicy((row.plan,)), _saving(row, scanned, batch)) for row in scanned.rows if row.plan.whole_module),
+        key=lambda choice: choice[1],
+        default=every_op,
+    )
+    return max(every_op, largest_region, key=lambda choice: choice[1])
 
 
 def _saving(row: TorchPlanRow, scanned: TorchScan, batch: int) -> float:
