@@ -5,6 +5,7 @@ imports on a device image's packages (no onnx, onnxruntime, pydantic, textual, s
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -105,9 +106,8 @@ def test_the_report_is_a_json_and_a_markdown_table(tmp_path: Path) -> None:
     passed = check_allocator.report(checks, device, tmp_path)
     data: dict[str, Any] = json.loads((tmp_path / "allocator_check.json").read_text())
     assert data["passed"] is passed is True and len(data["traces"]) == len(checks)
-    assert "waits for memopt's plain-PyTorch backend" in data["plain_pytorch_step"]
     table = (tmp_path / "allocator_check.md").read_text()
-    assert "| hf-llama 64x512 | defaults |" in table and "(b) plain PyTorch on CUDA: not run" in table
+    assert "| hf-llama 64x512 | defaults |" in table
 
 
 def test_the_simulation_plays_a_trace_as_the_allocator_counts_it() -> None:
@@ -144,3 +144,38 @@ print(sorted(m for m in sys.modules if m.split(".")[0] == "memopt"))
     passed, modules = done.stdout.splitlines()
     assert passed == "True"
     assert modules == "['memopt', 'memopt.cuda_caching', 'memopt.errors', 'memopt.units']"
+
+
+# What the device image lacks, made absent in a process (and its children) as a missing
+# package is: ``import`` raises ModuleNotFoundError and ``importlib.util.find_spec`` says None.
+ABSENT_ON_DEVICE = ("onnx", "onnxruntime", "pydantic", "pydantic_core", "textual", "scipy", "psutil")
+
+
+@pytest.mark.torch
+def test_the_plain_torch_check_runs_on_the_cpu_without_the_packages_the_device_image_lacks(tmp_path: Path) -> None:
+    """bench/gpu/check_plain_torch.py end to end on this CPU (its one figure there is RSS: no
+    CUDA figure is exercised), its parent and memopt's child processes without those packages."""
+    absent = tmp_path / "absent"
+    absent.mkdir()
+    (absent / "sitecustomize.py").write_text(
+        f"import sys\nfor name in {ABSENT_ON_DEVICE!r}:\n    sys.modules[name] = None\n"
+    )
+    script = ROOT / "bench" / "gpu" / "check_plain_torch.py"
+    command = [sys.executable, str(script), "--device", "cpu", "--target-batch", "8", "--steps", "2"]
+    done = subprocess.run(
+        [*command, "--out", str(tmp_path / "out")],
+        env={**os.environ, "PYTHONPATH": str(absent)},
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    result = json.loads((tmp_path / "out" / "plain_torch_check.json").read_text())
+    assert [(run["batch"], run["status"]) for run in result["runs"]] == [(2, "ok"), (4, "ok")] + [(8, "ok")] * 4
+    policies = [row["policy"] for row in result["rows"]]
+    assert policies[:3] == ["no recompute", "blocks.*: *", "every op plan"] and len(policies) == 4
+    assert {row["figure"] for row in result["rows"]} == {"rss"}
+    assert (
+        "| policy | figure | predicted (MiB) | measured (MiB) | error |"
+        in (tmp_path / "out" / "plain_torch_check.md").read_text()
+    )

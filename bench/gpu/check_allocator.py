@@ -30,9 +30,8 @@ child imports torch and nothing else outside the standard library, so the script
 device image without onnx, onnxruntime, pydantic or textual. Its own imports of memopt are
 ``memopt.cuda_caching``, ``memopt.errors`` and ``memopt.units`` alone.
 
-Part (b) of the GPU check, a plain-PyTorch training step predicted against
-``max_memory_allocated``/``max_memory_reserved``, waits for memopt's torch backend: its
-place is marked below (``PLAIN_PYTORCH_STEP``).
+Part (b) of the GPU check, plain-PyTorch training steps predicted against
+``max_memory_allocated``/``max_memory_reserved``, is ``check_plain_torch.py`` beside it.
 """
 
 from __future__ import annotations
@@ -63,8 +62,6 @@ from memopt.units import format_bytes
 
 TRACES = Path(__file__).parent / "traces.json.gz"
 CHILD_TIMEOUT_S = 240  # one settings group's replays; all of them take seconds on an H100
-# Part (b), a plain-PyTorch step on CUDA, goes here once memopt has a torch backend to run it.
-PLAIN_PYTORCH_STEP = "not run: waits for memopt's plain-PyTorch backend"
 
 Event = list[int]  # [id, bytes]: allocate; [id]: free
 
@@ -302,7 +299,6 @@ def report(checks: Sequence[TraceCheck], device: Mapping[str, Any], out: Path) -
             {
                 "device": dict(device),
                 "passed": passed,
-                "plain_pytorch_step": PLAIN_PYTORCH_STEP,
                 "traces": [{**asdict(c), "exact": c.exact} for c in checks],
             },
             indent=1,
@@ -349,8 +345,6 @@ def report(checks: Sequence[TraceCheck], device: Mapping[str, Any], out: Path) -
             f" | {shipped_allocated} | {format_bytes(c.shipped_reserved_most_off)}{beyond} | {peaks} | {oom} |"
         )
     lines += [
-        "",
-        f"(b) plain PyTorch on CUDA: {PLAIN_PYTORCH_STEP}.",
         "",
         f"At the device's addresses, every trace exact: {'yes' if passed else 'NO'}.",
     ]

@@ -27,7 +27,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from memopt.backends.torch.scan import BATCH, SEQ, TorchPlanRow, TorchScan, scan_recipe
+from memopt.backends.torch.predict import PeakLine, plan_saving, probe_batches
+from memopt.backends.torch.scan import TorchScan, scan_recipe
 from memopt.backends.torch.trial import TorchTrial, require_recipe, resolve_torch_budget, run_torch_trial
 from memopt.errors import MemoptError
 from memopt.predict.planner import budget_limit, cheapest_cover
@@ -80,9 +81,7 @@ def tune_torch(
     say(f"scan: capturing training steps of {settings.target} at batch {scan_batch} (this process)")
     scanned = scan_recipe(recipe.load(settings.options), scan_batch)
     say(f"scan: {len(scanned.rows)} plans; activations kept for backward: {scanned.saved or scanned.saved_bytes} bytes")
-    small, larger = max(1, target_batch // 4), max(2, target_batch // 2)
-    if larger <= small:
-        larger = small + 1
+    small, larger = probe_batches(target_batch)
     trials: list[TorchTrial] = []
     for batch in (small, larger):
         trial = run_torch_trial(settings, batch, _NONE, journal=journal, resume=resume)
@@ -90,13 +89,12 @@ def tune_torch(
         trials.append(trial)
         if not trial.ok or trial.peak_bytes is None:
             raise MemoptError(f"the run at batch {batch} failed: {trial.error} (log: {trial.run_dir}/ort.log)")
-    first, second = (t.peak_bytes or 0 for t in trials)
-    per_sample = (second - first) / (larger - small)
-    baseline = second + per_sample * (target_batch - larger)
+    line = PeakLine(small, trials[0].peak_bytes or 0, larger, trials[1].peak_bytes or 0)
+    baseline = line.at(target_batch)
     limit = budget_limit(budget_bytes, margin)
     say(
         f"model: peak without recompute at batch {target_batch} = {format_bytes(int(baseline))} "
-        f"({format_bytes(int(first))} at {small}, {format_bytes(int(per_sample))} a sample); "
+        f"({format_bytes(int(line.small_bytes))} at {small}, {format_bytes(int(line.per_sample))} a sample); "
         f"limit {format_bytes(int(limit))} (budget {format_bytes(budget_bytes)} less {margin:.0%})"
     )
     miss = 0.0  # what the last verifying run measured above its prediction
@@ -136,35 +134,28 @@ def _choose(scanned: TorchScan, batch: int, need: float) -> tuple[RecomputePolic
     if need <= 0:
         return _NONE, 0.0
     ops = [row for row in scanned.rows if not row.plan.whole_module]
-    savings = [_saving(row, scanned, batch) for row in ops]
+    savings = [plan_saving(row, scanned, batch) for row in ops]
     costs = [row.recompute_seconds * batch / scanned.batch for row in ops]
     if sum(savings) >= need:
         chosen, _ = cheapest_cover(savings, costs, need)
         return RecomputePolicy(tuple(ops[i].plan for i in chosen)), sum(savings[i] for i in chosen)
     regions = sorted(
-        (row for row in scanned.rows if row.plan.whole_module and _saving(row, scanned, batch) >= need),
+        (row for row in scanned.rows if row.plan.whole_module and plan_saving(row, scanned, batch) >= need),
         key=lambda row: row.recompute_seconds,
     )
     if regions:
-        return RecomputePolicy((regions[0].plan,)), _saving(regions[0], scanned, batch)
+        return RecomputePolicy((regions[0].plan,)), plan_saving(regions[0], scanned, batch)
     every_op = RecomputePolicy(tuple(row.plan for row in ops)), sum(savings)
     largest_region = max(
-        ((RecomputePolicy((row.plan,)), _saving(row, scanned, batch)) for row in scanned.rows if row.plan.whole_module),
+        (
+            (RecomputePolicy((row.plan,)), plan_saving(row, scanned, batch))
+            for row in scanned.rows
+            if row.plan.whole_module
+        ),
         key=lambda choice: choice[1],
         default=every_op,
     )
     return max(every_op, largest_region, key=lambda choice: choice[1])
-
-
-def _saving(row: TorchPlanRow, scanned: TorchScan, batch: int) -> float:
-    """What the plan takes off the peak at ``batch``: its saving less the one region (or op output)
-    backward holds again while it recomputes it, as the peak sits in backward."""
-    if row.saving is None:  # no formula: the measured bytes, taken as growing with the batch
-        saving = row.saving_bytes * batch / scanned.batch
-    else:
-        saving = row.saving.evaluate({BATCH: batch, SEQ: scanned.seq or 1})
-    at_once = row.modules if row.plan.whole_module else row.tensors
-    return saving * (at_once - 1) / at_once if at_once else 0.0
 
 
 def _trial_line(trial: TorchTrial, role: str) -> str:

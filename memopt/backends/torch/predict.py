@@ -1,0 +1,57 @@
+"""The torch back end's peak model: a line in the batch through two runs without recompute,
+less what a policy's plans take off it at the target batch.
+
+Pure arithmetic over a scan and two measured peaks (no run, no scipy): ``tune`` decides with it,
+and ``bench/gpu/check_plain_torch.py`` checks it on a device image that has torch and little else.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from memopt.backends.torch.scan import BATCH, SEQ, TorchPlanRow, TorchScan
+from memopt.recompute import RecomputePolicy
+
+__all__ = ["PeakLine", "plan_saving", "policy_saving", "probe_batches"]
+
+
+def probe_batches(target_batch: int) -> tuple[int, int]:
+    """A quarter and a half of the target batch: close to it, so the line's extrapolation is
+    short (a CPU peak varies by tens of MiB from run to run), and distinct."""
+    small, larger = max(1, target_batch // 4), max(2, target_batch // 2)
+    return small, max(larger, small + 1)
+
+
+@dataclass(frozen=True)
+class PeakLine:
+    """The peak without recompute through two measured runs: the fixed part (parameters,
+    gradients, optimizer state, the runtime) and the growth per sample."""
+
+    small: int
+    small_bytes: float
+    larger: int
+    larger_bytes: float
+
+    @property
+    def per_sample(self) -> float:
+        return (self.larger_bytes - self.small_bytes) / (self.larger - self.small)
+
+    def at(self, batch: int) -> float:
+        return self.larger_bytes + self.per_sample * (batch - self.larger)
+
+
+def plan_saving(row: TorchPlanRow, scanned: TorchScan, batch: int) -> float:
+    """What the plan takes off the peak at ``batch``: its saving less the one region (or op output)
+    backward holds again while it recomputes it, as the peak sits in backward."""
+    if row.saving is None:  # no formula: the measured bytes, taken as growing with the batch
+        saving = row.saving_bytes * batch / scanned.batch
+    else:
+        saving = row.saving.evaluate({BATCH: batch, SEQ: scanned.seq or 1})
+    at_once = row.modules if row.plan.whole_module else row.tensors
+    return saving * (at_once - 1) / at_once if at_once else 0.0
+
+
+def policy_saving(policy: RecomputePolicy, scanned: TorchScan, batch: int) -> float:
+    """The policy's plans' savings at ``batch``, added up (a plan the scan does not list saves nothing)."""
+    rows = {row.plan: row for row in scanned.rows}
+    return sum(plan_saving(rows[plan], scanned, batch) for plan in policy.plans if plan in rows)
