@@ -44,6 +44,7 @@ def test_tune_without_onnxruntime_ends_verified_with_the_export_line(tmp_path: P
         "--budget",
         f"{budget}B",
         "--no-tui",
+        "--json",
         "--runs-dir",
         str(runs),
         env=env,
@@ -51,13 +52,17 @@ def test_tune_without_onnxruntime_ends_verified_with_the_export_line(tmp_path: P
     assert tuned.returncode == 0, tuned.stderr
     assert tuned.stderr.splitlines()[0].startswith("backend: torch")
     assert "measurement: verified" in tuned.stderr
-    export = re.search(rf"^export {POLICY_ENV}=(\S+)$", tuned.stdout, re.MULTILINE)
-    assert export is not None, tuned.stdout
+    result = json.loads(tuned.stdout)
+    assert result["status"] == "verified" and result["best"]["verified"]
+    export = re.search(rf"^export {POLICY_ENV}=(\S+)$", "\n".join(result["export"]), re.MULTILINE)
+    assert export is not None, result["export"]
     policy = RecomputePolicy.read(Path(export.group(1)))
     assert policy.plans  # the budget needed recompute
+    assert result["best"]["plans"] == [str(p) for p in policy.plans]
     records = [json.loads(line) for line in (runs / "journal.jsonl").read_text().splitlines()]
     verified = [r for r in records if r["plans"] == [str(p) for p in policy.plans]]
-    assert verified and verified[-1]["peak_bytes"] <= budget
+    assert verified and verified[-1]["peak_bytes"] <= result["limit_bytes"] < budget
+    assert [t["batch"] for t in result["trials"]][:2] == [BATCH // 4, BATCH // 2]
 
 
 @pytest.mark.subprocess

@@ -8,7 +8,6 @@ Either way the ``export …`` line(s) of the best verified config end up on stdo
 from __future__ import annotations
 
 import json
-import shlex
 import sys
 
 import typer
@@ -99,8 +98,8 @@ def tune_command(
     chosen_backend = choose_backend(backend)
     target = runnable(choose_target(recipe, command))
     if chosen_backend.backend is Backend.TORCH:
-        if not no_tui or as_json:
-            raise MemoptError("--backend torch has no terminal UI or --json yet: use --no-tui")
+        if not no_tui:
+            raise MemoptError("--backend torch has no terminal UI yet: use --no-tui")
         # Imported here: the torch back end loads torch (about 600 MiB of RSS), which an ORT
         # tune's parent process, counted in the same memory cgroup as its runs, must not carry.
         from memopt.backends.torch.trial import require_recipe
@@ -122,7 +121,7 @@ def tune_command(
         )
         parsed_budget = parse_budget(budget) if budget is not None else None
         error_console.print(chosen_backend.line(), highlight=False, soft_wrap=True, markup=False)
-        _headless_torch(torch_settings, target_batch, parsed_budget, margin, resume)
+        _headless_torch(torch_settings, target_batch, parsed_budget, margin, resume, as_json)
         return
     python = command_notes(target, python, target_batch)
     settings = TuneSettings.for_target(
@@ -180,19 +179,21 @@ def _headless(settings: TuneSettings, versions: StackVersions, as_json: bool) ->
 
 
 def _headless_torch(
-    settings: RunSettings, target_batch: int, budget: Budget | None, margin: float, resume: bool
+    settings: RunSettings, target_batch: int, budget: Budget | None, margin: float, resume: bool, as_json: bool
 ) -> None:
     from memopt.backends.torch.tune import tune_torch
-    from memopt.recompute import POLICY_ENV
 
     def say(line: str) -> None:
         error_console.print(line, highlight=False, soft_wrap=True, markup=False)
 
     result = tune_torch(settings, target_batch, budget, margin=margin, resume=resume, say=say)
-    if result.verified and result.policy_path is not None:
-        print(f"# {result.policy}")
-        print(f"export {POLICY_ENV}={shlex.quote(str(result.policy_path.resolve()))}")
-    print(f"# journal: {Journal.in_folder(settings.runs_dir).path}")
+    journal = Journal.in_folder(settings.runs_dir).path
+    if as_json:
+        print(json.dumps(result.summary(settings, journal), indent=2))
+    else:
+        for line in result.export_lines():
+            print(line)
+        print(f"# journal: {journal}")
     if not result.verified:
         sys.exit(EXIT_DOES_NOT_FIT)
 

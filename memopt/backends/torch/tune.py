@@ -23,16 +23,18 @@ runtime's and the allocator's share of the peak.
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from memopt.backends.torch.predict import PeakLine, plan_saving, probe_batches
 from memopt.backends.torch.scan import TorchScan, scan_recipe
 from memopt.backends.torch.trial import TorchTrial, require_recipe, resolve_torch_budget, run_torch_trial
 from memopt.errors import MemoptError
 from memopt.predict.planner import budget_limit, cheapest_cover
-from memopt.recompute import RecomputePolicy
+from memopt.recompute import POLICY_ENV, RecomputePolicy
 from memopt.run.budget import Budget
 from memopt.run.journal import Journal
 from memopt.run.settings import RunSettings
@@ -63,6 +65,50 @@ class TorchTuneResult:
     @property
     def policy_path(self) -> Path | None:
         return self.verify.policy_path if self.verify is not None else None
+
+    def export_lines(self) -> list[str]:
+        """What the job's shell pastes: the verified policy's file in ``MEMOPT_RECOMPUTE_POLICY``."""
+        if not self.verified or self.policy_path is None:
+            return []
+        return [f"# {self.policy}", f"export {POLICY_ENV}={shlex.quote(str(self.policy_path.resolve()))}"]
+
+    def summary(self, settings: RunSettings, journal: Path) -> dict[str, Any]:
+        """The result for ``--json``."""
+        return {
+            "status": "verified" if self.verified else "does_not_fit",
+            "backend": "torch",
+            "recipe": settings.target.spec,
+            "options": dict(settings.options),
+            "target_batch": self.target_batch,
+            "budget_bytes": self.budget_bytes,
+            "limit_bytes": int(self.limit_bytes),
+            "predicted_without_recompute_bytes": int(self.baseline_bytes),
+            "predicted_bytes": int(self.predicted_bytes),
+            "best": None
+            if self.verify is None
+            else {
+                "plans": [str(plan) for plan in self.policy.plans],
+                "verified": self.verified,
+                "peak_bytes": self.verify.peak_bytes,
+                "median_step_s": self.verify.median_step_s,
+                "policy_file": str(self.verify.policy_path.resolve()),
+                "run_dir": str(self.verify.run_dir),
+            },
+            "export": self.export_lines(),
+            "journal": str(journal),
+            "trials": [
+                {
+                    "batch": trial.batch,
+                    "plans": [str(plan) for plan in trial.policy.plans],
+                    "status": trial.status.value,
+                    "peak_bytes": trial.peak_bytes,
+                    "median_step_s": trial.median_step_s,
+                    "reused": trial.reused,
+                    "run_dir": str(trial.run_dir),
+                }
+                for trial in self.trials
+            ],
+        }
 
 
 def tune_torch(
