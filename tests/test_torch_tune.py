@@ -75,21 +75,6 @@ def test_tune_without_onnxruntime_ends_verified_with_the_export_line(tmp_path: P
             ("trial", "gpt", "--size", "tiny", "--batch", "2", "--backend", "torch", "--config", "blocks.*: gleu"),
             ("has no op aten.gleu",),
         ),
-        (
-            (
-                "tune",
-                "--backend",
-                "torch",
-                "--target-batch",
-                "2",
-                "--budget",
-                "1GiB",
-                "--no-tui",
-                "--cmd",
-                "python t.py",
-            ),
-            ("--backend torch runs recipes, not cmd:python t.py",),
-        ),
     ],
 )
 def test_bad_torch_backend_input_is_one_error_line(
@@ -154,3 +139,36 @@ def test_a_command_applies_the_policy_itself(tmp_path: Path) -> None:
     # A plan the script's model cannot take fails the job with the policy's own message.
     bad = memopt(*args, "--config", "layers.*: gelu", "--cmd", cmd, env=without_onnxruntime(tmp_path))
     assert bad.returncode != 0 and "no module of the model matches layers.*" in bad.stderr
+
+
+@pytest.mark.torch
+def test_a_command_that_never_applies_a_policy_is_told_so(tmp_path: Path) -> None:
+    """A job that trains without passing its model to ``memopt.recompute.apply`` cannot be
+    scanned: tune ends with one error line that says so and where the job's log is."""
+    (tmp_path / "t.py").write_text(
+        "import torch\n"
+        "model = torch.nn.Linear(4, 4)\n"
+        "opt = torch.optim.AdamW(model.parameters())\n"
+        "for _ in range(3):\n"
+        "    model(torch.randn(2, 4)).sum().backward()\n"
+        "    opt.step()\n"
+    )
+    tuned = memopt(
+        "tune",
+        "--backend",
+        "torch",
+        "--target-batch",
+        "8",
+        "--budget",
+        "1GiB",
+        "--no-tui",
+        "--runs-dir",
+        str(tmp_path / "runs"),
+        "--cmd",
+        "python t.py --batch {batch}",
+        cwd=tmp_path,
+    )
+    assert tuned.returncode == 2, tuned.stderr
+    last = tuned.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: the job at batch 2 ended before memopt could capture"), tuned.stderr
+    assert "does the script pass its model to memopt.recompute.apply?" in last and "Traceback" not in tuned.stderr

@@ -102,12 +102,16 @@ def _patch_ortmodule(module: ModuleType) -> None:
 
 def _patch_recompute(module: ModuleType) -> None:
     """A plain-PyTorch job (the torch back end): its steps count from the first training forward
-    of the model it passes to ``memopt.recompute.apply``, as an ORTModule's do."""
+    of the model it passes to ``memopt.recompute.apply``, as an ORTModule's do; a job started to
+    be scanned captures that forward and ends there."""
     original_apply = module.apply
 
     def apply(model: Any, policy: Any = None) -> Any:
+        from memopt.recompute.capture import capture_second_forward
+
         model = original_apply(model, policy)
         model.register_forward_pre_hook(_on_forward)
+        capture_second_forward(model)  # where memopt started the job to scan it
         return model
 
     setattr(module, "apply", apply)  # noqa: B010  (a module's attribute, replaced as ORTModule's __init__ is)

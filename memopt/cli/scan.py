@@ -31,7 +31,7 @@ from memopt.cli.options import (
     recipe_options,
 )
 from memopt.cli.tables import add_entry_column, print_table
-from memopt.core import RecipeTarget
+from memopt.core import RecipeTarget, runnable
 from memopt.errors import MemoptError
 from memopt.graph.polynomial import Polynomial
 from memopt.graph.sizes import resolve_dims
@@ -39,6 +39,7 @@ from memopt.ort.stack import inspect_stack
 from memopt.recipes import DEFAULT_RECIPE
 from memopt.run import DEFAULT_RUNS_DIR
 from memopt.run.files import check_write_target, replace_atomically
+from memopt.run.settings import RunSettings
 from memopt.run.target import ScanTarget, load_target
 from memopt.scan import ProbeLevel, ScanReport, fold_layers, scan_graph
 from memopt.scan.parity import logged_parity
@@ -127,14 +128,22 @@ def scan_command(
     chosen = choose_target(target, command)
     if chosen_backend.backend is Backend.TORCH:
         # Imported here: an ORT scan loads no torch in this process.
+        from memopt.backends.torch.command_scan import scan_command as scan_job
         from memopt.backends.torch.scan import scan_recipe
-        from memopt.backends.torch.trial import require_recipe
 
-        recipe_target = require_recipe(chosen)
         options = recipe_options(chosen, seq, size, option, hf_task, target_seq)
         error_console.print(chosen_backend.line(), markup=False, highlight=False, soft_wrap=True)
-        with console.status(f"Capturing a training step of {escape(str(chosen))} at a few sizes…"):
-            scanned = scan_recipe(recipe_target.load(options), batch or probe_batch, fake=fake)
+        if not isinstance(chosen, RecipeTarget):
+            if fake:
+                raise MemoptError("--fake scans a recipe in this process; a command's model is captured in its own run")
+            settings = RunSettings(
+                target=runnable(chosen), python=command_notes(chosen, python, batch or probe_batch), runs_dir=runs_dir
+            )
+            with console.status(f"Capturing a training forward of {escape(str(chosen))} in three short runs…"):
+                scanned = scan_job(settings, batch or probe_batch)
+        else:
+            with console.status(f"Capturing a training step of {escape(str(chosen))} at a few sizes…"):
+                scanned = scan_recipe(chosen.load(options), batch or probe_batch, fake=fake)
         _print_torch_scan(scanned, str(chosen), fake)
         return
     python = command_notes(chosen, python, probe_batch)

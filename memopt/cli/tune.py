@@ -100,11 +100,6 @@ def tune_command(
     if chosen_backend.backend is Backend.TORCH:
         if not no_tui:
             raise MemoptError("--backend torch has no terminal UI yet: use --no-tui")
-        # Imported here: the torch back end loads torch (about 600 MiB of RSS), which an ORT
-        # tune's parent process, counted in the same memory cgroup as its runs, must not carry.
-        from memopt.backends.torch.trial import require_recipe
-
-        require_recipe(target)
         torch_settings = run_settings(
             target,
             target_batch,
@@ -181,6 +176,8 @@ def _headless(settings: TuneSettings, versions: StackVersions, as_json: bool) ->
 def _headless_torch(
     settings: RunSettings, target_batch: int, budget: Budget | None, margin: float, resume: bool, as_json: bool
 ) -> None:
+    # Imported here: the torch back end loads torch (about 600 MiB of RSS), which an ORT
+    # tune's parent process, counted in the same memory cgroup as its runs, must not carry.
     from memopt.backends.torch.tune import tune_torch
 
     def say(line: str) -> None:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from fractions import Fraction
 from typing import Any
@@ -26,13 +26,13 @@ import torch
 from torch import nn
 from torch._subclasses.fake_tensor import FakeTensorMode
 
-from memopt.backends.torch.capture import CapturedStep, capture_step, module_pattern, plannable
 from memopt.errors import MemoptError
 from memopt.graph.polynomial import Monomial, Polynomial
 from memopt.recipes import Recipe
+from memopt.recompute.capture import CapturedStep, capture_step, module_pattern, plannable
 from memopt.recompute.policy import OpName, RecomputePlan
 
-__all__ = ["BATCH", "SEQ", "TorchPlanRow", "TorchScan", "scan_recipe"]
+__all__ = ["BATCH", "SEQ", "TorchPlanRow", "TorchScan", "plans_of", "scan_recipe"]
 
 BATCH, SEQ = "batch", "seq"
 
@@ -69,9 +69,23 @@ def scan_recipe(recipe: Recipe, batch: int, *, fake: bool = False) -> TorchScan:
     with FakeTensorMode() if fake else contextlib.nullcontext():  # type: ignore[no-untyped-call]
         captures = {point: _capture(recipe, *point) for point in [*points, check]}
         model = _model(recipe)
-    main = captures[points[0]]
     batch_norm = {path for path, module in model.named_modules() if isinstance(module, nn.modules.batchnorm._BatchNorm)}
     all_paths = [path for path, _ in model.named_modules() if path]
+    return plans_of(captures, points, check, all_paths, batch_norm)
+
+
+def plans_of(
+    captures: Mapping[tuple[int, int | None], CapturedStep],
+    points: list[tuple[int, int | None]],
+    check: tuple[int, int | None],
+    all_paths: Sequence[str],
+    batch_norm: Collection[str],
+) -> TorchScan:
+    """The plans of steps captured at ``points`` (the first is the scan's size) and ``check``:
+    each op and each repeated module's saving, fitted as a polynomial where the sizes follow one.
+    ``all_paths``: every named submodule; ``batch_norm``: those holding batch norm."""
+    batch, seq = points[0]
+    main = captures[points[0]]
 
     def fitted(select: Any) -> Polynomial | None:
         return _fit({point: select(step) for point, step in captures.items()}, points, check)

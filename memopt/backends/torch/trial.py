@@ -17,8 +17,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from memopt.core import RecipeTarget, RunStatus
-from memopt.errors import MemoptError
+from memopt.core import RunStatus
 from memopt.recompute import POLICY_ENV, RecomputePlan, RecomputePolicy
 from memopt.run.budget import Budget, cpu_device_memory, resolve_budget
 from memopt.run.command import run_target
@@ -74,15 +73,6 @@ class TorchTrial:
             "median_step_s": self.median_step_s,
             "error": self.error,
         }
-
-
-def require_recipe(target: object) -> RecipeTarget:
-    """The torch back end trains recipes: a command's own script applies a policy itself."""
-    if not isinstance(target, RecipeTarget):
-        raise MemoptError(
-            f"--backend torch runs recipes, not {target}: a command applies a policy itself with memopt.recompute.apply"
-        )
-    return target
 
 
 def resolve_torch_budget(budget: Budget | None, requested_device: str) -> int:

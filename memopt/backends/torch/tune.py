@@ -29,9 +29,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from memopt.backends.torch.command_scan import scan_command
 from memopt.backends.torch.predict import PeakLine, plan_saving, probe_batches
 from memopt.backends.torch.scan import TorchScan, scan_recipe
-from memopt.backends.torch.trial import TorchTrial, require_recipe, resolve_torch_budget, run_torch_trial
+from memopt.backends.torch.trial import TorchTrial, resolve_torch_budget, run_torch_trial
+from memopt.core import RecipeTarget
 from memopt.errors import MemoptError
 from memopt.predict.planner import budget_limit, cheapest_cover
 from memopt.recompute import POLICY_ENV, RecomputePolicy
@@ -120,12 +122,16 @@ def tune_torch(
     resume: bool,
     say: Callable[[str], None],
 ) -> TorchTuneResult:
-    recipe = require_recipe(settings.target)
     budget_bytes = resolve_torch_budget(budget, settings.device)
     journal = Journal.in_folder(settings.runs_dir)
     scan_batch = min(target_batch, 2)
-    say(f"scan: capturing training steps of {settings.target} at batch {scan_batch} (this process)")
-    scanned = scan_recipe(recipe.load(settings.options), scan_batch)
+    if isinstance(settings.target, RecipeTarget):
+        say(f"scan: capturing training steps of {settings.target} at batch {scan_batch} (this process)")
+        scanned = scan_recipe(settings.target.load(settings.options), scan_batch)
+    else:
+        batches = ", ".join(str(b) for b in range(scan_batch, scan_batch + 3))
+        say(f"scan: capturing a training forward of {settings.target} at batches {batches} (short runs)")
+        scanned = scan_command(settings, scan_batch)
     say(f"scan: {len(scanned.rows)} plans; activations kept for backward: {scanned.saved or scanned.saved_bytes} bytes")
     small, larger = probe_batches(target_batch)
     trials: list[TorchTrial] = []

@@ -8,15 +8,22 @@ tensor no op made (a batch input) is kept under the op ``input``. Ops that write
 no plan may recompute: only a whole-module plan covers them.
 
 Plans group the tensors by module pattern (numbered module names become ``*``) and op.
+
+It lives beside the policy, torch and the standard library only, because it runs in two places:
+memopt's own process (a recipe's step, ``capture_step``) and a user's training job (its model's
+second training forward, ``capture_second_forward``, when memopt starts the job to scan it).
 """
 
 from __future__ import annotations
 
+import json
+import os
 import re
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -28,7 +35,20 @@ from torch.utils.weak import WeakTensorKeyDictionary
 
 from memopt.recompute.policy import OpName, RecomputePlan, RecomputePolicyError
 
-__all__ = ["CapturedStep", "SavedTensor", "capture_step", "module_pattern"]
+__all__ = [
+    "CAPTURE_FILE_ENV",
+    "CapturedModel",
+    "CapturedStep",
+    "SavedTensor",
+    "capture_second_forward",
+    "capture_step",
+    "capturing",
+    "module_pattern",
+    "plannable",
+]
+
+# Set by memopt in a job it starts to scan: the file the job's first training forward is captured to.
+CAPTURE_FILE_ENV = "MEMOPT_CAPTURE_FILE"
 
 BATCH_INPUT = "input"
 _NUMBERED = re.compile(r"^\d+$")
@@ -122,8 +142,15 @@ def _module_paths(model: nn.Module, stack: list[str], seconds: dict[str, float])
             handle.remove()
 
 
-def capture_step(model: nn.Module, forward_and_loss: Callable[[], torch.Tensor]) -> CapturedStep:
-    """Run ``forward_and_loss`` once (no backward) and note each storage autograd keeps for backward."""
+class _Capture:
+    """What ``capturing`` has noted; ``step`` once its block has ended."""
+
+    step: CapturedStep | None = None
+
+
+@contextmanager
+def capturing(model: nn.Module) -> Iterator[_Capture]:
+    """Note each storage autograd keeps for backward while the block runs (forward only)."""
     params = {p.untyped_storage()._cdata for p in (*model.parameters(), *model.buffers())}
     stack = [""]
     op_seconds: dict[tuple[str, str], float] = {}
@@ -131,6 +158,7 @@ def capture_step(model: nn.Module, forward_and_loss: Callable[[], torch.Tensor])
     saved: dict[int, SavedTensor] = {}
     savers: dict[int, set[str]] = {}
     mode = _NoteProducers(stack, op_seconds, params)
+    capture = _Capture()
 
     def pack(tensor: torch.Tensor) -> torch.Tensor:
         base = tensor if tensor._base is None else tensor._base
@@ -147,11 +175,89 @@ def capture_step(model: nn.Module, forward_and_loss: Callable[[], torch.Tensor])
         return tensor
 
     with _module_paths(model, stack, module_seconds), saved_tensors_hooks(pack, lambda t: t), mode:
-        loss = forward_and_loss()
-    del loss
+        yield capture
     mode.outputs.clear()
     kept = tuple(replace(t, savers=frozenset(savers[t.storage])) for t in saved.values())
-    return CapturedStep(kept, op_seconds, module_seconds)
+    capture.step = CapturedStep(kept, op_seconds, module_seconds)
+
+
+def capture_step(model: nn.Module, forward_and_loss: Callable[[], torch.Tensor]) -> CapturedStep:
+    """Run ``forward_and_loss`` once (no backward) and note each storage autograd keeps for backward."""
+    with capturing(model) as capture:
+        loss = forward_and_loss()
+        del loss
+    assert capture.step is not None
+    return capture.step
+
+
+@dataclass(frozen=True)
+class CapturedModel:
+    """A step captured in a user's job, with what a scan needs to know of the model's modules."""
+
+    step: CapturedStep
+    modules: tuple[str, ...]  # every named submodule's path
+    batch_norm: tuple[str, ...]  # those holding batch norm: no whole-module plan over them
+
+    def to_json(self) -> str:
+        step = {
+            "saved": [{**asdict(t), "savers": sorted(t.savers)} for t in self.step.saved],
+            "op_seconds": [[module, op, seconds] for (module, op), seconds in self.step.op_seconds.items()],
+            "module_seconds": self.step.module_seconds,
+        }
+        return json.dumps({"modules": self.modules, "batch_norm": self.batch_norm, "step": step})
+
+    @classmethod
+    def from_json(cls, text: str) -> CapturedModel:
+        data = json.loads(text)
+        saved = tuple(
+            SavedTensor(
+                t["storage"],
+                t["module"],
+                t["op"],
+                t["nbytes"],
+                tuple(t["shape"]),
+                t["dtype"],
+                frozenset(t["savers"]),
+                tuple((address, nbytes) for address, nbytes in t["op_inputs"]),
+            )
+            for t in data["step"]["saved"]
+        )
+        op_seconds = {(module, op): seconds for module, op, seconds in data["step"]["op_seconds"]}
+        step = CapturedStep(saved, op_seconds, dict(data["step"]["module_seconds"]))
+        return cls(step, tuple(data["modules"]), tuple(data["batch_norm"]))
+
+
+def capture_second_forward(model: nn.Module) -> None:
+    """In a job memopt started to scan it (``CAPTURE_FILE_ENV`` set): capture the model's second
+    training forward to that file, then end the process (rank 0 writes; every rank leaves, by
+    ``SystemExit``, which passes through a training loop's ``except Exception``). The first is
+    a warm-up, whose op times (kernels chosen, caches filled) are not a step's."""
+    path = os.environ.get(CAPTURE_FILE_ENV)
+    if not path:
+        return
+    original = model.forward
+    training_forwards = 0
+
+    def forward(*args: Any, **kwargs: Any) -> Any:
+        nonlocal training_forwards
+        training_forwards += model.training
+        if training_forwards < 2 or not model.training:
+            return original(*args, **kwargs)
+        with capturing(model) as capture:
+            output = original(*args, **kwargs)
+        del output
+        assert capture.step is not None
+        if os.environ.get("RANK", "0") == "0":
+            modules = tuple(name for name, _ in model.named_modules() if name)
+            batch_norm = tuple(
+                name for name, module in model.named_modules() if isinstance(module, nn.modules.batchnorm._BatchNorm)
+            )
+            temporary = Path(path + ".tmp")
+            temporary.write_text(CapturedModel(capture.step, modules, batch_norm).to_json())
+            temporary.replace(path)
+        raise SystemExit(0)
+
+    model.forward = forward
 
 
 def plannable(op: str) -> bool:
