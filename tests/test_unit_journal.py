@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from memopt.core import parse_runnable
+from memopt.core.trial import Outcome, TrialResult
 from memopt.errors import DamagedRecord
 from memopt.ort.config import ConfigEntry, OptimizationType
 from memopt.run import (
@@ -21,9 +22,7 @@ from memopt.run import (
     REUSABLE_STATUSES,
     Journal,
     JournaledRunner,
-    Outcome,
     StackVersions,
-    TrialResult,
     TrialSpec,
     config_key,
     parse_budget,
