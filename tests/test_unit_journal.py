@@ -1,6 +1,6 @@
 """Fast unit tests of the trial journal (memopt/run/journal.py) and of what it stores:
-``TrialResult`` records and ``JournaledRunner`` (memopt/run/trials.py), with a FAKE inner
-runner that returns results built here instead of running ORTModule steps."""
+``TrialResult`` records (memopt/core/trial.py) and ``JournaledRunner`` (memopt/run/trials.py),
+with a FAKE inner runner that returns results built here instead of running ORTModule steps."""
 
 from __future__ import annotations
 
