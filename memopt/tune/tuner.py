@@ -263,7 +263,7 @@ class Tuner:
             return None
 
     def _calibrate(self, prepared: PreparedTarget) -> Calibration:
-        """``predict.calibrate_on`` with this session's runner: each calibration trial is an event."""
+        """``pipeline.calibrate_on`` with this session's runner: each calibration trial is an event."""
         s = self.settings
         batches = self._calibration_batches
         self._emit(
