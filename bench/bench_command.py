@@ -20,7 +20,8 @@ import tempfile
 from pathlib import Path
 
 from memopt.core import command_target, parse_runnable
-from memopt.run import TrialResult, TrialSpec, run_trial, stack_versions
+from memopt.core.trial import TrialResult
+from memopt.run import TrialSpec, run_trial, stack_versions
 
 ROOT = Path(__file__).resolve().parent.parent
 RECIPE = str(ROOT / "bench" / "train_ddp_recipe.py")

@@ -24,11 +24,12 @@ from bench_memory_model import parse_case, tune_case
 from bench_recompute_cost import measure_in_child
 
 from memopt.core import parse_runnable
+from memopt.core.trial import TrialResult
 from memopt.ort.version import OrtVersion
-from memopt.predict.calibrate import calibrate
+from memopt.pipeline.calibrate import calibrate
 from memopt.run import RunSettings
 from memopt.run.journal import Journal
-from memopt.run.trials import TrialResult, TrialSpec, parse_trial_config, run_trial
+from memopt.run.trials import TrialSpec, parse_trial_config, run_trial
 
 
 def main() -> int:

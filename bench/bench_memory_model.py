@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from memopt.core import parse_runnable
-from memopt.predict.calibrate import calibrate
+from memopt.pipeline.calibrate import calibrate
 from memopt.predict.planner import DEFAULT_MARGIN, choose_plans
 from memopt.recipes import parse_option_value
 from memopt.run import RunSettings

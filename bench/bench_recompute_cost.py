@@ -47,7 +47,7 @@ from bench_memory_model import DEFAULT_CASES, FRACTIONS, parse_case
 
 from memopt.core import RecipeTarget, parse_runnable, parse_target
 from memopt.ort.config import ENV_VAR
-from memopt.predict.calibrate import calibrate
+from memopt.pipeline.calibrate import calibrate
 from memopt.predict.liveness import RECOMPUTED_SUFFIX
 from memopt.predict.planner import DEFAULT_MARGIN, choose_plans
 from memopt.run import RunSettings

@@ -44,20 +44,15 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
 from memopt.core import parse_runnable
+from memopt.core.trial import TrialResult
 from memopt.logparse import parse_file
 from memopt.logparse.model import Plan
 from memopt.ort.config import ENV_VAR
 from memopt.ort.version import OrtVersion
-from memopt.predict import prepare_target
+from memopt.pipeline import prepare_target
 from memopt.run.budget import Budget
 from memopt.run.launch import LOG_NAME, RunRequest, launch, new_run_dir
-from memopt.run.trials import (
-    LEVEL_VAR,
-    TrialResult,
-    TrialSpec,
-    parse_trial_config,
-    run_trial,
-)
+from memopt.run.trials import LEVEL_VAR, TrialSpec, parse_trial_config, run_trial
 from memopt.scan.patterns import Pattern
 from memopt.tune import StageFinished, TuneEvent, Tuner, TuneSettings, event_line
 

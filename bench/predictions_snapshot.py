@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from memopt.graph.training_graph import load_graph
-from memopt.predict.calibrate import plan_savings, require_batch_dim, simulator_for
+from memopt.predict.calibration import plan_savings, require_batch_dim, simulator_for
 from memopt.predict.memory_model import MemoryModel, Observation, fit_memory_model
 from memopt.predict.planner import choose_plans
 from memopt.scan import scan_graph

@@ -17,9 +17,10 @@ import pytest
 from support.ceiling import MemoryCeiling, memory_ceiling
 from support.fake_tuning import FakeRunner, fake_tuner, prepared_gpt
 
+from memopt.core.trial import Outcome
 from memopt.ort.config import PlanKey
-from memopt.predict.calibrate import calibration_points
-from memopt.run import Outcome, cgroup
+from memopt.predict.calibration import calibration_points
+from memopt.run import cgroup
 from memopt.run.oom import OomWatch
 from memopt.tune import Purpose, SearchStatus
 

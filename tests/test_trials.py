@@ -203,7 +203,7 @@ def test_planner_picks_the_cheapest_feasible_set() -> None:
 
 @pytest.mark.ort
 def test_planner_on_a_real_tiny_model(baseline, trials_dir: Path) -> None:
-    from memopt.predict.calibrate import calibrate
+    from memopt.pipeline.calibrate import calibrate
 
     settings = RunSettings(target=parse_runnable("gpt"), options=TINY, steps=2, runs_dir=trials_dir)
     cal = calibrate(settings, 16, calibration_batches=(2, 4))

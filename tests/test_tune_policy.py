@@ -14,10 +14,11 @@ from pathlib import Path
 import pytest
 from support.fake_tuning import FakeRunner, MiB, fake_tuner, prepared_gpt
 
-from memopt.child.memory import Phase
+from memopt.core.memory import Phase
+from memopt.core.trial import Outcome
 from memopt.graph import Polynomial
 from memopt.predict import FixedPeaks, MemoryModel, Observation, PhaseSpread, PlanSavings, RunSpread, fit_memory_model
-from memopt.run import Journal, Outcome
+from memopt.run import Journal
 from memopt.tune import Attempt, Purpose, SearchState, SearchStatus, Stop, TryPlans, best_verified, next_step
 
 # A model with static 1000 MiB + 100 MiB/sample and three plans saving 40, 20, 10 MiB/sample.

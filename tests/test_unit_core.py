@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 
-from memopt.child.memory import Memory
 from memopt.core import (
     BuiltinRecipe,
     Command,
@@ -18,6 +17,7 @@ from memopt.core import (
     parse_runnable,
     parse_target,
 )
+from memopt.core.memory import Memory
 from memopt.errors import MemoptError
 from memopt.recipes import recipe_source
 from memopt.run import RunRequest, TrialSpec

@@ -13,14 +13,14 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from memopt.child.memory import Memory
 from memopt.cli.show import print_trial
+from memopt.core.memory import Memory
+from memopt.core.trial import Outcome, TrialResult
 from memopt.cuda_caching import AllocatorSettingsNotModelled, BlockUse, CudaSetup, PoolLayout
 from memopt.errors import DamagedRecord, MemoptError
 from memopt.graph.training_graph import load_graph
-from memopt.predict.calibrate import _observation, cuda_setup, plan_savings, simulator_for
+from memopt.predict.calibration import cuda_setup, observation_of, plan_savings, simulator_for
 from memopt.predict.memory_model import MemoryModel, Observation, fit_memory_model
-from memopt.run import Outcome, TrialResult
 from memopt.scan import scan_graph
 from memopt.tui.state import _peak_cell
 from memopt.tune.tuner import _cuda_fields
@@ -130,10 +130,10 @@ def test_a_probes_cuda_figure_keeps_its_outside_part_in_the_fit() -> None:
     # The graph probe is a calibration point too: what ran out, and of it what lived outside
     # the allocator. Counted as 0 outside, it would halve the outside part of two points.
     probe = Memory("cuda_allocated", 300 * MiB, 1000 * MiB, 1000 * MiB, 1500 * MiB, 400 * MiB, 0, 0)
-    observation = _observation(2, (), probe)
+    observation = observation_of(2, (), probe)
     assert (observation.peak_bytes, observation.outside_bytes) == (1900 * MiB, 400 * MiB)
     trial = replace(released(), cuda_outside_bytes=420 * MiB)
-    model = _gpt_model(CudaSetup(), [_observation(trial.batch_size, (), trial.memory), observation])
+    model = _gpt_model(CudaSetup(), [observation_of(trial.batch_size, (), trial.memory), observation])
     assert model.outside_bytes == 410 * MiB
 
 

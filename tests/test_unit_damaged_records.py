@@ -13,11 +13,11 @@ import pytest
 from test_unit_reliability import small_model
 
 from memopt.core import RunStatus, parse_target
+from memopt.core.records import checked_calibration_record
+from memopt.core.trial import Outcome, TrialResult
 from memopt.errors import DamagedRecord
-from memopt.predict.calibrate import MODEL_FILE, load_saved_model, save_model
-from memopt.run import Journal, TrialResult
-from memopt.run.records import checked_calibration_record
-from memopt.run.trials import Outcome
+from memopt.pipeline.calibrate import MODEL_FILE, load_saved_model, save_model
+from memopt.run import Journal
 
 MiB = 2**20
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from support.results import MiB, measured
 
-from memopt.child.memory import Memory, Phase
-from memopt.run import TrialResult
+from memopt.core.memory import Memory, Phase
+from memopt.core.trial import TrialResult
 
 
 def test_an_exit_above_the_run_binds_the_whole_run() -> None:

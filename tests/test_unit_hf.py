@@ -20,7 +20,7 @@ from memopt.child.steps import default_loss
 from memopt.core import parse_target
 from memopt.graph import TensorInfo, resolve_dims, sequence_symbols
 from memopt.ort.config import ConfigEntry, ConfigError, OptimizationType, refuse_unknown_entries
-from memopt.predict.calibrate import keep_ort_plans
+from memopt.predict.calibration import keep_ort_plans
 from memopt.recipes import RecipeError, check_hf_recipe, load_hf_recipe
 from memopt.recipes.hf import PRESETS, resolve_hf_target
 from memopt.run.trials import requested_off
@@ -257,7 +257,7 @@ def test_requested_entries_orts_table_did_not_report_on() -> None:
 
 
 def test_the_tuner_hands_back_only_what_ort_applied() -> None:
-    from memopt.run import Outcome, TrialResult
+    from memopt.core.trial import Outcome, TrialResult
     from memopt.tune.events import Purpose, TrialRecord
 
     result = TrialResult(

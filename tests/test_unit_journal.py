@@ -1,6 +1,6 @@
 """Fast unit tests of the trial journal (memopt/run/journal.py) and of what it stores:
-``TrialResult`` records and ``JournaledRunner`` (memopt/run/trials.py), with a FAKE inner
-runner that returns results built here instead of running ORTModule steps."""
+``TrialResult`` records (memopt/core/trial.py) and ``JournaledRunner`` (memopt/run/trials.py),
+with a FAKE inner runner that returns results built here instead of running ORTModule steps."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from memopt.core import parse_runnable
+from memopt.core.trial import Outcome, TrialResult
 from memopt.errors import DamagedRecord
 from memopt.ort.config import ConfigEntry, OptimizationType
 from memopt.run import (
@@ -21,9 +22,7 @@ from memopt.run import (
     REUSABLE_STATUSES,
     Journal,
     JournaledRunner,
-    Outcome,
     StackVersions,
-    TrialResult,
     TrialSpec,
     config_key,
     parse_budget,

@@ -17,7 +17,7 @@ from memopt.cuda_caching import BlockUse, CudaSetup, PoolBlock, PoolLayout, Pool
 from memopt.graph.training_graph import load_graph
 from memopt.ort import PlanKey
 from memopt.ort.rules import AnalysisOrder
-from memopt.predict.calibrate import plan_savings, require_batch_dim, simulator_for
+from memopt.predict.calibration import plan_savings, require_batch_dim, simulator_for
 from memopt.predict.liveness import (
     ActivationSimulator,
     Recompute,

@@ -8,8 +8,9 @@ from rich.console import Console
 
 from memopt.cli.show import print_trial
 from memopt.core import parse_target
+from memopt.core.trial import Outcome, TrialResult
 from memopt.ort import OrtVersion
-from memopt.run import Outcome, TrialResult, parse_trial_config
+from memopt.run import parse_trial_config
 
 ERROR = "make_batch() ran out of memory: RuntimeError: [enforce fail at alloc_cpu.cpp:117] err == 0 [/x] [bold]"
 

@@ -195,14 +195,16 @@ def test_read_node_times_is_empty_for_a_run_that_wrote_none(tmp_path: Path) -> N
 
 
 def test_cost_source_says_whether_the_costs_are_profiled() -> None:
-    from memopt.predict.calibrate import _cost_source
+    from memopt.predict.calibration import describe_cost_source
 
     graph, recomputed = mlp(), {"gelu", "fc"}
     profiled = RecomputeCost(graph, BALANCE["cpu"], 1.0, measured={"gelu": 0.002, "fc": 0.01, "other": 0.1})
-    assert _cost_source(profiled, recomputed, 64, 1.0) == "node times from ORT's profiler at batch 64"
+    assert describe_cost_source(profiled, recomputed, 64, 1.0) == "node times from ORT's profiler at batch 64"
     partly = RecomputeCost(graph, BALANCE["cpu"], 1.0, measured={"gelu": 0.002})
-    assert "for 1 of 2 recomputed nodes; the graph's FLOPs and bytes" in _cost_source(partly, recomputed, 64, 1.0)
-    work = _cost_source(RecomputeCost(graph, BALANCE["cpu"], 1.0), recomputed, 64, 1.3)
+    assert "for 1 of 2 recomputed nodes; the graph's FLOPs and bytes" in describe_cost_source(
+        partly, recomputed, 64, 1.0
+    )
+    work = describe_cost_source(RecomputeCost(graph, BALANCE["cpu"], 1.0), recomputed, 64, 1.3)
     assert (
         work
         == "the graph's FLOPs and bytes through the batch-64 step time, × 1.30 as fitted on trials with plans (no node times measured)"

@@ -25,8 +25,8 @@ from memopt.core import parse_runnable
 from memopt.errors import MemoptError
 from memopt.graph import Polynomial
 from memopt.ort import ConfigEntry, OptimizationType, OrtVersion
+from memopt.pipeline.calibrate import MODEL_FILE, load_saved_model, save_model
 from memopt.predict import MemoryModel, Observation, PlanSavings, fit_memory_model
-from memopt.predict.calibrate import MODEL_FILE, load_saved_model, save_model
 from memopt.run import Journal, RunRequest, TrialSpec, check_timeout
 from memopt.run.files import replace_atomically
 from memopt.run.launch import _CHILD_BOOT, PACKAGE_ROOT

@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 
 from memopt.child import CHILD_MODULE
-from memopt.child.memory import Memory
 from memopt.core import parse_runnable
+from memopt.core.memory import Memory
 from memopt.run import LOG_NAME, RECORD_NAME, RunRequest, RunResult, launch, new_run_dir
 from memopt.run.launch import PACKAGE_ROOT, step_seconds
 from memopt.run.stops import GAP_S, StopWatch

@@ -11,8 +11,8 @@ from rich.table import Table
 from rich.text import Text
 
 from memopt.core import parse_runnable
+from memopt.core.trial import Outcome, TrialResult
 from memopt.ort import OptimizationType
-from memopt.run import Outcome, TrialResult
 from memopt.tui.render import gauge, trials_chart
 from memopt.tui.state import SORT_KEYS, Selection, plan_cells, short_plans, sort_rows, trial_cells
 from memopt.tune import PlanRow, Purpose, TrialRecord

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from support.results import MiB, measured
 
-from memopt.child.memory import Phase
+from memopt.core.memory import Phase
 from memopt.predict import FixedPeaks, PhaseSpread, RunSpread
 
 

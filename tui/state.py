@@ -8,8 +8,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
+from memopt.core.trial import TrialResult
 from memopt.ort import PlanKey, plan_keys
-from memopt.run import TrialResult
 from memopt.tune import PlanRow, TrialRecord, Tuner
 from memopt.units import format_bytes, format_mib
 

@@ -28,7 +28,7 @@ from typing import Any
 
 from memopt.cuda_caching import AllocatorSettings, CudaCachingAllocator, CudaOutOfMemoryError, CudaSetup, PoolLayout
 from memopt.graph.training_graph import load_graph
-from memopt.predict.calibrate import require_batch_dim
+from memopt.predict.calibration import require_batch_dim
 from memopt.predict.liveness import simulate
 from memopt.scan import scan_graph
 

@@ -2,14 +2,14 @@
 
 It loads the recipe, checks the ORT stack and runs the measured ORTModule steps
 (``steps``), then writes its result where the parent (``memopt.run.launch``) reads it.
-The parent imports only what needs no torch (this module's ``ChildRequest``, the ``memory``
-record); the rest it names. Nothing here imports onnx or the analysis, so a broken stack is
-reported, not crashed on.
+The parent imports only what needs no torch (this module's ``ChildRequest``); the rest it
+names. Nothing here imports onnx or the analysis, so a broken stack is reported, not crashed
+on. A run's memory figures are ``memopt.core.memory.Memory``; the line each step prints is
+``memopt.step_lines.step_line``.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,8 +29,6 @@ __all__ = [
     "PROFILE_VAR",
     "RUN_DIR_VAR",
     "TIMEOUT_VAR",
-    "WARM_UP_DONE",
-    "step_line",
 ]
 
 CHILD_MODULE = "memopt.child"
@@ -80,14 +78,3 @@ OOM_MARKERS = (
     "can't allocate memory",
     "not enough memory",
 )
-
-
-def step_line(rank: int, step: int, steps: int, seconds: float) -> str:
-    """The line each process of a run prints to stderr as a training step ends, in memopt's
-    child and in a job's hook alike: ``[memopt] rank 0 step 1/3: 0.812 s``."""
-    return f"[memopt] rank {rank} step {step}/{steps}: {seconds:.3f} s"
-
-
-# A ``step_line`` of step 1: the warm-up step, during which ORT builds its training session
-# and prints its Plan table, ended here. A table in the log after it is not the session's.
-WARM_UP_DONE = re.compile(r"\[memopt\] rank \d+ step 1/\d+: ")

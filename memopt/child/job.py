@@ -38,15 +38,9 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from memopt.child import (
-    JOB_SAVE_ONNX_VAR,
-    JOB_STEPS_FILE_VAR,
-    JOB_STEPS_VAR,
-    ONNX_PREFIX,
-    PARENT_PID_VAR,
-    step_line,
-)
+from memopt.child import JOB_SAVE_ONNX_VAR, JOB_STEPS_FILE_VAR, JOB_STEPS_VAR, ONNX_PREFIX, PARENT_PID_VAR
 from memopt.child.memory import cuda_figures, proc_status_bytes, reset_rss_peak
+from memopt.step_lines import step_line
 
 __all__ = ["install"]
 

@@ -20,12 +20,13 @@ from torch.nn import functional as F
 from torch.optim.adamw import AdamW
 from torch.optim.optimizer import Optimizer
 
-from memopt.child import ONNX_PREFIX, OOM_MARKERS, step_line
+from memopt.child import ONNX_PREFIX, OOM_MARKERS
 from memopt.child.memory import cuda_figures, proc_status_bytes, reset_rss_peak
 from memopt.child.profile import profile_sessions, write_node_times
 from memopt.cuda_caching import AllocatorSettings, PoolLayout
 from memopt.errors import MemoptError, one_line
 from memopt.recipes import Recipe, RecipeError
+from memopt.step_lines import step_line
 
 __all__ = [
     "PROFILED_STEPS",

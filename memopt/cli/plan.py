@@ -37,16 +37,18 @@ from memopt.cli.options import (
 from memopt.cli.show import print_trial
 from memopt.cli.tables import add_entry_column, print_table
 from memopt.core import RunnableTarget, runnable
+from memopt.core.trial import TrialResult
 from memopt.errors import MemoptError
 from memopt.ort.config import takes_json_file
 from memopt.ort.version import OrtVersion
-from memopt.predict.calibrate import Calibration, calibrate, learn_from_trial, save_model
+from memopt.pipeline.calibrate import calibrate, save_model
+from memopt.predict.calibration import Calibration, learn_from_trial
 from memopt.predict.planner import DEFAULT_MARGIN, PlanResult, choose_plans
 from memopt.run import DEFAULT_RUNS_DIR, DEFAULT_STEPS, DEFAULT_TIMEOUT_S
 from memopt.run.budget import parse_budget, require_budget, resolve_budget
 from memopt.run.files import check_write_target
 from memopt.run.journal import Journal
-from memopt.run.trials import TrialResult, TrialSpec, run_trial, stack_versions
+from memopt.run.trials import TrialSpec, run_trial, stack_versions
 from memopt.tune.export import ConfigExport, plan_export, write_config
 from memopt.units import format_bytes, format_cuda_memory, format_mib
 

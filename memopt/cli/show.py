@@ -10,6 +10,7 @@ from rich.markup import escape
 from rich.text import Text
 
 from memopt.cli import console as default_console
+from memopt.core.trial import TrialResult
 from memopt.errors import MemoptError
 from memopt.ort import (
     ConfigEntry,
@@ -21,7 +22,6 @@ from memopt.ort import (
     takes_json_file,
     validate_entries,
 )
-from memopt.run import TrialResult
 from memopt.run.files import replace_atomically
 from memopt.units import format_bytes, format_cuda_memory, format_mib
 

@@ -36,7 +36,8 @@ from memopt.core import RunnableTarget, runnable
 from memopt.errors import MemoptError
 from memopt.ort.config import ConfigEntry, PlanKey
 from memopt.ort.version import OrtVersion
-from memopt.predict.calibrate import learn_from_trial, load_saved_model, model_identity, save_model
+from memopt.pipeline.calibrate import load_saved_model, model_identity, save_model
+from memopt.predict.calibration import learn_from_trial
 from memopt.predict.memory_model import MemoryModel, ModelError
 from memopt.run import DEFAULT_RUNS_DIR, DEFAULT_STEPS, DEFAULT_TIMEOUT_S
 from memopt.run.budget import Budget, parse_budget

@@ -1,8 +1,15 @@
-"""The vocabulary every stage speaks: what a target is, and how a run ended.
+"""The vocabulary every stage speaks: what a target is, how a run ended, and what it measured.
 
 - ``target``: ``Target`` and one class per kind (built-in recipe, recipe file or module,
   Hugging Face config, the user's command, an ONNX graph file), parsed once by ``parse_target``.
 - ``status``: ``RunStatus``, a run's end as the child, the run folder and the journal write it.
+- ``memory``: ``Memory``, what a run measured (the same names from the child to the journal),
+  and ``Phase``, the part of a run whose peak is the run's.
+- ``trial``: ``TrialResult``, what a trial found, and ``Outcome``, its verdict against a budget;
+  ``records``: the schemas (and bounds) of what is read back from the journal.
+
+``memory``, ``trial`` and ``records`` are imported by their module (``memopt.core.trial``), not
+from here: the child process imports this package, and does without pydantic.
 
 Plan keys and config entries are ORT's vocabulary and live in ``memopt.ort.config``.
 """

@@ -21,7 +21,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
-from memopt.child import WARM_UP_DONE
 from memopt.errors import MemoptError
 from memopt.logparse.assemble import Piece, SummaryDraft
 from memopt.logparse.clues import version_clue
@@ -50,6 +49,7 @@ from memopt.logparse.lines import (
 from memopt.logparse.model import ParseResult, StepMemory, Summary
 from memopt.logparse.step_memory import STEP_MEMORY_KEYWORD, step_memory
 from memopt.ort.version import OrtVersionRange
+from memopt.step_lines import WARM_UP_DONE
 
 __all__ = ["LogReadError", "NoSummaryError", "parse_file", "parse_lines", "parse_text", "require_summaries"]
 

@@ -7,26 +7,22 @@
 - ``planner``: the cheapest set of plans predicted to fit a budget (exact, via HiGHS).
 - ``whole_run``: the start-up's peak by batch (recompute cannot lower it) and each phase's
   run-to-run spread, from the runs a session made.
-- ``calibrate``: fits the model and costs from no-config runs; ``prepare_target`` loads
-  and scans a target once, ``calibrate_on`` calibrates on any trial runner.
+- ``calibration``: the calibration's result (``Calibration``) and its pure steps: the scan's
+  plans as the model sees them, the simulator, observations of measured trials, the
+  recompute costs' fit, and learning from one more trial.
+
+Nothing here runs a process or reads the journal: the runs that feed the model, and the files
+that keep it, are ``memopt.pipeline``'s.
 """
 
-from memopt.predict.calibrate import (
-    MODEL_FILE,
+from memopt.predict.calibration import (
     Calibration,
     DoesNotFit,
-    PreparedTarget,
-    calibrate,
-    calibrate_on,
     default_calibration_batches,
     learn_from_trial,
-    load_saved_model,
-    model_identity,
     plan_savings,
-    prepare_target,
     require_batch_dim,
     require_ran,
-    save_model,
 )
 from memopt.predict.memory_model import MemoryModel, ModelError, Observation, PlanSavings, Prediction, fit_memory_model
 from memopt.predict.planner import DEFAULT_MARGIN, PlanChoice, PlanResult, budget_limit, choose_plans
@@ -44,7 +40,6 @@ from memopt.predict.whole_run import FixedPeaks, PhaseSpread, RunSpread
 __all__ = [
     "BALANCE",
     "DEFAULT_MARGIN",
-    "MODEL_FILE",
     "Calibration",
     "DoesNotFit",
     "MemoryModel",
@@ -57,25 +52,18 @@ __all__ = [
     "RunSpread",
     "FixedPeaks",
     "PlanSavings",
-    "PreparedTarget",
     "Prediction",
     "Work",
-    "calibrate",
-    "calibrate_on",
     "budget_limit",
     "choose_plans",
     "default_calibration_batches",
     "fit_memory_model",
     "learn_from_trial",
     "graph_work",
-    "load_saved_model",
-    "model_identity",
     "nodes_work",
     "read_node_times",
     "plan_savings",
-    "prepare_target",
     "require_batch_dim",
     "require_ran",
-    "save_model",
     "seconds_per_unit",
 ]

@@ -25,8 +25,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from memopt.child.memory import Memory, Phase
-from memopt.run.trials import TrialResult
+from memopt.core.memory import Memory, Phase
+from memopt.core.trial import TrialResult
 
 __all__ = ["PhaseSpread", "RunSpread", "FixedPeaks", "processes_of"]
 

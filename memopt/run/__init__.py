@@ -4,8 +4,8 @@
 - ``launch``: run folders and child processes (``launch``, cancellable with an event).
 - ``command``: the user's own training command as a target, every rank measured.
 - ``probe``: one no-config run that saves the graphs ORTModule builds.
-- ``trials``: one config at one batch size, measured; ``journal``: every finished trial;
-  ``records``: the schemas (and bounds) of what is read back from the journal.
+- ``trials``: one config at one batch size, measured (``memopt.core.trial.TrialResult``);
+  ``journal``: every finished trial.
 - ``budget``: memory budgets as people write them, resolved against the device;
   ``cgroup``: the memory cgroup's limit; ``oom``: the kernel's record of an OOM kill.
 - ``stops``: the stretches memopt or a run was stopped in, left out of step times.
@@ -55,11 +55,9 @@ from memopt.run.trials import (
     LEVEL_VAR,
     REUSABLE_STATUSES,
     JournaledRunner,
-    Outcome,
     RealTrialRunner,
     StackVersions,
     TrialError,
-    TrialResult,
     TrialRunner,
     TrialSpec,
     config_key,
@@ -89,7 +87,6 @@ __all__ = [
     "Journal",
     "JournalEntry",
     "JournaledRunner",
-    "Outcome",
     "ProbeResult",
     "RealTrialRunner",
     "RunRequest",
@@ -99,7 +96,6 @@ __all__ = [
     "graph_of_run",
     "StackVersions",
     "TrialError",
-    "TrialResult",
     "TrialRunner",
     "TrialSpec",
     "check_batch",

@@ -36,8 +36,8 @@ from memopt.child import (
     RUN_DIR_VAR,
     TIMEOUT_VAR,
 )
-from memopt.child.memory import Memory
 from memopt.core import Command, RunStatus
+from memopt.core.memory import Memory
 from memopt.run.explain import explain_failure
 from memopt.run.launch import (
     LOG_NAME,

@@ -22,9 +22,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from memopt.core.records import report_damaged
 from memopt.errors import MemoptError, write_failure
 from memopt.run.files import unwritable_folder
-from memopt.run.records import report_damaged
 
 __all__ = ["JOURNAL_NAME", "Journal", "JournalEntry"]
 

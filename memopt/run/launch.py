@@ -30,8 +30,8 @@ from typing import Any
 
 import memopt
 from memopt.child import CHILD_MODULE, ONNX_PREFIX, PARENT_PID_VAR, PROFILE_VAR, RUN_DIR_VAR, TIMEOUT_VAR, ChildRequest
-from memopt.child.memory import Memory
 from memopt.core import RunnableTarget, RunStatus
+from memopt.core.memory import Memory
 from memopt.errors import MemoptError, write_failure
 from memopt.run.marked import end_marked, marked_pids
 from memopt.run.oom import OomWatch

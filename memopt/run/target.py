@@ -8,8 +8,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from memopt.child.memory import Memory
 from memopt.core import GraphFile, RunnableTarget, RunStatus, Target
+from memopt.core.memory import Memory
 from memopt.errors import MemoptError
 from memopt.graph.gradient import build_training_graph
 from memopt.graph.training_graph import TrainingGraph, load_graph, session_input_beside

@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from memopt.core import Target
+from memopt.core.trial import Outcome, TrialResult
 from memopt.ort import OptimizationType, PlanKey, plan_keys
-from memopt.run import Outcome, TrialResult
 from memopt.units import format_mib
 
 __all__ = [

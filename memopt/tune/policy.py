@@ -23,10 +23,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 
-from memopt.child.memory import Phase
+from memopt.core.memory import Phase
+from memopt.core.trial import Outcome
 from memopt.ort import PlanKey, plan_keys
 from memopt.predict import FixedPeaks, MemoryModel, PlanResult, RunSpread, budget_limit, choose_plans
-from memopt.run import Outcome
 from memopt.tune.events import SearchStatus
 from memopt.units import format_mib
 

@@ -19,10 +19,12 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, TypeVar
 
-from memopt.child.memory import Phase
 from memopt.core import RunStatus
+from memopt.core.memory import Phase
+from memopt.core.trial import Outcome, TrialResult
 from memopt.errors import MemoptError
 from memopt.ort import ConfigEntry, OrtVersion, PlanKey, plan_config_entries, takes_json_file
+from memopt.pipeline import PreparedTarget, calibrate_on, prepare_target
 from memopt.predict import (
     Calibration,
     DoesNotFit,
@@ -31,23 +33,18 @@ from memopt.predict import (
     ModelError,
     PlanResult,
     Prediction,
-    PreparedTarget,
     RunSpread,
     budget_limit,
-    calibrate_on,
     default_calibration_batches,
     learn_from_trial,
-    prepare_target,
     require_ran,
 )
 from memopt.run import (
     Journal,
     JournaledRunner,
-    Outcome,
     RealTrialRunner,
     ScanTarget,
     StackVersions,
-    TrialResult,
     TrialRunner,
     TrialSpec,
     graph_of_run,
@@ -266,7 +263,7 @@ class Tuner:
             return None
 
     def _calibrate(self, prepared: PreparedTarget) -> Calibration:
-        """``predict.calibrate_on`` with this session's runner: each calibration trial is an event."""
+        """``pipeline.calibrate_on`` with this session's runner: each calibration trial is an event."""
         s = self.settings
         batches = self._calibration_batches
         self._emit(

@@ -25,11 +25,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from memopt.core import RunStatus, parse_runnable
+from memopt.core.trial import Outcome, TrialResult
 from memopt.graph import TrainingGraph, load_graph
 from memopt.ort.rules import AnalysisOrder
-from memopt.predict import PreparedTarget, liveness, prepare_target
+from memopt.pipeline import PreparedTarget, prepare_target
+from memopt.predict import liveness
 from memopt.predict.liveness import Recompute, Timeline
-from memopt.run import Outcome, ScanTarget, StackVersions, TrialResult, TrialSpec
+from memopt.run import ScanTarget, StackVersions, TrialSpec
 from memopt.run.trials import requested_off
 from memopt.tune import Tuner, TuneSettings
 

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from memopt.core import parse_runnable
 from memopt.ort.version import OrtVersion
-from memopt.predict import PreparedTarget
+from memopt.pipeline import PreparedTarget
 from memopt.run.budget import parse_budget
 from memopt.run.trials import TrialSpec, parse_trial_config, run_trial
 from memopt.tune import Tuner, TuneSettings

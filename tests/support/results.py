@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from memopt.core import RunStatus, parse_runnable
-from memopt.run import Outcome, TrialResult
+from memopt.core.trial import Outcome, TrialResult
 
 __all__ = ["MiB", "measured"]
 

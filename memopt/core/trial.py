@@ -1,0 +1,238 @@
+"""What a trial found: the measured figures of one config at one batch size (``TrialResult``),
+and its verdict against a budget (``Outcome``), as the journal records them and every stage
+reads them back."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass, fields, replace
+from enum import Enum
+from typing import Any
+
+from memopt.core.memory import Memory, Phase
+from memopt.core.records import checked_trial_record
+from memopt.core.status import RunStatus
+from memopt.core.target import Target, parse_target
+from memopt.ort.config import PlanKey, plan_keys
+from memopt.units import format_mib
+
+__all__ = ["Outcome", "TrialResult", "outcome_of"]
+
+
+class Outcome(str, Enum):
+    """What a trial found. A ``str`` so journal records and JSON keep the plain word."""
+
+    OK = "ok"
+    OVER_BUDGET = "over_budget"
+    OUT_OF_MEMORY = "out_of_memory"
+    CRASHED = "crashed"
+    TIMED_OUT = "timed_out"
+    CANCELLED = "cancelled"  # stopped by the user; says nothing about the config
+    RECIPE_ERROR = "recipe_error"  # this and the next: the trial could not run at all
+    STACK_ERROR = "stack_error"
+
+    def __str__(self) -> str:
+        return self.value
+
+    @property
+    def fatal(self) -> bool:
+        """No other config can run either: the recipe or the ORT stack is broken."""
+        return self in (Outcome.RECIPE_ERROR, Outcome.STACK_ERROR)
+
+    @property
+    def does_not_fit(self) -> bool:
+        """The config ran and needed more memory than the budget or the device has."""
+        return self in (Outcome.OVER_BUDGET, Outcome.OUT_OF_MEMORY)
+
+    @property
+    def label(self) -> str:
+        return self.value.replace("_", " ")
+
+
+_OUTCOME_WORDS = {outcome.value: outcome for outcome in Outcome}
+_STATUS_TO_OUTCOME = {
+    RunStatus.OK: Outcome.OK,
+    RunStatus.OUT_OF_MEMORY: Outcome.OUT_OF_MEMORY,
+    RunStatus.STEP_ERROR: Outcome.CRASHED,
+    RunStatus.CRASHED: Outcome.CRASHED,
+    RunStatus.TIMED_OUT: Outcome.TIMED_OUT,
+    RunStatus.CANCELLED: Outcome.CANCELLED,
+    RunStatus.RECIPE_ERROR: Outcome.RECIPE_ERROR,
+    RunStatus.STACK_ERROR: Outcome.STACK_ERROR,
+}
+
+
+@dataclass(frozen=True)
+class TrialResult:
+    """What a trial measured. Bytes and seconds; ``peak_bytes`` is the peak over the measured
+    steps (CPU: peak RSS reset after the warm-up step; CUDA: max_memory_allocated)."""
+
+    key: str
+    target: Target  # journaled as "recipe", its spec
+    options: Mapping[str, Any]
+    batch_size: int
+    config: tuple[str, ...]  # entries as "<subgraph>:<type>:<count>"
+    config_value: str | None  # what ORTMODULE_MEMORY_OPT_CONFIG was set to
+    outcome: Outcome
+    status: RunStatus  # the run's own status (RunResult.status)
+    run_dir: str
+    steps: int
+    device: str | None = None
+    error: str | None = None
+    ort_version: str | None = None
+    torch_version: str | None = None
+    ort_package: str | None = None
+    memory_kind: str | None = None
+    static_bytes: int | None = None  # after model, optimizer and ORTModule are set up, before step 1
+    peak_bytes: int | None = None
+    peak_over_run_bytes: int | None = None  # warm-up (export, session build) included
+    cuda_reserved_bytes: int | None = None
+    cuda_outside_bytes: int | None = None  # outside the caching allocator where reserved peaked
+    cuda_alloc_retries: int | None = None
+    cuda_ooms: int | None = None
+    exit_peak_bytes: int | None = None  # CPU: the job's processes' peak RSS up to their own exit
+    cuda_total_memory: int | None = None
+    cuda_device_name: str | None = None
+    cuda_pool: tuple[Mapping[str, Any], ...] = ()  # the allocator's pool after the warm-up step
+    step_times_s: tuple[float, ...] = ()  # [0] is the warm-up step
+    median_step_s: float | None = None
+    throughput: float | None = None  # samples per second over the measured steps
+    plans_on: tuple[PlanKey, ...] = ()  # Plan-table "Configs" ORT reported ON
+    # Requested entries ("<subgraph>:<type>:<count>") that ORT's Plan table did not report ON:
+    # ORT ignored them (a name it does not know, or a plan it left OFF), so they saved nothing.
+    plans_off: tuple[str, ...] = ()
+    plans_seen: int | None = None  # rows in ORT's Plan table
+    recomputed_nodes: int | None = None  # "Total number of recomputed nodes", else node lines counted
+    budget_bytes: int | None = None
+    predicted_peak_bytes: int | None = None
+    config_warnings: tuple[str, ...] = ()
+    wall_s: float = 0.0
+    finished_at: float = 0.0
+    reused: bool = False
+    ranks: tuple[Mapping[str, Any], ...] = ()  # a command's processes: rank, peak_bytes, … each
+    oom_evidence: str | None = None  # RunResult.oom_evidence
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "plans_on", plan_keys(self.plans_on))  # keys read back from text are PlanKeys again
+
+    @property
+    def ok(self) -> bool:
+        return self.outcome == "ok"
+
+    @property
+    def memory(self) -> Memory:
+        return Memory(
+            self.memory_kind,
+            self.static_bytes,
+            self.peak_bytes,
+            self.peak_over_run_bytes,
+            self.cuda_reserved_bytes,
+            self.cuda_outside_bytes,
+            self.cuda_alloc_retries,
+            self.cuda_ooms,
+            self.exit_peak_bytes,
+        )
+
+    @property
+    def measured_step_times_s(self) -> tuple[float, ...]:
+        return self.step_times_s[1:]
+
+    @property
+    def start_up_binds(self) -> str | None:
+        """When the start-up peaked above the measured steps, a line saying so: recompute lowers
+        the steps' activations, not what the export and the session build hold."""
+        memory = self.memory
+        if memory.binding_phase is not Phase.START_UP or self.peak_bytes is None:
+            return None
+        return (
+            f"the start-up (ONNX export, session build, warm-up step) peaked at "
+            f"{format_mib(memory.whole_run_peak)}, above the steps' {format_mib(self.peak_bytes)}: "
+            "it binds, and recompute cannot lower it"
+        )
+
+    @property
+    def ran(self) -> bool:
+        """The training steps ran to the end (within budget or not)."""
+        return self.status == RunStatus.OK
+
+    def left_off(self, plans: Iterable[PlanKey]) -> tuple[PlanKey, ...]:
+        """Of ``plans`` (enabled by this trial's config), those ORT did not apply: a plan whose
+        every cell its Plan table did not report ON was ignored and saved nothing. Unknown
+        (none) where ORT printed no Plan table or the trial was cancelled."""
+        if not self.plans_seen or self.outcome is Outcome.CANCELLED:
+            return ()
+        on = {cell for key in self.plans_on for cell in key.cells}
+        return tuple(key for key in plans if not set(key.cells) <= on)
+
+    def applied(self, plans: Iterable[PlanKey]) -> tuple[PlanKey, ...]:
+        """Of ``plans``, those ORT applied (all of them where that is unknown)."""
+        selection = tuple(plans)
+        off = set(self.left_off(selection))
+        return tuple(key for key in selection if key not in off)
+
+    @property
+    def prediction_error(self) -> float | None:
+        """(predicted − measured) / measured peak."""
+        measured = self.predicted_figure_bytes
+        if self.predicted_peak_bytes is None or not measured:
+            return None
+        return (self.predicted_peak_bytes - measured) / measured
+
+    @property
+    def predicted_figure_bytes(self) -> int | None:
+        """The measured figure the memory model predicts and learns from (``Memory.predicted_figure``)."""
+        return self.memory.predicted_figure
+
+    @property
+    def at_the_edge(self) -> str | None:
+        """When the caching allocator had to free its cache to find room, a line saying so."""
+        if not self.memory.at_the_edge:
+            return None
+        return (
+            f"running at the edge: PyTorch's allocator freed its cache {self.cuda_alloc_retries} time(s) to find"
+            " room (num_alloc_retries); a little more memory elsewhere and it runs out"
+        )
+
+    def to_record(self) -> dict[str, Any]:
+        record = asdict(self)
+        del record["target"]
+        record = {"recipe": self.target.spec, **record, "options": dict(self.options)}
+        record["ranks"] = [dict(rank) for rank in self.ranks]
+        record["prediction_error"] = self.prediction_error
+        record["whole_run_peak_bytes"] = self.memory.whole_run_peak
+        record["device_peak_bytes"] = self.memory.device_peak
+        record["at_the_edge"] = self.memory.at_the_edge
+        phase = self.memory.binding_phase
+        record["binding_phase"] = str(phase) if phase else None
+        return record
+
+    @classmethod
+    def from_record(cls, record: Mapping[str, Any], where: str) -> TrialResult | None:
+        """The trial a journal record holds; None (reported as a ``DamagedRecord`` warning naming
+        ``where``) when the record does not hold a trial."""
+        checked = checked_trial_record(record, where)
+        if checked is None:
+            return None
+        known = {f.name for f in fields(cls)}
+        values = {name: value for name, value in checked.items() if name in known}
+        values["target"] = parse_target(str(checked.get("recipe")))
+        values["status"] = RunStatus.read(values.get("status"))
+        for name in ("config", "step_times_s", "plans_on", "plans_off", "config_warnings", "ranks", "cuda_pool"):
+            values[name] = tuple(values.get(name) or ())
+        # A record from a damaged journal may hold any word: it says nothing reliable.
+        values["outcome"] = _OUTCOME_WORDS.get(str(values.get("outcome")), Outcome.CRASHED)
+        return cls(**values)
+
+    def judged(self, budget_bytes: int | None) -> TrialResult:
+        """This result with its outcome decided against ``budget_bytes``."""
+        return replace(
+            self, budget_bytes=budget_bytes, outcome=outcome_of(self.status, self.memory.device_peak, budget_bytes)
+        )
+
+
+def outcome_of(status: RunStatus, peak: int | None, budget: int | None) -> Outcome:
+    """``peak``: what runs out over the whole run (start-up included; on CUDA reserved plus
+    outside the allocator): a job under a hard limit dies at whichever part peaks."""
+    if status == RunStatus.OK and budget is not None and peak is not None and peak > budget:
+        return Outcome.OVER_BUDGET
+    return _STATUS_TO_OUTCOME.get(status, Outcome.CRASHED)
