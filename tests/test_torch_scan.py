@@ -85,3 +85,23 @@ def test_the_commands_load_torch_only_where_the_torch_back_end_runs() -> None:
     imports = "import sys, memopt.cli.scan, memopt.cli.trial, memopt.cli.tune; print(sorted({'torch', 'onnxruntime'} & set(sys.modules)))"
     loaded = subprocess.run([sys.executable, "-c", imports], capture_output=True, text=True, check=True)
     assert loaded.stdout.strip() == "[]", loaded.stderr
+
+
+@pytest.mark.torch
+def test_a_command_scans_to_the_plans_of_its_recipe(tmp_path: Path) -> None:
+    """``examples/train_plain_torch.py`` run as the user runs it (``--cmd``), its model captured
+    inside the job, gives the plans and per-plan byte formulas its in-process recipe scan gives."""
+    from memopt.backends.torch.command_scan import scan_command
+    from memopt.core import command_target
+    from memopt.run.settings import RunSettings
+
+    example = Path(__file__).resolve().parent.parent / "examples" / "train_plain_torch.py"
+    job = command_target(f"{sys.executable} {example} --batch-size {{batch}}")
+    settings = RunSettings(target=job, runs_dir=tmp_path / "runs")
+    from_job = scan_command(settings, 2)
+    from_recipe = scan_recipe(load_recipe(str(example)), 2)
+    assert [(str(r.plan), r.saving, r.tensors, r.modules) for r in from_job.rows] == [
+        (str(r.plan), r.saving, r.tensors, r.modules) for r in from_recipe.rows
+    ]
+    # The job's loss is computed outside the model: what it keeps is captured in the recipe's scan only.
+    assert 0 < from_recipe.saved_bytes - from_job.saved_bytes < from_recipe.saved_bytes // 10
