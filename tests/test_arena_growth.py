@@ -20,6 +20,7 @@ from memopt.ort.rules import AnalysisOrder
 from memopt.predict.liveness import simulate
 from memopt.run.launch import LOG_NAME
 from memopt.run.probe import probe
+from memopt.run.settings import RunSettings
 
 MiB = 1 << 20
 SAMPLE_LOGS = Path(__file__).parent.parent / "sample_logs"
@@ -111,7 +112,9 @@ def test_a_log_without_arena_lines_has_no_growth() -> None:
 def test_simulated_arena_adds_the_regions_ort_adds(
     tmp_path: Path, recipe: str, options: dict[str, object], batch: int
 ) -> None:
-    result = probe(parse_runnable(recipe), batch, options=options, log_level="DEVINFO", runs_dir=tmp_path)
+    result = probe(
+        RunSettings(target=parse_runnable(recipe), options=options, runs_dir=tmp_path), batch, log_level="DEVINFO"
+    )
     assert result.run.ok and result.execution_graph is not None, result.run.error
     with open(result.run.run_dir / LOG_NAME, encoding="utf-8", errors="replace") as log:
         real = training_arena_growth(log)

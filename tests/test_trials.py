@@ -36,7 +36,10 @@ def trials_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def baseline(trials_dir: Path) -> dict[int, object]:
     """No-config trials of the tiny GPT at batches 2, 4 and 8, journaled in ``trials_dir``."""
-    return {b: run_trial(TrialSpec(parse_runnable("gpt"), b, TINY, (), steps=2), trials_dir) for b in (2, 4, 8)}
+    return {
+        b: run_trial(TrialSpec(RunSettings(target=parse_runnable("gpt"), options=TINY, steps=2), b), trials_dir)
+        for b in (2, 4, 8)
+    }
 
 
 @pytest.fixture(scope="session")
@@ -116,7 +119,9 @@ def test_config_ort_would_reject_is_caught_before_launch(tmp_path: Path) -> None
 @pytest.mark.ort
 def test_timeout_kills_the_child(tmp_path: Path) -> None:
     started = time.monotonic()
-    result = run_trial(TrialSpec(parse_runnable(str(RECIPES / "hangs.py")), 2, timeout_s=8, steps=1), tmp_path)
+    result = run_trial(
+        TrialSpec(RunSettings(target=parse_runnable(str(RECIPES / "hangs.py")), timeout_s=8, steps=1), 2), tmp_path
+    )
     assert result.outcome == "timed_out" and time.monotonic() - started < 30
     leftover = subprocess.run(["pgrep", "-f", result.run_dir], capture_output=True, text=True)
     assert leftover.stdout.strip() == ""  # the process group is gone
@@ -133,7 +138,7 @@ def test_timeout_kills_the_child(tmp_path: Path) -> None:
 )
 @pytest.mark.ort
 def test_failing_steps_are_classified(recipe: str, outcome: str, fragment: str, tmp_path: Path) -> None:
-    result = run_trial(TrialSpec(parse_runnable(str(RECIPES / recipe)), 2, steps=1), tmp_path)
+    result = run_trial(TrialSpec(RunSettings(target=parse_runnable(str(RECIPES / recipe)), steps=1), 2), tmp_path)
     assert result.outcome == outcome and fragment in result.error
 
 

@@ -53,7 +53,7 @@ def test_headless_search_resumes_the_journal_and_prints_json() -> None:
         "--max-trials",
         "4",
         "--runs-dir",
-        str(tuner.settings.runs_dir),
+        str(tuner.settings.run.runs_dir),
         "--resume",
         "--no-tui",
         "--json",

@@ -27,6 +27,7 @@ from memopt.errors import MemoptError
 from memopt.predict.memory_model import Observation, fit_memory_model
 from memopt.run.command import run_target
 from memopt.run.launch import RunRequest, new_run_dir
+from memopt.run.settings import RunSettings
 
 
 def test_command_target_round_trip_and_placeholder() -> None:
@@ -92,7 +93,7 @@ def test_trial_record_keeps_ranks() -> None:
 
 
 def _run(tmp_path: Path, command: str, *, timeout_s: float = 60, cancel: threading.Event | None = None, steps: int = 2):
-    request = RunRequest(target=command_target(command), batch_size=2, steps=steps, timeout_s=timeout_s)
+    request = RunRequest(RunSettings(target=command_target(command), steps=steps, timeout_s=timeout_s), 2)
     return run_target(request, new_run_dir(tmp_path, "job"), cancel)
 
 

@@ -20,7 +20,7 @@ from memopt.core import (
 from memopt.core.memory import Memory
 from memopt.errors import MemoptError
 from memopt.recipes import recipe_source
-from memopt.run import RunRequest, TrialSpec
+from memopt.run import RunRequest, RunSettings, TrialSpec
 from memopt.tune import TuneSettings
 
 
@@ -93,21 +93,33 @@ def test_the_highest_memory_over_ranks_takes_each_figure_on_its_own() -> None:
 @pytest.mark.parametrize(
     ("build", "message"),
     [
-        (lambda: RunRequest(parse_runnable("gpt"), 0), "--batch must be a positive integer, not 0"),
-        (lambda: TrialSpec(parse_runnable("gpt"), -2), "--batch must be a positive integer, not -2"),
+        (lambda: RunRequest(RunSettings(target=parse_runnable("gpt")), 0), "--batch must be a positive integer, not 0"),
         (
-            lambda: TuneSettings(target=parse_runnable("gpt"), target_batch=0),
+            lambda: TrialSpec(RunSettings(target=parse_runnable("gpt")), -2),
+            "--batch must be a positive integer, not -2",
+        ),
+        (
+            lambda: TuneSettings(run=RunSettings(target=parse_runnable("gpt")), target_batch=0),
             "--target-batch must be a positive integer, not 0",
         ),
-        (lambda: RunRequest(parse_runnable("gpt"), 1, steps=0), "--steps must be a positive integer, not 0"),
-        (lambda: TrialSpec(parse_runnable("gpt"), 1, steps=0), "--steps must be a positive integer, not 0"),
         (
-            lambda: TuneSettings(target=parse_runnable("gpt"), target_batch=4, steps=0),
+            lambda: RunRequest(RunSettings(target=parse_runnable("gpt"), steps=0), 1),
             "--steps must be a positive integer, not 0",
         ),
-        (lambda: TrialSpec(parse_runnable("gpt"), 1, device="tpu"), "--device must be auto, cpu or cuda"),
         (
-            lambda: RunRequest(parse_runnable("cmd:python t.py"), 1, options={"size": "tiny"}),
+            lambda: TrialSpec(RunSettings(target=parse_runnable("gpt"), steps=0), 1),
+            "--steps must be a positive integer, not 0",
+        ),
+        (
+            lambda: TuneSettings(run=RunSettings(target=parse_runnable("gpt"), steps=0), target_batch=4),
+            "--steps must be a positive integer, not 0",
+        ),
+        (
+            lambda: TrialSpec(RunSettings(target=parse_runnable("gpt"), device="tpu"), 1),
+            "--device must be auto, cpu or cuda",
+        ),
+        (
+            lambda: RunRequest(RunSettings(target=parse_runnable("cmd:python t.py"), options={"size": "tiny"}), 1),
             "recipe options (--size, --seq, -o) do not apply to a command",
         ),
     ],

@@ -22,6 +22,7 @@ from memopt.run import (
     REUSABLE_STATUSES,
     Journal,
     JournaledRunner,
+    RunSettings,
     StackVersions,
     TrialSpec,
     config_key,
@@ -62,8 +63,10 @@ def result(status: str = "ok", peak: int | None = 500 * MiB, **changes: object) 
     return TrialResult(**values)  # type: ignore[arg-type]
 
 
-def spec(batch: int = 4, config: tuple[ConfigEntry, ...] = ()) -> TrialSpec:
-    return TrialSpec(target=parse_runnable("gpt"), batch_size=batch, options={"size": "tiny"}, config=config)
+def spec(batch: int = 4, config: tuple[ConfigEntry, ...] = (), **settings: Any) -> TrialSpec:
+    """A trial of the tiny GPT; ``settings``: its ``RunSettings`` other than these."""
+    run = RunSettings(**{"target": parse_runnable("gpt"), "options": {"size": "tiny"}, **settings})
+    return TrialSpec(run, batch, config)
 
 
 class FakeInner:
@@ -272,10 +275,10 @@ def test_trial_key_depends_on_what_decides_the_outcome() -> None:
     base = trial_key(spec(), VERSIONS)
     assert trial_key(spec(), VERSIONS) == base
     assert trial_key(spec(batch=8), VERSIONS) != base
-    assert trial_key(replace(spec(), steps=3), VERSIONS) != base
-    assert trial_key(replace(spec(), options={"size": "small"}), VERSIONS) != base
+    assert trial_key(spec(steps=3), VERSIONS) != base
+    assert trial_key(spec(options={"size": "small"}), VERSIONS) != base
     assert trial_key(spec(), replace(VERSIONS, ort_version="1.18.0")) != base
-    assert trial_key(replace(spec(), timeout_s=5.0), VERSIONS) == base  # a timeout does not change a result
+    assert trial_key(spec(timeout_s=5.0), VERSIONS) == base  # a timeout does not change a result
 
 
 def test_config_key_is_what_ort_reads_in_a_canonical_order() -> None:

@@ -27,7 +27,7 @@ from memopt.graph import Polynomial
 from memopt.ort import ConfigEntry, OptimizationType, OrtVersion
 from memopt.pipeline.calibrate import MODEL_FILE, load_saved_model, save_model
 from memopt.predict import MemoryModel, Observation, PlanSavings, fit_memory_model
-from memopt.run import Journal, RunRequest, TrialSpec, check_timeout
+from memopt.run import Journal, RunRequest, RunSettings, TrialSpec, check_timeout
 from memopt.run.files import replace_atomically
 from memopt.run.launch import _CHILD_BOOT, PACKAGE_ROOT
 from memopt.tune import ConfigExport, write_config
@@ -51,9 +51,9 @@ def test_a_timeout_must_be_finite_and_positive(bad: float) -> None:
     with pytest.raises(MemoptError, match="--timeout must be a finite number of seconds above zero"):
         check_timeout(bad)
     with pytest.raises(MemoptError, match="--timeout"):
-        RunRequest(target=parse_runnable("x"), batch_size=1, timeout_s=bad)
+        RunRequest(RunSettings(target=parse_runnable("x"), timeout_s=bad), 1)
     with pytest.raises(MemoptError, match="--timeout"):
-        TrialSpec(parse_runnable("x"), 1, timeout_s=bad)
+        TrialSpec(RunSettings(target=parse_runnable("x"), timeout_s=bad), 1)
 
 
 # -- the journal --------------------------------------------------------------------------

@@ -22,7 +22,7 @@ import pytest
 from memopt.child import CHILD_MODULE
 from memopt.core import parse_runnable
 from memopt.core.memory import Memory
-from memopt.run import LOG_NAME, RECORD_NAME, RunRequest, RunResult, launch, new_run_dir
+from memopt.run import LOG_NAME, RECORD_NAME, RunRequest, RunResult, RunSettings, launch, new_run_dir
 from memopt.run.launch import PACKAGE_ROOT, step_seconds
 from memopt.run.stops import GAP_S, StopWatch
 
@@ -40,10 +40,8 @@ def fake_python(tmp_path: Path, body: str, name: str = "python") -> Path:
 def sleeper_request(tmp_path: Path, timeout_s: float = 30.0) -> tuple[RunRequest, Path]:
     pid_file = tmp_path / "pids"
     request = RunRequest(
-        target=parse_runnable("x"),
-        batch_size=1,
-        python=str(fake_python(tmp_path, SLEEPER)),
-        timeout_s=timeout_s,
+        RunSettings(target=parse_runnable("x"), python=str(fake_python(tmp_path, SLEEPER)), timeout_s=timeout_s),
+        1,
         env={"PID_FILE": str(pid_file)},
     )
     return request, pid_file
@@ -182,14 +180,16 @@ def test_cancel_already_set_never_starts_the_child(tmp_path: Path) -> None:
 @pytest.mark.subprocess
 def test_run_record_holds_request_and_result(tmp_path: Path) -> None:
     python = fake_python(tmp_path, "#!/bin/sh\nexit 0\n")
-    request = RunRequest(target=parse_runnable("x"), batch_size=1, python=str(python), env={"A": "1"}, unset_env=("B",))
+    request = RunRequest(
+        RunSettings(target=parse_runnable("x"), python=str(python)), 1, env={"A": "1"}, unset_env=("B",)
+    )
     run_dir = new_run_dir(tmp_path / "runs", "r")
     result = launch(request, run_dir)
     saved = record(run_dir)
     assert saved["memopt_version"]
     assert saved["request"]["recipe"] == "x"
     assert saved["request"]["batch_size"] == 1
-    assert saved["request"]["python"] == request.python
+    assert saved["request"]["python"] == request.settings.python
     assert saved["request"]["env"] == {"A": "1"}
     assert saved["request"]["unset_env"] == ["B"]
     assert saved["result"]["status"] == result.status == "crashed"
@@ -209,7 +209,7 @@ def test_child_runs_the_child_module_with_request_and_result_paths(tmp_path: Pat
     python = fake_python(tmp_path, body)
     run_dir = new_run_dir(tmp_path / "runs", "a")
     request = RunRequest(
-        target=parse_runnable("gpt"), batch_size=8, options={"size": "tiny"}, steps=3, python=str(python)
+        RunSettings(target=parse_runnable("gpt"), options={"size": "tiny"}, steps=3, python=str(python)), 8
     )
     launch(request, run_dir)
     flag, boot, *paths, _ = args_file.read_text().split("\0")
@@ -240,9 +240,8 @@ def test_child_environment_adds_memopt_variables_and_drops_unset_ones(
     python = fake_python(tmp_path, f"#!/bin/sh\nenv > {env_file}\n")
     run_dir = new_run_dir(tmp_path / "runs", "e")
     request = RunRequest(
-        target=parse_runnable("x"),
-        batch_size=1,
-        python=str(python),
+        RunSettings(target=parse_runnable("x"), python=str(python)),
+        1,
         env={"EXTRA": "yes", "MEMOPT_TEST_KEEP": "overridden"},
         unset_env=("MEMOPT_TEST_DROP",),
         save_onnx=True,
@@ -265,7 +264,7 @@ def test_child_environment_adds_memopt_variables_and_drops_unset_ones(
 def test_child_that_exits_without_a_result_is_crashed_with_its_last_log_line(tmp_path: Path) -> None:
     python = fake_python(tmp_path, "#!/bin/sh\necho starting\necho 'boom: it broke' >&2\nexit 3\n")
     run_dir = new_run_dir(tmp_path / "runs", "x")
-    result = launch(RunRequest(target=parse_runnable("x"), batch_size=1, python=str(python)), run_dir)
+    result = launch(RunRequest(RunSettings(target=parse_runnable("x"), python=str(python)), 1), run_dir)
     assert result.status == "crashed"
     assert result.returncode == 3
     assert result.error == "the run exited with status 3: boom: it broke"
@@ -277,7 +276,7 @@ def test_child_that_exits_without_a_result_is_crashed_with_its_last_log_line(tmp
 def test_child_with_no_output_is_crashed_with_no_output(tmp_path: Path) -> None:
     python = fake_python(tmp_path, "#!/bin/sh\nexit 1\n")
     result = launch(
-        RunRequest(target=parse_runnable("x"), batch_size=1, python=str(python)), new_run_dir(tmp_path, "x")
+        RunRequest(RunSettings(target=parse_runnable("x"), python=str(python)), 1), new_run_dir(tmp_path, "x")
     )
     assert (result.status, result.error) == ("crashed", "the run exited with status 1: no output")
 
@@ -286,7 +285,7 @@ def test_child_with_no_output_is_crashed_with_no_output(tmp_path: Path) -> None:
 def test_child_killed_by_sigkill_without_an_oom_record_is_killed_by_signal_9(tmp_path: Path) -> None:
     python = fake_python(tmp_path, "#!/bin/sh\nkill -9 $$\n")
     result = launch(
-        RunRequest(target=parse_runnable("x"), batch_size=1, python=str(python)), new_run_dir(tmp_path, "x")
+        RunRequest(RunSettings(target=parse_runnable("x"), python=str(python)), 1), new_run_dir(tmp_path, "x")
     )
     assert result.status == "crashed"
     assert result.returncode == -signal.SIGKILL
@@ -297,7 +296,7 @@ def test_child_killed_by_sigkill_without_an_oom_record_is_killed_by_signal_9(tmp
 def test_child_killed_by_another_signal_names_it(tmp_path: Path) -> None:
     python = fake_python(tmp_path, "#!/bin/sh\nkill -SEGV $$\n")
     result = launch(
-        RunRequest(target=parse_runnable("x"), batch_size=1, python=str(python)), new_run_dir(tmp_path, "x")
+        RunRequest(RunSettings(target=parse_runnable("x"), python=str(python)), 1), new_run_dir(tmp_path, "x")
     )
     assert (result.status, result.error) == ("crashed", "the run was killed by signal 11 (SIGSEGV)")
 
@@ -329,7 +328,7 @@ def test_reported_result_is_collected_into_the_run_result(tmp_path: Path) -> Non
     }
     run_dir = new_run_dir(tmp_path / "runs", "ok")
     python = write_result_script(tmp_path, reported)
-    result = launch(RunRequest(target=parse_runnable("x"), batch_size=1, python=str(python)), run_dir)
+    result = launch(RunRequest(RunSettings(target=parse_runnable("x"), python=str(python)), 1), run_dir)
     assert result.ok
     assert result == RunResult(
         status="ok",
@@ -358,7 +357,7 @@ def test_reported_result_is_collected_into_the_run_result(tmp_path: Path) -> Non
 def test_reported_error_status_is_kept(tmp_path: Path) -> None:
     python = write_result_script(tmp_path, {"status": "out_of_memory", "error": "CUDA out of memory"})
     result = launch(
-        RunRequest(target=parse_runnable("x"), batch_size=1, python=str(python)), new_run_dir(tmp_path, "x")
+        RunRequest(RunSettings(target=parse_runnable("x"), python=str(python)), 1), new_run_dir(tmp_path, "x")
     )
     assert (result.status, result.error, result.ok) == ("out_of_memory", "CUDA out of memory", False)
     assert result.median_step_s is None
@@ -369,7 +368,7 @@ def test_child_still_running_in_its_report_is_crashed(tmp_path: Path) -> None:
     """A child that wrote ``running`` and then died: its own status is not believed."""
     python = write_result_script(tmp_path, {"status": "running"})
     result = launch(
-        RunRequest(target=parse_runnable("x"), batch_size=1, python=str(python)), new_run_dir(tmp_path, "x")
+        RunRequest(RunSettings(target=parse_runnable("x"), python=str(python)), 1), new_run_dir(tmp_path, "x")
     )
     assert result.status == "crashed"
     assert result.error == "the run exited with status 0: no output"
@@ -379,7 +378,7 @@ def test_child_still_running_in_its_report_is_crashed(tmp_path: Path) -> None:
 def test_unreadable_result_file_is_crashed(tmp_path: Path) -> None:
     python = fake_python(tmp_path, '#!/bin/sh\nprintf "{not json" > "$4"\nexit 2\n')
     result = launch(
-        RunRequest(target=parse_runnable("x"), batch_size=1, python=str(python)), new_run_dir(tmp_path, "x")
+        RunRequest(RunSettings(target=parse_runnable("x"), python=str(python)), 1), new_run_dir(tmp_path, "x")
     )
     assert result.status == "crashed" and result.returncode == 2
 
@@ -399,8 +398,8 @@ def test_end_all_runs_ends_every_running_child_and_starts_no_new_one(tmp_path: P
 import json, threading, time
 from pathlib import Path
 from memopt.core import parse_runnable
-from memopt.run import RunRequest, end_all_runs, launch, new_run_dir
-request = RunRequest(target=parse_runnable("x"), batch_size=1, python={request.python!r}, env={dict(request.env)!r})
+from memopt.run import RunRequest, RunSettings, end_all_runs, launch, new_run_dir
+request = RunRequest(RunSettings(target=parse_runnable("x"), python={request.settings.python!r}), 1, env={dict(request.env)!r})
 results = []
 worker = threading.Thread(target=lambda: results.append(launch(request, new_run_dir(Path({str(tmp_path)!r}), "a"))))
 worker.start()

@@ -23,11 +23,13 @@ from memopt.cli.options import (
     OptionalRecipeArgument,
     OptionPairs,
     PythonOption,
+    RunOptions,
     RunsDirOption,
     SeqOption,
     SizeOption,
     StepsOption,
     TargetBatchOption,
+    TargetOptions,
     TargetSeqOption,
     TimeoutOption,
     calibration_batches,
@@ -99,16 +101,8 @@ def plan_command(
     settings = run_settings(
         target,
         target_batch,
-        seq=seq,
-        size=size,
-        pairs=option,
-        hf_task=hf_task,
-        target_seq=target_seq,
-        steps=steps,
-        device=device,
-        timeout=timeout,
-        python=python,
-        runs_dir=runs_dir,
+        TargetOptions(seq, size, option, hf_task, target_seq),
+        RunOptions(steps, device, timeout, python, runs_dir),
     )
     batches = calibration_batches(calibrate_at)
     parsed = parse_budget(budget) if budget is not None else None
@@ -141,7 +135,7 @@ def plan_command(
         predicted = int(result.predicted_bytes)
         with console.status(f"Verifying at batch {target_batch}…"):
             trial = run_trial(
-                TrialSpec.of(settings, target_batch, result.entries),
+                TrialSpec(settings, target_batch, result.entries),
                 runs_dir,
                 journal=Journal.in_folder(runs_dir),
                 budget_bytes=budget_bytes,

@@ -255,7 +255,7 @@ def calibrate(
     )
 
     def run(batch: int, plans: tuple[PlanKey, ...]) -> TrialResult:
-        spec = TrialSpec.of(replace(settings, options=prepared.options), batch, plan_config_entries(plans))
+        spec = TrialSpec(replace(settings, options=prepared.options), batch, plan_config_entries(plans))
         return run_trial(spec, runs_dir, journal=journal, resume=resume, versions=prepared.versions)
 
     return calibrate_on(
