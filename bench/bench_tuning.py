@@ -232,7 +232,7 @@ def ort_saving(plan: Plan) -> float:
 
 def measure_budget(recipe: str, options: dict[str, Any], target: int, steps: int, folder: Path) -> Bench:
     log("budget: graph probe and scan, then no-config and every-plan trials at the target batch")
-    prepared = prepare_target(parse_runnable(recipe), options=options, runs_dir=folder)
+    prepared = prepare_target(RunSettings(target=parse_runnable(recipe), options=options, runs_dir=folder))
     report = prepared.report
     dims = {**prepared.loaded.logged_dims, **{symbol: target for symbol in prepared.batch_symbols}}
     savings = {p.key: p.exact.evaluate(dims) for p in report.patterns}

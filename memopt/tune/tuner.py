@@ -223,7 +223,6 @@ class Tuner:
         return self.settings.probe_batch or self._calibration_batches[0]
 
     def _prepare_target(self) -> PreparedTarget:
-        run = self.settings.run
         try:
             if self._prepare is not None:
                 return self._prepare(self._cancel)
@@ -233,10 +232,7 @@ class Tuner:
                 if loaded is None and self._probed is not None and self._probed.status is RunStatus.OUT_OF_MEMORY:
                     probe_batch = max(1, probe_batch // 2)
             return prepare_target(
-                run.target,
-                options=run.options,
-                runs_dir=run.runs_dir,
-                python=run.python,
+                self.settings.run,
                 probe_batch=probe_batch,
                 versions=self.versions,
                 loaded=loaded,

@@ -70,7 +70,9 @@ def simulate_once(
 def prepared_gpt() -> PreparedTarget:
     """The tiny GPT's real training graph (captured with ORT 1.19.2), scanned; no probe run."""
     target = ScanTarget(sample_graph(), "sample gpt", SAMPLE_GRAPH, DIMS, "1.19.2")
-    return prepare_target(parse_runnable("gpt"), options={"size": "tiny"}, versions=VERSIONS, loaded=target)
+    return prepare_target(
+        RunSettings(target=parse_runnable("gpt"), options={"size": "tiny"}), versions=VERSIONS, loaded=target
+    )
 
 
 @dataclass
