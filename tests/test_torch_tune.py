@@ -172,3 +172,21 @@ def test_a_command_that_never_applies_a_policy_is_told_so(tmp_path: Path) -> Non
     last = tuned.stderr.strip().splitlines()[-1]
     assert last.startswith("error: the job at batch 2 ended before memopt could capture"), tuned.stderr
     assert "does the script pass its model to memopt.recompute.apply?" in last and "Traceback" not in tuned.stderr
+
+
+@pytest.mark.torch
+def test_plan_writes_the_policy_predicted_to_fit_and_nothing_when_none_is(tmp_path: Path) -> None:
+    """``plan --backend torch``: tune's scan, probes and choice without the verifying run. Its
+    policy file goes to --out; a budget no policy is predicted to meet writes nothing and exits 3."""
+    runs, out = tmp_path / "runs", tmp_path / "policy.json"
+    tiny = ("gpt", "--size", "tiny", "--backend", "torch", "--target-batch", "8", "--runs-dir", str(runs))
+    roomy = memopt("plan", *tiny, "--budget", "20GiB", "--out", str(out), "--json")
+    assert roomy.returncode == 0, roomy.stderr
+    assert roomy.stderr.splitlines()[0] == "backend: torch (--backend)"
+    document = json.loads(roomy.stdout)
+    assert document["feasible"] and document["plans"] == [] and document["policy_file"] == str(out)
+    assert RecomputePolicy.read(out).plans == () and document["export"] == [f"export {POLICY_ENV}={out.resolve()}"]
+    assert [t["batch"] for t in map(json.loads, (runs / "journal.jsonl").read_text().splitlines())] == [2, 4]
+    tight = memopt("plan", *tiny, "--budget", "1MiB", "--out", str(tmp_path / "none.json"))
+    assert tight.returncode == 3, tight.stderr
+    assert "over the limit" in tight.stderr and not (tmp_path / "none.json").exists() and tight.stdout == ""
