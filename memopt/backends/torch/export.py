@@ -1,0 +1,238 @@
+"""An ORT memory-optimizer config carried over to plain PyTorch: the torch policy that drops the same tensors.
+
+Each enabled ORT plan is looked up in ORT's scan of the same model (which stashed tensors it
+drops, in which modules) and in the torch scan (which aten op's saved outputs each module keeps):
+``memopt.ort.torch_counterparts`` says which aten ops an ORT plan's stashed tensor is, and the
+torch plans of those ops in the plan's modules carry it over. A plan with no counterpart, or whose
+counterpart the torch scan finds nothing to drop for, is kept in the export with the reason and
+left out of the policy: never dropped silently.
+
+The export is then verified in plain PyTorch: one seeded step with and without the policy
+(gradients and buffers bitwise equal, on CPU), and a torch trial at the config's batch whose
+measured peak is held against the budget (``verify``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import torch
+
+from memopt import recompute
+from memopt.backends.torch.capture import module_pattern
+from memopt.backends.torch.scan import BATCH, SEQ, TorchPlanRow, TorchScan
+from memopt.errors import MemoptError
+from memopt.graph.expr import UnknownSymbolError
+from memopt.graph.polynomial import Polynomial
+from memopt.graph.sizes import resolve_dims
+from memopt.ort.config import ConfigEntry, OptimizationType
+from memopt.ort.stack import inspect_stack
+from memopt.ort.torch_counterparts import Counterpart, CounterpartKind, Fidelity, counterpart
+from memopt.recipes import Recipe
+from memopt.recompute import RecomputePolicy
+from memopt.run.settings import RunSettings
+from memopt.run.target import load_target
+from memopt.scan import scan_graph
+from memopt.scan.modules import module_path
+from memopt.scan.patterns import Pattern
+
+__all__ = [
+    "OrtScan",
+    "PlanExport",
+    "TorchExport",
+    "export_config",
+    "gradient_differences",
+    "scan_ort_plans",
+    "seeded_step",
+]
+
+
+@dataclass(frozen=True)
+class OrtScan:
+    """ORT's plans for the model (``memopt scan``) and the graph's dims at the export's batch."""
+
+    ort_version: str
+    patterns: tuple[Pattern, ...]
+    dims: dict[str, int]
+
+
+def scan_ort_plans(settings: RunSettings, batch: int) -> OrtScan:
+    """ORT's scan of ``settings``' target, from the training graph of a short no-config ORTModule probe."""
+    loaded = load_target(settings.target, options=settings.options, runs_dir=settings.runs_dir, python=settings.python)
+    version = loaded.ort_version or inspect_stack().ort_version
+    if version is None:
+        raise MemoptError("no ORT installed to take the plans' rules from")
+    report = scan_graph(loaded.graph, version)
+    seq = settings.options.get("seq_len")
+    dims = resolve_dims(report.inputs, report.symbols, batch=batch, seq=seq, defaults=loaded.logged_dims)
+    return OrtScan(version, report.patterns, dims)
+
+
+@dataclass(frozen=True)
+class PlanExport:
+    """One enabled ORT plan and the torch plans that carry it over (none: left out, ``reason`` says why)."""
+
+    entry: ConfigEntry
+    counterpart: Counterpart
+    modules: tuple[str, ...]  # where ORT's plan occurs, layers folded (blocks.*.mlp.fc)
+    ort_bytes: float | None  # what ORT's plan saves in memopt's model at the export's size; None: not in the scan
+    rows: tuple[TorchPlanRow, ...]
+    row_bytes: tuple[float, ...]  # what each torch plan saves at the export's size (torch scan)
+    reason: str
+
+    @property
+    def torch_bytes(self) -> float:
+        return sum(self.row_bytes)
+
+    @property
+    def carried(self) -> bool:
+        return bool(self.rows)
+
+    @property
+    def fidelity(self) -> Fidelity:
+        return self.counterpart.fidelity if self.carried else Fidelity.NONE
+
+
+@dataclass(frozen=True)
+class TorchExport:
+    batch: int
+    plans: tuple[PlanExport, ...]
+
+    @property
+    def policy(self) -> RecomputePolicy:
+        rows = {str(row.plan): row.plan for plan in self.plans for row in plan.rows}
+        return RecomputePolicy(tuple(rows.values()))
+
+    @property
+    def ort_bytes(self) -> float:
+        return sum(plan.ort_bytes or 0.0 for plan in self.plans)
+
+    @property
+    def torch_bytes(self) -> float:
+        """What the policy saves: each torch plan once, though two ORT plans may carry over to it."""
+        saved = {str(row.plan): b for plan in self.plans for row, b in zip(plan.rows, plan.row_bytes)}
+        return sum(saved.values())
+
+    @property
+    def left_out(self) -> tuple[PlanExport, ...]:
+        return tuple(plan for plan in self.plans if not plan.carried)
+
+
+def export_config(
+    entries: Sequence[ConfigEntry],
+    patterns: Sequence[Pattern],
+    torch_scan: TorchScan,
+    *,
+    batch: int,
+    ort_dims: Mapping[str, int],
+) -> TorchExport:
+    """Carry each enabled entry of an ORT config over to ``torch_scan``'s plans.
+
+    ``patterns``: ORT's scan of the same model (``memopt.scan``), whose savings are evaluated at
+    ``ort_dims`` (the graph's dims at ``batch``); the torch savings at ``batch`` and the scan's seq."""
+    effective = {entry.subgraph: entry for entry in entries}  # ORT keeps the last entry per subgraph
+    by_cell = {cell: pattern for pattern in patterns for cell in pattern.key.cells}
+    exported = []
+    for entry in effective.values():
+        if entry.optimization is OptimizationType.DISABLED:
+            continue
+        exported.append(_export_entry(entry, by_cell.get(entry.cell), torch_scan, batch, ort_dims))
+    return TorchExport(batch, tuple(exported))
+
+
+def _export_entry(
+    entry: ConfigEntry, pattern: Pattern | None, scan: TorchScan, batch: int, ort_dims: Mapping[str, int]
+) -> PlanExport:
+    found = counterpart(entry.subgraph)
+    if pattern is None:
+        return PlanExport(entry, found, (), None, (), (), "ORT's scan of this model has no such plan: ORT ignores it")
+    modules = tuple(dict.fromkeys(module_pattern(m) for m in pattern.modules))
+    ort_bytes = _bytes(pattern.exact, ort_dims)
+    if entry.optimization is OptimizationType.COMPROMISE:
+        reason = "a compromise plan keeps a smaller copy (a cast); PyTorch has no such mode"
+        return PlanExport(entry, found, modules, ort_bytes, (), (), reason)
+    if not found.carries_over:
+        return PlanExport(entry, found, modules, ort_bytes, (), (), found.note)
+    rows = _torch_rows(found, pattern, scan)
+    if not rows:
+        where = ", ".join(modules) or "the model's own forward"
+        reason = (
+            f"the torch scan finds no saved output of {' or '.join(f'aten.{op}' for op in found.aten_ops)} "
+            f"in {where} that a recompute would drop"
+        )
+        return PlanExport(entry, found, modules, ort_bytes, (), (), reason)
+    note = found.note
+    if entry.count >= 0 and entry.count < pattern.frequency:
+        note += f"; ORT recomputes the first {entry.count} of {pattern.frequency}, the torch plan every one"
+    row_bytes = tuple(_row_saving(row, scan, batch) for row in rows)
+    return PlanExport(entry, found, modules, ort_bytes, rows, row_bytes, note)
+
+
+def _torch_rows(found: Counterpart, pattern: Pattern, scan: TorchScan) -> tuple[TorchPlanRow, ...]:
+    """The torch plans of the counterpart's ops in the modules ORT's plan occurs in.
+
+    A node ORT fused (``Gelu_token_0``) lost the exporter's scope, and memopt's ORT scan names its
+    input's module instead (``mlp.fc`` for the GELU in ``mlp.act``): for those, the op is looked
+    for in that module's siblings too."""
+    own = {module_pattern(o.module) for o in pattern.occurrences if o.module}
+    unscoped = {module_pattern(o.module) for o in pattern.occurrences if o.module and module_path(o.entry) is None}
+    whole = found.kind is CounterpartKind.MODULE
+
+    def chosen(row: TorchPlanRow, modules: set[str]) -> bool:
+        if row.plan.whole_module != whole or row.plan.module not in modules:
+            return False
+        return whole or (row.plan.op is not None and row.plan.op.name in found.aten_ops)
+
+    exact = tuple(row for row in scan.rows if chosen(row, own))
+    if exact or not unscoped:
+        return exact
+    parents = {_parent(module) for module in unscoped} - {None}
+    return tuple(row for row in scan.rows if _parent(row.plan.module) in parents and chosen(row, {row.plan.module}))
+
+
+def _parent(module: str) -> str | None:
+    return module.rpartition(".")[0] if "." in module else None
+
+
+def _row_saving(row: TorchPlanRow, scan: TorchScan, batch: int) -> float:
+    if row.saving is None:  # the sizes followed no formula: the measured bytes, grown with the batch
+        return row.saving_bytes * batch / scan.batch
+    return row.saving.evaluate({BATCH: batch, SEQ: scan.seq or 1})
+
+
+def _bytes(polynomial: Polynomial, dims: Mapping[str, int]) -> float | None:
+    try:
+        return polynomial.evaluate(dims)
+    except UnknownSymbolError:
+        return None
+
+
+def seeded_step(recipe: Recipe, policy: RecomputePolicy | None, batch: int) -> dict[str, torch.Tensor]:
+    """One seeded training step (dropout on), with ``policy`` applied where given: every gradient and buffer after it."""
+    from memopt.child.steps import default_loss
+
+    torch.manual_seed(0)
+    model = recipe.model().train()
+    torch.manual_seed(1)
+    inputs, target = recipe.batch(batch)
+    if policy is not None:
+        recompute.apply(model, policy)
+    torch.manual_seed(2)
+    output = (
+        model(**inputs) if isinstance(inputs, dict) else model(*inputs) if isinstance(inputs, tuple) else model(inputs)
+    )
+    (recipe.loss or default_loss)(output, target).backward()
+    state = {f"grad {name}": p.grad for name, p in model.named_parameters() if p.grad is not None}
+    return {**state, **{f"buffer {name}": b for name, b in model.named_buffers()}}
+
+
+def gradient_differences(recipe: Recipe, policy: RecomputePolicy, batch: int) -> list[str]:
+    """The gradients and buffers a seeded step under ``policy`` changes (bitwise, on CPU); [] where none."""
+    plain, recomputed = seeded_step(recipe, None, batch), seeded_step(recipe, policy, batch)
+    names = sorted(set(plain) | set(recomputed))
+    return [
+        name
+        for name in names
+        if name not in plain or name not in recomputed or not torch.equal(plain[name], recomputed[name])
+    ]

@@ -1,0 +1,213 @@
+"""``memopt export --torch``: an ORT memory-optimizer config carried over to plain PyTorch, and verified there."""
+
+from __future__ import annotations
+
+import shlex
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+from rich import box
+from rich.markup import escape
+from rich.table import Table
+
+from memopt.cli import EXIT_DOES_NOT_FIT, app, console, error_console
+from memopt.cli.options import (
+    BudgetOption,
+    DeviceOption,
+    OptionPairs,
+    RunsDirOption,
+    SeqOption,
+    SizeOption,
+    StepsOption,
+    TimeoutOption,
+    checked_count,
+    choose_target,
+    run_settings,
+)
+from memopt.cli.tables import add_entry_column, print_table
+from memopt.core import runnable
+from memopt.errors import MemoptError
+from memopt.ort.stack import inspect_stack
+from memopt.ort.version import OrtVersion
+from memopt.run import DEFAULT_RUNS_DIR, DEFAULT_STEPS, DEFAULT_TIMEOUT_S
+from memopt.run.budget import parse_budget
+from memopt.run.files import check_write_target, replace_atomically
+from memopt.run.journal import Journal
+from memopt.run.trials import parse_trial_config
+from memopt.units import format_bytes
+
+if TYPE_CHECKING:
+    from memopt.backends.torch.export import TorchExport
+
+__all__ = ["export_command"]
+
+# The seeded step whose gradients are compared runs in this process: a small batch keeps it light.
+_GRADIENT_CHECK_BATCH = 2
+
+
+@app.command("export")
+def export_command(
+    config: Annotated[
+        str,
+        typer.Argument(
+            help="The ORT config: a JSON config file (a tune's or plan's), a config string, or plan keys (X+ means X+:1:-1).",
+            show_default=False,
+        ),
+    ],
+    recipe: Annotated[
+        str,
+        typer.Argument(
+            metavar="RECIPE", help="The model the config was tuned for: a recipe (built-in name, .py file, hf:NAME)."
+        ),
+    ],
+    to_torch: bool = typer.Option(False, "--torch", help="Export to plain PyTorch (a memopt recompute policy)."),
+    batch: int = typer.Option(
+        ..., "--batch", "-b", callback=checked_count, help="The batch the config was tuned for; verified at it."
+    ),
+    budget: BudgetOption = None,
+    out: Path | None = typer.Option(None, "--out", help="Also write the policy file here (atomically)."),
+    force: bool = typer.Option(False, "--force", help="Overwrite --out if it is a regular file."),
+    seq: SeqOption = None,
+    size: SizeOption = None,
+    option: OptionPairs = [],  # noqa: B006  (typer reads the default; never mutated)
+    steps: StepsOption = DEFAULT_STEPS,
+    device: DeviceOption = "auto",
+    runs_dir: RunsDirOption = DEFAULT_RUNS_DIR,
+    timeout: TimeoutOption = DEFAULT_TIMEOUT_S,
+) -> None:
+    """Carry CONFIG over to plain PyTorch for RECIPE: the recompute policy that drops the same tensors,
+    checked in PyTorch (gradients, saved bytes, measured peak against the budget)."""
+    if not to_torch:
+        raise MemoptError("say what to export to: --torch (a policy for memopt.recompute.apply) is the one target")
+    if out is not None:
+        check_write_target(out, overwrite=force)  # before any run: the refusal is the one line
+    parsed_budget = parse_budget(budget) if budget is not None else None
+    ort_version = inspect_stack().ort_version
+    if ort_version is None:
+        raise MemoptError(
+            "export reads the config against ORT's scan of the model, and onnxruntime-training is not installed here"
+        )
+    entries = parse_trial_config(config, OrtVersion.parse(ort_version)).entries
+    if not entries:
+        raise MemoptError(f"the config {config!r} enables no plan: there is nothing to export")
+    target = runnable(choose_target(recipe, None))
+    settings = run_settings(
+        target,
+        batch,
+        seq=seq,
+        size=size,
+        pairs=option,
+        hf_task=None,
+        target_seq=None,
+        steps=steps,
+        device=device,
+        timeout=timeout,
+        python=None,
+        runs_dir=runs_dir,
+    )
+    # Imported here: the torch back end loads torch, which the commands' shared start-up must not carry.
+    from memopt.backends.torch.export import export_config, gradient_differences, scan_ort_plans
+    from memopt.backends.torch.scan import scan_recipe
+    from memopt.backends.torch.trial import require_recipe, resolve_torch_budget, run_torch_trial
+    from memopt.recompute import POLICY_ENV
+
+    loaded = require_recipe(target).load(settings.options)
+    with error_console.status(f"ORT's plans for {escape(str(target))} (a short ORTModule probe, once)…"):
+        ort = scan_ort_plans(settings, batch)
+    with error_console.status(f"Capturing training steps of {escape(str(target))} in plain PyTorch…"):
+        torch_scan = scan_recipe(loaded, min(batch, _GRADIENT_CHECK_BATCH))
+    exported = export_config(entries, ort.patterns, torch_scan, batch=batch, ort_dims=ort.dims)
+    policy = exported.policy
+    _print_mapping(exported, str(target), ort.ort_version)
+    _say(
+        f"saving at batch {batch}: ORT's plans {format_bytes(exported.ort_bytes)} in memopt's model of the ORT graph, "
+        f"the torch policy {format_bytes(exported.torch_bytes)} (torch scan, each plan alone)"
+    )
+    gradient_batch = min(batch, _GRADIENT_CHECK_BATCH)
+    with error_console.status("Comparing gradients with and without the policy…"):
+        differ = gradient_differences(loaded, policy, gradient_batch)
+    if differ:
+        raise MemoptError(
+            f"the exported policy changes {len(differ)} gradient(s) or buffer(s) of a seeded step "
+            f"({', '.join(differ[:3])}{', ...' if len(differ) > 3 else ''}): it is not written"
+        )
+    _say(f"gradients: equal to the unwrapped model's, bitwise (a seeded step at batch {gradient_batch}, on CPU)")
+    with error_console.status(f"Trial at batch {batch} in plain PyTorch ({escape(str(policy))})…"):
+        trial = run_torch_trial(settings, batch, policy, journal=Journal.in_folder(settings.runs_dir))
+    if not trial.ok or trial.peak_bytes is None:
+        raise MemoptError(f"the trial {trial.status}: {trial.error} (log: {trial.run_dir}/ort.log)")
+    if out is not None:
+        replace_atomically(out, policy.to_json() + "\n", overwrite=force)
+    budget_bytes = resolve_torch_budget(parsed_budget, settings.device)
+    policy_path = out if out is not None else trial.policy_path
+    measured = f"peak {format_bytes(trial.peak_bytes)} at batch {batch} under the policy"
+    if trial.fits(budget_bytes):
+        _say(f"measured: {measured}, within the budget {format_bytes(budget_bytes)} ({trial.run_dir})")
+        print(f"# {policy}")
+        print(f"export {POLICY_ENV}={shlex.quote(str(policy_path.resolve()))}")
+        return
+    _say(
+        f"measured: {measured}: over the budget {format_bytes(budget_bytes)} "
+        f"by {format_bytes(trial.peak_bytes - budget_bytes)} ({trial.run_dir})"
+    )
+    retune = ["memopt", "tune", "--backend", "torch", *_recipe_words(recipe, settings.options)]
+    retune += ["--target-batch", str(batch), "--budget", budget or format_bytes(budget_bytes).replace(" ", "")]
+    print(f"# the policy is written ({policy_path}) but misses; the torch back end's own tune at that budget:")
+    print(shlex.join([*retune, "--no-tui"]))
+    sys.exit(EXIT_DOES_NOT_FIT)
+
+
+def _recipe_words(recipe: str, options: Mapping[str, object]) -> list[str]:
+    """The recipe and its options as the command line gives them."""
+    flags = {"size": "--size", "seq_len": "--seq"}
+    words = [recipe]
+    for key, value in options.items():
+        words += [flags[key], str(value)] if key in flags else ["-o", f"{key}={value}"]
+    return words
+
+
+def _print_mapping(exported: TorchExport, target: str, ort_version: str) -> None:
+    console.print(
+        f"{target} at batch {exported.batch}: ORT {ort_version}'s plans carried over to plain PyTorch",
+        markup=False,
+        highlight=False,
+    )
+    table = Table(box=box.SIMPLE_HEAD, show_edge=False)
+    add_entry_column(table, "ORT plan", [str(plan.entry) for plan in exported.plans])
+    table.add_column("occurs in", overflow="fold")
+    table.add_column("ORT saves", justify="right", no_wrap=True)
+    table.add_column("torch plan", overflow="fold")
+    table.add_column("torch saves", justify="right", no_wrap=True)
+    table.add_column("carried over", overflow="fold")
+    for plan in exported.plans:
+        where = ", ".join(plan.modules) or "-"
+        ort_saves = format_bytes(plan.ort_bytes)
+        verdict = f"{plan.fidelity.value}: {plan.reason}" if plan.carried else f"left out: {plan.reason}"
+        torch_plans = [str(row.plan) for row in plan.rows] or ["-"]
+        torch_saves = [format_bytes(b) for b in plan.row_bytes] or ["-"]
+        for index, (torch_plan, saves) in enumerate(zip(torch_plans, torch_saves)):
+            first = index == 0
+            table.add_row(
+                str(plan.entry) if first else "",
+                where if first else "",
+                ort_saves if first else "",
+                escape(torch_plan),
+                saves,
+                escape(verdict) if first else "",
+            )
+    print_table(table)
+    left_out = exported.left_out
+    if left_out:
+        console.print(
+            f"{len(left_out)} of {len(exported.plans)} plans left out (no PyTorch counterpart): "
+            + ", ".join(plan.entry.subgraph for plan in left_out),
+            markup=False,
+            highlight=False,
+        )
+
+
+def _say(line: str) -> None:
+    error_console.print(line, markup=False, highlight=False, soft_wrap=True)
