@@ -177,35 +177,29 @@ def _print_mapping(exported: TorchExport, target: str, ort_version: str) -> None
     )
     table = Table(box=box.SIMPLE_HEAD, show_edge=False)
     add_entry_column(table, "ORT plan", [str(plan.entry) for plan in exported.plans])
-    table.add_column("occurs in", overflow="fold")
     table.add_column("ORT saves", justify="right", no_wrap=True)
-    table.add_column("torch plan", overflow="fold")
+    add_entry_column(table, "torch plan", [str(row.plan) for plan in exported.plans for row in plan.rows])
     table.add_column("torch saves", justify="right", no_wrap=True)
-    table.add_column("carried over", overflow="fold")
+    table.add_column("carried over", no_wrap=True)
     for plan in exported.plans:
-        where = ", ".join(plan.modules) or "-"
-        ort_saves = format_bytes(plan.ort_bytes)
-        verdict = f"{plan.fidelity.value}: {plan.reason}" if plan.carried else f"left out: {plan.reason}"
         torch_plans = [str(row.plan) for row in plan.rows] or ["-"]
         torch_saves = [format_bytes(b) for b in plan.row_bytes] or ["-"]
+        first = (str(plan.entry), format_bytes(plan.ort_bytes), plan.fidelity.value if plan.carried else "left out")
         for index, (torch_plan, saves) in enumerate(zip(torch_plans, torch_saves)):
-            first = index == 0
-            table.add_row(
-                str(plan.entry) if first else "",
-                where if first else "",
-                ort_saves if first else "",
-                escape(torch_plan),
-                saves,
-                escape(verdict) if first else "",
-            )
+            entry, ort_saves, verdict = first if index == 0 else ("", "", "")
+            table.add_row(entry, ort_saves, escape(torch_plan), saves, verdict)
     print_table(table)
+    for plan in exported.plans:
+        where = f" (ORT: {', '.join(plan.modules)})" if plan.modules else ""
+        console.print(f"{plan.entry.subgraph}{where}: {plan.reason}", markup=False, highlight=False, soft_wrap=True)
     left_out = exported.left_out
     if left_out:
         console.print(
-            f"{len(left_out)} of {len(exported.plans)} plans left out (no PyTorch counterpart): "
+            f"{len(left_out)} of {len(exported.plans)} plans left out of the policy: "
             + ", ".join(plan.entry.subgraph for plan in left_out),
             markup=False,
             highlight=False,
+            soft_wrap=True,
         )
 
 
