@@ -109,7 +109,8 @@ def export_command(
         runs_dir=runs_dir,
     )
     # Imported here: the torch back end loads torch, which the commands' shared start-up must not carry.
-    from memopt.backends.torch.export import export_config, gradient_differences, scan_ort_plans
+    from memopt.backends.torch.export import export_config, scan_ort_plans
+    from memopt.backends.torch.gradients import gradient_differences
     from memopt.backends.torch.scan import scan_recipe
     from memopt.backends.torch.trial import require_recipe, resolve_torch_budget, run_torch_trial
     from memopt.recompute import POLICY_ENV

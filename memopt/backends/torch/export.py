@@ -7,20 +7,16 @@ torch plans of those ops in the plan's modules carry it over. A plan with no cou
 counterpart the torch scan finds nothing to drop for, is kept in the export with the reason and
 left out of the policy: never dropped silently.
 
-The export is then verified in plain PyTorch: one seeded step with and without the policy
-(gradients and buffers bitwise equal, on CPU), and a torch trial at the config's batch whose
-measured peak is held against the budget (``verify``).
+The export is then verified in plain PyTorch (``memopt export``): a seeded step with and
+without the policy (``gradients``), and a torch trial at the config's batch whose measured peak
+is held against the budget.
 """
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-import torch
-
-from memopt import recompute
 from memopt.backends.torch.capture import module_pattern
 from memopt.backends.torch.scan import BATCH, SEQ, TorchPlanRow, TorchScan
 from memopt.errors import MemoptError
@@ -30,7 +26,6 @@ from memopt.graph.sizes import resolve_dims
 from memopt.ort.config import ConfigEntry, OptimizationType
 from memopt.ort.stack import inspect_stack
 from memopt.ort.torch_counterparts import Counterpart, CounterpartKind, Fidelity, counterpart
-from memopt.recipes import Recipe
 from memopt.recompute import RecomputePolicy
 from memopt.run.settings import RunSettings
 from memopt.run.target import load_target
@@ -43,9 +38,7 @@ __all__ = [
     "PlanExport",
     "TorchExport",
     "export_config",
-    "gradient_differences",
     "scan_ort_plans",
-    "seeded_step",
 ]
 
 
@@ -207,36 +200,3 @@ def _bytes(polynomial: Polynomial, dims: Mapping[str, int]) -> float | None:
         return polynomial.evaluate(dims)
     except UnknownSymbolError:
         return None
-
-
-def seeded_step(recipe: Recipe, policy: RecomputePolicy | None, batch: int) -> dict[str, torch.Tensor]:
-    """One seeded training step (dropout on), with ``policy`` applied where given: every gradient and buffer after it."""
-    from memopt.child.steps import default_loss
-
-    torch.manual_seed(0)
-    model = recipe.model().train()
-    torch.manual_seed(1)
-    inputs, target = recipe.batch(batch)
-    if policy is not None:
-        recompute.apply(model, policy)
-    torch.manual_seed(2)
-    output = (
-        model(**inputs) if isinstance(inputs, dict) else model(*inputs) if isinstance(inputs, tuple) else model(inputs)
-    )
-    (recipe.loss or default_loss)(output, target).backward()
-    state = {f"grad {name}": p.grad for name, p in model.named_parameters() if p.grad is not None}
-    return {**state, **{f"buffer {name}": b for name, b in model.named_buffers()}}
-
-
-def gradient_differences(recipe: Recipe, policy: RecomputePolicy, batch: int) -> list[str]:
-    """The gradients and buffers a seeded step under ``policy`` changes (bitwise, on CPU); [] where none."""
-    with warnings.catch_warnings():
-        # torch 2.4's own checkpoint calls its deprecated torch.cpu.amp.autocast: nothing a user can act on.
-        warnings.filterwarnings("ignore", category=FutureWarning, module="torch.utils.checkpoint")
-        plain, recomputed = seeded_step(recipe, None, batch), seeded_step(recipe, policy, batch)
-    names = sorted(set(plain) | set(recomputed))
-    return [
-        name
-        for name in names
-        if name not in plain or name not in recomputed or not torch.equal(plain[name], recomputed[name])
-    ]
