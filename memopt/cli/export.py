@@ -28,15 +28,20 @@ from memopt.cli.options import (
     run_settings,
 )
 from memopt.cli.tables import add_entry_column, print_table
-from memopt.core import runnable
+from memopt.core import RecipeTarget, runnable
 from memopt.errors import MemoptError
+from memopt.graph.sizes import resolve_dims
 from memopt.ort.stack import inspect_stack
 from memopt.ort.version import OrtVersion
 from memopt.run import DEFAULT_RUNS_DIR, DEFAULT_STEPS, DEFAULT_TIMEOUT_S
 from memopt.run.budget import parse_budget
 from memopt.run.files import check_write_target, replace_atomically
 from memopt.run.journal import Journal
-from memopt.run.trials import parse_trial_config
+from memopt.run.settings import RunSettings
+from memopt.run.target import load_target
+from memopt.run.trials import TrialResult, TrialSpec, parse_trial_config, run_trial
+from memopt.scan import scan_graph
+from memopt.scan.patterns import Pattern
 from memopt.units import format_bytes
 
 if TYPE_CHECKING:
@@ -108,21 +113,28 @@ def export_command(
         python=None,
         runs_dir=runs_dir,
     )
+    if not isinstance(target, RecipeTarget):
+        raise MemoptError(f"export --torch verifies in memopt's own training of a recipe, not {target}")
+    journal = Journal.in_folder(settings.runs_dir)
+    with error_console.status(f"ORT's plans for {escape(str(target))} (a short ORTModule probe, once)…"):
+        ort_version, patterns, ort_dims = _ort_plans(settings, batch)
+    # ORT's own measurement first, while this process carries no torch (an ORT trial's parent
+    # shares its job's memory cgroup); the journal's, where this config ran at this batch before.
+    with error_console.status(f"ORT trial of the config at batch {batch} (or the journal's)…"):
+        ort_trial = run_trial(TrialSpec.of(settings, batch, entries), settings.runs_dir, journal=journal, resume=True)
     # Imported here: the torch back end loads torch, which the commands' shared start-up must not carry.
-    from memopt.backends.torch.export import export_config, scan_ort_plans
+    from memopt.backends.torch.export import export_config
     from memopt.backends.torch.gradients import gradient_differences
     from memopt.backends.torch.scan import scan_recipe
-    from memopt.backends.torch.trial import require_recipe, resolve_torch_budget, run_torch_trial
+    from memopt.backends.torch.trial import resolve_torch_budget, run_torch_trial
     from memopt.recompute import POLICY_ENV
 
-    loaded = require_recipe(target).load(settings.options)
-    with error_console.status(f"ORT's plans for {escape(str(target))} (a short ORTModule probe, once)…"):
-        ort = scan_ort_plans(settings, batch)
+    loaded = target.load(settings.options)
     with error_console.status(f"Capturing training steps of {escape(str(target))} in plain PyTorch…"):
         torch_scan = scan_recipe(loaded, min(batch, _GRADIENT_CHECK_BATCH))
-    exported = export_config(entries, ort.patterns, torch_scan, batch=batch, ort_dims=ort.dims)
+    exported = export_config(entries, patterns, torch_scan, batch=batch, ort_dims=ort_dims)
     policy = exported.policy
-    _print_mapping(exported, str(target), ort.ort_version)
+    _print_mapping(exported, str(target), ort_version)
     _say(
         f"saving at batch {batch}: ORT's plans {format_bytes(exported.ort_bytes)} in memopt's model of the ORT graph, "
         f"the torch policy {format_bytes(exported.torch_bytes)} (torch scan, each plan alone)"
@@ -137,14 +149,17 @@ def export_command(
         )
     _say(f"gradients: equal to the unwrapped model's, bitwise (a seeded step at batch {gradient_batch}, on CPU)")
     with error_console.status(f"Trial at batch {batch} in plain PyTorch ({escape(str(policy))})…"):
-        trial = run_torch_trial(settings, batch, policy, journal=Journal.in_folder(settings.runs_dir))
+        trial = run_torch_trial(settings, batch, policy, journal=journal)
     if not trial.ok or trial.peak_bytes is None:
         raise MemoptError(f"the trial {trial.status}: {trial.error} (log: {trial.run_dir}/ort.log)")
     if out is not None:
         replace_atomically(out, policy.to_json() + "\n", overwrite=force)
     budget_bytes = resolve_torch_budget(parsed_budget, settings.device)
     policy_path = out if out is not None else trial.policy_path
-    measured = f"peak {format_bytes(trial.peak_bytes)} at batch {batch} under the policy"
+    measured = (
+        f"peak {format_bytes(trial.peak_bytes)} at batch {batch} under the policy "
+        f"({_against_ort(ort_trial, trial.peak_bytes)})"
+    )
     if trial.fits(budget_bytes):
         _say(f"measured: {measured}, within the budget {format_bytes(budget_bytes)} ({trial.run_dir})")
         print(f"# {policy}")
@@ -159,6 +174,29 @@ def export_command(
     print(f"# the policy is written ({policy_path}) but misses; the torch back end's own tune at that budget:")
     print(shlex.join([*retune, "--no-tui"]))
     sys.exit(EXIT_DOES_NOT_FIT)
+
+
+def _ort_plans(settings: RunSettings, batch: int) -> tuple[str, tuple[Pattern, ...], dict[str, int]]:
+    """ORT's scan of the recipe (from the training graph of a short no-config probe): its release,
+    its plans, and the graph's dims at ``batch``."""
+    loaded = load_target(settings.target, options=settings.options, runs_dir=settings.runs_dir)
+    version = loaded.ort_version or inspect_stack().ort_version
+    if version is None:
+        raise MemoptError("no ORT installed to take the plans' rules from")
+    report = scan_graph(loaded.graph, version)
+    seq = settings.options.get("seq_len")
+    dims = resolve_dims(report.inputs, report.symbols, batch=batch, seq=seq, defaults=loaded.logged_dims)
+    return version, report.patterns, dims
+
+
+def _against_ort(ort_trial: TrialResult, torch_peak: int) -> str:
+    """The torch policy's measured peak beside the ORT config's, each its run's whole peak."""
+    where = "the journal's" if ort_trial.reused else ort_trial.run_dir
+    ort_peak = ort_trial.memory.whole_run_peak
+    if not ort_trial.ok or ort_peak is None:
+        return f"ORT's trial of the config {ort_trial.status}, {where}: no peak to compare with"
+    change = (torch_peak - ort_peak) / ort_peak
+    return f"{change:+.1%} against ORT's {format_bytes(ort_peak)} under the config, {where}"
 
 
 def _recipe_words(recipe: str, options: Mapping[str, object]) -> list[str]:

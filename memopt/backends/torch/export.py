@@ -19,48 +19,19 @@ from dataclasses import dataclass
 
 from memopt.backends.torch.capture import module_pattern
 from memopt.backends.torch.scan import BATCH, SEQ, TorchPlanRow, TorchScan
-from memopt.errors import MemoptError
 from memopt.graph.expr import UnknownSymbolError
 from memopt.graph.polynomial import Polynomial
-from memopt.graph.sizes import resolve_dims
 from memopt.ort.config import ConfigEntry, OptimizationType
-from memopt.ort.stack import inspect_stack
 from memopt.ort.torch_counterparts import Counterpart, CounterpartKind, Fidelity, counterpart
 from memopt.recompute import RecomputePolicy
-from memopt.run.settings import RunSettings
-from memopt.run.target import load_target
-from memopt.scan import scan_graph
 from memopt.scan.modules import module_path
 from memopt.scan.patterns import Pattern
 
 __all__ = [
-    "OrtScan",
     "PlanExport",
     "TorchExport",
     "export_config",
-    "scan_ort_plans",
 ]
-
-
-@dataclass(frozen=True)
-class OrtScan:
-    """ORT's plans for the model (``memopt scan``) and the graph's dims at the export's batch."""
-
-    ort_version: str
-    patterns: tuple[Pattern, ...]
-    dims: dict[str, int]
-
-
-def scan_ort_plans(settings: RunSettings, batch: int) -> OrtScan:
-    """ORT's scan of ``settings``' target, from the training graph of a short no-config ORTModule probe."""
-    loaded = load_target(settings.target, options=settings.options, runs_dir=settings.runs_dir, python=settings.python)
-    version = loaded.ort_version or inspect_stack().ort_version
-    if version is None:
-        raise MemoptError("no ORT installed to take the plans' rules from")
-    report = scan_graph(loaded.graph, version)
-    seq = settings.options.get("seq_len")
-    dims = resolve_dims(report.inputs, report.symbols, batch=batch, seq=seq, defaults=loaded.logged_dims)
-    return OrtScan(version, report.patterns, dims)
 
 
 @dataclass(frozen=True)
