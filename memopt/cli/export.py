@@ -40,8 +40,7 @@ from memopt.run.journal import Journal
 from memopt.run.settings import RunSettings
 from memopt.run.target import load_target
 from memopt.run.trials import TrialResult, TrialSpec, parse_trial_config, run_trial
-from memopt.scan import scan_graph
-from memopt.scan.patterns import Pattern
+from memopt.scan import ScanReport, scan_graph
 from memopt.units import format_bytes
 
 if TYPE_CHECKING:
@@ -117,7 +116,7 @@ def export_command(
         raise MemoptError(f"export --torch verifies in memopt's own training of a recipe, not {target}")
     journal = Journal.in_folder(settings.runs_dir)
     with error_console.status(f"ORT's plans for {escape(str(target))} (a short ORTModule probe, once)…"):
-        ort_version, patterns, ort_dims = _ort_plans(settings, batch)
+        ort_version, report, ort_dims = _ort_plans(settings, batch)
     # ORT's own measurement first, while this process carries no torch (an ORT trial's parent
     # shares its job's memory cgroup); the journal's, where this config ran at this batch before.
     with error_console.status(f"ORT trial of the config at batch {batch} (or the journal's)…"):
@@ -132,12 +131,16 @@ def export_command(
     loaded = target.load(settings.options)
     with error_console.status(f"Capturing training steps of {escape(str(target))} in plain PyTorch…"):
         torch_scan = scan_recipe(loaded, min(batch, _GRADIENT_CHECK_BATCH))
-    exported = export_config(entries, patterns, torch_scan, batch=batch, ort_dims=ort_dims)
+    exported = export_config(
+        entries, report.patterns, torch_scan, batch=batch, ort_dims=ort_dims, ort_stashed=report.stashed
+    )
     policy = exported.policy
     _print_mapping(exported, str(target), ort_version)
     _say(
-        f"saving at batch {batch}: ORT's plans {format_bytes(exported.ort_bytes)} in memopt's model of the ORT graph, "
-        f"the torch policy {format_bytes(exported.torch_bytes)} (torch scan, each plan alone)"
+        f"at batch {batch}, ORT's plans save {format_bytes(exported.ort_bytes)} of the "
+        f"{format_bytes(exported.ort_kept_bytes)} ORT stashes (memopt's model of the ORT graph); the torch policy "
+        f"{format_bytes(exported.torch_bytes)} of the {format_bytes(exported.torch_kept_bytes)} eager PyTorch keeps "
+        "(torch scan, each plan alone)"
     )
     gradient_batch = min(batch, _GRADIENT_CHECK_BATCH)
     with error_console.status("Comparing gradients with and without the policy…"):
@@ -176,9 +179,9 @@ def export_command(
     sys.exit(EXIT_DOES_NOT_FIT)
 
 
-def _ort_plans(settings: RunSettings, batch: int) -> tuple[str, tuple[Pattern, ...], dict[str, int]]:
+def _ort_plans(settings: RunSettings, batch: int) -> tuple[str, ScanReport, dict[str, int]]:
     """ORT's scan of the recipe (from the training graph of a short no-config probe): its release,
-    its plans, and the graph's dims at ``batch``."""
+    the scan, and the graph's dims at ``batch``."""
     loaded = load_target(settings.target, options=settings.options, runs_dir=settings.runs_dir)
     version = loaded.ort_version or inspect_stack().ort_version
     if version is None:
@@ -186,7 +189,7 @@ def _ort_plans(settings: RunSettings, batch: int) -> tuple[str, tuple[Pattern, .
     report = scan_graph(loaded.graph, version)
     seq = settings.options.get("seq_len")
     dims = resolve_dims(report.inputs, report.symbols, batch=batch, seq=seq, defaults=loaded.logged_dims)
-    return version, report.patterns, dims
+    return version, report, dims
 
 
 def _against_ort(ort_trial: TrialResult, torch_peak: int) -> str:

@@ -108,6 +108,7 @@ _BY_SUBGRAPH: dict[str, Counterpart] = {
     "FusedMatMul+Add+": _LINEAR,
     "MatMul+Add+": _LINEAR,
     "Add+": _RESIDUAL,
+    "FusedMatMul+Add+Add+": _RESIDUAL,
     "LayerNormalization+": _LAYER_NORM,
     "SimplifiedLayerNormalization+": _LAYER_NORM,
     "Dropout+": _DROPOUT,

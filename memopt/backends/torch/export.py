@@ -63,6 +63,9 @@ class PlanExport:
 class TorchExport:
     batch: int
     plans: tuple[PlanExport, ...]
+    # Activations kept for backward without recompute at the batch: the baselines the savings come off.
+    ort_kept_bytes: float | None  # memopt's model of ORT's stashed tensors
+    torch_kept_bytes: float  # the torch scan's saved tensors
 
     @property
     def policy(self) -> RecomputePolicy:
@@ -91,11 +94,13 @@ def export_config(
     *,
     batch: int,
     ort_dims: Mapping[str, int],
+    ort_stashed: Polynomial,
 ) -> TorchExport:
     """Carry each enabled entry of an ORT config over to ``torch_scan``'s plans.
 
-    ``patterns``: ORT's scan of the same model (``memopt.scan``), whose savings are evaluated at
-    ``ort_dims`` (the graph's dims at ``batch``); the torch savings at ``batch`` and the scan's seq."""
+    ``patterns`` and ``ort_stashed``: ORT's scan of the same model (``memopt.scan``), its plans and
+    every stashed activation's bytes, evaluated at ``ort_dims`` (the graph's dims at ``batch``); the
+    torch figures at ``batch`` and the torch scan's seq."""
     effective = {entry.subgraph: entry for entry in entries}  # ORT keeps the last entry per subgraph
     by_cell = {cell: pattern for pattern in patterns for cell in pattern.key.cells}
     exported = []
@@ -103,7 +108,8 @@ def export_config(
         if entry.optimization is OptimizationType.DISABLED:
             continue
         exported.append(_export_entry(entry, by_cell.get(entry.cell), torch_scan, batch, ort_dims))
-    return TorchExport(batch, tuple(exported))
+    torch_kept = _at_batch(torch_scan.saved, torch_scan.saved_bytes, torch_scan, batch)
+    return TorchExport(batch, tuple(exported), _bytes(ort_stashed, ort_dims), torch_kept)
 
 
 def _export_entry(
@@ -130,7 +136,7 @@ def _export_entry(
     note = found.note
     if entry.count >= 0 and entry.count < pattern.frequency:
         note += f"; ORT recomputes the first {entry.count} of {pattern.frequency}, the torch plan every one"
-    row_bytes = tuple(_row_saving(row, scan, batch) for row in rows)
+    row_bytes = tuple(_at_batch(row.saving, row.saving_bytes, scan, batch) for row in rows)
     return PlanExport(entry, found, modules, ort_bytes, rows, row_bytes, note)
 
 
@@ -160,10 +166,12 @@ def _parent(module: str) -> str | None:
     return module.rpartition(".")[0] if "." in module else None
 
 
-def _row_saving(row: TorchPlanRow, scan: TorchScan, batch: int) -> float:
-    if row.saving is None:  # the sizes followed no formula: the measured bytes, grown with the batch
-        return row.saving_bytes * batch / scan.batch
-    return row.saving.evaluate({BATCH: batch, SEQ: scan.seq or 1})
+def _at_batch(fitted: Polynomial | None, measured: int, scan: TorchScan, batch: int) -> float:
+    """A torch scan's figure at ``batch``: its polynomial, or where the sizes followed none, the bytes measured at
+    the scan's batch grown with the batch."""
+    if fitted is None:
+        return measured * batch / scan.batch
+    return fitted.evaluate({BATCH: batch, SEQ: scan.seq or 1})
 
 
 def _bytes(polynomial: Polynomial, dims: Mapping[str, int]) -> float | None:
