@@ -6,7 +6,8 @@ Two mechanisms, one per kind of plan (``policy``):
   with the op and its inputs. While the model's forward runs, saved-tensor hooks replace such an
   output (or a view of it) by that note, and backward recomputes it from the inputs: a
   checkpoint region of one op, the cheapest recompute there is. The inputs stay alive (they
-  usually are anyway: most ops save their input); an input changed in place since is refused.
+  usually are anyway: most ops save their input), except one that another plan recomputes, kept
+  as that plan's note (chained plans each drop their output); an input changed in place since is refused.
 * ``MODULE: *`` — the module's forward runs in a non-reentrant ``torch.utils.checkpoint`` with
   its RNG state preserved, so dropout draws the same mask again. ``* except OPS`` adds selective
   activation checkpointing: the listed ops' outputs are cached (``create_selective_checkpoint_contexts``
