@@ -172,6 +172,35 @@ def test_a_node_that_kept_its_scope_is_not_looked_for_in_sibling_modules(torch_s
     assert "no saved output of aten.gelu in blocks.*.mlp.fc" in plan.reason
 
 
+def test_the_op_before_a_trailing_reshape_is_looked_for_where_it_ran(torch_scan: TorchScan) -> None:
+    """``FastGelu+Reshape+`` (Hugging Face GPT-2): ORT stashes the reshape, scoped to the next linear;
+    PyTorch holds the GELU's output, which ran unscoped in a sibling module."""
+    each = Polynomial({_TOKENS: Fraction(1024)})
+    reshaped = tuple(
+        Occurrence(
+            f"{_SCOPE}blocks.{i}/mlp/proj/Reshape",
+            f"blocks.{i}.mlp.proj",
+            (f"Gelu_token_{i}", f"{_SCOPE}blocks.{i}/mlp/proj/Reshape"),
+            each,
+            (each,),
+            each,
+        )
+        for i in (1, 0)
+    )
+    pattern = Pattern(
+        PlanKey("Gelu+Reshape+:1:-1"), "Gelu+Reshape+", OptimizationType.RECOMPUTE, 2, each, each, reshaped
+    )
+    (plan,) = _export(torch_scan, "Gelu+Reshape+", patterns=(pattern,)).plans
+    assert [str(row.plan) for row in plan.rows] == ["blocks.*.mlp.act: gelu"]
+
+
+def test_a_plan_tied_to_another_by_a_shared_buffer_keeps_its_own_row(torch_scan: TorchScan) -> None:
+    (own,) = [pattern for pattern in GPT_PATTERNS if pattern.subgraph == "LayerNormalization+"]
+    tied = _pattern("LayerNormalization+:1:-1,Reshape+:1", 264, [(f"{_SCOPE}ln_f/LayerNormalization", "ln_f")])
+    (plan,) = _export(torch_scan, "LayerNormalization+", patterns=(own, tied)).plans
+    assert len(plan.rows) == 3
+
+
 def test_entries_the_model_lacks_compromise_and_disabled_ones(torch_scan: TorchScan) -> None:
     compromise = _pattern("Cast+:2", 128, _layers("blocks.{}/Cast", "blocks.{}"))
     exported = _export(
@@ -191,6 +220,8 @@ def test_a_plan_limited_to_some_occurrences_says_the_torch_plan_covers_all(torch
 
 def test_the_table_knows_ort_1_19s_plan_names_and_falls_back_to_the_entry_op() -> None:
     assert entry_op("FusedMatMul+Add+Dropout+") == "Dropout" and entry_op("") == ""
+    assert entry_op("FastGelu+Reshape+") == "FastGelu" and entry_op("Reshape+Transpose+") == "Transpose"
+    assert counterpart("Gemm+Reshape+") == counterpart("FusedMatMul+Add+")
     assert counterpart("FusedMatMul+Add+").aten_ops == ("addmm", "mm")
     assert counterpart("Add+").aten_ops == counterpart("FusedMatMul+Add+Add+").aten_ops == ("add",)
     assert counterpart("Cast+Gelu+").aten_ops == ("gelu",)  # unknown name, known entry op

@@ -98,6 +98,15 @@ def export_command(
     if not entries:
         raise MemoptError(f"the config {config!r} enables no plan: there is nothing to export")
     target = runnable(choose_target(recipe, None))
+    # Imported here, not with the module: the torch back end loads torch, which the commands' shared
+    # start-up must not carry; and before the recipe's options are read, as an hf: config read by
+    # transformers without torch builds no model in this process.
+    from memopt.backends.torch.export import export_config
+    from memopt.backends.torch.gradients import gradient_differences
+    from memopt.backends.torch.scan import scan_recipe
+    from memopt.backends.torch.trial import resolve_torch_budget, run_torch_trial
+    from memopt.recompute import POLICY_ENV
+
     settings = run_settings(
         target,
         batch,
@@ -117,17 +126,9 @@ def export_command(
     journal = Journal.in_folder(settings.runs_dir)
     with error_console.status(f"ORT's plans for {escape(str(target))} (a short ORTModule probe, once)…"):
         ort_version, report, ort_dims = _ort_plans(settings, batch)
-    # ORT's own measurement first, while this process carries no torch (an ORT trial's parent
-    # shares its job's memory cgroup); the journal's, where this config ran at this batch before.
+    # ORT's own measurement of the config: the journal's, where it ran at this batch before.
     with error_console.status(f"ORT trial of the config at batch {batch} (or the journal's)…"):
         ort_trial = run_trial(TrialSpec.of(settings, batch, entries), settings.runs_dir, journal=journal, resume=True)
-    # Imported here: the torch back end loads torch, which the commands' shared start-up must not carry.
-    from memopt.backends.torch.export import export_config
-    from memopt.backends.torch.gradients import gradient_differences
-    from memopt.backends.torch.scan import scan_recipe
-    from memopt.backends.torch.trial import resolve_torch_budget, run_torch_trial
-    from memopt.recompute import POLICY_ENV
-
     loaded = target.load(settings.options)
     with error_console.status(f"Capturing training steps of {escape(str(target))} in plain PyTorch…"):
         torch_scan = scan_recipe(loaded, min(batch, _GRADIENT_CHECK_BATCH))

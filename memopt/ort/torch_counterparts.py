@@ -12,7 +12,7 @@ same module (the ONNX exporter names nodes by module scope). A counterpart names
 
 How close the carried-over plan is comes with it (``Fidelity``), and a sentence saying why. The
 table is keyed by the subgraph name ORT 1.19 prints (``FusedMatMul+Add+``), with the entry op (the
-name's last op) as the fallback for names it lacks. Nothing here imports torch.
+name's last op that is not a reshape) as the fallback for names it lacks. Nothing here imports torch.
 """
 
 from __future__ import annotations
@@ -59,6 +59,13 @@ _GELU = Counterpart(
     Fidelity.EXACT,
     "gelu's output, recomputed from its input, which gelu keeps anyway",
 )
+_FAST_GELU = Counterpart(
+    CounterpartKind.OP,
+    ("gelu", "tanh"),
+    Fidelity.APPROXIMATE,
+    "the tanh GELU: aten.gelu's output where the model calls it; where it is written out (Hugging Face's "
+    "gelu_new), the tanh's output alone, the formula's other products kept",
+)
 _DROPOUT = Counterpart(
     CounterpartKind.MODULE,
     ("native_dropout", "bernoulli", "mul"),
@@ -103,7 +110,7 @@ _OUTSIDE_MODULES = Counterpart(
 # ORT 1.19's plan names for the models memopt tunes (built-in gpt and bert, Hugging Face decoders).
 _BY_SUBGRAPH: dict[str, Counterpart] = {
     "Gelu+": _GELU,
-    "FastGelu+": _GELU,
+    "FastGelu+": _FAST_GELU,
     "BiasGelu+": _GELU,
     "FusedMatMul+Add+": _LINEAR,
     "MatMul+Add+": _LINEAR,
@@ -117,6 +124,7 @@ _BY_SUBGRAPH: dict[str, Counterpart] = {
     "FusedMatMul+Where+Softmax+": _SOFTMAX,
     "Softmax+": _SOFTMAX,
     "MatMul+Transpose+Reshape+": _VIEWS,
+    "MatMul+Transpose+Reshape+Reshape+": _VIEWS,
     "FusedMatMul+Add+Split+Reshape+Transpose+": _VIEWS,
     "FusedMatMul+Add+Reshape+Transpose+": _VIEWS,
     "Range+": _OUTSIDE_MODULES,
@@ -124,7 +132,8 @@ _BY_SUBGRAPH: dict[str, Counterpart] = {
 # Any other plan, by its entry node's op: the stashed tensor is that op's output.
 _BY_ENTRY_OP: dict[str, Counterpart] = {
     "Gelu": _GELU,
-    "FastGelu": _GELU,
+    "FastGelu": _FAST_GELU,
+    "Gemm": _LINEAR,
     "BiasGelu": _GELU,
     "LayerNormalization": _LAYER_NORM,
     "SimplifiedLayerNormalization": _LAYER_NORM,
@@ -137,9 +146,17 @@ _BY_ENTRY_OP: dict[str, Counterpart] = {
 }
 
 
+# ONNX ops that only reshape: PyTorch's are views of the tensor before them.
+_VIEW_OPS = frozenset({"Reshape", "Transpose", "Split", "Squeeze", "Unsqueeze", "Flatten", "Identity"})
+
+
 def entry_op(subgraph: str) -> str:
-    """The op whose output an ORT plan stops stashing: the last one its subgraph name lists."""
-    return [op for op in subgraph.split("+") if op][-1] if subgraph.strip("+") else ""
+    """The op whose output an ORT plan stops stashing, as PyTorch holds it: the last op its
+    subgraph name lists that is not a reshape (``FastGelu+Reshape+``: the GELU, of which
+    PyTorch's reshape is a view); the last op where all are."""
+    ops = [op for op in subgraph.split("+") if op]
+    computing = [op for op in ops if op not in _VIEW_OPS]
+    return (computing or ops or [""])[-1]
 
 
 def counterpart(subgraph: str) -> Counterpart:

@@ -22,7 +22,7 @@ from memopt.backends.torch.scan import BATCH, SEQ, TorchPlanRow, TorchScan
 from memopt.graph.expr import UnknownSymbolError
 from memopt.graph.polynomial import Polynomial
 from memopt.ort.config import ConfigEntry, OptimizationType
-from memopt.ort.torch_counterparts import Counterpart, CounterpartKind, Fidelity, counterpart
+from memopt.ort.torch_counterparts import Counterpart, CounterpartKind, Fidelity, counterpart, entry_op
 from memopt.recompute import RecomputePolicy
 from memopt.scan.modules import module_path
 from memopt.scan.patterns import Pattern
@@ -102,7 +102,9 @@ def export_config(
     every stashed activation's bytes, evaluated at ``ort_dims`` (the graph's dims at ``batch``); the
     torch figures at ``batch`` and the torch scan's seq."""
     effective = {entry.subgraph: entry for entry in entries}  # ORT keeps the last entry per subgraph
-    by_cell = {cell: pattern for pattern in patterns for cell in pattern.key.cells}
+    # A plan ORT ties to another by a shared buffer is its own row too: the plan's own row first.
+    by_cell = {cell: p for p in patterns if len(p.key.cells) > 1 for cell in p.key.cells}
+    by_cell |= {p.key.cells[0]: p for p in patterns if len(p.key.cells) == 1}
     exported = []
     for entry in effective.values():
         if entry.optimization is OptimizationType.DISABLED:
@@ -143,23 +145,48 @@ def _export_entry(
 def _torch_rows(found: Counterpart, pattern: Pattern, scan: TorchScan) -> tuple[TorchPlanRow, ...]:
     """The torch plans of the counterpart's ops in the modules ORT's plan occurs in.
 
-    A node ORT fused (``Gelu_token_0``) lost the exporter's scope, and memopt's ORT scan names its
-    input's module instead (``mlp.fc`` for the GELU in ``mlp.act``): for those, the op is looked
-    for in that module's siblings too."""
-    own = {module_pattern(o.module) for o in pattern.occurrences if o.module}
-    unscoped = {module_pattern(o.module) for o in pattern.occurrences if o.module and module_path(o.entry) is None}
+    The module is the scope the exporter gave the node whose output PyTorch holds (the GELU of
+    ``FastGelu+Reshape+``, not the reshape). A node ORT fused (``Gelu_token_0``) lost that scope,
+    and memopt's ORT scan names a neighbour's module instead (``mlp.fc`` for the GELU in
+    ``mlp.act``): for those, the op is looked for in the nearest enclosing module of the same
+    layer that runs it."""
     whole = found.kind is CounterpartKind.MODULE
+    candidates = [
+        row
+        for row in scan.rows
+        if row.plan.whole_module == whole
+        and (whole or (row.plan.op is not None and row.plan.op.name in found.aten_ops))
+    ]
+    # The node whose output PyTorch holds: the subgraph's last op that is not a reshape.
+    ops = [op for op in pattern.subgraph.split("+") if op]
+    held = max((i for i, op in enumerate(ops) if op == entry_op(pattern.subgraph)), default=len(ops) - 1)
+    chosen: set[str] = set()
+    for occurrence in pattern.occurrences:
+        node = occurrence.nodes[held] if len(occurrence.nodes) == len(ops) else occurrence.entry
+        scope = module_path(node)
+        if scope is not None:
+            module = module_pattern(scope)
+            rows = [row for row in candidates if row.plan.module == module]
+        elif occurrence.module:
+            module = module_pattern(occurrence.module)
+            rows = [row for row in candidates if row.plan.module == module]
+            rows = rows or _in_nearest_layer_module(candidates, module)
+        else:
+            rows = []
+        chosen.update(str(row.plan) for row in rows)
+    return tuple(row for row in candidates if str(row.plan) in chosen)
 
-    def chosen(row: TorchPlanRow, modules: set[str]) -> bool:
-        if row.plan.whole_module != whole or row.plan.module not in modules:
-            return False
-        return whole or (row.plan.op is not None and row.plan.op.name in found.aten_ops)
 
-    exact = tuple(row for row in scan.rows if chosen(row, own))
-    if exact or not unscoped:
-        return exact
-    parents = {_parent(module) for module in unscoped} - {None}
-    return tuple(row for row in scan.rows if _parent(row.plan.module) in parents and chosen(row, {row.plan.module}))
+def _in_nearest_layer_module(rows: Sequence[TorchPlanRow], module: str) -> list[TorchPlanRow]:
+    """The rows inside ``module``'s nearest ancestor that holds any, among the ancestors within a
+    layer (``blocks.*.mlp``, ``blocks.*``; never the model's own containers)."""
+    ancestor = _parent(module)
+    while ancestor is not None and "*" in ancestor.split("."):
+        inside = [row for row in rows if row.plan.module.startswith(ancestor + ".")]
+        if inside:
+            return inside
+        ancestor = _parent(ancestor)
+    return []
 
 
 def _parent(module: str) -> str | None:
