@@ -194,6 +194,15 @@ def test_the_op_before_a_trailing_reshape_is_looked_for_where_it_ran(torch_scan:
     assert [str(row.plan) for row in plan.rows] == ["blocks.*.mlp.act: gelu"]
 
 
+def test_a_fused_node_is_found_in_the_layer_that_runs_its_op() -> None:
+    """The built-in BERT calls F.gelu in its layer's own forward: ORT's unscoped GELU, named after
+    ``layers.N.fc``, is the layer's ``gelu``."""
+    bert = load_recipe("bert", {"size": "tiny", "seq_len": SEQ})
+    pattern = _pattern("Gelu+:1", 1024, [("Gelu_token_0", "layers.1.fc"), ("Gelu", "layers.0.fc")])
+    (plan,) = _export(scan_recipe(bert, BATCH), "Gelu+", patterns=(pattern,)).plans
+    assert [str(row.plan) for row in plan.rows] == ["layers.*: gelu"]
+
+
 def test_a_plan_tied_to_another_by_a_shared_buffer_keeps_its_own_row(torch_scan: TorchScan) -> None:
     (own,) = [pattern for pattern in GPT_PATTERNS if pattern.subgraph == "LayerNormalization+"]
     tied = _pattern("LayerNormalization+:1:-1,Reshape+:1", 264, [(f"{_SCOPE}ln_f/LayerNormalization", "ln_f")])

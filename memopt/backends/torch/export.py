@@ -178,15 +178,19 @@ def _torch_rows(found: Counterpart, pattern: Pattern, scan: TorchScan) -> tuple[
 
 
 def _in_nearest_layer_module(rows: Sequence[TorchPlanRow], module: str) -> list[TorchPlanRow]:
-    """The rows inside ``module``'s nearest ancestor that holds any, among the ancestors within a
-    layer (``blocks.*.mlp``, ``blocks.*``; never the model's own containers)."""
+    """The rows in ``module``'s nearest ancestor (itself or below it) that holds any, among the
+    ancestors within a layer (``blocks.*.mlp``, ``blocks.*``; never the model's own containers)."""
     ancestor = _parent(module)
     while ancestor is not None and "*" in ancestor.split("."):
-        inside = [row for row in rows if row.plan.module.startswith(ancestor + ".")]
+        inside = [row for row in rows if _within(row.plan.module, ancestor)]
         if inside:
             return inside
         ancestor = _parent(ancestor)
     return []
+
+
+def _within(module: str, ancestor: str) -> bool:
+    return module == ancestor or module.startswith(ancestor + ".")
 
 
 def _parent(module: str) -> str | None:
