@@ -287,11 +287,15 @@ def test_export_writes_a_verified_policy_and_ends_with_the_export_line(tmp_path:
         (("--torch", "Gelu+:7:-1", "gpt", "--batch", "2"), "type 7"),
         (("--torch", "none", "gpt", "--batch", "2"), "enables no plan"),
         (("--torch", "Gelu+", "gpt", "--batch", "2", "--out", "{existing}"), "--force"),
+        (("--torch", "Gelu+", "{no_recipe}", "--batch", "2"), "no build_model()"),
     ],
 )
 def test_bad_input_is_one_error_line(tmp_path: Path, arguments: tuple[str, ...], fragment: str) -> None:
     existing = tmp_path / "kept.json"
     existing.write_text("mine\n")
-    done = memopt("export", *(a.format(existing=existing) for a in arguments), "--runs-dir", str(tmp_path / "runs"))
+    no_recipe = tmp_path / "not_a_recipe.py"
+    no_recipe.write_text("WIDTH = 64\n")
+    words = (a.format(existing=existing, no_recipe=no_recipe) for a in arguments)
+    done = memopt("export", *words, "--runs-dir", str(tmp_path / "runs"))
     assert_one_line_error(done, fragment)
     assert existing.read_text() == "mine\n"

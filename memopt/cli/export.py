@@ -48,8 +48,9 @@ if TYPE_CHECKING:
 
 __all__ = ["export_command"]
 
-# The seeded step whose gradients are compared runs in this process: a small batch keeps it light.
-_GRADIENT_CHECK_BATCH = 2
+# The steps this process runs itself (the torch scan's captures, the gradient check) stay at a
+# small batch; only the trials run at the config's.
+_IN_PROCESS_BATCH = 2
 
 
 @app.command("export")
@@ -98,6 +99,8 @@ def export_command(
     if not entries:
         raise MemoptError(f"the config {config!r} enables no plan: there is nothing to export")
     target = runnable(choose_target(recipe, None))
+    if not isinstance(target, RecipeTarget):
+        raise MemoptError(f"export --torch verifies in memopt's own training of a recipe, not {target}")
     # Imported here, not with the module: the torch back end loads torch, which the commands' shared
     # start-up must not carry; and before the recipe's options are read, as an hf: config read by
     # transformers without torch builds no model in this process.
@@ -121,17 +124,15 @@ def export_command(
         python=None,
         runs_dir=runs_dir,
     )
-    if not isinstance(target, RecipeTarget):
-        raise MemoptError(f"export --torch verifies in memopt's own training of a recipe, not {target}")
+    loaded = target.load(settings.options)  # a file that is no recipe is said before any run
     journal = Journal.in_folder(settings.runs_dir)
     with error_console.status(f"ORT's plans for {escape(str(target))} (a short ORTModule probe, once)…"):
         ort_version, report, ort_dims = _ort_plans(settings, batch)
     # ORT's own measurement of the config: the journal's, where it ran at this batch before.
     with error_console.status(f"ORT trial of the config at batch {batch} (or the journal's)…"):
         ort_trial = run_trial(TrialSpec.of(settings, batch, entries), settings.runs_dir, journal=journal, resume=True)
-    loaded = target.load(settings.options)
     with error_console.status(f"Capturing training steps of {escape(str(target))} in plain PyTorch…"):
-        torch_scan = scan_recipe(loaded, min(batch, _GRADIENT_CHECK_BATCH))
+        torch_scan = scan_recipe(loaded, min(batch, _IN_PROCESS_BATCH))
     exported = export_config(
         entries, report.patterns, torch_scan, batch=batch, ort_dims=ort_dims, ort_stashed=report.stashed
     )
@@ -143,7 +144,7 @@ def export_command(
         f"{format_bytes(exported.torch_bytes)} of the {format_bytes(exported.torch_kept_bytes)} eager PyTorch keeps "
         "(torch scan, each plan alone)"
     )
-    gradient_batch = min(batch, _GRADIENT_CHECK_BATCH)
+    gradient_batch = min(batch, _IN_PROCESS_BATCH)
     with error_console.status("Comparing gradients with and without the policy…"):
         differ = gradient_differences(loaded, policy, gradient_batch)
     if differ:
