@@ -58,6 +58,7 @@ def export_command(
     config: Annotated[
         str,
         typer.Argument(
+            metavar="CONFIG",
             help="The ORT config: a JSON config file (a tune's or plan's), a config string, or plan keys (X+ means X+:1:-1).",
             show_default=False,
         ),
