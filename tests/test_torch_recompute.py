@@ -3,6 +3,7 @@ every way a policy can be wrong is one clear error. In this process with plain P
 
 from __future__ import annotations
 
+import gc
 import json
 from pathlib import Path
 
@@ -12,6 +13,7 @@ from support.torch_steps import assert_bitwise_equal, policy
 from torch import nn
 
 from memopt import recompute
+from memopt.child.steps import default_loss
 from memopt.recipes import load_hf_recipe, load_recipe
 from memopt.recompute import POLICY_ENV, RecomputePlan, RecomputePolicyError
 
@@ -72,6 +74,23 @@ def test_an_op_plan_leaves_exactly_the_ops_outputs_to_backward() -> None:
     (tokens,), _ = recipe.batch(3)
     model(tokens)
     assert applied.replaced_bytes == 2 * 3 * 32 * 256 * 4
+
+
+def test_chained_op_plans_each_drop_their_output() -> None:
+    """``mlp.fc: addmm`` with ``mlp.act: gelu``: gelu's recompute keeps the linear's output as that plan's
+    note, not as the tensor, so after the forward no output of either op is alive (ORT's
+    ``FusedMatMul+Add+`` with ``Gelu+``); backward recomputes the chain, to the bit."""
+    recipe = load_recipe("gpt", {"size": "tiny"})
+    chain = policy("blocks.*.mlp.fc: addmm", "blocks.*.mlp.act: gelu")
+    model = recipe.model()
+    applied = recompute.apply_policy(model, chain)
+    (tokens,), target = recipe.batch(3)
+    loss = default_loss(model(tokens), target)
+    gc.collect()
+    assert applied.op_calls == {plan: 2 for plan in chain.plans}
+    assert list(applied.noted.keys()) == []  # every recomputed output freed, the loss still held
+    loss.backward()
+    assert_bitwise_equal(recipe, chain)
 
 
 def test_unset_variable_applies_nothing(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -82,7 +82,7 @@ def test_scan_backend_torch_runs_without_onnxruntime(tmp_path: Path) -> None:
 def test_the_commands_load_torch_only_where_the_torch_back_end_runs() -> None:
     """An ORT trial's or tune's own process shares its job's memory cgroup: it must not carry
     torch (about 600 MiB of RSS) for a back end it does not use."""
-    imports = "import sys, memopt.cli.scan, memopt.cli.trial, memopt.cli.tune; print(sorted({'torch', 'onnxruntime'} & set(sys.modules)))"
+    imports = "import sys, memopt.cli.export, memopt.cli.scan, memopt.cli.trial, memopt.cli.tune; print(sorted({'torch', 'onnxruntime'} & set(sys.modules)))"
     loaded = subprocess.run([sys.executable, "-c", imports], capture_output=True, text=True, check=True)
     assert loaded.stdout.strip() == "[]", loaded.stderr
 
