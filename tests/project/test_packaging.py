@@ -3,17 +3,16 @@ pyproject.toml, so that a wheel (``pip install memopt``, not editable) carries i
 
 from __future__ import annotations
 
-import tomllib
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+import tomllib
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_every_package_folder_is_installed() -> None:
     setuptools = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
-    folders = {
-        ".".join(init.parent.relative_to(ROOT).parts) for init in (ROOT / "memopt").glob("**/__init__.py")
-    }
+    folders = {".".join(init.parent.relative_to(ROOT).parts) for init in (ROOT / "memopt").glob("**/__init__.py")}
     mapped = {name: Path(folder) for name, folder in setuptools["package-dir"].items()}
     folders |= {
         ".".join((name, *init.parent.relative_to(ROOT / folder).parts))
