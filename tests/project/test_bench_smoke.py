@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-BENCH = Path(__file__).parent.parent / "bench"
+BENCH = Path(__file__).parents[2] / "bench"
 
 
 def _run(*args: str) -> str:
@@ -108,7 +108,7 @@ def test_tui_toggle_benchmark(tmp_path: Path) -> None:
 
 @pytest.mark.subprocess
 def test_predictions_snapshot(tmp_path: Path) -> None:
-    graph = str(Path(__file__).parent.parent / "sample_logs" / "graphs" / "1.19.2" / "mlp.onnx")
+    graph = str(Path(__file__).parents[2] / "sample_logs" / "graphs" / "1.19.2" / "mlp.onnx")
     _run(str(BENCH / "predictions_snapshot.py"), graph, "--write", str(tmp_path / "mlp.json"))
     assert "1 graphs, 0 differences" in _run(
         str(BENCH / "predictions_snapshot.py"), graph, "--compare", str(tmp_path / "mlp.json")

@@ -17,7 +17,7 @@ from support.readme import shell_blocks
 
 pytestmark = pytest.mark.ort  # real torchrun training jobs
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 EXPORT = re.compile(r"^export ORTMODULE_MEMORY_OPT_CONFIG=(\S+)", re.MULTILINE)
 
 

@@ -24,7 +24,7 @@ from memopt.recipes import RecipeError, load_hf_recipe, load_recipe
 from memopt.scan import scan_graph
 from memopt.scan.parity import captured_parity, logged_parity
 
-SAMPLES = Path(__file__).parent.parent / "sample_logs"
+SAMPLES = Path(__file__).parents[2] / "sample_logs"
 
 # Plan rows at the boundary to the loss, as each release printed them: config cell -> frequency.
 LOSS_BOUNDARY_ROWS: dict[str, dict[str, dict[str, int]]] = {

@@ -31,7 +31,7 @@ from memopt.run.files import replace_atomically
 from memopt.run.trials import parse_trial_config
 from memopt.tune import ConfigExport, write_config
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 V1_19 = OrtVersion.parse("1.19.2")
 REFUSED = "memopt writes only to a regular file or a new path"
 SPECIAL_KINDS = ("fifo", "device", "symlink", "dangling symlink", "folder")

@@ -1,6 +1,6 @@
 """Configs memopt writes are taken by the real ORT releases they are written for.
 
-1.19.2 is the installed release (and tests/test_trials.py runs configs on it); the older
+1.19.2 is the installed release (and tests/run/test_trials.py runs configs on it); the older
 releases run where sample_logs/capture.py has unpacked and built them (its cache,
 ~/.cache/memopt/ort, with one ``python-<release>`` wrapper each). Where a release is
 absent (a fresh CI machine) its case is skipped.

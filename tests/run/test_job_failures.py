@@ -12,7 +12,7 @@ from support.cli import memopt
 
 from memopt.run.explain import explain_failure, failing_line
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 TORCHRUN = f"{sys.executable} -m torch.distributed.run --standalone --nproc_per_node 2"
 
 # Rank 0 waits for its peer in the process group; rank 1 picks a CUDA device on a machine

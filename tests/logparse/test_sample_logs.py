@@ -16,7 +16,7 @@ import pytest
 
 from memopt.logparse import OptimizationType, ParseResult, parse_file
 
-SAMPLES = Path(__file__).parent.parent / "sample_logs"
+SAMPLES = Path(__file__).parents[2] / "sample_logs"
 MANIFEST = json.loads((SAMPLES / "MANIFEST.json").read_text())
 LOGS = [entry for entry in MANIFEST["files"] if entry["kind"] == "log"]
 

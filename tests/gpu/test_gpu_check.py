@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from support.fake_cuda import FakeCuda
 
-ROOT = Path(__file__).parent.parent
+ROOT = Path(__file__).parents[2]
 sys.path.insert(0, str(ROOT / "bench" / "gpu"))
 
 import check_allocator  # noqa: E402  (bench/gpu is no package)

@@ -31,7 +31,7 @@ from memopt.logparse import (
     require_summaries,
 )
 
-# The hand-captured gpt-tiny runs this test knows in detail; tests/test_sample_logs.py checks
+# The hand-captured gpt-tiny runs this test knows in detail; tests/logparse/test_sample_logs.py checks
 # every log of every release against its capture facts.
 REAL_LOGS = sorted(SAMPLE_LOGS_1_19.glob("gpt-tiny_*.log"))
 CONFIG_LOG = SAMPLE_LOGS_1_19 / "gpt-tiny_b4_devinfo_json-config.log"

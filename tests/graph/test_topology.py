@@ -2,7 +2,7 @@
 
 Tiny graphs as ORTModule lays them out (support.graphs.training_graph); no ORT. The
 rules themselves were read off ORT's VERBOSE search logs (1.17.3, 1.18.0, 1.19.2), which name
-every plan's nodes in ORT's order; tests/test_scan_releases.py checks them on real graphs.
+every plan's nodes in ORT's order; tests/scan/test_scan_releases.py checks them on real graphs.
 """
 
 from __future__ import annotations

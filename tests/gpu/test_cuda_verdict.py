@@ -26,7 +26,7 @@ from memopt.tui.state import _peak_cell
 from memopt.tune.tuner import _cuda_fields
 
 MiB = 2**20
-GPT = Path(__file__).parent.parent / "sample_logs" / "graphs" / "1.19.2" / "gpt.onnx"
+GPT = Path(__file__).parents[2] / "sample_logs" / "graphs" / "1.19.2" / "gpt.onnx"
 
 # A CUDA trial as memopt 0.1.0 (before reserved + outside) journaled it: 1000 MiB allocated,
 # 1500 MiB reserved, nothing about outside the allocator or retries.

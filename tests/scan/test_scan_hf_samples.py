@@ -17,7 +17,7 @@ from support.cli import memopt
 
 from memopt.logparse import parse_file
 
-SAMPLES = Path(__file__).parent.parent / "sample_logs"
+SAMPLES = Path(__file__).parents[2] / "sample_logs"
 RELEASE = "1.19.2"
 BATCH, SEQ = 4, 16  # what capture.py gave sample_logs/hf_tiny.py
 HF_MODELS = ("hf-gpt2", "hf-llama", "hf-t5", "hf-bert", "hf-qwen2")

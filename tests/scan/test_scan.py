@@ -19,7 +19,7 @@ from memopt.scan.parity import compare_plans
 
 pytestmark = pytest.mark.ort  # real ORTModule runs or ORT sessions
 
-SAMPLES = Path(__file__).parent.parent / "sample_logs"
+SAMPLES = Path(__file__).parents[2] / "sample_logs"
 
 
 def _parity(run: CliRun, version: str = "1.19.2", log: Path | None = None, layerwise: bool = False):

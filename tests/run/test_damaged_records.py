@@ -10,7 +10,7 @@ import math
 from pathlib import Path
 
 import pytest
-from test_unit_reliability import small_model
+from test_reliability import small_model
 
 from memopt.core import RunStatus, parse_target
 from memopt.core.records import checked_calibration_record

@@ -128,8 +128,9 @@ def _save_many(folder: str, writer: int) -> None:
 
 @pytest.mark.subprocess
 def test_concurrent_threads_and_processes_lose_no_model(tmp_path: Path) -> None:
-    script = f"import sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); "
-    script += "from test_unit_reliability import _save_many; _save_many(sys.argv[1], int(sys.argv[2]))"
+    here = Path(__file__).parent  # this module's folder; ``support`` lies in the folder above
+    script = f"import sys; sys.path[:0] = [{str(here)!r}, {str(here.parent)!r}]; "
+    script += "from test_reliability import _save_many; _save_many(sys.argv[1], int(sys.argv[2]))"
     processes = [
         subprocess.Popen([sys.executable, "-c", script, str(tmp_path), str(w)], cwd=PACKAGE_ROOT)
         for w in range(PROCESSES)

@@ -22,7 +22,7 @@ from support.cli import headless_tune, memopt
 
 pytestmark = pytest.mark.ort  # real ORTModule training jobs
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 TORCHRUN = f"{sys.executable} -m torch.distributed.run --standalone --nproc_per_node 2"
 ACCELERATE = shutil.which("accelerate", path=str(Path(sys.executable).parent)) or "accelerate"
 

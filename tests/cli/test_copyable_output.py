@@ -11,7 +11,7 @@ from support.cli import memopt
 
 pytestmark = pytest.mark.subprocess
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 GRAPH = ROOT / "sample_logs" / "graphs" / "1.19.2" / "gpt.onnx"
 LOG = ROOT / "sample_logs" / "1.19.2" / "bert-config-devinfo.log"
 

@@ -19,7 +19,7 @@ from support.torch_steps import without_onnxruntime
 from memopt.recompute import POLICY_ENV, RecomputePolicy
 from memopt.run.budget import parse_budget
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[3]
 
 # Eight tiny GPT blocks at 256 x 64 tokens: activations (about 0.8 GiB) well above the
 # runtime's own RSS, so a budget between them needs recompute.

@@ -13,7 +13,7 @@ from support.processes import assert_gone
 
 pytestmark = pytest.mark.ort  # real ORTModule training jobs
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = "examples/train_ddp.py --batch-size {batch}"
 TORCHRUN = f"{sys.executable} -m torch.distributed.run --standalone --nproc_per_node 2 {EXAMPLE}"
 SINGLE = f"{sys.executable} {EXAMPLE}"

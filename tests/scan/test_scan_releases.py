@@ -17,7 +17,7 @@ from memopt.graph.training_graph import load_graph
 from memopt.scan import ESTIMATED_ORDER_WARNING, scan_graph
 from memopt.scan.parity import SESSION_INPUTS, captured_cases, captured_parity
 
-SAMPLES = Path(__file__).parent.parent / "sample_logs"
+SAMPLES = Path(__file__).parents[2] / "sample_logs"
 
 
 @pytest.mark.parametrize(("release", "model", "scenario"), captured_cases(SAMPLES))

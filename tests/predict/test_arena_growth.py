@@ -22,7 +22,7 @@ from memopt.run.launch import LOG_NAME
 from memopt.run.probe import probe
 
 MiB = 1 << 20
-SAMPLE_LOGS = Path(__file__).parent.parent / "sample_logs"
+SAMPLE_LOGS = Path(__file__).parents[2] / "sample_logs"
 
 # Two arenas, as a real ORTModule run builds them (lines cut from one, timestamps kept out).
 _LOG = """\

@@ -95,7 +95,7 @@ def test_a_command_scans_to_the_plans_of_its_recipe(tmp_path: Path) -> None:
     from memopt.core import command_target
     from memopt.run.settings import RunSettings
 
-    example = Path(__file__).resolve().parent.parent / "examples" / "train_plain_torch.py"
+    example = Path(__file__).resolve().parents[3] / "examples" / "train_plain_torch.py"
     job = command_target(f"{sys.executable} {example} --batch-size {{batch}}")
     settings = RunSettings(target=job, runs_dir=tmp_path / "runs")
     from_job = scan_command(settings, 2)

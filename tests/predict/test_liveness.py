@@ -33,7 +33,7 @@ from memopt.predict.liveness import (
 from memopt.predict.memory_model import MemoryModel, Observation, fit_memory_model
 from memopt.scan import scan_graph
 
-SAMPLES = Path(__file__).parent.parent / "sample_logs"
+SAMPLES = Path(__file__).parents[2] / "sample_logs"
 MiB = 1 << 20
 
 
