@@ -18,10 +18,12 @@ from memopt.cli.options import (
     BudgetOption,
     DeviceOption,
     OptionPairs,
+    RunOptions,
     RunsDirOption,
     SeqOption,
     SizeOption,
     StepsOption,
+    TargetOptions,
     TimeoutOption,
     checked_count,
     choose_target,
@@ -113,18 +115,7 @@ def export_command(
     from memopt.recompute import POLICY_ENV
 
     settings = run_settings(
-        target,
-        batch,
-        seq=seq,
-        size=size,
-        pairs=option,
-        hf_task=None,
-        target_seq=None,
-        steps=steps,
-        device=device,
-        timeout=timeout,
-        python=None,
-        runs_dir=runs_dir,
+        target, batch, TargetOptions(seq, size, option), RunOptions(steps, device, timeout, runs_dir=runs_dir)
     )
     loaded = target.load(settings.options)  # a file that is no recipe is said before any run
     journal = Journal.in_folder(settings.runs_dir)
@@ -132,7 +123,7 @@ def export_command(
         ort_version, report, ort_dims = _ort_plans(settings, batch)
     # ORT's own measurement of the config: the journal's, where it ran at this batch before.
     with error_console.status(f"ORT trial of the config at batch {batch} (or the journal's)…"):
-        ort_trial = run_trial(TrialSpec.of(settings, batch, entries), settings.runs_dir, journal=journal, resume=True)
+        ort_trial = run_trial(TrialSpec(settings, batch, entries), settings.runs_dir, journal=journal, resume=True)
     with error_console.status(f"Capturing training steps of {escape(str(target))} in plain PyTorch…"):
         torch_scan = scan_recipe(loaded, min(batch, _IN_PROCESS_BATCH))
     exported = export_config(
