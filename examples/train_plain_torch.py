@@ -4,10 +4,12 @@
     export MEMOPT_RECOMPUTE_POLICY=/…/recompute-policy.json               # what memopt tune printed
     python examples/train_plain_torch.py --batch-size 256                # the same loop, with the policy
 
-The file is also a recipe (``build_model``, ``make_batch``, ``optimizer``), so memopt's torch
-back end can scan it, try it and tune it:
+memopt's torch back end scans, tries and tunes it as you run it (``--cmd``), or as a recipe
+(the file also has ``build_model``, ``make_batch``, ``optimizer``):
 
-    memopt tune --backend torch examples/train_plain_torch.py --target-batch 256 --budget 2.4GiB --no-tui
+    memopt tune --backend torch --cmd "python examples/train_plain_torch.py --batch-size {batch}" \
+        --target-batch 256 --budget 2.6GiB --no-tui          # as the job runs
+    memopt tune --backend torch examples/train_plain_torch.py --target-batch 256 --budget 2.6GiB --no-tui  # as a recipe
 
 A small GPT-like language model on random tokens: long sequences and many heads, so its
 activations, not its weights, fill the memory, as in real training. It trains until stopped (or --max-steps).
