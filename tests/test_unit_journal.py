@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.results import trial_result
 
 from memopt.core import parse_runnable
 from memopt.core.trial import Outcome, TrialResult
@@ -59,7 +60,7 @@ def result(status: str = "ok", peak: int | None = 500 * MiB, **changes: object) 
         "finished_at": 1700000000.0,
     }
     values.update(changes)
-    return TrialResult(**values)  # type: ignore[arg-type]
+    return trial_result(**values)
 
 
 def spec(batch: int = 4, config: tuple[ConfigEntry, ...] = ()) -> TrialSpec:

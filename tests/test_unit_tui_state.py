@@ -11,6 +11,7 @@ from rich.table import Table
 from rich.text import Text
 
 from memopt.core import parse_runnable
+from memopt.core.memory import Memory
 from memopt.core.trial import Outcome, TrialResult
 from memopt.ort import OptimizationType
 from memopt.tui.render import gauge, trials_chart
@@ -60,7 +61,7 @@ def trial(
         status="ok" if outcome in (Outcome.OK, Outcome.OVER_BUDGET) else outcome.value,
         run_dir="/runs/t",
         steps=2,
-        peak_bytes=peak,
+        memory=Memory(peak_bytes=peak),
         median_step_s=step_s,
         reused=reused,
     )

@@ -82,15 +82,7 @@ class TrialResult:
     ort_version: str | None = None
     torch_version: str | None = None
     ort_package: str | None = None
-    memory_kind: str | None = None
-    static_bytes: int | None = None  # after model, optimizer and ORTModule are set up, before step 1
-    peak_bytes: int | None = None
-    peak_over_run_bytes: int | None = None  # warm-up (export, session build) included
-    cuda_reserved_bytes: int | None = None
-    cuda_outside_bytes: int | None = None  # outside the caching allocator where reserved peaked
-    cuda_alloc_retries: int | None = None
-    cuda_ooms: int | None = None
-    exit_peak_bytes: int | None = None  # CPU: the job's processes' peak RSS up to their own exit
+    memory: Memory = Memory()  # journaled flat, its figures beside the other fields
     cuda_total_memory: int | None = None
     cuda_device_name: str | None = None
     cuda_pool: tuple[Mapping[str, Any], ...] = ()  # the allocator's pool after the warm-up step
@@ -120,20 +112,6 @@ class TrialResult:
         return self.outcome == "ok"
 
     @property
-    def memory(self) -> Memory:
-        return Memory(
-            self.memory_kind,
-            self.static_bytes,
-            self.peak_bytes,
-            self.peak_over_run_bytes,
-            self.cuda_reserved_bytes,
-            self.cuda_outside_bytes,
-            self.cuda_alloc_retries,
-            self.cuda_ooms,
-            self.exit_peak_bytes,
-        )
-
-    @property
     def measured_step_times_s(self) -> tuple[float, ...]:
         return self.step_times_s[1:]
 
@@ -142,11 +120,11 @@ class TrialResult:
         """When the start-up peaked above the measured steps, a line saying so: recompute lowers
         the steps' activations, not what the export and the session build hold."""
         memory = self.memory
-        if memory.binding_phase is not Phase.START_UP or self.peak_bytes is None:
+        if memory.binding_phase is not Phase.START_UP or memory.peak_bytes is None:
             return None
         return (
             f"the start-up (ONNX export, session build, warm-up step) peaked at "
-            f"{format_mib(memory.whole_run_peak)}, above the steps' {format_mib(self.peak_bytes)}: "
+            f"{format_mib(memory.whole_run_peak)}, above the steps' {format_mib(memory.peak_bytes)}: "
             "it binds, and recompute cannot lower it"
         )
 
@@ -189,14 +167,18 @@ class TrialResult:
         if not self.memory.at_the_edge:
             return None
         return (
-            f"running at the edge: PyTorch's allocator freed its cache {self.cuda_alloc_retries} time(s) to find"
+            f"running at the edge: PyTorch's allocator freed its cache {self.memory.cuda_alloc_retries} time(s) to find"
             " room (num_alloc_retries); a little more memory elsewhere and it runs out"
         )
 
     def to_record(self) -> dict[str, Any]:
-        record = asdict(self)
-        del record["target"]
-        record = {"recipe": self.target.spec, **record, "options": dict(self.options)}
+        record: dict[str, Any] = {"recipe": self.target.spec}
+        for name, value in asdict(self).items():
+            if name == "memory":
+                record.update(value)  # flat: the record keeps each figure's own key
+            elif name != "target":
+                record[name] = value
+        record["options"] = dict(self.options)
         record["ranks"] = [dict(rank) for rank in self.ranks]
         record["prediction_error"] = self.prediction_error
         record["whole_run_peak_bytes"] = self.memory.whole_run_peak
@@ -216,6 +198,7 @@ class TrialResult:
         known = {f.name for f in fields(cls)}
         values = {name: value for name, value in checked.items() if name in known}
         values["target"] = parse_target(str(checked.get("recipe")))
+        values["memory"] = Memory.from_record(checked)
         values["status"] = RunStatus.read(values.get("status"))
         for name in ("config", "step_times_s", "plans_on", "plans_off", "config_warnings", "ranks", "cuda_pool"):
             values[name] = tuple(values.get(name) or ())

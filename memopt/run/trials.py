@@ -488,7 +488,7 @@ def _result(
         ort_version=stack.get("ort_version") or versions.ort_version,
         torch_version=stack.get("torch_version") or versions.torch_version,
         ort_package=stack.get("ort_package") or versions.ort_package,
-        **{**asdict(run.memory), "peak_bytes": peak},
+        memory=replace(run.memory, peak_bytes=peak),
         cuda_total_memory=run.cuda_total_memory,
         cuda_device_name=run.cuda_device_name,
         cuda_pool=run.cuda_pool,

@@ -103,7 +103,7 @@ class TrialRecord:
 
     @property
     def peak_bytes(self) -> int | None:
-        return self.result.peak_bytes
+        return self.result.memory.peak_bytes
 
     @property
     def step_s(self) -> float | None:
