@@ -215,6 +215,38 @@ def test_record_round_trip_through_json_keeps_every_field_and_the_enum() -> None
     assert isinstance(back.plans_on, tuple) and isinstance(back.config_warnings, tuple)
 
 
+def test_every_field_of_a_trial_and_its_memory_is_journaled_flat_and_read_back() -> None:
+    original = result(
+        "out_of_memory",
+        memory_kind="cuda_allocated",
+        peak_over_run_bytes=600 * MiB,
+        cuda_reserved_bytes=700 * MiB,
+        cuda_outside_bytes=10 * MiB,
+        cuda_alloc_retries=1,
+        cuda_ooms=1,
+        exit_peak_bytes=650 * MiB,
+        cuda_total_memory=8000 * MiB,
+        cuda_device_name="a card",
+        cuda_pool=({"small": False, "blocks": [(2 * MiB, "resident"), (512, "free")]},),
+        ort_version="1.19.2",
+        torch_version="2.4.1",
+        ort_package="onnxruntime-training",
+        error="out of memory",
+        throughput=20.0,
+        plans_off=("Add+:1:-1",),
+        recomputed_nodes=12,
+        budget_bytes=800 * MiB,
+        wall_s=3.5,
+        reused=True,
+        ranks=({"rank": 0, "pid": 12, "steps": 2, "peak_bytes": 500 * MiB},),
+        oom_evidence="CUDA out of memory",
+    )
+    record = json.loads(json.dumps(original.to_record()))
+    assert (record["peak_bytes"], record["cuda_ooms"], record["exit_peak_bytes"]) == (500 * MiB, 1, 650 * MiB)
+    assert "memory" not in record and record["recipe"] == "gpt"
+    assert read_back(record) == original
+
+
 def test_from_record_ignores_unknown_fields_and_defaults_missing_ones() -> None:
     record = result().to_record()
     record["added_by_a_newer_memopt"] = 1

@@ -5,12 +5,14 @@ reads them back."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import asdict, dataclass, replace
 from enum import Enum
-from typing import Any
+from typing import Any, get_origin, get_type_hints
+
+from pydantic import TypeAdapter
 
 from memopt.core.memory import Memory, Phase
-from memopt.core.records import checked_trial_record
+from memopt.core.records import Count, Pid, PoolSegment, Positive, Rate, Timestamp, checked_record, record_type
 from memopt.core.status import RunStatus
 from memopt.core.target import Target, parse_target
 from memopt.ort.config import PlanKey, plan_keys
@@ -70,7 +72,7 @@ class TrialResult:
     key: str
     target: Target  # journaled as "recipe", its spec
     options: Mapping[str, Any]
-    batch_size: int
+    batch_size: Positive
     config: tuple[str, ...]  # entries as "<subgraph>:<type>:<count>"
     config_value: str | None  # what ORTMODULE_MEMORY_OPT_CONFIG was set to
     outcome: Outcome
@@ -88,7 +90,7 @@ class TrialResult:
     cuda_pool: tuple[Mapping[str, Any], ...] = ()  # the allocator's pool after the warm-up step
     step_times_s: tuple[float, ...] = ()  # [0] is the warm-up step
     median_step_s: float | None = None
-    throughput: float | None = None  # samples per second over the measured steps
+    throughput: Rate | None = None  # samples per second over the measured steps
     plans_on: tuple[PlanKey, ...] = ()  # Plan-table "Configs" ORT reported ON
     # Requested entries ("<subgraph>:<type>:<count>") that ORT's Plan table did not report ON:
     # ORT ignored them (a name it does not know, or a plan it left OFF), so they saved nothing.
@@ -99,7 +101,7 @@ class TrialResult:
     predicted_peak_bytes: int | None = None
     config_warnings: tuple[str, ...] = ()
     wall_s: float = 0.0
-    finished_at: float = 0.0
+    finished_at: Timestamp = 0.0
     reused: bool = False
     ranks: tuple[Mapping[str, Any], ...] = ()  # a command's processes: rank, peak_bytes, … each
     oom_evidence: str | None = None  # RunResult.oom_evidence
@@ -192,18 +194,16 @@ class TrialResult:
     def from_record(cls, record: Mapping[str, Any], where: str) -> TrialResult | None:
         """The trial a journal record holds; None (reported as a ``DamagedRecord`` warning naming
         ``where``) when the record does not hold a trial."""
-        checked = checked_trial_record(record, where)
+        checked = checked_record(_TRIAL_RECORD, record, where, "trial")
         if checked is None:
             return None
-        known = {f.name for f in fields(cls)}
-        values = {name: value for name, value in checked.items() if name in known}
+        # A list the record lacks (an older or a hand-made record) is an empty one.
+        values = {name: checked.get(name, ()) for name in _TRIAL_FIELDS if name in checked or name in _LISTS}
         values["target"] = parse_target(str(checked.get("recipe")))
-        values["memory"] = Memory.from_record(checked)
-        values["status"] = RunStatus.read(values.get("status"))
-        for name in ("config", "step_times_s", "plans_on", "plans_off", "config_warnings", "ranks", "cuda_pool"):
-            values[name] = tuple(values.get(name) or ())
+        values["memory"] = Memory(**{name: checked[name] for name in _MEMORY_FIELDS if name in checked})
+        values["status"] = RunStatus.read(checked.get("status"))
         # A record from a damaged journal may hold any word: it says nothing reliable.
-        values["outcome"] = _OUTCOME_WORDS.get(str(values.get("outcome")), Outcome.CRASHED)
+        values["outcome"] = _OUTCOME_WORDS.get(str(checked.get("outcome")), Outcome.CRASHED)
         return cls(**values)
 
     def judged(self, budget_bytes: int | None) -> TrialResult:
@@ -211,6 +211,29 @@ class TrialResult:
         return replace(
             self, budget_bytes=budget_bytes, outcome=outcome_of(self.status, self.memory.device_peak, budget_bytes)
         )
+
+
+# The journal record, derived from the dataclasses: ``TrialResult``'s fields with its ``Memory``
+# flat beside them, each checked as its type says (see ``record_type``), except where the
+# record holds a field in another form: the target as its spec ("recipe"), the verdict and the
+# run's status as their words, and each rank's figures and the CUDA pool as their records.
+_MEMORY_FIELDS = get_type_hints(Memory, include_extras=True)
+_RANK_RECORD = {**_MEMORY_FIELDS, "rank": Count, "pid": Pid | None, "steps": Count}
+_JOURNALED_AS: dict[str, Any] = {
+    "recipe": str,
+    "outcome": str,
+    "status": str,
+    "plans_on": tuple[str, ...],
+    "cuda_pool": tuple[PoolSegment, ...],
+    "ranks": tuple[record_type("RankRecord", _RANK_RECORD), ...],  # type: ignore[misc]
+}
+_TRIAL_FIELDS = {
+    name: kind
+    for name, kind in get_type_hints(TrialResult, include_extras=True).items()
+    if name not in ("target", "memory")
+}
+_LISTS = {name for name, kind in _TRIAL_FIELDS.items() if get_origin(kind) is tuple}
+_TRIAL_RECORD = TypeAdapter(record_type("TrialRecord", {**_TRIAL_FIELDS, **_MEMORY_FIELDS, **_JOURNALED_AS}))
 
 
 def outcome_of(status: RunStatus, peak: int | None, budget: int | None) -> Outcome:
