@@ -314,7 +314,7 @@ def manual_loop(bench: Bench, folder: Path, max_trials: int, repetition: int) ->
     while len(runs) < max_trials:
         result = trial(bench, folder, enabled, bench.target, bench.steps)
         runs.append(as_run(result, "trial", enabled))
-        if result.ok:
+        if result.fits:
             return StrategyRun(
                 "manual (ORT docs)",
                 repetition,
@@ -381,7 +381,7 @@ def binsearch(bench: Bench, folder: Path, repetition: int, init: int = 2, max_tr
     while len(runs) < max_trials:
         result = trial(bench, folder, (), size, bench.steps)
         runs.append(as_run(result, "trial", ()))
-        if result.ok:
+        if result.fits:
             low, fitted = size, result
             if high is not None:
                 if high - low <= 1:

@@ -112,7 +112,7 @@ def test_simulated_arena_adds_the_regions_ort_adds(
     tmp_path: Path, recipe: str, options: dict[str, object], batch: int
 ) -> None:
     result = probe(parse_runnable(recipe), batch, options=options, log_level="DEVINFO", runs_dir=tmp_path)
-    assert result.run.ok and result.execution_graph is not None, result.run.error
+    assert result.run.ran and result.execution_graph is not None, result.run.error
     with open(result.run.run_dir / LOG_NAME, encoding="utf-8", errors="replace") as log:
         real = training_arena_growth(log)
     assert len(real) >= 5  # a run that grew its arena, not an empty log

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from support.results import trial_result
 
-from memopt.core import parse_runnable
+from memopt.core import RunStatus, parse_runnable
 from memopt.core.trial import Outcome, TrialResult
 from memopt.errors import DamagedRecord
 from memopt.ort.config import ConfigEntry, OptimizationType
@@ -44,7 +44,7 @@ def result(status: str = "ok", peak: int | None = 500 * MiB, **changes: object) 
         "config": ("Gelu+:1:-1",),
         "config_value": "/runs/t/memopt_config.json",
         "outcome": Outcome(status) if status in {o.value for o in Outcome} else Outcome.CRASHED,
-        "status": status,
+        "status": RunStatus.read(status),
         "run_dir": "/runs/t",
         "steps": 2,
         "device": "cpu",

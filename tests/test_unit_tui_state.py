@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from memopt.core import parse_runnable
+from memopt.core import RunStatus, parse_runnable
 from memopt.core.memory import Memory
 from memopt.core.trial import Outcome, TrialResult
 from memopt.ort import OptimizationType
@@ -58,7 +58,7 @@ def trial(
         config=plans,
         config_value=None,
         outcome=outcome,
-        status="ok" if outcome in (Outcome.OK, Outcome.OVER_BUDGET) else outcome.value,
+        status=RunStatus.OK if outcome in (Outcome.OK, Outcome.OVER_BUDGET) else RunStatus(outcome.value),
         run_dir="/runs/t",
         steps=2,
         memory=Memory(peak_bytes=peak),

@@ -75,7 +75,7 @@ def probe_command(
             timeout_s=timeout,
         )
     run = result.run
-    if not run.ok:
+    if not run.ran:
         raise MemoptError(f"{run.status.failure(target.noun)}: {run.error} (log: {run.log_path})")
     _summarise(target, batch, options, result)
 

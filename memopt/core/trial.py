@@ -37,6 +37,11 @@ class Outcome(str, Enum):
         return self.value
 
     @property
+    def fits(self) -> bool:
+        """The verdict that the trial worked: it ran, within the budget where there was one."""
+        return self is Outcome.OK
+
+    @property
     def fatal(self) -> bool:
         """No other config can run either: the recipe or the ORT stack is broken."""
         return self in (Outcome.RECIPE_ERROR, Outcome.STACK_ERROR)
@@ -110,8 +115,9 @@ class TrialResult:
         object.__setattr__(self, "plans_on", plan_keys(self.plans_on))  # keys read back from text are PlanKeys again
 
     @property
-    def ok(self) -> bool:
-        return self.outcome == "ok"
+    def fits(self) -> bool:
+        """The verdict: it ran, within the budget where there was one (``Outcome.fits``)."""
+        return self.outcome.fits
 
     @property
     def measured_step_times_s(self) -> tuple[float, ...]:
@@ -132,8 +138,8 @@ class TrialResult:
 
     @property
     def ran(self) -> bool:
-        """The training steps ran to the end (within budget or not)."""
-        return self.status == RunStatus.OK
+        """The training steps ran to the end (within budget or not): ``RunStatus.ran``."""
+        return self.status.ran
 
     def left_off(self, plans: Iterable[PlanKey]) -> tuple[PlanKey, ...]:
         """Of ``plans`` (enabled by this trial's config), those ORT did not apply: a plan whose
@@ -239,6 +245,6 @@ _TRIAL_RECORD = TypeAdapter(record_type("TrialRecord", {**_TRIAL_FIELDS, **_MEMO
 def outcome_of(status: RunStatus, peak: int | None, budget: int | None) -> Outcome:
     """``peak``: what runs out over the whole run (start-up included; on CUDA reserved plus
     outside the allocator): a job under a hard limit dies at whichever part peaks."""
-    if status == RunStatus.OK and budget is not None and peak is not None and peak > budget:
+    if status.ran and budget is not None and peak is not None and peak > budget:
         return Outcome.OVER_BUDGET
     return _STATUS_TO_OUTCOME.get(status, Outcome.CRASHED)

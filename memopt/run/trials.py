@@ -317,7 +317,7 @@ class RealTrialRunner:
         )
         if not command:
             return result
-        disagreement = _processes_disagree(run.log_path) if run.ok else None
+        disagreement = _processes_disagree(run.log_path) if run.ran else None
         warnings = (*result.config_warnings, disagreement) if disagreement else result.config_warnings
         return replace(result, ranks=run.ranks, config_warnings=warnings)
 
@@ -432,8 +432,8 @@ class JournaledRunner:
 def reusable(record: Mapping[str, Any]) -> bool:
     """A journaled verdict ``--resume`` may reuse: a run that ran, or one out of memory with the
     evidence (older memopt called any SIGKILL out of memory; such a record is run again)."""
-    status = record.get("status")
-    return status == RunStatus.OK or (status == RunStatus.OUT_OF_MEMORY and bool(record.get("oom_evidence")))
+    status = RunStatus.read(record.get("status"))
+    return status.ran or (status is RunStatus.OUT_OF_MEMORY and bool(record.get("oom_evidence")))
 
 
 def _label(spec: TrialSpec) -> str:
@@ -467,7 +467,7 @@ def _result(
     predicted: int | None,
 ) -> TrialResult:
     plans_on, plans_seen, recomputed = _from_log(run.log_path) if run.status.printed_plans else ((), None, None)
-    if recomputed is None and not spec.config and run.ok:
+    if recomputed is None and not spec.config and run.ran:
         recomputed = 0  # no config: ORT prints no count because it recomputes nothing
     median = run.median_step_s
     peak = run.memory.steady_or_run_peak

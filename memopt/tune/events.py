@@ -99,7 +99,7 @@ class TrialRecord:
 
     @property
     def fits(self) -> bool:
-        return self.result.outcome is Outcome.OK
+        return self.result.fits
 
     @property
     def peak_bytes(self) -> int | None:

@@ -91,7 +91,7 @@ def measured() -> tuple[int, int]:
         result = run_trial(
             TrialSpec(parse_runnable(RECIPE), TARGET, OPTIONS, config, STEPS, "auto", 300.0), work_dir() / "measure"
         )
-        assert result.ok and result.memory.peak_bytes, (result.outcome, result.error)
+        assert result.fits and result.memory.peak_bytes, (result.outcome, result.error)
         peaks.append(int(result.memory.peak_bytes))
     no_config, with_every_plan = peaks
     assert with_every_plan < no_config, peaks
