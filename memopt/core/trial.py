@@ -78,7 +78,7 @@ class TrialResult:
     target: Target  # journaled as "recipe", its spec
     options: Mapping[str, Any]
     batch_size: Positive
-    config: tuple[str, ...]  # entries as "<subgraph>:<type>:<count>"
+    config: tuple[PlanKey, ...]  # the config's entries, each as its key "<subgraph>:<type>:<count>"
     config_value: str | None  # what ORTMODULE_MEMORY_OPT_CONFIG was set to
     outcome: Outcome
     status: RunStatus  # the run's own status (RunResult.status)
@@ -99,7 +99,7 @@ class TrialResult:
     plans_on: tuple[PlanKey, ...] = ()  # Plan-table "Configs" ORT reported ON
     # Requested entries ("<subgraph>:<type>:<count>") that ORT's Plan table did not report ON:
     # ORT ignored them (a name it does not know, or a plan it left OFF), so they saved nothing.
-    plans_off: tuple[str, ...] = ()
+    plans_off: tuple[PlanKey, ...] = ()
     plans_seen: int | None = None  # rows in ORT's Plan table
     recomputed_nodes: int | None = None  # "Total number of recomputed nodes", else node lines counted
     budget_bytes: int | None = None
@@ -112,7 +112,8 @@ class TrialResult:
     oom_evidence: str | None = None  # RunResult.oom_evidence
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "plans_on", plan_keys(self.plans_on))  # keys read back from text are PlanKeys again
+        for name in ("config", "plans_on", "plans_off"):  # keys read back from text are PlanKeys again
+            object.__setattr__(self, name, plan_keys(getattr(self, name)))
 
     @property
     def fits(self) -> bool:
@@ -222,14 +223,16 @@ class TrialResult:
 # The journal record, derived from the dataclasses: ``TrialResult``'s fields with its ``Memory``
 # flat beside them, each checked as its type says (see ``record_type``), except where the
 # record holds a field in another form: the target as its spec ("recipe"), the verdict and the
-# run's status as their words, and each rank's figures and the CUDA pool as their records.
+# run's status as their words, plan keys as their text, and each rank's figures and the CUDA pool as their records.
 _MEMORY_FIELDS = get_type_hints(Memory, include_extras=True)
 _RANK_RECORD = {**_MEMORY_FIELDS, "rank": Count, "pid": Pid | None, "steps": Count}
 _JOURNALED_AS: dict[str, Any] = {
     "recipe": str,
     "outcome": str,
     "status": str,
+    "config": tuple[str, ...],
     "plans_on": tuple[str, ...],
+    "plans_off": tuple[str, ...],
     "cuda_pool": tuple[PoolSegment, ...],
     "ranks": tuple[record_type("RankRecord", _RANK_RECORD), ...],  # type: ignore[misc]
 }

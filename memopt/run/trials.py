@@ -191,8 +191,7 @@ def parse_trial_config(text: str, version: OrtVersion) -> ValidatedConfig:
         # Older releases take the string itself; a memopt JSON file is converted for them.
         parsed = parse_config_json(content, OrtVersion(19))
         return validate_entries(parsed.entries, version, warnings=list(parsed.warnings))
-    items = [item if item.count(":") else f"{item}:1:-1" for item in text.split(",") if item]
-    return parse_config_string(",".join(items), version)
+    return parse_config_string(PlanKey.from_short(item for item in text.split(",") if item), version)
 
 
 def inherited_config_note() -> str | None:
@@ -477,7 +476,7 @@ def _result(
         target=spec.target,
         options=dict(spec.options),
         batch_size=spec.batch_size,
-        config=tuple(str(entry) for entry in spec.config),
+        config=tuple(entry.key for entry in spec.config),
         config_value=value,
         outcome=outcome_of(run.status, run.memory.device_peak, budget),
         status=run.status,
@@ -508,10 +507,10 @@ def _result(
     )
 
 
-def requested_off(entries: tuple[ConfigEntry, ...], plans_on: Iterable[str]) -> tuple[str, ...]:
+def requested_off(entries: tuple[ConfigEntry, ...], plans_on: Iterable[str]) -> tuple[PlanKey, ...]:
     """The entries that enable something but whose subgraph and type no ON plan of ORT's table has."""
     on = {cell for key in plan_keys(plans_on) for cell in key.cells}
-    return tuple(str(entry) for entry in entries if int(entry.optimization) != 0 and entry.cell not in on)
+    return tuple(entry.key for entry in entries if int(entry.optimization) != 0 and entry.cell not in on)
 
 
 def _from_log(log_path: Path) -> tuple[tuple[PlanKey, ...], int | None, int | None]:
