@@ -59,9 +59,9 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
-# The optimum extra (optimum's ORTTrainer, accelerate) too, so tests/test_stacks.py runs the stacks
-# users train with. ORTTrainer imports torch_ort, whose own dependencies would replace the ORT
-# build chosen above: it goes in without them.
+# The optimum extra (optimum's ORTTrainer, accelerate) too, so tests/targets/test_stacks.py runs
+# the stacks users train with. ORTTrainer imports torch_ort, whose own dependencies would replace
+# the ORT build chosen above: it goes in without them.
 $(INSTALLED): pyproject.toml constraints.txt | $(BIN)/python
 ifeq ($(EXTRA),gpu)
 	$(BIN)/pip install $(GPU_TORCH) --index-url $(TORCH_CU118_INDEX)

@@ -22,6 +22,7 @@ from pathlib import Path
 from memopt.core import command_target, parse_runnable
 from memopt.core.trial import TrialResult
 from memopt.run import TrialSpec, run_trial, stack_versions
+from memopt.run.settings import RunSettings
 
 ROOT = Path(__file__).resolve().parent.parent
 RECIPE = str(ROOT / "bench" / "train_ddp_recipe.py")
@@ -48,7 +49,11 @@ def main() -> None:
     for repeat in range(args.repeats):
         for name, target in targets.items():
             folder = runs / f"{repeat}-{''.join(c if c.isalnum() else '-' for c in name)}"
-            result = run_trial(TrialSpec(target, args.batch, steps=args.steps, device="cpu"), folder, versions=versions)
+            result = run_trial(
+                TrialSpec(RunSettings(target=target, steps=args.steps, device="cpu"), args.batch),
+                folder,
+                versions=versions,
+            )
             if not result.ran:
                 raise SystemExit(f"{name}: {result.outcome}: {result.error}")
             results[name].append(result)

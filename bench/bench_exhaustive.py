@@ -55,7 +55,7 @@ def main() -> int:
 
     def trial(plans: tuple[str, ...], budget: int | None = None) -> TrialResult:
         entries = parse_trial_config(",".join(plans), version).entries
-        spec = TrialSpec(parse_runnable(recipe), batch, options, entries, args.steps)
+        spec = TrialSpec(settings, batch, entries)
         return run_trial(spec, reference, journal=journal, resume=True, budget_bytes=budget)
 
     baseline = trial(())

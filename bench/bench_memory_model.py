@@ -64,11 +64,10 @@ def bench_case(
     reference_dir = runs_dir / f"{name}-reference"  # the measured truth, out of the model's sight
     model_dir = runs_dir / f"{name}-model"
     journal = Journal.in_folder(reference_dir)
-    baseline = run_trial(
-        TrialSpec(parse_runnable(recipe), batch, options, (), steps), reference_dir, journal=journal, resume=True
-    )
+    runs = RunSettings(target=parse_runnable(recipe), options=options, steps=steps, runs_dir=model_dir)
+    baseline = run_trial(TrialSpec(runs, batch), reference_dir, journal=journal, resume=True)
     assert baseline.ran and baseline.memory.peak_bytes, baseline.error
-    cal = calibrate(RunSettings(target=parse_runnable(recipe), options=options, steps=steps, runs_dir=model_dir), batch)
+    cal = calibrate(runs, batch)
     model = cal.model
     rows: list[dict[str, Any]] = []
     no_config = model.baseline(batch)
@@ -85,7 +84,7 @@ def bench_case(
             baseline_step_s=cal.baseline_step_s,
         )
         trial = run_trial(
-            TrialSpec(parse_runnable(recipe), batch, options, plan.entries, steps),
+            TrialSpec(runs, batch, plan.entries),
             reference_dir,
             journal=journal,
             budget_bytes=budget,

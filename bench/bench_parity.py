@@ -7,7 +7,7 @@ one markdown row per release, model and scenario: plans memopt reproduces exactl
 key and type, same frequency, savings ORT could print for memopt's plan) out of all plans
 either side has (``hf-*``: tiny Hugging Face models, sample_logs/hf_tiny.py; ``*-lossonly``:
 the same models with ``forward`` returning only the loss, on 1.17.3–1.19.2).
-tests/test_scan_releases.py asserts the same; tests/test_loss_only.py the rows at the loss.
+tests/scan/test_scan_releases.py asserts the same; tests/scan/test_loss_only.py the rows at the loss.
 """
 
 from __future__ import annotations

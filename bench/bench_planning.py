@@ -39,6 +39,7 @@ from typing import Any
 from memopt.core import parse_runnable
 from memopt.recipes import parse_option_value
 from memopt.run.journal import Journal
+from memopt.run.settings import RunSettings
 from memopt.run.trials import TrialSpec, run_trial
 
 DEPTHS = (8, 16, 32, 48, 96)  # both families at each: 32 and 96 are the issue's goals' depths
@@ -89,7 +90,7 @@ def bench_case(
     recorded = folder / "reference_cpu.json"
     before = children_cpu()
     reference = run_trial(
-        TrialSpec(parse_runnable(recipe), args.batch, options, (), args.steps),
+        TrialSpec(RunSettings(target=parse_runnable(recipe), options=options, steps=args.steps), args.batch),
         reference_dir,
         journal=Journal.in_folder(reference_dir),
         resume=recorded.exists(),

@@ -11,7 +11,7 @@ not on widths), then times on the same graph:
     memory-optimizer analysis alone (``get_serialized_ortmodule_memory_stat``).
 It checks memopt's plans against ORT's for every graph and prints markdown tables, a
 linear fit of scan time against node count, and writes scan_speed.png.
-Parity against every release's real logs is in tests/test_scan_releases.py.
+Parity against every release's real logs is in tests/scan/test_scan_releases.py.
 """
 
 from __future__ import annotations

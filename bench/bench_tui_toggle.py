@@ -26,6 +26,7 @@ from typing import Any
 from memopt.core import parse_runnable
 from memopt.recipes import parse_option_value
 from memopt.run.budget import parse_budget
+from memopt.run.settings import RunSettings
 from memopt.tui.app import TuneApp
 from memopt.tui.widgets import PlansTable
 from memopt.tune import Tuner, TuneSettings
@@ -48,11 +49,9 @@ def main() -> int:
     options: dict[str, Any] = {"size": "tiny", "seq_len": args.seq}
     options.update({key: parse_option_value(value) for key, value in (pair.split("=", 1) for pair in pairs)})
     settings = TuneSettings(
-        target=parse_runnable(args.target),
+        run=RunSettings(target=parse_runnable(args.target), options=options, runs_dir=args.runs_dir),
         target_batch=args.batch,
         budget=parse_budget("64GiB"),  # the prediction does not depend on it
-        options=options,
-        runs_dir=args.runs_dir,
         resume=True,
     )
     tuner = Tuner(settings)

@@ -52,6 +52,7 @@ from memopt.ort.version import OrtVersion
 from memopt.pipeline import prepare_target
 from memopt.run.budget import Budget
 from memopt.run.launch import LOG_NAME, RunRequest, launch, new_run_dir
+from memopt.run.settings import RunSettings
 from memopt.run.trials import LEVEL_VAR, TrialSpec, parse_trial_config, run_trial
 from memopt.scan.patterns import Pattern
 from memopt.tune import StageFinished, TuneEvent, Tuner, TuneSettings, event_line
@@ -160,10 +161,17 @@ def spread(values: Sequence[float], digits: int = 1) -> str:
     return f"{med:.{digits}f} [{low:.{digits}f}–{high:.{digits}f}]"
 
 
+def bench_runs(bench: Bench, steps: int, folder: Path) -> RunSettings:
+    """How the bench's runs of its recipe go."""
+    return RunSettings(
+        target=parse_runnable(bench.recipe), options=bench.options, steps=steps, timeout_s=TIMEOUT_S, runs_dir=folder
+    )
+
+
 def trial(bench: Bench, folder: Path, plans: Sequence[str], batch: int, steps: int) -> TrialResult:
     """A memopt trial of ``plans`` (ORT Plan-table keys) judged against the budget (once there is one)."""
     entries = parse_trial_config(",".join(plans), bench.ort).entries if plans else ()
-    spec = TrialSpec(parse_runnable(bench.recipe), batch, bench.options, entries, steps, "auto", TIMEOUT_S)
+    spec = TrialSpec(bench_runs(bench, steps, folder), batch, entries)
     result = run_trial(spec, folder, budget_bytes=bench.budget_bytes or None)
     log(
         f"  b{batch} {label(plans)}: {result.outcome}, peak {mib(result.memory.peak_bytes)} MiB, "
@@ -192,14 +200,7 @@ def level1_run(bench: Bench, folder: Path, steps: int) -> tuple[Run, tuple[str, 
     and the recomputed-node count from its log.
     """
     request = RunRequest(
-        target=parse_runnable(bench.recipe),
-        batch_size=bench.target,
-        options=bench.options,
-        steps=steps,
-        log_level="DEVINFO",
-        env={LEVEL_VAR: "1"},
-        unset_env=(ENV_VAR,),
-        timeout_s=TIMEOUT_S,
+        bench_runs(bench, steps, folder), bench.target, log_level="DEVINFO", env={LEVEL_VAR: "1"}, unset_env=(ENV_VAR,)
     )
     run = launch(request, new_run_dir(folder, f"level1-b{bench.target}"))
     peak = run.memory.steady_or_run_peak
@@ -237,7 +238,7 @@ def ort_saving(plan: Plan) -> float:
 
 def measure_budget(recipe: str, options: dict[str, Any], target: int, steps: int, folder: Path) -> Bench:
     log("budget: graph probe and scan, then no-config and every-plan trials at the target batch")
-    prepared = prepare_target(parse_runnable(recipe), options=options, runs_dir=folder)
+    prepared = prepare_target(RunSettings(target=parse_runnable(recipe), options=options, runs_dir=folder))
     report = prepared.report
     dims = {**prepared.loaded.logged_dims, **{symbol: target for symbol in prepared.batch_symbols}}
     savings = {p.key: p.exact.evaluate(dims) for p in report.patterns}
@@ -270,15 +271,11 @@ def memopt_search(bench: Bench, folder: Path, margin: float, max_trials: int, re
         print(event_line(event), file=sys.stderr, flush=True)
 
     settings = TuneSettings(
-        target=parse_runnable(bench.recipe),
+        run=bench_runs(bench, bench.steps, folder),
         target_batch=bench.target,
-        options=bench.options,
         budget=Budget(f"{bench.budget_bytes}B", bytes=bench.budget_bytes),
         margin=margin,
         max_trials=max_trials,
-        steps=bench.steps,
-        runs_dir=folder,
-        timeout_s=TIMEOUT_S,
     )
     started = time.monotonic()
     result = Tuner(settings, on_event).auto_search()

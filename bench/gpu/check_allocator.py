@@ -20,7 +20,7 @@ traces of one ``PYTORCH_CUDA_ALLOC_CONF`` run in a process of their own, started
   by side and merge when freed, hence the sizes of the free blocks later requests find; and a
   large-pool block left with 1 MiB or less is handed out whole and counted allocated whole.
   So allocated, not only reserved, depends on the device's addresses
-  (``tests/test_unit_cuda_allocator.py`` works a case out by hand), and no simulation that
+  (``tests/gpu/test_cuda_allocator.py`` works a case out by hand), and no simulation that
   does not know them can be exact at every event. The table says how far off it is: at the
   worst event and at the peaks memopt predicts.
 

@@ -13,7 +13,7 @@ is predicted and measured separately: ``max_memory_allocated``, ``max_memory_res
 reserved + outside the allocator (what memopt judges a CUDA run on: what runs out on the card).
 
 ``--device cpu`` runs the same on this machine's CPU, where the one figure is the process's peak
-RSS: the CPU self-test (``tests/test_gpu_check.py``) and nothing more: it says nothing of CUDA.
+RSS: the CPU self-test (``tests/gpu/test_gpu_check.py``) and nothing more: it says nothing of CUDA.
 
 Writes ``plain_torch_check.json`` and ``plain_torch_check.md`` (a table for BENCHMARKS.md) under
 ``--out``; exits 1 where a run failed. Imports torch and, of memopt, the scan, the peak model,

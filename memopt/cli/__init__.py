@@ -53,7 +53,7 @@ def _root(
     """memopt: ORT memory-optimizer configs without the guesswork."""
 
 
-_COMMANDS = ("config", "parse", "plan", "probe", "scan", "stack", "trial", "tune")
+_COMMANDS = ("config", "export", "parse", "plan", "probe", "scan", "stack", "trial", "tune")
 _STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 _stopped_by: list[int] = []  # the stop signal that arrived, if one did
 

@@ -3,6 +3,8 @@ and the helpers that turn them into library values."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -13,7 +15,15 @@ from memopt.cli import error_console
 from memopt.core import Command, HfConfig, RecipeTarget, RunnableTarget, Target, command_target, parse_target
 from memopt.errors import MemoptError
 from memopt.recipes import DEFAULT_RECIPE, parse_option_value
-from memopt.run import RunSettings, check_count, check_device, check_options, inherited_config_note
+from memopt.run import (
+    DEFAULT_RUNS_DIR,
+    DEFAULT_STEPS,
+    DEFAULT_TIMEOUT_S,
+    RunSettings,
+    check_count,
+    check_options,
+    inherited_config_note,
+)
 
 __all__ = [
     "BudgetOption",
@@ -33,12 +43,14 @@ __all__ = [
     "TargetSeqOption",
     "TargetBatchOption",
     "TimeoutOption",
+    "BackendOption",
+    "BatchOption",
+    "RunOptions",
+    "TargetOptions",
     "calibration_batches",
     "checked_count",
     "choose_target",
     "command_notes",
-    "check_device",
-    "recipe_options",
     "run_settings",
 ]
 
@@ -74,6 +86,7 @@ CommandOption = Annotated[
         "'torchrun --nproc_per_node 2 train.py --batch-size {batch}' ({batch}: memopt sets the batch size).",
     ),
 ]
+BatchOption = Annotated[int, typer.Option("--batch", "-b", callback=checked_count, help="Batch size.")]
 TargetBatchOption = Annotated[
     int, typer.Option("--target-batch", callback=checked_count, help="The batch size to fit.")
 ]
@@ -175,68 +188,76 @@ def command_notes(target: Target, python: str | None, batch: int, *, shell_confi
     return python or (target.python() if isinstance(target, Command) else None)
 
 
-def recipe_options(
-    target: Target,
-    seq: int | None,
-    size: str | None,
-    pairs: list[str],
-    hf_task: str | None = None,
-    target_seq: int | None = None,
-) -> dict[str, Any]:
-    """``--seq``/``--size``/``--hf-task``/``--target-seq`` and ``-o key=value`` pairs as the
-    recipe's keyword options; an ``hf:`` target's config is checked here, before any run."""
-    options: dict[str, Any] = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key.strip().isidentifier():
-            raise MemoptError(f"--option must look like key=value, not {pair!r}")
-        options[key.strip()] = parse_option_value(value.strip())
-    if seq is not None:
-        options["seq_len"] = seq
-    if size is not None:
-        options["size"] = size
-    hf_only: tuple[tuple[str, str, str | int | None], ...] = (
-        ("--hf-task", "hf_task", hf_task),
-        ("--target-seq", "target_seq", target_seq),
-    )
-    for flag, name, given in hf_only:
-        if given is not None:
-            if not isinstance(target, HfConfig):
-                raise MemoptError(f"{flag} applies to hf: targets, not to {target}")
-            options[name] = given
-    check_options(target, options)
-    if not isinstance(target, RecipeTarget):
+@dataclass(frozen=True)
+class TargetOptions:
+    """``--seq``, ``--size``, ``-o key=value``, ``--hf-task`` and ``--target-seq`` as given:
+    what becomes the recipe's keyword options (``options_for``)."""
+
+    seq: int | None = None
+    size: str | None = None
+    pairs: Sequence[str] = ()
+    hf_task: str | None = None
+    target_seq: int | None = None
+
+    def options_for(self, target: Target) -> dict[str, Any]:
+        """The recipe's keyword options; an ``hf:`` target's config is checked here, before any run."""
+        options: dict[str, Any] = {}
+        for pair in self.pairs:
+            key, sep, value = pair.partition("=")
+            if not sep or not key.strip().isidentifier():
+                raise MemoptError(f"--option must look like key=value, not {pair!r}")
+            options[key.strip()] = parse_option_value(value.strip())
+        if self.seq is not None:
+            options["seq_len"] = self.seq
+        if self.size is not None:
+            options["size"] = self.size
+        hf_only: tuple[tuple[str, str, str | int | None], ...] = (
+            ("--hf-task", "hf_task", self.hf_task),
+            ("--target-seq", "target_seq", self.target_seq),
+        )
+        for flag, name, given in hf_only:
+            if given is not None:
+                if not isinstance(target, HfConfig):
+                    raise MemoptError(f"{flag} applies to hf: targets, not to {target}")
+                options[name] = given
+        check_options(target, options)
+        if not isinstance(target, RecipeTarget):
+            return options
+        for note in target.check(options):
+            error_console.print(f"note: {target}: {note}", markup=False, highlight=False, soft_wrap=True)
         return options
-    for note in target.check(options):
-        error_console.print(f"note: {target}: {note}", markup=False, highlight=False, soft_wrap=True)
-    return options
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """``--steps``, ``--device``, ``--timeout``, ``--python`` and ``--runs-dir`` as given; ``run_settings``
+    makes them a ``RunSettings``, which checks each."""
+
+    steps: int = DEFAULT_STEPS
+    device: str = "auto"
+    timeout: float = DEFAULT_TIMEOUT_S
+    python: str | None = None
+    runs_dir: Path = DEFAULT_RUNS_DIR
 
 
 def run_settings(
     target: RunnableTarget,
     batch: int,
+    given: TargetOptions,
+    run: RunOptions,
     *,
-    seq: int | None,
-    size: str | None,
-    pairs: list[str],
-    hf_task: str | None,
-    target_seq: int | None,
-    steps: int,
-    device: str,
-    timeout: float,
-    python: str | None,
-    runs_dir: Path,
+    shell_config_applies: bool = False,
 ) -> RunSettings:
     """The runs a command asks for: its recipe options checked and its notes said (see
     ``command_notes``, at ``batch``), every setting checked once by ``RunSettings``."""
     return RunSettings(
         target=target,
-        options=recipe_options(target, seq, size, pairs, hf_task, target_seq),
-        steps=steps,
-        device=device,
-        timeout_s=timeout,
-        python=command_notes(target, python, batch),
-        runs_dir=runs_dir,
+        options=given.options_for(target),
+        steps=run.steps,
+        device=run.device,
+        timeout_s=run.timeout,
+        python=command_notes(target, run.python, batch, shell_config_applies=shell_config_applies),
+        runs_dir=run.runs_dir,
     )
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 import sys
 from pathlib import Path
 from typing import Any
@@ -12,8 +13,10 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
+from memopt.backends import Backend, choose_backend
 from memopt.cli import EXIT_DOES_NOT_FIT, app, console, error_console
 from memopt.cli.options import (
+    BackendOption,
     BudgetOption,
     CalibrateOption,
     CommandOption,
@@ -23,11 +26,13 @@ from memopt.cli.options import (
     OptionalRecipeArgument,
     OptionPairs,
     PythonOption,
+    RunOptions,
     RunsDirOption,
     SeqOption,
     SizeOption,
     StepsOption,
     TargetBatchOption,
+    TargetOptions,
     TargetSeqOption,
     TimeoutOption,
     calibration_batches,
@@ -45,9 +50,11 @@ from memopt.pipeline.calibrate import calibrate, save_model
 from memopt.predict.calibration import Calibration, learn_from_trial
 from memopt.predict.planner import DEFAULT_MARGIN, PlanResult, choose_plans
 from memopt.run import DEFAULT_RUNS_DIR, DEFAULT_STEPS, DEFAULT_TIMEOUT_S
-from memopt.run.budget import parse_budget, require_budget, resolve_budget
-from memopt.run.files import check_write_target
+from memopt.run.budget import Budget, parse_budget, require_budget, resolve_budget
+from memopt.run.files import check_write_target, replace_atomically
 from memopt.run.journal import Journal
+from memopt.run.launch import new_run_dir
+from memopt.run.settings import RunSettings
 from memopt.run.trials import TrialSpec, run_trial, stack_versions
 from memopt.tune.export import ConfigExport, plan_export, write_config
 from memopt.units import format_bytes, format_cuda_memory, format_mib
@@ -89,6 +96,7 @@ def plan_command(
     python: PythonOption = None,
     timeout: TimeoutOption = DEFAULT_TIMEOUT_S,
     as_json: bool = typer.Option(False, "--json", help="Print the plan as JSON."),
+    backend: BackendOption = None,
 ) -> None:
     """Choose the plans that bring RECIPE's predicted peak at --target-batch under --budget at least recompute cost."""
     if not 0 <= margin < 1:
@@ -99,19 +107,16 @@ def plan_command(
     settings = run_settings(
         target,
         target_batch,
-        seq=seq,
-        size=size,
-        pairs=option,
-        hf_task=hf_task,
-        target_seq=target_seq,
-        steps=steps,
-        device=device,
-        timeout=timeout,
-        python=python,
-        runs_dir=runs_dir,
+        TargetOptions(seq, size, option, hf_task, target_seq),
+        RunOptions(steps, device, timeout, python, runs_dir),
     )
-    batches = calibration_batches(calibrate_at)
     parsed = parse_budget(budget) if budget is not None else None
+    chosen_backend = choose_backend(backend)
+    if chosen_backend.backend is Backend.TORCH:
+        error_console.print(chosen_backend.line(), highlight=False, soft_wrap=True, markup=False)
+        _plan_torch(settings, target_batch, parsed, margin, resume, verify, out, force, as_json)
+        return
+    batches = calibration_batches(calibrate_at)
     versions = stack_versions(settings.python, settings.timeout_s)
     if (
         out is not None
@@ -141,7 +146,7 @@ def plan_command(
         predicted = int(result.predicted_bytes)
         with console.status(f"Verifying at batch {target_batch}…"):
             trial = run_trial(
-                TrialSpec.of(settings, target_batch, result.entries),
+                TrialSpec(settings, target_batch, result.entries),
                 runs_dir,
                 journal=Journal.in_folder(runs_dir),
                 budget_bytes=budget_bytes,
@@ -158,6 +163,67 @@ def plan_command(
         if trial is not None:
             print_trial(trial)
     if not result.feasible or (trial is not None and trial.outcome.does_not_fit):
+        sys.exit(EXIT_DOES_NOT_FIT)
+
+
+def _plan_torch(
+    settings: RunSettings,
+    target_batch: int,
+    budget: Budget | None,
+    margin: float,
+    resume: bool,
+    verify: bool,
+    out: Path | None,
+    force: bool,
+    as_json: bool,
+) -> None:
+    """The torch back end's plan: tune's scan, probes and choice, without its verifying run
+    (``--verify`` adds that one run); the policy file written where a job reads it."""
+    # Imported here: the torch back end loads torch, which an ORT plan's process must not carry.
+    from memopt.backends.torch.trial import POLICY_FILE, run_torch_trial
+    from memopt.backends.torch.tune import plan_torch
+    from memopt.recompute import POLICY_ENV
+
+    def say(line: str) -> None:
+        error_console.print(line, highlight=False, soft_wrap=True, markup=False)
+
+    plan = plan_torch(settings, target_batch, budget, margin=margin, resume=resume, say=say)
+    written = None
+    if plan.feasible:  # a policy not predicted to fit is no answer: nothing is written
+        path = (
+            out or new_run_dir(settings.runs_dir, f"torch-plan-{settings.target.label}-b{target_batch}") / POLICY_FILE
+        )
+        written = replace_atomically(path, plan.policy.to_json() + "\n", overwrite=out is None or force)
+    trial = None
+    if verify and plan.feasible:
+        trial = run_torch_trial(settings, target_batch, plan.policy, journal=Journal.in_folder(settings.runs_dir))
+        say(
+            f"measurement: peak {format_bytes(trial.peak_bytes or 0)} against the limit "
+            f"{format_bytes(int(plan.limit_bytes))}: {'within' if trial.fits(int(plan.limit_bytes)) else 'OVER'} "
+            f"({trial.status.value}, {trial.run_dir})"
+        )
+    export = [f"export {POLICY_ENV}={shlex.quote(str(written.resolve()))}"] if written is not None else []
+    if as_json:
+        document = {
+            "backend": "torch",
+            "feasible": plan.feasible,
+            "target_batch": target_batch,
+            "budget_bytes": plan.budget_bytes,
+            "limit_bytes": int(plan.limit_bytes),
+            "predicted_without_recompute_bytes": int(plan.baseline_bytes),
+            "predicted_bytes": int(plan.predicted_bytes),
+            "plans": [str(p) for p in plan.policy.plans],
+            "policy_file": str(written) if written is not None else None,
+            "export": export,
+            "verify": None if trial is None else {"status": trial.status.value, "peak_bytes": trial.peak_bytes},
+        }
+        print(json.dumps(document, indent=2))
+    elif written is not None:
+        print(
+            f"# {plan.policy}: predicted {format_bytes(int(plan.predicted_bytes))}, not verified (memopt tune verifies it)"
+        )
+        print(export[0])
+    if not plan.feasible or (trial is not None and not trial.fits(int(plan.limit_bytes))):
         sys.exit(EXIT_DOES_NOT_FIT)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 
 import typer
@@ -9,27 +10,28 @@ from rich.markup import escape
 
 from memopt.cli import app, console
 from memopt.cli.options import (
+    BatchOption,
     CommandOption,
     DeviceOption,
     HfTaskOption,
     OptionalRecipeArgument,
     OptionPairs,
     PythonOption,
+    RunOptions,
     RunsDirOption,
     SeqOption,
     SizeOption,
+    StepsOption,
+    TargetOptions,
     TargetSeqOption,
     TimeoutOption,
-    check_device,
-    checked_count,
     choose_target,
-    command_notes,
-    recipe_options,
+    run_settings,
 )
 from memopt.core import Target, runnable
 from memopt.errors import MemoptError
 from memopt.logparse import parse_file
-from memopt.run import DEFAULT_RUNS_DIR, DEFAULT_TIMEOUT_S
+from memopt.run import DEFAULT_RUNS_DIR, DEFAULT_STEPS, DEFAULT_TIMEOUT_S
 from memopt.run.probe import ProbeResult, probe
 from memopt.units import format_bytes
 
@@ -40,13 +42,13 @@ __all__ = ["probe_command"]
 def probe_command(
     recipe: OptionalRecipeArgument = None,
     command: CommandOption = None,
-    batch: int = typer.Option(8, "--batch", "-b", callback=checked_count, help="Batch size."),
+    batch: BatchOption = 8,
     seq: SeqOption = None,
     size: SizeOption = None,
     option: OptionPairs = [],  # noqa: B006  (typer reads the default; never mutated)
     hf_task: HfTaskOption = None,
     target_seq: TargetSeqOption = None,
-    steps: int = typer.Option(2, "--steps", callback=checked_count, help="Measured steps after the warm-up step."),
+    steps: StepsOption = DEFAULT_STEPS,
     device: DeviceOption = "auto",
     log_level: str = typer.Option(
         "INFO",
@@ -58,26 +60,20 @@ def probe_command(
     timeout: TimeoutOption = DEFAULT_TIMEOUT_S,
 ) -> None:
     """Run RECIPE for a few ORTModule training steps and save ORT's log, graphs, memory and timings."""
-    check_device(device)
     target = runnable(choose_target(recipe, command))
-    python = command_notes(target, python, batch, shell_config_applies=True)
-    options = recipe_options(target, seq, size, option, hf_task, target_seq)
+    settings = run_settings(
+        target,
+        batch,
+        TargetOptions(seq, size, option, hf_task, target_seq),
+        RunOptions(steps, device, timeout, python, runs_dir),
+        shell_config_applies=True,
+    )
     with console.status(f"Probing {escape(str(target))} at batch {batch} (export, session build, {steps + 1} steps)…"):
-        result = probe(
-            target,
-            batch,
-            options=options,
-            steps=steps,
-            device=device,
-            log_level=log_level.upper(),
-            runs_dir=runs_dir,
-            python=python,
-            timeout_s=timeout,
-        )
+        result = probe(settings, batch, log_level=log_level.upper())
     run = result.run
     if not run.ran:
         raise MemoptError(f"{run.status.failure(target.noun)}: {run.error} (log: {run.log_path})")
-    _summarise(target, batch, options, result)
+    _summarise(target, batch, settings.options, result)
 
 
 def _plans_line(log: Path) -> str:
@@ -93,7 +89,7 @@ def _plans_line(log: Path) -> str:
     )
 
 
-def _summarise(target: Target, batch: int, options: dict[str, object], result: ProbeResult) -> None:
+def _summarise(target: Target, batch: int, options: Mapping[str, object], result: ProbeResult) -> None:
     run = result.run
     stack = run.stack
     where = run.cuda_device_name or run.device.upper() if run.device else "?"

@@ -22,13 +22,14 @@ from memopt.cli.options import (
     CommandOption,
     HfTaskOption,
     OptionPairs,
+    PythonOption,
     RunsDirOption,
     SizeOption,
+    TargetOptions,
     TargetSeqOption,
     checked_count,
     choose_target,
     command_notes,
-    recipe_options,
 )
 from memopt.cli.tables import add_entry_column, print_table
 from memopt.core import RecipeTarget, runnable
@@ -111,9 +112,7 @@ def scan_command(
         2, "--probe-batch", callback=checked_count, help="Batch of the short probe that builds a recipe's graph."
     ),
     runs_dir: RunsDirOption = DEFAULT_RUNS_DIR,
-    python: str | None = typer.Option(
-        None, "--python", help="Interpreter whose ORT/torch stack builds a recipe's graph."
-    ),
+    python: PythonOption = None,
     backend: BackendOption = None,
     fake: bool = typer.Option(
         False,
@@ -131,7 +130,7 @@ def scan_command(
         from memopt.backends.torch.command_scan import scan_command as scan_job
         from memopt.backends.torch.scan import scan_recipe
 
-        options = recipe_options(chosen, seq, size, option, hf_task, target_seq)
+        options = TargetOptions(seq, size, option, hf_task, target_seq).options_for(chosen)
         error_console.print(chosen_backend.line(), markup=False, highlight=False, soft_wrap=True)
         if not isinstance(chosen, RecipeTarget):
             if fake:
@@ -149,7 +148,8 @@ def scan_command(
     python = command_notes(chosen, python, probe_batch)
     # A recipe's batch is built at --seq; an ONNX file or a command has no recipe to pass it to.
     recipe = isinstance(chosen, RecipeTarget)
-    options = recipe_options(chosen, seq if recipe else None, size, option, hf_task, target_seq if recipe else None)
+    given = TargetOptions(seq, size, option, hf_task, target_seq)
+    options = (given if recipe else replace(given, seq=None, target_seq=None)).options_for(chosen)
     explicit_dims = parse_dims_option(dims)
     if plot is not None:
         _check_plot_path(plot)  # before the scan, not after it

@@ -16,18 +16,20 @@ from memopt.backends import Backend, choose_backend
 from memopt.cli import EXIT_DOES_NOT_FIT, app, console, error_console
 from memopt.cli.options import (
     BackendOption,
+    BatchOption,
     CommandOption,
     DeviceOption,
     HfTaskOption,
     OptionPairs,
     PythonOption,
+    RunOptions,
     RunsDirOption,
     SeqOption,
     SizeOption,
     StepsOption,
+    TargetOptions,
     TargetSeqOption,
     TimeoutOption,
-    checked_count,
     choose_target,
     run_settings,
 )
@@ -56,7 +58,7 @@ __all__ = ["trial_command"]
 
 @app.command("trial")
 def trial_command(
-    batch: Annotated[int, typer.Option("--batch", "-b", callback=checked_count, help="Batch size.")],
+    batch: BatchOption,
     words: Annotated[
         list[str] | None,
         typer.Argument(
@@ -104,16 +106,8 @@ def trial_command(
     settings = run_settings(
         target,
         batch,
-        seq=seq,
-        size=size,
-        pairs=option,
-        hf_task=hf_task,
-        target_seq=target_seq,
-        steps=steps,
-        device=device,
-        timeout=timeout,
-        python=python,
-        runs_dir=runs_dir,
+        TargetOptions(seq, size, option, hf_task, target_seq),
+        RunOptions(steps, device, timeout, python, runs_dir),
     )
     if chosen_backend.backend is Backend.TORCH:
         _torch_trial(settings, batch, config, parsed_budget, resume, as_json, chosen_backend.line())
@@ -123,7 +117,7 @@ def trial_command(
     if versions.ort_version is None:
         raise MemoptError("the ORT training stack cannot run: onnxruntime-training is not installed")
     validated = parse_trial_config(config, OrtVersion.parse(versions.ort_version))
-    spec = TrialSpec.of(settings, batch, validated.entries)
+    spec = TrialSpec(settings, batch, validated.entries)
 
     identity_device = "cuda" if versions.cuda and device != "cpu" else "cpu"
     identity = model_identity(target, options, versions, identity_device)

@@ -25,17 +25,18 @@ from memopt.cli.options import (
     OptionalRecipeArgument,
     OptionPairs,
     PythonOption,
+    RunOptions,
     RunsDirOption,
     SeqOption,
     SizeOption,
     StepsOption,
+    TargetBatchOption,
+    TargetOptions,
     TargetSeqOption,
     TimeoutOption,
     calibration_batches,
     checked_count,
     choose_target,
-    command_notes,
-    recipe_options,
     run_settings,
 )
 from memopt.core import runnable
@@ -60,9 +61,9 @@ __all__ = ["tune_command", "print_event"]
 
 @app.command("tune")
 def tune_command(
+    target_batch: TargetBatchOption,
     recipe: OptionalRecipeArgument = None,
     command: CommandOption = None,
-    target_batch: int = typer.Option(..., "--target-batch", callback=checked_count, help="The batch size to fit."),
     budget: BudgetOption = None,
     max_trials: int = typer.Option(
         DEFAULT_MAX_TRIALS,
@@ -97,47 +98,32 @@ def tune_command(
         raise MemoptError("--json needs --no-tui")
     chosen_backend = choose_backend(backend)
     target = runnable(choose_target(recipe, command))
-    if chosen_backend.backend is Backend.TORCH:
-        if not no_tui:
-            raise MemoptError("--backend torch has no terminal UI yet: use --no-tui")
-        torch_settings = run_settings(
-            target,
-            target_batch,
-            seq=seq,
-            size=size,
-            pairs=option,
-            hf_task=hf_task,
-            target_seq=target_seq,
-            steps=steps,
-            device=device,
-            timeout=timeout,
-            python=python,
-            runs_dir=runs_dir,
-        )
-        parsed_budget = parse_budget(budget) if budget is not None else None
-        error_console.print(chosen_backend.line(), highlight=False, soft_wrap=True, markup=False)
-        _headless_torch(torch_settings, target_batch, parsed_budget, margin, resume, as_json)
-        return
-    python = command_notes(target, python, target_batch)
-    settings = TuneSettings.for_target(
+    if chosen_backend.backend is Backend.TORCH and not no_tui:
+        raise MemoptError("--backend torch has no terminal UI yet: use --no-tui")
+    run = run_settings(
         target,
         target_batch,
-        budget=parse_budget(budget) if budget is not None else None,
-        options=recipe_options(target, seq, size, option, hf_task, target_seq),
+        TargetOptions(seq, size, option, hf_task, target_seq),
+        RunOptions(steps, device, timeout, python, runs_dir),
+    )
+    parsed_budget = parse_budget(budget) if budget is not None else None
+    if chosen_backend.backend is Backend.TORCH:
+        error_console.print(chosen_backend.line(), highlight=False, soft_wrap=True, markup=False)
+        _headless_torch(run, target_batch, parsed_budget, margin, resume, as_json)
+        return
+    settings = TuneSettings.for_target(
+        run,
+        target_batch,
+        budget=parsed_budget,
         max_trials=max_trials,
-        steps=steps,
-        runs_dir=runs_dir,
         resume=resume,
-        device=device,
         margin=margin,
         calibration_batches=calibration_batches(calibrate_at),
-        timeout_s=timeout,
-        python=python,
     )
-    versions = stack_versions(python, timeout)
+    versions = stack_versions(run.python, run.timeout_s)
     if versions.ort_version is None:
         raise MemoptError("the ORT training stack cannot run: onnxruntime-training is not installed")
-    require_budget(settings.budget, settings.device, versions.cuda)
+    require_budget(settings.budget, run.device, versions.cuda)
     if no_tui:
         _headless(settings, versions, as_json)
         return

@@ -61,7 +61,7 @@ from memopt.run.budget import cpu_device_memory
 from memopt.run.files import exclusive_lock, replace_atomically
 from memopt.run.journal import Journal
 from memopt.run.launch import LOG_NAME
-from memopt.run.settings import DEFAULT_RUNS_DIR, RunSettings
+from memopt.run.settings import RunSettings
 from memopt.run.target import ScanTarget, load_target
 from memopt.run.trials import StackVersions, TrialSpec, run_trial, stack_versions
 from memopt.scan import ScanReport, scan_graph
@@ -156,21 +156,23 @@ CalibrationRun = Callable[[int, tuple[PlanKey, ...]], TrialResult]
 
 
 def prepare_target(
-    target: RunnableTarget,
+    settings: RunSettings,
     *,
-    options: Mapping[str, Any] | None = None,
-    runs_dir: Path = DEFAULT_RUNS_DIR,
-    python: str | None = None,
     probe_batch: int = 2,
     versions: StackVersions | None = None,
     loaded: ScanTarget | None = None,
     cancel: threading.Event | None = None,
 ) -> PreparedTarget:
-    """Probe ``target`` (unless its graph is already ``loaded``) and scan its graph."""
-    options = dict(options or {})
-    versions = versions or stack_versions(python)
+    """Probe ``settings.target`` (unless its graph is already ``loaded``) and scan its graph."""
+    target, options = settings.target, dict(settings.options)
+    versions = versions or stack_versions(settings.python)
     loaded = loaded or load_target(
-        target, options=options, runs_dir=runs_dir, probe_batch=probe_batch, python=python, cancel=cancel
+        target,
+        options=options,
+        runs_dir=settings.runs_dir,
+        probe_batch=probe_batch,
+        python=settings.python,
+        cancel=cancel,
     )
     ort_version = loaded.ort_version or versions.ort_version or "1.19"
     report = scan_graph(loaded.graph, ort_version, dims=loaded.logged_dims or None)
@@ -245,17 +247,14 @@ def calibrate(
     if settings.target.fixed_batch:
         calibration_batches, probe_batch = (target_batch,), target_batch
     prepared = prepare_target(
-        settings.target,
-        options=settings.options,
-        runs_dir=runs_dir,
-        python=settings.python,
+        settings,
         versions=versions or stack_versions(settings.python, settings.timeout_s),
         probe_batch=probe_batch,
         loaded=loaded,
     )
 
     def run(batch: int, plans: tuple[PlanKey, ...]) -> TrialResult:
-        spec = TrialSpec.of(replace(settings, options=prepared.options), batch, plan_config_entries(plans))
+        spec = TrialSpec(replace(settings, options=prepared.options), batch, plan_config_entries(plans))
         return run_trial(spec, runs_dir, journal=journal, resume=resume, versions=prepared.versions)
 
     return calibrate_on(

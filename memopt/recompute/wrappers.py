@@ -6,7 +6,8 @@ Two mechanisms, one per kind of plan (``policy``):
   with the op and its inputs. While the model's forward runs, saved-tensor hooks replace such an
   output (or a view of it) by that note, and backward recomputes it from the inputs: a
   checkpoint region of one op, the cheapest recompute there is. The inputs stay alive (they
-  usually are anyway: most ops save their input); an input changed in place since is refused.
+  usually are anyway: most ops save their input), except one that another plan recomputes, kept
+  as that plan's note (chained plans each drop their output); an input changed in place since is refused.
 * ``MODULE: *`` — the module's forward runs in a non-reentrant ``torch.utils.checkpoint`` with
   its RNG state preserved, so dropout draws the same mask again. ``* except OPS`` adds selective
   activation checkpointing: the listed ops' outputs are cached (``create_selective_checkpoint_contexts``
@@ -28,7 +29,7 @@ import torch.utils.checkpoint as torch_checkpoint
 from torch import nn
 from torch.autograd.graph import saved_tensors_hooks
 from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_flatten
+from torch.utils._pytree import tree_flatten, tree_unflatten
 from torch.utils.weak import WeakTensorKeyDictionary
 
 from memopt.recompute.policy import OpName, RecomputePlan, RecomputePolicy, RecomputePolicyError
@@ -39,12 +40,19 @@ _APPLIED = "_memopt_recompute_policy"
 
 
 class _Recompute:
-    """One call of an op whose outputs backward recomputes: the op, its inputs, and the result once made."""
+    """One call of an op whose outputs backward recomputes: the op, its inputs, and the result once made.
 
-    def __init__(self, func: torch._ops.OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-        self.func, self.args, self.kwargs = func, args, kwargs
-        inputs, _ = tree_flatten((args, kwargs))
-        self.versions = [(t, t._version) for t in inputs if isinstance(t, torch.Tensor)]
+    An input that is itself the output of another recomputed call (a linear's output into the
+    GELU after it) is kept as that call's note, not as the tensor: chained op plans each drop their
+    output, and backward recomputes the chain."""
+
+    def __init__(
+        self, func: torch._ops.OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any], applied: AppliedPolicy
+    ) -> None:
+        self.func = func
+        flat, self.spec = tree_flatten((args, kwargs))
+        self.inputs = [applied.pack(t) if isinstance(t, torch.Tensor) else t for t in flat]
+        self.versions = [(t, t._version) for t in self.inputs if isinstance(t, torch.Tensor)]
         self.outputs: list[torch.Tensor] | None = None
 
     def inputs_changed(self) -> bool:
@@ -57,8 +65,9 @@ class _Recompute:
                     f"memopt recompute: an input of aten.{self.func.__name__} was changed in place after the "
                     "forward, so its output cannot be recomputed; drop that plan from the policy"
                 )
+            args, kwargs = tree_unflatten([AppliedPolicy.unpack(i) for i in self.inputs], self.spec)
             with torch.no_grad():
-                out = self.func(*self.args, **self.kwargs)
+                out = self.func(*args, **kwargs)
             self.outputs = [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)]
         return self.outputs[index]
 
@@ -109,7 +118,7 @@ class _NoteOutputs(TorchDispatchMode):
         chosen = [plan for plan in self.plans if plan.op is not None and plan.op.matches(func)]
         if not chosen:
             return func(*args, **kwargs)
-        call = _Recompute(func, args, kwargs)
+        call = _Recompute(func, args, kwargs, self.applied)
         out = func(*args, **kwargs)
         outputs = [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)]
         for index, tensor in enumerate(outputs):

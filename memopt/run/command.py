@@ -68,31 +68,32 @@ _FAILURE_BYTES = 1 << 20
 
 def run_target(request: RunRequest, run_dir: Path, cancel: threading.Event | None = None) -> RunResult:
     """Run the request's target: the user's command as is, or a recipe in memopt's child process."""
-    if isinstance(request.target, Command):
+    if isinstance(request.settings.target, Command):
         return _run_command(request, run_dir, cancel)
     return launch(request, run_dir, cancel)
 
 
 def _run_command(request: RunRequest, run_dir: Path, cancel: threading.Event | None) -> RunResult:
     """Run the command until every rank has reported warm-up + ``steps`` steps, then end it."""
-    assert isinstance(request.target, Command)
+    settings = request.settings
+    assert isinstance(settings.target, Command)
     steps_file = run_dir / STEPS_FILE
-    command = request.target.render(request.batch_size)
+    command = settings.target.render(request.batch_size)
     write_new(run_dir / LOG_NAME, f"[memopt] $ {command}\n")
     if request.save_onnx:
         (run_dir / ONNX_DIR).mkdir(exist_ok=True)
-    wanted = request.steps + 1
+    wanted = settings.steps + 1
     end = run_process(
         [sys.executable, "-S", "-c", _GUARD_BOOT, command],
         run_dir,
         _job_env(request, run_dir),
-        timeout_s=request.timeout_s,
+        timeout_s=settings.timeout_s,
         cancel=cancel,
         done=lambda: _all_ranks_done(_read_steps(steps_file), wanted),
         cwd=Path.cwd(),
     )
     records = _read_steps(steps_file)
-    status, error, oom = _status(records, wanted, end, run_dir / LOG_NAME, request.timeout_s)
+    status, error, oom = _status(records, wanted, end, run_dir / LOG_NAME, settings.timeout_s)
     result = replace(_result(records, status, error, run_dir, end), oom_evidence=oom)
     if status.ran and end.ending is Ending.EXITED:
         result = replace(result, memory=result.memory.with_exit_peak(end.max_rss_bytes))
@@ -107,7 +108,7 @@ def _run_command(request: RunRequest, run_dir: Path, cancel: threading.Event | N
         json.dumps(
             {
                 "memopt_version": memopt.__version__,
-                "request": {"command": command, "batch_size": request.batch_size, "steps": request.steps},
+                "request": {"command": command, "batch_size": request.batch_size, "steps": settings.steps},
                 "result": {
                     "status": status,
                     "error": error,
@@ -149,9 +150,9 @@ def _job_env(request: RunRequest, run_dir: Path) -> dict[str, str]:
     env["PYTHONPATH"] = os.pathsep.join(p for p in (HOOK_PATH, env.get("PYTHONPATH", "")) if p)
     env[JOB_PACKAGE_ROOT_VAR] = PACKAGE_ROOT
     env[JOB_STEPS_FILE_VAR] = str((run_dir / STEPS_FILE).resolve())
-    env[JOB_STEPS_VAR] = str(request.steps)
+    env[JOB_STEPS_VAR] = str(request.settings.steps)
     env[PARENT_PID_VAR] = str(os.getpid())
-    env[TIMEOUT_VAR] = repr(float(request.timeout_s))
+    env[TIMEOUT_VAR] = repr(float(request.settings.timeout_s))
     env[RUN_DIR_VAR] = str(run_dir.resolve())
     env[JOB_SAVE_ONNX_VAR] = "1" if request.save_onnx else "0"
     env["ORTMODULE_LOG_LEVEL"] = request.log_level

@@ -18,7 +18,6 @@ import resource
 import signal
 import statistics
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -30,21 +29,13 @@ from typing import Any
 
 import memopt
 from memopt.child import CHILD_MODULE, ONNX_PREFIX, PARENT_PID_VAR, PROFILE_VAR, RUN_DIR_VAR, TIMEOUT_VAR, ChildRequest
-from memopt.core import RunnableTarget, RunStatus
+from memopt.core import RunStatus
 from memopt.core.memory import Memory
 from memopt.errors import MemoptError, write_failure
 from memopt.run.marked import end_marked, marked_pids
 from memopt.run.oom import OomWatch
 from memopt.run.output import LogPump, full_disk_in, last_lines
-from memopt.run.settings import (
-    DEFAULT_STEPS,
-    DEFAULT_TIMEOUT_S,
-    check_batch,
-    check_device,
-    check_options,
-    check_steps,
-    check_timeout,
-)
+from memopt.run.settings import RunSettings, check_batch
 from memopt.run.stops import POLL_S, StopWatch, running_seconds
 
 # How often a waiting launch looks at its cancel event (the delay between a cancel and the
@@ -101,31 +92,56 @@ runpy.run_module({CHILD_MODULE!r}, run_name="__main__", alter_sys=True)
 
 @dataclass(frozen=True)
 class RunRequest:
-    """One run of a target: a recipe in memopt's child process, or the user's command as is.
-    ``env`` adds to (or overrides) the caller's environment. A command picks its own device
-    and interpreter and takes no recipe options; ``cuda`` tells its run that the stack has
-    CUDA (ORT then prints its per-step memory lines)."""
+    """One run of a target: how its runs go (``settings``) at ``batch_size``, a recipe in
+    memopt's child process or the user's command as is. ``env`` adds to (or overrides) the
+    caller's environment. A command picks its own device and interpreter and takes no recipe
+    options; ``cuda`` tells its run that the stack has CUDA (ORT then prints its per-step
+    memory lines)."""
 
-    target: RunnableTarget
+    settings: RunSettings
     batch_size: int
-    options: Mapping[str, Any] = field(default_factory=dict)
-    steps: int = DEFAULT_STEPS
-    device: str = "auto"
     log_level: str = "INFO"
     save_onnx: bool = False
     env: Mapping[str, str] = field(default_factory=dict)
     unset_env: tuple[str, ...] = ()  # caller's variables the run must not see
-    python: str = sys.executable
-    timeout_s: float = DEFAULT_TIMEOUT_S
     cuda: bool = False
     backend: str = "ort"  # a recipe's child trains under ORTModule, or ("torch") in plain PyTorch
 
     def __post_init__(self) -> None:
-        check_timeout(self.timeout_s)
-        check_device(self.device)
-        check_batch(self.batch_size)
-        check_steps(self.steps)
-        check_options(self.target, self.options)
+        check_batch(self.batch_size)  # the rest was checked as the settings were made
+
+    def child_request(self) -> ChildRequest:
+        """What the child reads (``memopt.child``): this request less what only the parent uses."""
+        settings = self.settings
+        return ChildRequest(
+            recipe=settings.target.spec,
+            batch_size=self.batch_size,
+            steps=settings.steps,
+            device=settings.device,
+            log_level=self.log_level,
+            save_onnx=self.save_onnx,
+            options=dict(settings.options),
+            backend=self.backend,
+        )
+
+    def record(self) -> dict[str, Any]:
+        """The request as run.json keeps it."""
+        settings = self.settings
+        return {
+            "recipe": settings.target.spec,
+            "batch_size": self.batch_size,
+            "options": dict(settings.options),
+            "steps": settings.steps,
+            "device": settings.device,
+            "log_level": self.log_level,
+            "save_onnx": self.save_onnx,
+            "env": dict(self.env),
+            "unset_env": list(self.unset_env),
+            "python": settings.interpreter,
+            "timeout_s": settings.timeout_s,
+            "cuda": self.cuda,
+            "backend": self.backend,
+        }
 
 
 @dataclass(frozen=True)
@@ -216,23 +232,15 @@ def launch(request: RunRequest, run_dir: Path, cancel: threading.Event | None = 
     """
     request_path = run_dir / ".request.json"
     result_path = run_dir / ".result.json"
-    child_request = ChildRequest(
-        recipe=request.target.spec,
-        batch_size=request.batch_size,
-        steps=request.steps,
-        device=request.device,
-        log_level=request.log_level,
-        save_onnx=request.save_onnx,
-        options=dict(request.options),
-        backend=request.backend,
-    )
-    write_new(request_path, json.dumps(asdict(child_request)))
+    write_new(request_path, json.dumps(asdict(request.child_request())))
     started = time.monotonic()
     ending = Ending.FINISHED
     returncode: int | None = None  # stays None when a cancel came before the start
-    argv = [request.python, "-c", _CHILD_BOOT, str(request_path), str(result_path)]
+    argv = [request.settings.interpreter, "-c", _CHILD_BOOT, str(request_path), str(result_path)]
     try:
-        outcome = _run_child(argv, run_dir, _child_env(request, run_dir), None, cancel, request.timeout_s, "wb")
+        outcome = _run_child(
+            argv, run_dir, _child_env(request, run_dir), None, cancel, request.settings.timeout_s, "wb"
+        )
         oom = None
         stopped: tuple[tuple[float, float], ...] = ()
         if outcome is None:
@@ -245,7 +253,7 @@ def launch(request: RunRequest, run_dir: Path, cancel: threading.Event | None = 
         if result.ran and ending is Ending.FINISHED and request.env.get(PROFILE_VAR) != "1":
             result = replace(result, memory=result.memory.with_exit_peak(max_rss))
     except OSError as err:
-        raise MemoptError(f"cannot start {request.python}: {err.strerror or err}") from None
+        raise MemoptError(f"cannot start {request.settings.interpreter}: {err.strerror or err}") from None
     finally:  # the child's temporary file too, where it died mid-write (a full disk)
         for leftover in (request_path, result_path, result_path.with_name(result_path.name + ".tmp")):
             leftover.unlink(missing_ok=True)
@@ -526,7 +534,7 @@ def _child_env(request: RunRequest, run_dir: Path) -> dict[str, str]:
     env["ORTMODULE_SAVE_ONNX_PATH"] = str(run_dir / ONNX_DIR)
     env["PYTHONUNBUFFERED"] = "1"
     env[PARENT_PID_VAR] = str(os.getpid())
-    env[TIMEOUT_VAR] = repr(float(request.timeout_s))
+    env[TIMEOUT_VAR] = repr(float(request.settings.timeout_s))
     env[RUN_DIR_VAR] = str(run_dir.resolve())
     if request.save_onnx:
         (run_dir / ONNX_DIR).mkdir(exist_ok=True)
@@ -577,7 +585,7 @@ def _collect(
     status = RunStatus.read(reported.get("status"))
     error = reported.get("error")
     if ending is Ending.TIMED_OUT:
-        status, error = RunStatus.TIMED_OUT, f"killed after {request.timeout_s:g} s without finishing"
+        status, error = RunStatus.TIMED_OUT, f"killed after {request.settings.timeout_s:g} s without finishing"
     elif ending is Ending.CANCELLED:
         status, error = RunStatus.CANCELLED, "cancelled: the run's process group was killed"
     elif status in (RunStatus.RUNNING, RunStatus.CRASHED) and error is None and oom is not None:
@@ -626,17 +634,9 @@ def _crash_reason(log_path: Path, returncode: int) -> str:
 
 
 def _write_record(run_dir: Path, request: RunRequest, result: RunResult) -> None:
-    values = asdict(request)
-    del values["target"]
     record = {
         "memopt_version": memopt.__version__,
-        "request": {
-            "recipe": request.target.spec,
-            **values,
-            "options": dict(request.options),
-            "env": dict(request.env),
-            "unset_env": list(request.unset_env),
-        },
+        "request": request.record(),
         "result": {
             **{name: value for name, value in asdict(result).items() if name != "memory"},
             **asdict(result.memory),

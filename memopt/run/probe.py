@@ -7,12 +7,10 @@ ORTModule saved, the execution training graph among them.
 
 from __future__ import annotations
 
-import sys
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from memopt.core import RunnableTarget
 from memopt.run.command import run_target
@@ -23,7 +21,7 @@ from memopt.run.launch import (
     RunResult,
     new_run_dir,
 )
-from memopt.run.settings import DEFAULT_RUNS_DIR, DEFAULT_STEPS, DEFAULT_TIMEOUT_S
+from memopt.run.settings import RunSettings
 
 __all__ = ["GRAPH_KINDS", "ProbeResult", "probe", "run_label", "saved_graphs"]
 
@@ -54,37 +52,21 @@ def run_label(target: RunnableTarget, batch_size: int) -> str:
 
 
 def probe(
-    target: RunnableTarget,
+    settings: RunSettings,
     batch_size: int,
     *,
-    options: Mapping[str, Any] | None = None,
-    steps: int = DEFAULT_STEPS,
-    device: str = "auto",
     log_level: str = "INFO",
-    runs_dir: Path = DEFAULT_RUNS_DIR,
     env: Mapping[str, str] | None = None,
     unset_env: tuple[str, ...] = (),
-    python: str | None = None,
-    timeout_s: float = DEFAULT_TIMEOUT_S,
     cancel: threading.Event | None = None,
 ) -> ProbeResult:
     """Run the target for a warm-up step and ``steps`` more with ORT's plans logged and graphs
     saved. A command runs on the device it picks itself; ``device`` and ``python`` are for recipes."""
     # The request checks its values before the run folder exists: bad input creates nothing.
     request = RunRequest(
-        target=target,
-        batch_size=batch_size,
-        options=dict(options or {}),
-        steps=steps,
-        device=device,
-        log_level=log_level,
-        save_onnx=True,
-        env=dict(env or {}),
-        unset_env=unset_env,
-        timeout_s=timeout_s,
-        python=python or sys.executable,
+        settings, batch_size, log_level=log_level, save_onnx=True, env=dict(env or {}), unset_env=unset_env
     )
-    run = run_target(request, new_run_dir(runs_dir, run_label(target, batch_size)), cancel)
+    run = run_target(request, new_run_dir(settings.runs_dir, run_label(settings.target, batch_size)), cancel)
     return ProbeResult(run=run, graphs=saved_graphs(run.run_dir / ONNX_DIR))
 
 

@@ -4,6 +4,7 @@ that refuse a bad value before anything runs, with one wording whichever command
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,7 +42,8 @@ MAX_COUNT = 2**63 - 1
 @dataclass(frozen=True, kw_only=True)
 class RunSettings:
     """How every run of one target goes, as ``probe``, ``trial``, ``plan`` and ``tune`` take it
-    from the command line; each value checked here, once."""
+    from the command line; each value checked here, once. A run (``RunRequest``), a trial
+    (``TrialSpec``) and a tuning session (``TuneSettings``) hold one, with what is their own."""
 
     target: RunnableTarget
     options: Mapping[str, Any] = field(default_factory=dict)  # a recipe's; a command takes none
@@ -56,6 +58,11 @@ class RunSettings:
         check_device(self.device)
         check_timeout(self.timeout_s)
         check_options(self.target, self.options)
+
+    @property
+    def interpreter(self) -> str:
+        """The interpreter a run starts: ``python``, else this one."""
+        return self.python or sys.executable
 
 
 def check_options(target: Target, options: Mapping[str, Any]) -> None:

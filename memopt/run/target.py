@@ -17,7 +17,7 @@ from memopt.logparse import parse_file
 from memopt.ort.config import CONFIG_VARIABLES
 from memopt.run.launch import LOG_NAME, ONNX_DIR, new_run_dir
 from memopt.run.probe import probe, saved_graphs
-from memopt.run.settings import DEFAULT_RUNS_DIR
+from memopt.run.settings import DEFAULT_RUNS_DIR, RunSettings
 
 __all__ = ["CONFIG_VARIABLES", "ScanTarget", "graph_of_run", "load_target"]
 
@@ -63,16 +63,13 @@ def load_target(
             built,
         )
     assert isinstance(target, RunnableTarget)
+    settings = RunSettings(target=target, options=options or {}, steps=1, runs_dir=runs_dir, python=python)
     # ORTModule saves the graph as it builds the session, before the first step: a probe whose
     # step runs out of memory still leaves it. One that dies before is tried again at half the batch.
     while True:
         result = probe(
-            target,
+            settings,
             probe_batch,
-            options=options,
-            steps=1,
-            runs_dir=runs_dir,
-            python=python,
             unset_env=CONFIG_VARIABLES,  # a graph probe must see the graph before recompute is applied
             cancel=cancel,
         )

@@ -18,12 +18,12 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol
 
 from memopt.child import PROFILE_VAR
-from memopt.core import Command, RunnableTarget, RunStatus
+from memopt.core import Command, RunStatus
 from memopt.core.trial import TrialResult, outcome_of
 from memopt.errors import MemoptError
 from memopt.logparse import LogReadError, parse_file
@@ -50,15 +50,7 @@ from memopt.run.command import run_target
 from memopt.run.files import replace_atomically
 from memopt.run.journal import Journal
 from memopt.run.launch import PACKAGE_ROOT, RunRequest, RunResult, new_run_dir, run_helper
-from memopt.run.settings import (
-    DEFAULT_STEPS,
-    DEFAULT_TIMEOUT_S,
-    RunSettings,
-    check_batch,
-    check_device,
-    check_steps,
-    check_timeout,
-)
+from memopt.run.settings import DEFAULT_TIMEOUT_S, RunSettings, check_batch
 
 __all__ = [
     "LEVEL_VAR",
@@ -98,41 +90,20 @@ class StackVersions:
 
 @dataclass(frozen=True)
 class TrialSpec:
-    """What to run. ``config`` empty means no memory-optimizer config at all."""
+    """What to run: how the target's runs go (``settings``), at ``batch_size``, with ``config``
+    (empty: no memory-optimizer config at all)."""
 
-    target: RunnableTarget
+    settings: RunSettings
     batch_size: int
-    options: Mapping[str, Any] = field(default_factory=dict)
     config: tuple[ConfigEntry, ...] = ()
-    steps: int = DEFAULT_STEPS
-    device: str = "auto"
-    timeout_s: float = DEFAULT_TIMEOUT_S
-    python: str | None = None
     log_level: str = "DEVINFO"  # C++ INFO lines: "Total number of recomputed nodes", per-node lines
     # Save ORTModule's graphs into the run folder: a no-config trial that is also the graph probe.
     # Not part of the trial's key: saving happens as the session is built, before the measured steps.
     save_onnx: bool = False
 
-    @classmethod
-    def of(cls, settings: RunSettings, batch_size: int, config: tuple[ConfigEntry, ...] = ()) -> TrialSpec:
-        """The trial of ``config`` at ``batch_size`` that ``settings`` describe."""
-        return cls(
-            settings.target,
-            batch_size,
-            settings.options,
-            config,
-            settings.steps,
-            settings.device,
-            settings.timeout_s,
-            settings.python,
-        )
-
     def __post_init__(self) -> None:
         # Checked here too, so that a bad value is refused before a run folder is created.
         check_batch(self.batch_size)
-        check_steps(self.steps)
-        check_timeout(self.timeout_s)
-        check_device(self.device)
 
 
 def stack_versions(python: str | None = None, timeout_s: float = DEFAULT_TIMEOUT_S) -> StackVersions:
@@ -209,13 +180,14 @@ def config_key(entries: tuple[ConfigEntry, ...]) -> tuple[str, ...]:
 
 
 def trial_key(spec: TrialSpec, versions: StackVersions) -> str:
+    settings = spec.settings
     identity = {
-        "recipe": spec.target.identity(),
-        "options": dict(spec.options),
+        "recipe": settings.target.identity(),
+        "options": dict(settings.options),
         "batch": spec.batch_size,
         "config": list(config_key(spec.config)),
-        "steps": spec.steps,
-        "device": spec.device,
+        "steps": settings.steps,
+        "device": settings.device,
         "ort": versions.ort_version,
         "ort_package": versions.ort_package,
         "torch": versions.torch_version,
@@ -243,7 +215,7 @@ def run_trial(
     the child (outcome ``cancelled``). Raises ``TrialError``/``ConfigError`` only before
     launching (bad config, no ORT); anything the child does comes back as the outcome.
     """
-    versions = versions or stack_versions(spec.python, spec.timeout_s)
+    versions = versions or stack_versions(spec.settings.python, spec.settings.timeout_s)
     runner = JournaledRunner(
         RealTrialRunner(Path(runs_dir), versions),
         journal or Journal.in_folder(runs_dir),
@@ -290,22 +262,17 @@ class RealTrialRunner:
         cancel: threading.Event,
     ) -> TrialResult:
         versions = self.versions
-        command = isinstance(spec.target, Command)
+        command = isinstance(spec.settings.target, Command)
 
         def start(version: OrtVersion, env: dict[str, str], unset: tuple[str, ...], run_dir: Path) -> RunResult:
             request = RunRequest(
-                target=spec.target,
-                batch_size=spec.batch_size,
-                options=dict(spec.options),
-                steps=spec.steps,
-                device=spec.device,
+                spec.settings,
+                spec.batch_size,
                 log_level=job_log_level(spec.log_level, version) if command else spec.log_level,
+                save_onnx=spec.save_onnx,
                 env=env,
                 unset_env=unset,
-                timeout_s=spec.timeout_s,
                 cuda=versions.cuda,
-                python=spec.python or sys.executable,
-                save_onnx=spec.save_onnx,
             )
             run = run_target(request, run_dir, cancel)
             return _same_stack(run, versions) if command else run
@@ -436,7 +403,7 @@ def reusable(record: Mapping[str, Any]) -> bool:
 
 
 def _label(spec: TrialSpec) -> str:
-    return f"trial-{spec.target.label}-b{spec.batch_size}"
+    return f"trial-{spec.settings.target.label}-b{spec.batch_size}"
 
 
 def _config_env(
@@ -473,15 +440,15 @@ def _result(
     stack = run.stack or {}
     return TrialResult(
         key=key,
-        target=spec.target,
-        options=dict(spec.options),
+        target=spec.settings.target,
+        options=dict(spec.settings.options),
         batch_size=spec.batch_size,
         config=tuple(entry.key for entry in spec.config),
         config_value=value,
         outcome=outcome_of(run.status, run.memory.device_peak, budget),
         status=run.status,
         run_dir=str(run.run_dir),
-        steps=spec.steps,
+        steps=spec.settings.steps,
         device=run.device,
         error=run.error,
         ort_version=stack.get("ort_version") or versions.ort_version,

@@ -5,7 +5,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from memopt.core import RunnableTarget
 from memopt.errors import MemoptError
 from memopt.predict import DEFAULT_MARGIN
 from memopt.run import Budget, RunSettings, check_batch
@@ -25,9 +24,10 @@ class TuneCancelled(MemoptError):
 
 
 @dataclass(frozen=True, kw_only=True)
-class TuneSettings(RunSettings):
-    """A tuning session: how its runs go (``RunSettings``) and what it searches for."""
+class TuneSettings:
+    """A tuning session: how its runs go (``run``) and what it searches for."""
 
+    run: RunSettings
     target_batch: int
     budget: Budget | None = None  # None: CUDA only, the device's memory less 10%
     max_trials: int = DEFAULT_MAX_TRIALS
@@ -37,14 +37,13 @@ class TuneSettings(RunSettings):
     probe_batch: int | None = None  # None: the first calibration batch
 
     @classmethod
-    def for_target(cls, target: RunnableTarget, target_batch: int, **values: Any) -> TuneSettings:
-        """Settings for ``target``; a command without ``{batch}`` runs, probes and calibrates at its own batch."""
-        if target.fixed_batch:
+    def for_target(cls, run: RunSettings, target_batch: int, **values: Any) -> TuneSettings:
+        """Settings for ``run``'s target; a command without ``{batch}`` runs, probes and calibrates at its own batch."""
+        if run.target.fixed_batch:
             values.update(calibration_batches=(target_batch,), probe_batch=target_batch)
-        return cls(target=target, target_batch=target_batch, **values)
+        return cls(run=run, target_batch=target_batch, **values)
 
     def __post_init__(self) -> None:
-        super().__post_init__()
         check_batch(self.target_batch, "--target-batch")
         if self.max_trials < 1:
             raise TuneError(f"--max-trials must be at least 1, not {self.max_trials}")

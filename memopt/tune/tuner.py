@@ -100,11 +100,11 @@ class Tuner:
     ) -> None:
         """``versions``: the stack, where the caller already asked for it; ``runner`` and ``prepare``
         replace the real child processes (tests)."""
-        self.settings = replace(settings, runs_dir=Path(settings.runs_dir).resolve())
+        self.settings = replace(settings, run=replace(settings.run, runs_dir=Path(settings.run.runs_dir).resolve()))
         self._listeners: list[Callable[[TuneEvent], None]] = [on_event] if on_event else []
         self._cancel = threading.Event()
         self._lock = threading.Lock()
-        self.journal = Journal.in_folder(self.settings.runs_dir)
+        self.journal = Journal.in_folder(self.settings.run.runs_dir)
         self._runner = runner
         self._prepare = prepare
         self.versions = versions
@@ -149,18 +149,18 @@ class Tuner:
         """Probe, scan and calibrate (emitting progress); idempotent."""
         if self.ready is not None:
             return self.ready
-        s = self.settings
-        self.versions = self.versions or stack_versions(s.python, s.timeout_s)
+        s, run = self.settings, self.settings.run
+        self.versions = self.versions or stack_versions(run.python, run.timeout_s)
         if self.versions.ort_version is None:
             raise TuneError("the ORT training stack cannot run: onnxruntime-training is not installed")
         try:
-            require_budget(s.budget, s.device, self.versions.cuda)
+            require_budget(s.budget, run.device, self.versions.cuda)
         except MemoptError as err:
             raise TuneError(str(err)) from None
         self._check_cancel()
         prepared = self._stage(
             "probe",
-            f"Exporting {s.target} under ORTModule (no-config probe at batch {self._probe_batch}) and scanning…",
+            f"Exporting {run.target} under ORTModule (no-config probe at batch {self._probe_batch}) and scanning…",
             self._prepare_target,
             lambda p: (
                 f"training graph {p.loaded.graph_path.name}, {len(p.loaded.graph.nodes)} nodes; "
@@ -178,8 +178,8 @@ class Tuner:
         except MemoptError as err:
             raise TuneError(str(err)) from None
         self.ready = Ready(
-            target=s.target,
-            options=dict(s.options),
+            target=run.target,
+            options=dict(run.options),
             ort_version=prepared.ort_version,
             ort_package=self.versions.ort_package,
             torch_version=self.versions.torch_version,
@@ -188,7 +188,7 @@ class Tuner:
             limit_bytes=self.limit_bytes,
             target_batch=s.target_batch,
             rows=self.rows(),
-            runs_dir=s.runs_dir,
+            runs_dir=run.runs_dir,
         )
         self._emit(self.ready)
         return self.ready
@@ -223,7 +223,6 @@ class Tuner:
         return self.settings.probe_batch or self._calibration_batches[0]
 
     def _prepare_target(self) -> PreparedTarget:
-        s = self.settings
         try:
             if self._prepare is not None:
                 return self._prepare(self._cancel)
@@ -233,10 +232,7 @@ class Tuner:
                 if loaded is None and self._probed is not None and self._probed.status is RunStatus.OUT_OF_MEMORY:
                     probe_batch = max(1, probe_batch // 2)
             return prepare_target(
-                s.target,
-                options=s.options,
-                runs_dir=s.runs_dir,
-                python=s.python,
+                self.settings.run,
                 probe_batch=probe_batch,
                 versions=self.versions,
                 loaded=loaded,
@@ -258,7 +254,7 @@ class Tuner:
             # A job that failed fails again: its own error ends the session, not a second run of it.
             require_ran(record.result)
         try:
-            return graph_of_run(self.settings.target, Path(record.result.run_dir), record.result.ort_version)
+            return graph_of_run(self.settings.run.target, Path(record.result.run_dir), record.result.ort_version)
         except (MemoptError, OSError):
             return None
 
@@ -290,7 +286,7 @@ class Tuner:
             prepared,
             run,
             s.target_batch,
-            runs_dir=s.runs_dir,
+            runs_dir=s.run.runs_dir,
             journal=self.journal,
             calibration_batches=batches,
             resume=s.resume,
@@ -430,7 +426,7 @@ class Tuner:
     def _trial_runner(self) -> TrialRunner:
         s = self.settings
         assert self.versions is not None
-        inner = self._runner or RealTrialRunner(s.runs_dir, self.versions)
+        inner = self._runner or RealTrialRunner(s.run.runs_dir, self.versions)
         return JournaledRunner(inner, self.journal, self.versions, s.resume)
 
     def _trial(
@@ -448,8 +444,8 @@ class Tuner:
         with self._lock:
             self._numbers += 1
             number = self._numbers
-        self._emit(TrialStarted(number, purpose, batch, plans, predicted, reason, s.steps, s.timeout_s))
-        spec = replace(TrialSpec.of(s, batch, self.entries(plans)), save_onnx=save_onnx)
+        self._emit(TrialStarted(number, purpose, batch, plans, predicted, reason, s.run.steps, s.run.timeout_s))
+        spec = TrialSpec(s.run, batch, self.entries(plans), save_onnx=save_onnx)
         result = self._trial_runner()(
             spec,
             budget_bytes=budget,
@@ -643,7 +639,7 @@ class Tuner:
     def export(self, plans: Iterable[PlanKey], path: Path | None = None) -> ConfigExport:
         """The config that enables ``plans``, and where it goes; nothing is written."""
         s = self.settings
-        return plan_export(self.entries(plans), self.ort_version, s.runs_dir, s.target, s.target_batch, path)
+        return plan_export(self.entries(plans), self.ort_version, s.run.runs_dir, s.run.target, s.target_batch, path)
 
     def export_lines(self, plans: Iterable[PlanKey] | None = None) -> list[str]:
         """The shell lines that apply ``plans`` (default: the best verified config); nothing is written."""
@@ -674,8 +670,8 @@ class Tuner:
         return {
             "status": str(result.status),
             "message": result.message,
-            "recipe": self.settings.target.spec,
-            "options": dict(self.settings.options),
+            "recipe": self.settings.run.target.spec,
+            "options": dict(self.settings.run.options),
             "target_batch": self.settings.target_batch,
             "budget_bytes": self.budget_bytes,
             "limit_bytes": self.limit_bytes,

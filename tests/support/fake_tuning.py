@@ -32,7 +32,7 @@ from memopt.ort.rules import AnalysisOrder
 from memopt.pipeline import PreparedTarget, prepare_target
 from memopt.predict import liveness
 from memopt.predict.liveness import Recompute, Timeline
-from memopt.run import ScanTarget, StackVersions, TrialSpec
+from memopt.run import RunSettings, ScanTarget, StackVersions, TrialSpec
 from memopt.run.trials import requested_off
 from memopt.tune import Tuner, TuneSettings
 
@@ -71,7 +71,9 @@ def simulate_once(
 def prepared_gpt() -> PreparedTarget:
     """The tiny GPT's real training graph (captured with ORT 1.19.2), scanned; no probe run."""
     target = ScanTarget(sample_graph(), "sample gpt", SAMPLE_GRAPH, DIMS, "1.19.2")
-    return prepare_target(parse_runnable("gpt"), options={"size": "tiny"}, versions=VERSIONS, loaded=target)
+    return prepare_target(
+        RunSettings(target=parse_runnable("gpt"), options={"size": "tiny"}), versions=VERSIONS, loaded=target
+    )
 
 
 @dataclass
@@ -124,15 +126,15 @@ class FakeRunner:
         step_s = 0.1 + 0.01 * spec.batch_size + 0.005 * len(on)
         return TrialResult(
             key="",
-            target=spec.target,
-            options=dict(spec.options),
+            target=spec.settings.target,
+            options=dict(spec.settings.options),
             batch_size=spec.batch_size,
             config=tuple(str(e) for e in spec.config),
             config_value=None,
             outcome=outcome,
             status=RunStatus(status),
             run_dir="fake",
-            steps=spec.steps,
+            steps=spec.settings.steps,
             device="cpu",
             ort_version=VERSIONS.ort_version,
             torch_version=VERSIONS.torch_version,
@@ -154,12 +156,9 @@ def fake_tuner(runs_dir: Path, runner: FakeRunner, budget_bytes: int, **settings
     from memopt.run import Budget
 
     defaults: dict[str, object] = {
-        "target": parse_runnable("gpt"),
+        "run": RunSettings(target=parse_runnable("gpt"), options={"size": "tiny"}, runs_dir=runs_dir, device="cpu"),
         "target_batch": 16,
-        "options": {"size": "tiny"},
-        "runs_dir": runs_dir,
         "calibration_batches": (8,),
-        "device": "cpu",
         "budget": Budget(f"{budget_bytes}B", bytes=budget_bytes),
         "margin": 0.0,
     }

@@ -22,6 +22,7 @@ from pathlib import Path
 from memopt.core import parse_runnable
 from memopt.ort.version import OrtVersion
 from memopt.pipeline import PreparedTarget
+from memopt.run import RunSettings
 from memopt.run.budget import parse_budget
 from memopt.run.trials import TrialSpec, parse_trial_config, run_trial
 from memopt.tune import Tuner, TuneSettings
@@ -39,17 +40,18 @@ def work_dir() -> Path:
     return Path(tempfile.mkdtemp(prefix="memopt-tune-tests-"))
 
 
+def recipe_run_settings(runs_dir: Path) -> RunSettings:
+    """How the tests' runs of the recipe go."""
+    return RunSettings(target=parse_runnable(RECIPE), options=OPTIONS, steps=STEPS, timeout_s=300, runs_dir=runs_dir)
+
+
 def settings(budget: str = PLACEHOLDER_BUDGET, *, resume: bool = True) -> TuneSettings:
     return TuneSettings(
-        target=parse_runnable(RECIPE),
+        run=recipe_run_settings(work_dir() / "tune"),
         target_batch=TARGET,
         budget=parse_budget(budget),
-        options=OPTIONS,
         max_trials=4,
-        steps=STEPS,
-        runs_dir=work_dir() / "tune",
         margin=0.01,
-        timeout_s=300,
         calibration_batches=CALIBRATION,
         resume=resume,
     )
@@ -89,7 +91,7 @@ def measured() -> tuple[int, int]:
     peaks = []
     for config in ((), tuple(every_plan)):
         result = run_trial(
-            TrialSpec(parse_runnable(RECIPE), TARGET, OPTIONS, config, STEPS, "auto", 300.0), work_dir() / "measure"
+            TrialSpec(recipe_run_settings(work_dir() / "measure"), TARGET, config), work_dir() / "measure"
         )
         assert result.fits and result.memory.peak_bytes, (result.outcome, result.error)
         peaks.append(int(result.memory.peak_bytes))

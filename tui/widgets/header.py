@@ -13,11 +13,11 @@ __all__ = ["InfoHeader"]
 
 class InfoHeader(Static):
     def show_settings(self, settings: TuneSettings) -> None:
-        options = ", ".join(f"{k}={v}" for k, v in settings.options.items())
+        options = ", ".join(f"{k}={v}" for k, v in settings.run.options.items())
         budget = settings.budget.text if settings.budget else "device memory − 10%"
         text = Text.assemble(
             ("memopt tune  ", "bold"),
-            (str(settings.target), "bold cyan"),
+            (str(settings.run.target), "bold cyan"),
             (f" ({options})" if options else "", "cyan"),
             f"   target batch {settings.target_batch}   budget {budget}   ",
             ("starting…", "italic"),

@@ -10,8 +10,6 @@ computed outside the model, is not captured: what it keeps is no module's and no
 
 from __future__ import annotations
 
-import sys
-
 from memopt.backends.torch.scan import TorchScan, plans_of
 from memopt.core import Command
 from memopt.errors import MemoptError
@@ -39,17 +37,7 @@ def _capture_run(settings: RunSettings, batch: int) -> CapturedModel:
     assert isinstance(settings.target, Command)
     run_dir = new_run_dir(settings.runs_dir, f"torch-scan-{settings.target.label}-b{batch}")
     captured = (run_dir / CAPTURE_FILE).resolve()
-    request = RunRequest(
-        target=settings.target,
-        batch_size=batch,
-        options=settings.options,
-        steps=settings.steps,
-        device=settings.device,
-        timeout_s=settings.timeout_s,
-        python=settings.python or sys.executable,
-        env={CAPTURE_FILE_ENV: str(captured)},
-        backend="torch",
-    )
+    request = RunRequest(settings, batch, env={CAPTURE_FILE_ENV: str(captured)}, backend="torch")
     run = run_target(request, run_dir)
     if not captured.is_file():
         why = run.error or str(run.status)

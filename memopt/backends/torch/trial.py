@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -130,17 +129,7 @@ def run_torch_trial(
             )
     run_dir = new_run_dir(settings.runs_dir, f"torch-{settings.target.label}-b{batch}")
     policy.write(run_dir / POLICY_FILE)
-    request = RunRequest(
-        target=settings.target,
-        batch_size=batch,
-        options=settings.options,
-        steps=settings.steps,
-        device=settings.device,
-        timeout_s=settings.timeout_s,
-        python=settings.python or sys.executable,
-        env={POLICY_ENV: str((run_dir / POLICY_FILE).resolve())},
-        backend="torch",
-    )
+    request = RunRequest(settings, batch, env={POLICY_ENV: str((run_dir / POLICY_FILE).resolve())}, backend="torch")
     run = run_target(request, run_dir)
     trial = TorchTrial(batch, policy, run.status, run_dir, run.memory.whole_run_peak, run.median_step_s, run.error)
     journal.append(trial.record(key))

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import shlex
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +42,7 @@ from memopt.run.journal import Journal
 from memopt.run.settings import RunSettings
 from memopt.units import format_bytes
 
-__all__ = ["TorchTuneResult", "tune_torch"]
+__all__ = ["TorchPlan", "TorchTuneResult", "plan_torch", "tune_torch"]
 
 _NONE = RecomputePolicy(())
 # Runs at the target batch: the model's choice, and once more with what it measured above the prediction.
@@ -57,7 +57,7 @@ class TorchTuneResult:
     baseline_bytes: float  # predicted peak without recompute at the target batch
     predicted_bytes: float  # with the chosen policy
     policy: RecomputePolicy
-    verify: TorchTrial | None  # None: no policy was predicted to fit, so nothing ran at the target batch
+    verify: TorchTrial | None  # the last run at the target batch
     trials: tuple[TorchTrial, ...]
 
     @property
@@ -113,7 +113,36 @@ class TorchTuneResult:
         }
 
 
-def tune_torch(
+@dataclass(frozen=True)
+class TorchPlan:
+    """The model's answer before any run at the target batch: the scan, the probes' peak line
+    and the cheapest policy predicted to bring the peak under the limit."""
+
+    target_batch: int
+    budget_bytes: int
+    limit_bytes: float
+    scanned: TorchScan
+    line: PeakLine
+    policy: RecomputePolicy
+    predicted_bytes: float
+    probes: tuple[TorchTrial, ...]
+
+    @property
+    def baseline_bytes(self) -> float:
+        return self.line.at(self.target_batch)
+
+    @property
+    def feasible(self) -> bool:
+        return self.predicted_bytes <= self.limit_bytes
+
+    def rechosen(self, miss: float) -> tuple[RecomputePolicy, float]:
+        """The choice again with ``miss`` bytes more to cover, and its predicted peak."""
+        need = self.baseline_bytes + miss - self.limit_bytes
+        policy, saving = _choose(self.scanned, self.target_batch, need)
+        return policy, self.baseline_bytes + miss - saving
+
+
+def plan_torch(
     settings: RunSettings,
     target_batch: int,
     budget: Budget | None,
@@ -121,7 +150,8 @@ def tune_torch(
     margin: float,
     resume: bool,
     say: Callable[[str], None],
-) -> TorchTuneResult:
+) -> TorchPlan:
+    """Scan, two runs without recompute, and the model's choice: no run at the target batch."""
     budget_bytes = resolve_torch_budget(budget, settings.device)
     journal = Journal.in_folder(settings.runs_dir)
     scan_batch = min(target_batch, 2)
@@ -134,38 +164,61 @@ def tune_torch(
         scanned = scan_command(settings, scan_batch)
     say(f"scan: {len(scanned.rows)} plans; activations kept for backward: {scanned.saved or scanned.saved_bytes} bytes")
     small, larger = probe_batches(target_batch)
-    trials: list[TorchTrial] = []
+    probes: list[TorchTrial] = []
     for batch in (small, larger):
         trial = run_torch_trial(settings, batch, _NONE, journal=journal, resume=resume)
         say(_trial_line(trial, "probe"))
-        trials.append(trial)
+        probes.append(trial)
         if not trial.ok or trial.peak_bytes is None:
             raise MemoptError(f"the run at batch {batch} failed: {trial.error} (log: {trial.run_dir}/ort.log)")
-    line = PeakLine(small, trials[0].peak_bytes or 0, larger, trials[1].peak_bytes or 0)
-    baseline = line.at(target_batch)
+    line = PeakLine(small, probes[0].peak_bytes or 0, larger, probes[1].peak_bytes or 0)
     limit = budget_limit(budget_bytes, margin)
     say(
-        f"model: peak without recompute at batch {target_batch} = {format_bytes(int(baseline))} "
+        f"model: peak without recompute at batch {target_batch} = {format_bytes(int(line.at(target_batch)))} "
         f"({format_bytes(int(line.small_bytes))} at {small}, {format_bytes(int(line.per_sample))} a sample); "
         f"limit {format_bytes(int(limit))} (budget {format_bytes(budget_bytes)} less {margin:.0%})"
     )
+    plan = TorchPlan(target_batch, budget_bytes, limit, scanned, line, _NONE, 0.0, tuple(probes))
+    policy, predicted = plan.rechosen(0.0)
+    over = "" if predicted <= limit else f", over the limit {format_bytes(int(limit))}"
+    say(f"model: {policy} predicted at {format_bytes(int(predicted))}{over}")
+    return replace(plan, policy=policy, predicted_bytes=predicted)
+
+
+def tune_torch(
+    settings: RunSettings,
+    target_batch: int,
+    budget: Budget | None,
+    *,
+    margin: float,
+    resume: bool,
+    say: Callable[[str], None],
+) -> TorchTuneResult:
+    plan = plan_torch(settings, target_batch, budget, margin=margin, resume=resume, say=say)
+    journal = Journal.in_folder(settings.runs_dir)
+    limit = plan.limit_bytes
+    trials = list(plan.probes)
+    policy, predicted = plan.policy, plan.predicted_bytes
     miss = 0.0  # what the last verifying run measured above its prediction
     result = None
     for attempt in range(_VERIFYING_RUNS):
-        policy, saving = _choose(scanned, target_batch, baseline + miss - limit)
-        predicted = baseline + miss - saving
-        if predicted > limit and attempt > 0:
-            say(
-                f"model: no policy brings batch {target_batch} under {format_bytes(int(limit))} "
-                f"(best {format_bytes(int(predicted))}, with the last run's miss)"
-            )
-            break
-        over = ", over the limit: one run to measure it" if predicted > limit else ""
-        say(f"model: {policy} predicted at {format_bytes(int(predicted))}{over}")
+        if attempt > 0:
+            policy, predicted = plan.rechosen(miss)
+            if predicted > limit:
+                say(
+                    f"model: no policy brings batch {target_batch} under {format_bytes(int(limit))} "
+                    f"(best {format_bytes(int(predicted))}, with the last run's miss)"
+                )
+                break
+            say(f"model: {policy} predicted at {format_bytes(int(predicted))}")
+        elif predicted > limit:
+            say("model: the policy that saves most is run once: the model's extrapolation is not a measurement")
         verify = run_torch_trial(settings, target_batch, policy, journal=journal, resume=resume)
         trials.append(verify)
         say(_trial_line(verify, "verify"))
-        result = TorchTuneResult(target_batch, budget_bytes, limit, baseline, predicted, policy, verify, tuple(trials))
+        result = TorchTuneResult(
+            target_batch, plan.budget_bytes, limit, plan.baseline_bytes, predicted, policy, verify, tuple(trials)
+        )
         if not verify.ok or verify.peak_bytes is None:
             raise MemoptError(f"the run at batch {target_batch} failed: {verify.error} (log: {verify.run_dir}/ort.log)")
         error = (verify.peak_bytes - predicted) / verify.peak_bytes

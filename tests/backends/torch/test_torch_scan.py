@@ -1,0 +1,107 @@
+"""The torch back end's scan: saved activations by op and module, exact byte formulas, and plans
+that apply. In this process with plain PyTorch; the command line in a process with ORT blocked."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from fractions import Fraction
+from pathlib import Path
+
+import pytest
+from support.cli import memopt
+from support.torch_steps import assert_bitwise_equal, without_onnxruntime
+
+from memopt.backends.torch.scan import BATCH, SEQ, scan_recipe
+from memopt.graph.polynomial import Polynomial
+from memopt.recipes import load_recipe
+from memopt.recompute.policy import RecomputePolicy
+
+
+def test_gpt_plans_and_their_exact_bytes() -> None:
+    """gelu's output is 4·d_model floats a token per block: 2 blocks x 256 x 4 bytes = 2048·batch·seq."""
+    scanned = scan_recipe(load_recipe("gpt", {"size": "tiny", "seq_len": 32}), 4)
+    rows = {str(row.plan): row for row in scanned.rows}
+    gelu = rows["blocks.*.mlp.act: gelu"]
+    assert gelu.saving == Polynomial({((BATCH, 1), (SEQ, 1)): Fraction(2048)})
+    assert (gelu.tensors, gelu.modules, gelu.saving_bytes) == (2, 2, 2048 * 4 * 32)
+    # Whole blocks: every activation inside, the attention's seq² terms included.
+    assert rows["blocks.*: *"].saving is not None and ((BATCH, 1), (SEQ, 2)) in rows["blocks.*: *"].saving.terms
+    # Dropout's noise is written in place (bernoulli_): no op plan names it, a region over the dropout does.
+    assert not any("bernoulli" in plan or "div_" in plan for plan in rows)
+    assert "blocks.*.attn.attn_drop: *" in rows
+
+
+@pytest.mark.parametrize(("spec", "options"), [("gpt", {"size": "tiny", "seq_len": 32}), ("bert", {"size": "tiny"})])
+def test_fake_tensors_scan_the_same_bytes(spec: str, options: dict[str, object]) -> None:
+    """A fake-tensor scan (no memory, no arithmetic) finds the same plans and bytes as a real one."""
+    recipe = load_recipe(spec, options)
+    real, fake = scan_recipe(recipe, 3), scan_recipe(recipe, 3, fake=True)
+    assert (fake.saved_bytes, fake.saved) == (real.saved_bytes, real.saved)
+    assert {(str(r.plan), r.saving_bytes, r.saving) for r in fake.rows} == {
+        (str(r.plan), r.saving_bytes, r.saving) for r in real.rows
+    }
+
+
+def test_a_model_larger_than_the_machine_scans_with_fake_tensors() -> None:
+    """GPT-2 XL at batch 64 x 1024 tokens keeps terabytes for backward: scanned without any of it."""
+    scanned = scan_recipe(load_recipe("gpt", {"size": "xl", "seq_len": 1024}), 64, fake=True)
+    assert scanned.saved_bytes > 2**40
+    rows = {str(row.plan): row for row in scanned.rows}
+    # 48 blocks' GELU outputs: 4 x 1600 floats a token each.
+    assert rows["blocks.*.mlp.act: gelu"].saving_bytes == 48 * 64 * 1024 * 4 * 1600 * 4
+
+
+def test_cnn_gets_no_region_over_batch_norm() -> None:
+    scanned = scan_recipe(load_recipe("cnn", {"size": "tiny"}), 2)
+    assert all(not row.plan.whole_module for row in scanned.rows)
+    assert {str(row.plan) for row in scanned.rows} >= {"*: convolution", "*: max_pool2d_with_indices"}
+
+
+@pytest.mark.parametrize("spec", ["gpt", "bert", "mlp", "cnn"])
+def test_every_op_plan_the_scan_finds_keeps_gradients_bitwise(spec: str) -> None:
+    recipe = load_recipe(spec, {"size": "tiny"})
+    plans = tuple(row.plan for row in scan_recipe(recipe, 2).rows if not row.plan.whole_module)
+    assert plans
+    assert_bitwise_equal(recipe, RecomputePolicy(plans))
+
+
+@pytest.mark.subprocess
+def test_scan_backend_torch_runs_without_onnxruntime(tmp_path: Path) -> None:
+    """In a process where onnxruntime cannot be imported, ``--backend torch`` scans, and without
+    ``--backend`` the first line says torch was chosen because ORTModule cannot run."""
+    done = memopt("scan", "gpt", "--size", "tiny", "--batch", "2", "--seq", "16", env=without_onnxruntime(tmp_path))
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.splitlines()[0].startswith(
+        "backend: torch (ORTModule cannot run here: onnxruntime-training is not installed"
+    )
+    assert "blocks.*.mlp.act: gelu" in done.stdout and "2048*batch*seq" in done.stdout.replace(".0*", "*")
+
+
+@pytest.mark.subprocess
+def test_the_commands_load_torch_only_where_the_torch_back_end_runs() -> None:
+    """An ORT trial's or tune's own process shares its job's memory cgroup: it must not carry
+    torch (about 600 MiB of RSS) for a back end it does not use."""
+    imports = "import sys, memopt.cli.export, memopt.cli.scan, memopt.cli.trial, memopt.cli.tune; print(sorted({'torch', 'onnxruntime'} & set(sys.modules)))"
+    loaded = subprocess.run([sys.executable, "-c", imports], capture_output=True, text=True, check=True)
+    assert loaded.stdout.strip() == "[]", loaded.stderr
+
+
+@pytest.mark.torch
+def test_a_command_scans_to_the_plans_of_its_recipe(tmp_path: Path) -> None:
+    """``examples/train_plain_torch.py`` run as the user runs it (``--cmd``), its model captured
+    inside the job, gives the plans and per-plan byte formulas its in-process recipe scan gives."""
+    from memopt.backends.torch.command_scan import scan_command
+    from memopt.core import command_target
+    from memopt.run.settings import RunSettings
+
+    example = Path(__file__).resolve().parents[3] / "examples" / "train_plain_torch.py"
+    job = command_target(f"{sys.executable} {example} --batch-size {{batch}}")
+    settings = RunSettings(target=job, runs_dir=tmp_path / "runs")
+    from_job = scan_command(settings, 2)
+    from_recipe = scan_recipe(load_recipe(str(example)), 2)
+    assert [(str(r.plan), r.saving, r.tensors, r.modules) for r in from_job.rows] == [
+        (str(r.plan), r.saving, r.tensors, r.modules) for r in from_recipe.rows
+    ]
+    # The job's loss is computed outside the model: what it keeps is captured in the recipe's scan only.
+    assert 0 < from_recipe.saved_bytes - from_job.saved_bytes < from_recipe.saved_bytes // 10

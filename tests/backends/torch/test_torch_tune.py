@@ -1,0 +1,192 @@
+"""The torch back end's trial and tune through the command line, in processes that cannot import
+onnxruntime: real plain-PyTorch training steps in memopt's child process."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from support.cli import assert_one_line_error, memopt
+from support.readme import shell_blocks
+from support.torch_steps import without_onnxruntime
+
+from memopt.recompute import POLICY_ENV, RecomputePolicy
+from memopt.run.budget import parse_budget
+
+ROOT = Path(__file__).resolve().parents[3]
+
+# Eight tiny GPT blocks at 256 x 64 tokens: activations (about 0.8 GiB) well above the
+# runtime's own RSS, so a budget between them needs recompute.
+GPT = ("gpt", "--size", "tiny", "--seq", "64", "-o", "n_layer=8")
+BATCH = 256
+
+
+@pytest.mark.torch
+def test_tune_without_onnxruntime_ends_verified_with_the_export_line(tmp_path: Path) -> None:
+    env = without_onnxruntime(tmp_path)
+    runs = tmp_path / "runs"
+    plain = memopt("trial", *GPT, "--batch", str(BATCH), "--runs-dir", str(runs), "--json", env=env)
+    assert plain.returncode == 0, plain.stderr
+    assert plain.stderr.splitlines()[0].startswith("backend: torch (ORTModule cannot run here: onnxruntime-training")
+    peak = json.loads(plain.stdout)["peak_bytes"]
+    budget = peak - 300 * 2**20
+    tuned = memopt(
+        "tune",
+        *GPT,
+        "--target-batch",
+        str(BATCH),
+        "--budget",
+        f"{budget}B",
+        "--no-tui",
+        "--json",
+        "--runs-dir",
+        str(runs),
+        env=env,
+    )
+    assert tuned.returncode == 0, tuned.stderr
+    assert tuned.stderr.splitlines()[0].startswith("backend: torch")
+    assert "measurement: verified" in tuned.stderr
+    result = json.loads(tuned.stdout)
+    assert result["status"] == "verified" and result["best"]["verified"]
+    export = re.search(rf"^export {POLICY_ENV}=(\S+)$", "\n".join(result["export"]), re.MULTILINE)
+    assert export is not None, result["export"]
+    policy = RecomputePolicy.read(Path(export.group(1)))
+    assert policy.plans  # the budget needed recompute
+    assert result["best"]["plans"] == [str(p) for p in policy.plans]
+    records = [json.loads(line) for line in (runs / "journal.jsonl").read_text().splitlines()]
+    verified = [r for r in records if r["plans"] == [str(p) for p in policy.plans]]
+    assert verified and verified[-1]["peak_bytes"] <= result["limit_bytes"] < budget
+    assert [t["batch"] for t in result["trials"]][:2] == [BATCH // 4, BATCH // 2]
+
+
+@pytest.mark.subprocess
+@pytest.mark.parametrize(
+    ("args", "fragments"),
+    [
+        (("scan", "gpt", "--backend", "tensorflow"), ("--backend 'tensorflow': choose ort or torch",)),
+        (("tune", "gpt", "--backend", "torch", "--target-batch", "4", "--budget", "1GiB"), ("use --no-tui",)),
+        (
+            ("trial", "gpt", "--size", "tiny", "--batch", "2", "--backend", "torch", "--config", "blocks.*: gleu"),
+            ("has no op aten.gleu",),
+        ),
+    ],
+)
+def test_bad_torch_backend_input_is_one_error_line(
+    tmp_path: Path, args: tuple[str, ...], fragments: tuple[str, ...]
+) -> None:
+    assert_one_line_error(memopt(*args, "--runs-dir", str(tmp_path)), *fragments)
+
+
+README_EXPORT = re.compile(rf"^export {POLICY_ENV}=(\S+)", re.MULTILINE)
+
+
+@pytest.mark.torch
+def test_the_readme_plain_torch_commands_run_as_pasted(tmp_path: Path) -> None:
+    """The README's examples/train_plain_torch.py block, run as a user pastes it from a folder
+    holding only examples/, without onnxruntime: tune ends verified, and the job re-run with the
+    export line peaks under the budget."""
+    blocks = [b for b in shell_blocks((ROOT / "README.md").read_text()) if "train_plain_torch.py" in str(b)]
+    assert len(blocks) == 1, "the README shows one examples/train_plain_torch.py block"
+    tune_words, first_export, second_export, job_words = blocks[0]
+    assert first_export == second_export and first_export[1].startswith(f"{POLICY_ENV}=")
+    budget = parse_budget(tune_words[tune_words.index("--budget") + 1]).bytes or 0
+    (tmp_path / "examples").symlink_to(ROOT / "examples")
+    env = {
+        **os.environ,
+        **without_onnxruntime(tmp_path),
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+    }
+    tuned = subprocess.run(
+        shlex.join(tune_words), shell=True, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=1500
+    )
+    assert tuned.returncode == 0, tuned.stderr[-3000:]
+    exported = README_EXPORT.search(tuned.stdout)
+    assert exported, tuned.stdout
+    # The job in a shell that pasted the export line, its peak RSS read by a parent of its own;
+    # --max-steps because the example trains until stopped.
+    measure = "import resource, subprocess, sys; subprocess.run(sys.argv[1:], check=True); print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)"
+    ran = subprocess.run(
+        f"export {POLICY_ENV}={exported.group(1)}; python -c {shlex.quote(measure)} {shlex.join(job_words)} --max-steps 3",
+        shell=True,
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    assert int(ran.stdout.split()[-1]) * 1024 <= budget
+
+
+@pytest.mark.torch
+def test_a_command_applies_the_policy_itself(tmp_path: Path) -> None:
+    """``trial --backend torch --cmd``: the user's script reads the policy file memopt puts in its
+    environment, and its steps count from the model it passed to ``memopt.recompute.apply``."""
+    script = ROOT / "examples" / "train_plain_torch.py"
+    runs = tmp_path / "runs"
+    args = ("trial", "--backend", "torch", "--batch", "16", "--steps", "1", "--runs-dir", str(runs), "--json")
+    cmd = f"{sys.executable} {script} --batch-size {{batch}}"
+    done = memopt(*args, "--config", "blocks.*: *", "--cmd", cmd, env=without_onnxruntime(tmp_path))
+    assert done.returncode == 0, done.stderr
+    record = json.loads(done.stdout)
+    assert record["status"] == "ok" and record["plans"] == ["blocks.*: *"] and record["peak_bytes"] > 0
+    # A plan the script's model cannot take fails the job with the policy's own message.
+    bad = memopt(*args, "--config", "layers.*: gelu", "--cmd", cmd, env=without_onnxruntime(tmp_path))
+    assert bad.returncode != 0 and "no module of the model matches layers.*" in bad.stderr
+
+
+@pytest.mark.torch
+def test_a_command_that_never_applies_a_policy_is_told_so(tmp_path: Path) -> None:
+    """A job that trains without passing its model to ``memopt.recompute.apply`` cannot be
+    scanned: tune ends with one error line that says so and where the job's log is."""
+    (tmp_path / "t.py").write_text(
+        "import torch\n"
+        "model = torch.nn.Linear(4, 4)\n"
+        "opt = torch.optim.AdamW(model.parameters())\n"
+        "for _ in range(3):\n"
+        "    model(torch.randn(2, 4)).sum().backward()\n"
+        "    opt.step()\n"
+    )
+    tuned = memopt(
+        "tune",
+        "--backend",
+        "torch",
+        "--target-batch",
+        "8",
+        "--budget",
+        "1GiB",
+        "--no-tui",
+        "--runs-dir",
+        str(tmp_path / "runs"),
+        "--cmd",
+        "python t.py --batch {batch}",
+        cwd=tmp_path,
+    )
+    assert tuned.returncode == 2, tuned.stderr
+    last = tuned.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: the job at batch 2 ended before memopt could capture"), tuned.stderr
+    assert "does the script pass its model to memopt.recompute.apply?" in last and "Traceback" not in tuned.stderr
+
+
+@pytest.mark.torch
+def test_plan_writes_the_policy_predicted_to_fit_and_nothing_when_none_is(tmp_path: Path) -> None:
+    """``plan --backend torch``: tune's scan, probes and choice without the verifying run. Its
+    policy file goes to --out; a budget no policy is predicted to meet writes nothing and exits 3."""
+    runs, out = tmp_path / "runs", tmp_path / "policy.json"
+    tiny = ("gpt", "--size", "tiny", "--backend", "torch", "--target-batch", "8", "--runs-dir", str(runs))
+    roomy = memopt("plan", *tiny, "--budget", "20GiB", "--out", str(out), "--json")
+    assert roomy.returncode == 0, roomy.stderr
+    assert roomy.stderr.splitlines()[0] == "backend: torch (--backend)"
+    document = json.loads(roomy.stdout)
+    assert document["feasible"] and document["plans"] == [] and document["policy_file"] == str(out)
+    assert RecomputePolicy.read(out).plans == () and document["export"] == [f"export {POLICY_ENV}={out.resolve()}"]
+    assert [t["batch"] for t in map(json.loads, (runs / "journal.jsonl").read_text().splitlines())] == [2, 4]
+    tight = memopt("plan", *tiny, "--budget", "1MiB", "--out", str(tmp_path / "none.json"))
+    assert tight.returncode == 3, tight.stderr
+    assert "over the limit" in tight.stderr and not (tmp_path / "none.json").exists() and tight.stdout == ""
