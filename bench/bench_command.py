@@ -65,7 +65,7 @@ def main() -> None:
         wall = statistics.median(r.wall_s for r in done)
         warm = statistics.median(r.step_times_s[0] for r in done)
         step = statistics.median(r.median_step_s or 0.0 for r in done)
-        peak = statistics.median(r.peak_bytes or 0 for r in done) / 2**20
+        peak = statistics.median(r.memory.peak_bytes or 0 for r in done) / 2**20
         print(f"| {name} | {wall:.1f} s | {warm:.2f} s | {step:.3f} s | {peak:.0f} MiB |")
 
 

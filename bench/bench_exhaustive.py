@@ -59,8 +59,8 @@ def main() -> int:
         return run_trial(spec, reference, journal=journal, resume=True, budget_bytes=budget)
 
     baseline = trial(())
-    assert baseline.peak_bytes, baseline.error
-    budget = int(args.fraction * baseline.peak_bytes)
+    assert baseline.memory.peak_bytes, baseline.error
+    budget = int(args.fraction * baseline.memory.peak_bytes)
     tuned = tune_case(recipe, size, seq, batch, extra, runs_dir, args.steps, budget)
     ranked = sorted(model.plans, key=lambda p: -model.raw_saving(p.key, batch))[: args.top]
     selections = [
@@ -74,7 +74,7 @@ def main() -> int:
     mib = 2**20
     print(f"Command: `{' '.join(shlex.quote(a) for a in ['.venv/bin/python', *sys.argv])}`\n")
     print(
-        f"budget {budget / mib:.1f} MiB ({args.fraction:.0%} of {baseline.peak_bytes / mib:.1f} MiB); tuner: {tuned}\n"
+        f"budget {budget / mib:.1f} MiB ({args.fraction:.0%} of {baseline.memory.peak_bytes / mib:.1f} MiB); tuner: {tuned}\n"
     )
     print("| plans | peak MiB | fits | median step s |")
     print("|---|---|---|---|")
@@ -82,11 +82,11 @@ def main() -> int:
     for plans in selections:
         result = trial(plans, budget)
         measured[plans] = result
-        fits = result.peak_bytes is not None and 0 < result.peak_bytes <= budget
+        fits = result.memory.peak_bytes is not None and 0 < result.memory.peak_bytes <= budget
         step = f"{result.median_step_s:.3f}" if result.median_step_s else "-"
-        peak = f"{result.peak_bytes / mib:.1f}" if result.peak_bytes else "-"
+        peak = f"{result.memory.peak_bytes / mib:.1f}" if result.memory.peak_bytes else "-"
         print(f"| {' '.join(plans)} | {peak} | {'yes' if fits else 'NO'} | {step} |", flush=True)
-    fitting = [p for p, r in measured.items() if r.peak_bytes is not None and 0 < r.peak_bytes <= budget]
+    fitting = [p for p, r in measured.items() if r.memory.peak_bytes is not None and 0 < r.memory.peak_bytes <= budget]
     if not fitting or tuned_plans not in fitting:
         print(
             "\nno comparison: " + ("nothing fits" if not fitting else "the tuner's config is not among those that fit")

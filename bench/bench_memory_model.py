@@ -66,7 +66,7 @@ def bench_case(
     journal = Journal.in_folder(reference_dir)
     runs = RunSettings(target=parse_runnable(recipe), options=options, steps=steps, runs_dir=model_dir)
     baseline = run_trial(TrialSpec(runs, batch), reference_dir, journal=journal, resume=True)
-    assert baseline.ran and baseline.peak_bytes, baseline.error
+    assert baseline.ran and baseline.memory.peak_bytes, baseline.error
     cal = calibrate(runs, batch)
     model = cal.model
     rows: list[dict[str, Any]] = []
@@ -91,7 +91,7 @@ def bench_case(
             predicted_peak_bytes=int(plan.predicted_bytes),
             resume=True,
         )
-        assert trial.ran and trial.peak_bytes, trial.error
+        assert trial.ran and trial.memory.peak_bytes, trial.error
         extra_s = (trial.median_step_s or 0.0) - (baseline.median_step_s or 0.0)
         label = f"{fraction:.0%} budget: {len(plan.plans)} plans" + ("" if plan.feasible else " (predicted not to fit)")
         row = _row(

@@ -95,11 +95,11 @@ def bench_case(
         journal=Journal.in_folder(reference_dir),
         resume=recorded.exists(),
     )
-    assert reference.ran and reference.peak_bytes, reference.error
+    assert reference.ran and reference.memory.peak_bytes, reference.error
     if not recorded.exists():
         recorded.write_text(json.dumps({"cpu_s": children_cpu() - before}))
     reference_cpu = float(json.loads(recorded.read_text())["cpu_s"])
-    budget = int(args.fraction * reference.peak_bytes)
+    budget = int(args.fraction * reference.memory.peak_bytes)
     plan_dir = folder / f"plan-{label}"
     shutil.rmtree(plan_dir, ignore_errors=True)
     if args.replan:

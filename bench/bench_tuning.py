@@ -174,7 +174,7 @@ def trial(bench: Bench, folder: Path, plans: Sequence[str], batch: int, steps: i
     spec = TrialSpec(bench_runs(bench, steps, folder), batch, entries)
     result = run_trial(spec, folder, budget_bytes=bench.budget_bytes or None)
     log(
-        f"  b{batch} {label(plans)}: {result.outcome}, peak {mib(result.peak_bytes)} MiB, "
+        f"  b{batch} {label(plans)}: {result.outcome}, peak {mib(result.memory.peak_bytes)} MiB, "
         f"step {result.median_step_s or 0:.2f} s ({result.wall_s:.1f} s wall)"
     )
     return result
@@ -182,7 +182,13 @@ def trial(bench: Bench, folder: Path, plans: Sequence[str], batch: int, steps: i
 
 def as_run(result: TrialResult, purpose: str, plans: Sequence[str]) -> Run:
     return Run(
-        purpose, result.batch_size, label(plans), result.outcome, result.peak_bytes, result.median_step_s, result.wall_s
+        purpose,
+        result.batch_size,
+        label(plans),
+        result.outcome,
+        result.memory.peak_bytes,
+        result.median_step_s,
+        result.wall_s,
     )
 
 
@@ -239,16 +245,18 @@ def measure_budget(recipe: str, options: dict[str, Any], target: int, steps: int
     bench = Bench(recipe, options, target, steps, OrtVersion.parse(prepared.ort_version), report.patterns, savings)
     no_config = trial(bench, folder, (), target, steps)
     every_plan = trial(bench, folder, [p.key for p in report.patterns], target, steps)
-    if not (no_config.ran and every_plan.ran and no_config.peak_bytes and every_plan.peak_bytes):
+    if not (no_config.ran and every_plan.ran and no_config.memory.peak_bytes and every_plan.memory.peak_bytes):
         raise SystemExit(f"the budget trials did not run: {no_config.error or every_plan.error}")
-    if every_plan.peak_bytes >= no_config.peak_bytes:
+    if every_plan.memory.peak_bytes >= no_config.memory.peak_bytes:
         raise SystemExit(
-            f"recompute does not lower the peak here ({mib(no_config.peak_bytes)} MiB without, "
-            f"{mib(every_plan.peak_bytes)} MiB with every plan): no budget to tune for"
+            f"recompute does not lower the peak here ({mib(no_config.memory.peak_bytes)} MiB without, "
+            f"{mib(every_plan.memory.peak_bytes)} MiB with every plan): no budget to tune for"
         )
-    budget = (no_config.peak_bytes + every_plan.peak_bytes) // 2
-    log(f"budget {mib(budget)} MiB (no config {mib(no_config.peak_bytes)}, every plan {mib(every_plan.peak_bytes)})")
-    return replace(bench, budget_bytes=budget, peaks=(no_config.peak_bytes, every_plan.peak_bytes))
+    budget = (no_config.memory.peak_bytes + every_plan.memory.peak_bytes) // 2
+    log(
+        f"budget {mib(budget)} MiB (no config {mib(no_config.memory.peak_bytes)}, every plan {mib(every_plan.memory.peak_bytes)})"
+    )
+    return replace(bench, budget_bytes=budget, peaks=(no_config.memory.peak_bytes, every_plan.memory.peak_bytes))
 
 
 # ----------------------------------------------------------------------------- 2. strategies
@@ -303,7 +311,7 @@ def manual_loop(bench: Bench, folder: Path, max_trials: int, repetition: int) ->
     while len(runs) < max_trials:
         result = trial(bench, folder, enabled, bench.target, bench.steps)
         runs.append(as_run(result, "trial", enabled))
-        if result.ok:
+        if result.fits:
             return StrategyRun(
                 "manual (ORT docs)",
                 repetition,
@@ -313,7 +321,7 @@ def manual_loop(bench: Bench, folder: Path, max_trials: int, repetition: int) ->
                 label(enabled),
                 tuple(enabled),
                 bench.target,
-                result.peak_bytes,
+                result.memory.peak_bytes,
                 result.median_step_s,
                 f"enabled in order: {', '.join(short(k) for k in enabled) or 'nothing'}",
             )
@@ -370,7 +378,7 @@ def binsearch(bench: Bench, folder: Path, repetition: int, init: int = 2, max_tr
     while len(runs) < max_trials:
         result = trial(bench, folder, (), size, bench.steps)
         runs.append(as_run(result, "trial", ()))
-        if result.ok:
+        if result.fits:
             low, fitted = size, result
             if high is not None:
                 if high - low <= 1:
@@ -395,7 +403,7 @@ def binsearch(bench: Bench, folder: Path, repetition: int, init: int = 2, max_tr
         "none",
         (),
         found,
-        fitted.peak_bytes if fitted else None,
+        fitted.memory.peak_bytes if fitted else None,
         fitted.median_step_s if fitted else None,
         f"largest batch without recompute: {found} (target {bench.target} not reachable this way)",
     )
@@ -418,7 +426,7 @@ def exhaustive(bench: Bench, folder: Path, top_k: int, steps: int) -> list[dict[
                 "config": label(plans),
                 "plans": list(plans),
                 "outcome": result.outcome,
-                "peak_bytes": result.peak_bytes,
+                "peak_bytes": result.memory.peak_bytes,
                 "step_s": result.median_step_s,
                 "steps_s": list(result.step_times_s[1:]),
                 "wall_s": result.wall_s,
@@ -441,7 +449,7 @@ def alternate(
                 step, peak = run.step_s, run.peak_bytes
             else:
                 result = trial(bench, folder, plans_of[config], bench.target, steps)
-                step, peak = result.median_step_s, result.peak_bytes
+                step, peak = result.median_step_s, result.memory.peak_bytes
             if step is not None and peak is not None:
                 times[config].append(step)
                 peaks[config].append(peak)

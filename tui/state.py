@@ -104,18 +104,18 @@ def trial_cells(record: TrialRecord) -> tuple[str, ...]:
 def _peak_cell(result: TrialResult) -> str:
     """The trial's peak; for a job of several ranks, the highest rank's and how many there were.
     On CUDA what runs out, in its parts: reserved + outside the allocator, and allocated."""
-    if not result.peak_bytes:
+    if not result.memory.peak_bytes:
         return "-"
     ranks = f" (max of {len(result.ranks)} ranks)" if len(result.ranks) > 1 else ""
     memory = result.memory
-    if memory.on_cuda and result.cuda_reserved_bytes is not None:
+    if memory.on_cuda and result.memory.cuda_reserved_bytes is not None:
         edge = ", at the edge" if memory.at_the_edge else ""
         return (
-            f"{format_bytes(memory.device_peak)} = {format_bytes(result.cuda_reserved_bytes)} reserved"
-            f" + {format_bytes(result.cuda_outside_bytes or 0)} outside (alloc {format_bytes(result.peak_bytes)}{edge})"
+            f"{format_bytes(memory.device_peak)} = {format_bytes(result.memory.cuda_reserved_bytes)} reserved"
+            f" + {format_bytes(result.memory.cuda_outside_bytes or 0)} outside (alloc {format_bytes(result.memory.peak_bytes)}{edge})"
             + ranks
         )
-    return format_bytes(result.peak_bytes) + ranks
+    return format_bytes(result.memory.peak_bytes) + ranks
 
 
 def exit_lines(tuner: Tuner, selection: Sequence[PlanKey]) -> list[str]:

@@ -13,6 +13,7 @@ from memopt.errors import MemoptError
 from memopt.logparse import Summary, parse_file, require_summaries
 from memopt.ort.config import (
     ENV_VAR,
+    PlanKey,
     export_line,
     parse_config_string,
     read_config_file,
@@ -77,7 +78,7 @@ def emit_command(
         check_write_target(out, overwrite=force)  # before any output: the refusal is the one line
     summary = _summary_of(log)
     version = config_version(ort_version, summary)
-    text = ",".join(entry if ":" in entry else f"{entry}:1:-1" for entry in entries)
+    text = PlanKey.from_short(entries)
     parsed = parse_config_string(text, version)
     known = _known_plans(summary)
     if summary is not None:

@@ -71,7 +71,7 @@ def probe_command(
     with console.status(f"Probing {escape(str(target))} at batch {batch} (export, session build, {steps + 1} steps)…"):
         result = probe(settings, batch, log_level=log_level.upper())
     run = result.run
-    if not run.ok:
+    if not run.ran:
         raise MemoptError(f"{run.status.failure(target.noun)}: {run.error} (log: {run.log_path})")
     _summarise(target, batch, settings.options, result)
 

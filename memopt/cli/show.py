@@ -71,9 +71,9 @@ def print_validated(config: ValidatedConfig, version: OrtVersion, console: Conso
 def _phases_counted(result: TrialResult) -> str:
     """What the whole-run figure covers: the job's own exit (atexit, finalizers) where it was
     measured (CPU, a job that ended by itself after its steps)."""
-    if result.exit_peak_bytes is not None:
-        return f"start-up and the job's exit included (exit {format_mib(result.exit_peak_bytes)})"
-    if result.memory_kind == "rss":
+    if result.memory.exit_peak_bytes is not None:
+        return f"start-up and the job's exit included (exit {format_mib(result.memory.exit_peak_bytes)})"
+    if result.memory.memory_kind == "rss":
         return "start-up included; the job's exit not measured"
     return "start-up included"
 
@@ -104,10 +104,10 @@ def print_trial(result: TrialResult, console: Console = default_console) -> None
     if result.error:
         console.print(f"  error        {result.error}", markup=False, highlight=False, soft_wrap=True)
     if result.ran:
-        label = "peak RSS" if result.memory_kind == "rss" else "peak allocated"
-        line = f"  memory       {label} {format_mib(result.peak_bytes)} in the measured steps; static {format_bytes(result.static_bytes)} before step 1"
-        if result.cuda_reserved_bytes:
-            line += f"; reserved {format_bytes(result.cuda_reserved_bytes)}"
+        label = "peak RSS" if result.memory.memory_kind == "rss" else "peak allocated"
+        line = f"  memory       {label} {format_mib(result.memory.peak_bytes)} in the measured steps; static {format_bytes(result.memory.static_bytes)} before step 1"
+        if result.memory.cuda_reserved_bytes:
+            line += f"; reserved {format_bytes(result.memory.cuda_reserved_bytes)}"
         console.print(line, highlight=False)
         if len(result.ranks) > 1:
             per_rank = ", ".join(f"{r.get('rank')}: {format_mib(r.get('peak_bytes'))}" for r in result.ranks)
@@ -119,12 +119,12 @@ def print_trial(result: TrialResult, console: Console = default_console) -> None
             highlight=False,
         )
         judged, judged_on = result.memory.device_peak, "whole run"
-        if result.memory.on_cuda and result.cuda_reserved_bytes is not None:
+        if result.memory.on_cuda and result.memory.cuda_reserved_bytes is not None:
             judged_on = "reserved + outside the allocator: what runs out on the card"
             console.print(
                 "  on the card  "
                 + format_cuda_memory(
-                    result.memory.whole_run_peak, result.cuda_reserved_bytes, result.cuda_outside_bytes
+                    result.memory.whole_run_peak, result.memory.cuda_reserved_bytes, result.memory.cuda_outside_bytes
                 ),
                 highlight=False,
             )

@@ -154,7 +154,7 @@ def trial_command(
         print_trial(result)
     if result.outcome.does_not_fit:
         sys.exit(EXIT_DOES_NOT_FIT)
-    if not result.ok:
+    if not result.fits:
         sys.exit(1)
 
 

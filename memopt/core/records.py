@@ -1,4 +1,5 @@
-"""The schemas of the records memopt reads back from its journal: trials and calibrations.
+"""The checks of the records memopt reads back from its journal: trials (whose schema
+``memopt.core.trial`` derives from its dataclasses, with ``record_type``) and calibrations.
 
 A record on disk may be damaged (a hand edit, a disk error, another tool): every field
 memopt computes with is checked, strictly (no strings for numbers, no NaN or infinity,
@@ -10,16 +11,33 @@ record is reported as a ``DamagedRecord`` warning naming the field, and skipped.
 
 from __future__ import annotations
 
+import functools
+import operator
 import warnings
 from collections.abc import Mapping
-from typing import Annotated, Any, Literal
+from types import UnionType
+from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
 from pydantic import Field, Strict, TypeAdapter, ValidationError
 from typing_extensions import TypedDict
 
 from memopt.errors import DamagedRecord
 
-__all__ = ["MOST_BYTES", "MOST_SECONDS", "checked_calibration_record", "checked_trial_record", "report_damaged"]
+__all__ = [
+    "MOST_BYTES",
+    "MOST_SECONDS",
+    "Count",
+    "Pid",
+    "PoolSegment",
+    "Positive",
+    "Rate",
+    "Seconds",
+    "Timestamp",
+    "checked_calibration_record",
+    "checked_record",
+    "record_type",
+    "report_damaged",
+]
 
 # More memory than any machine has (an exbibyte), and more seconds than any run lasts (about
 # 31 years): a figure past them was not measured. Counts (steps, nodes, plans, batch sizes)
@@ -30,37 +48,20 @@ _MOST_PID = 2**22  # the kernel's largest pid_max
 
 # Numbers strictly (no "12" for 12, no 1.5 for a count); a tuple for a list, as a record
 # built in memory holds, is fine.
-_Count = Annotated[int, Strict(), Field(ge=0, le=MOST_BYTES)]
-_Bytes = _Count
-_Seconds = Annotated[float, Strict(), Field(ge=0, le=MOST_SECONDS, allow_inf_nan=False)]
+Count = Annotated[int, Strict(), Field(ge=0, le=MOST_BYTES)]
+Seconds = Annotated[float, Strict(), Field(ge=0, le=MOST_SECONDS, allow_inf_nan=False)]
 # A clock reading (time.time()): seconds since 1970, up to about the year 5000.
-_Timestamp = Annotated[float, Strict(), Field(ge=0, le=1e11, allow_inf_nan=False)]
-_Rate = Annotated[float, Strict(), Field(ge=0, le=MOST_BYTES, allow_inf_nan=False)]
+Timestamp = Annotated[float, Strict(), Field(ge=0, le=1e11, allow_inf_nan=False)]
+Rate = Annotated[float, Strict(), Field(ge=0, le=MOST_BYTES, allow_inf_nan=False)]
+Positive = Annotated[int, Strict(), Field(gt=0, le=MOST_BYTES)]
+Pid = Annotated[int, Strict(), Field(ge=0, le=_MOST_PID)]
+_Flag = Annotated[bool, Strict()]
 
 
-class _Memory(TypedDict, total=False):
-    """A run's memory figures, as a trial and each of its ranks record them."""
-
-    memory_kind: str | None
-    static_bytes: _Bytes | None
-    peak_bytes: _Bytes | None
-    peak_over_run_bytes: _Bytes | None
-    cuda_reserved_bytes: _Bytes | None
-    cuda_outside_bytes: _Bytes | None
-    cuda_alloc_retries: _Count | None
-    cuda_ooms: _Count | None
-
-
-class _Rank(_Memory, total=False):
-    rank: _Count
-    pid: Annotated[int, Strict(), Field(ge=0, le=_MOST_PID)] | None
-    steps: _Count
-
-
-class _PoolSegment(TypedDict):
+class PoolSegment(TypedDict):
     """A segment of the CUDA caching allocator's pool (``PoolLayout.to_json``): its blocks' sizes and uses."""
 
-    small: Annotated[bool, Strict()]
+    small: _Flag
     blocks: list[
         tuple[
             Annotated[int, Strict(), Field(gt=0, le=MOST_BYTES, multiple_of=512)], Literal["resident", "loop", "free"]
@@ -68,66 +69,52 @@ class _PoolSegment(TypedDict):
     ]
 
 
-class _TrialRecord(_Memory, total=False):
-    key: str
-    recipe: str
-    options: dict[str, Any]
-    batch_size: Annotated[int, Strict(), Field(gt=0, le=MOST_BYTES)]
-    config: list[str]
-    config_value: str | None
-    outcome: str
-    status: str
-    run_dir: str
-    steps: _Count
-    device: str | None
-    error: str | None
-    ort_version: str | None
-    torch_version: str | None
-    ort_package: str | None
-    exit_peak_bytes: _Bytes | None
-    cuda_total_memory: _Bytes | None
-    cuda_device_name: str | None
-    cuda_pool: list[_PoolSegment]
-    step_times_s: list[_Seconds]
-    median_step_s: _Seconds | None
-    throughput: _Rate | None
-    plans_on: list[str]
-    plans_off: list[str]
-    plans_seen: _Count | None
-    recomputed_nodes: _Count | None
-    budget_bytes: _Bytes | None
-    predicted_peak_bytes: _Bytes | None
-    config_warnings: list[str]
-    wall_s: _Seconds
-    finished_at: _Timestamp
-    reused: Annotated[bool, Strict()]
-    ranks: list[_Rank]
+def record_type(name: str, fields: Mapping[str, Any]) -> Any:
+    """The type of a record holding ``fields`` (name: type), each optional (an older record
+    may lack a newer field), keys it does not name ignored. A bare ``int``, ``float`` or ``bool``,
+    anywhere in a type, is checked strictly: an ``int`` as a count (``Count``), a ``float`` as
+    seconds (``Seconds``); a type already ``Annotated`` keeps its own bounds."""
+    return _typed_dict(name, {field: _strictly(kind) for field, kind in fields.items()}, total=False)
+
+
+# TypedDict's functional form, called with fields known only at run time.
+_typed_dict: Any = TypedDict
+
+
+def _strictly(kind: Any) -> Any:
+    if kind is bool:
+        return _Flag
+    if kind is int:
+        return Count
+    if kind is float:
+        return Seconds
+    origin, args = get_origin(kind), get_args(kind)
+    if origin in (Union, UnionType):
+        return functools.reduce(operator.or_, (_strictly(arg) for arg in args))
+    if origin is tuple:
+        return tuple[tuple(_strictly(arg) if arg is not Ellipsis else arg for arg in args)]  # type: ignore[misc]
+    return kind
 
 
 class _CalibrationRecord(TypedDict, total=False):
     key: str
     kind: str
-    journal_lines: _Count
+    journal_lines: Count
     identity: str
 
 
-_TRIAL_RECORD = TypeAdapter(_TrialRecord)
 _CALIBRATION_RECORD = TypeAdapter(_CalibrationRecord)
-
-
-def checked_trial_record(record: Mapping[str, Any], where: str) -> dict[str, Any] | None:
-    """``record``'s fields, checked against the trial schema; None (with a ``DamagedRecord``
-    warning naming ``where`` and the first bad field) when one does not hold."""
-    return _checked(_TRIAL_RECORD, record, where, "trial")
 
 
 def checked_calibration_record(record: Mapping[str, Any], where: str) -> dict[str, Any] | None:
     """``record``'s fields, checked against the calibration schema (how much of the journal
     a calibration read); None, with a ``DamagedRecord`` warning, when one does not hold."""
-    return _checked(_CALIBRATION_RECORD, record, where, "calibration")
+    return checked_record(_CALIBRATION_RECORD, record, where, "calibration")
 
 
-def _checked(schema: TypeAdapter[Any], record: Mapping[str, Any], where: str, kind: str) -> dict[str, Any] | None:
+def checked_record(schema: TypeAdapter[Any], record: Mapping[str, Any], where: str, kind: str) -> dict[str, Any] | None:
+    """``record``'s fields, checked against ``schema``; None (with a ``DamagedRecord`` warning
+    naming ``where``, the ``kind`` of record and its first bad field) when one does not hold."""
     try:
         return dict(schema.validate_python(dict(record)))
     except ValidationError as err:

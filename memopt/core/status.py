@@ -26,6 +26,8 @@ class RunStatus(str, Enum):
 
     @property
     def ran(self) -> bool:
+        """The run worked: its training steps ran to the end. The one test of that; whether it
+        also fits a budget is the trial's verdict (``Outcome.fits``)."""
         return self is RunStatus.OK
 
     @property

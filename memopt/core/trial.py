@@ -5,12 +5,14 @@ reads them back."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import asdict, dataclass, replace
 from enum import Enum
-from typing import Any
+from typing import Any, get_origin, get_type_hints
+
+from pydantic import TypeAdapter
 
 from memopt.core.memory import Memory, Phase
-from memopt.core.records import checked_trial_record
+from memopt.core.records import Count, Pid, PoolSegment, Positive, Rate, Timestamp, checked_record, record_type
 from memopt.core.status import RunStatus
 from memopt.core.target import Target, parse_target
 from memopt.ort.config import PlanKey, plan_keys
@@ -33,6 +35,11 @@ class Outcome(str, Enum):
 
     def __str__(self) -> str:
         return self.value
+
+    @property
+    def fits(self) -> bool:
+        """The verdict that the trial worked: it ran, within the budget where there was one."""
+        return self is Outcome.OK
 
     @property
     def fatal(self) -> bool:
@@ -70,8 +77,8 @@ class TrialResult:
     key: str
     target: Target  # journaled as "recipe", its spec
     options: Mapping[str, Any]
-    batch_size: int
-    config: tuple[str, ...]  # entries as "<subgraph>:<type>:<count>"
+    batch_size: Positive
+    config: tuple[PlanKey, ...]  # the config's entries, each as its key "<subgraph>:<type>:<count>"
     config_value: str | None  # what ORTMODULE_MEMORY_OPT_CONFIG was set to
     outcome: Outcome
     status: RunStatus  # the run's own status (RunResult.status)
@@ -82,56 +89,36 @@ class TrialResult:
     ort_version: str | None = None
     torch_version: str | None = None
     ort_package: str | None = None
-    memory_kind: str | None = None
-    static_bytes: int | None = None  # after model, optimizer and ORTModule are set up, before step 1
-    peak_bytes: int | None = None
-    peak_over_run_bytes: int | None = None  # warm-up (export, session build) included
-    cuda_reserved_bytes: int | None = None
-    cuda_outside_bytes: int | None = None  # outside the caching allocator where reserved peaked
-    cuda_alloc_retries: int | None = None
-    cuda_ooms: int | None = None
-    exit_peak_bytes: int | None = None  # CPU: the job's processes' peak RSS up to their own exit
+    memory: Memory = Memory()  # journaled flat, its figures beside the other fields
     cuda_total_memory: int | None = None
     cuda_device_name: str | None = None
     cuda_pool: tuple[Mapping[str, Any], ...] = ()  # the allocator's pool after the warm-up step
     step_times_s: tuple[float, ...] = ()  # [0] is the warm-up step
     median_step_s: float | None = None
-    throughput: float | None = None  # samples per second over the measured steps
+    throughput: Rate | None = None  # samples per second over the measured steps
     plans_on: tuple[PlanKey, ...] = ()  # Plan-table "Configs" ORT reported ON
     # Requested entries ("<subgraph>:<type>:<count>") that ORT's Plan table did not report ON:
     # ORT ignored them (a name it does not know, or a plan it left OFF), so they saved nothing.
-    plans_off: tuple[str, ...] = ()
+    plans_off: tuple[PlanKey, ...] = ()
     plans_seen: int | None = None  # rows in ORT's Plan table
     recomputed_nodes: int | None = None  # "Total number of recomputed nodes", else node lines counted
     budget_bytes: int | None = None
     predicted_peak_bytes: int | None = None
     config_warnings: tuple[str, ...] = ()
     wall_s: float = 0.0
-    finished_at: float = 0.0
+    finished_at: Timestamp = 0.0
     reused: bool = False
     ranks: tuple[Mapping[str, Any], ...] = ()  # a command's processes: rank, peak_bytes, … each
     oom_evidence: str | None = None  # RunResult.oom_evidence
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "plans_on", plan_keys(self.plans_on))  # keys read back from text are PlanKeys again
+        for name in ("config", "plans_on", "plans_off"):  # keys read back from text are PlanKeys again
+            object.__setattr__(self, name, plan_keys(getattr(self, name)))
 
     @property
-    def ok(self) -> bool:
-        return self.outcome == "ok"
-
-    @property
-    def memory(self) -> Memory:
-        return Memory(
-            self.memory_kind,
-            self.static_bytes,
-            self.peak_bytes,
-            self.peak_over_run_bytes,
-            self.cuda_reserved_bytes,
-            self.cuda_outside_bytes,
-            self.cuda_alloc_retries,
-            self.cuda_ooms,
-            self.exit_peak_bytes,
-        )
+    def fits(self) -> bool:
+        """The verdict: it ran, within the budget where there was one (``Outcome.fits``)."""
+        return self.outcome.fits
 
     @property
     def measured_step_times_s(self) -> tuple[float, ...]:
@@ -142,18 +129,18 @@ class TrialResult:
         """When the start-up peaked above the measured steps, a line saying so: recompute lowers
         the steps' activations, not what the export and the session build hold."""
         memory = self.memory
-        if memory.binding_phase is not Phase.START_UP or self.peak_bytes is None:
+        if memory.binding_phase is not Phase.START_UP or memory.peak_bytes is None:
             return None
         return (
             f"the start-up (ONNX export, session build, warm-up step) peaked at "
-            f"{format_mib(memory.whole_run_peak)}, above the steps' {format_mib(self.peak_bytes)}: "
+            f"{format_mib(memory.whole_run_peak)}, above the steps' {format_mib(memory.peak_bytes)}: "
             "it binds, and recompute cannot lower it"
         )
 
     @property
     def ran(self) -> bool:
-        """The training steps ran to the end (within budget or not)."""
-        return self.status == RunStatus.OK
+        """The training steps ran to the end (within budget or not): ``RunStatus.ran``."""
+        return self.status.ran
 
     def left_off(self, plans: Iterable[PlanKey]) -> tuple[PlanKey, ...]:
         """Of ``plans`` (enabled by this trial's config), those ORT did not apply: a plan whose
@@ -189,14 +176,18 @@ class TrialResult:
         if not self.memory.at_the_edge:
             return None
         return (
-            f"running at the edge: PyTorch's allocator freed its cache {self.cuda_alloc_retries} time(s) to find"
+            f"running at the edge: PyTorch's allocator freed its cache {self.memory.cuda_alloc_retries} time(s) to find"
             " room (num_alloc_retries); a little more memory elsewhere and it runs out"
         )
 
     def to_record(self) -> dict[str, Any]:
-        record = asdict(self)
-        del record["target"]
-        record = {"recipe": self.target.spec, **record, "options": dict(self.options)}
+        record: dict[str, Any] = {"recipe": self.target.spec}
+        for name, value in asdict(self).items():
+            if name == "memory":
+                record.update(value)  # flat: the record keeps each figure's own key
+            elif name != "target":
+                record[name] = value
+        record["options"] = dict(self.options)
         record["ranks"] = [dict(rank) for rank in self.ranks]
         record["prediction_error"] = self.prediction_error
         record["whole_run_peak_bytes"] = self.memory.whole_run_peak
@@ -210,17 +201,16 @@ class TrialResult:
     def from_record(cls, record: Mapping[str, Any], where: str) -> TrialResult | None:
         """The trial a journal record holds; None (reported as a ``DamagedRecord`` warning naming
         ``where``) when the record does not hold a trial."""
-        checked = checked_trial_record(record, where)
+        checked = checked_record(_TRIAL_RECORD, record, where, "trial")
         if checked is None:
             return None
-        known = {f.name for f in fields(cls)}
-        values = {name: value for name, value in checked.items() if name in known}
+        # A list the record lacks (an older or a hand-made record) is an empty one.
+        values = {name: checked.get(name, ()) for name in _TRIAL_FIELDS if name in checked or name in _LISTS}
         values["target"] = parse_target(str(checked.get("recipe")))
-        values["status"] = RunStatus.read(values.get("status"))
-        for name in ("config", "step_times_s", "plans_on", "plans_off", "config_warnings", "ranks", "cuda_pool"):
-            values[name] = tuple(values.get(name) or ())
+        values["memory"] = Memory(**{name: checked[name] for name in _MEMORY_FIELDS if name in checked})
+        values["status"] = RunStatus.read(checked.get("status"))
         # A record from a damaged journal may hold any word: it says nothing reliable.
-        values["outcome"] = _OUTCOME_WORDS.get(str(values.get("outcome")), Outcome.CRASHED)
+        values["outcome"] = _OUTCOME_WORDS.get(str(checked.get("outcome")), Outcome.CRASHED)
         return cls(**values)
 
     def judged(self, budget_bytes: int | None) -> TrialResult:
@@ -230,9 +220,34 @@ class TrialResult:
         )
 
 
+# The journal record, derived from the dataclasses: ``TrialResult``'s fields with its ``Memory``
+# flat beside them, each checked as its type says (see ``record_type``), except where the
+# record holds a field in another form: the target as its spec ("recipe"), the verdict and the
+# run's status as their words, plan keys as their text, and each rank's figures and the CUDA pool as their records.
+_MEMORY_FIELDS = get_type_hints(Memory, include_extras=True)
+_RANK_RECORD = {**_MEMORY_FIELDS, "rank": Count, "pid": Pid | None, "steps": Count}
+_JOURNALED_AS: dict[str, Any] = {
+    "recipe": str,
+    "outcome": str,
+    "status": str,
+    "config": tuple[str, ...],
+    "plans_on": tuple[str, ...],
+    "plans_off": tuple[str, ...],
+    "cuda_pool": tuple[PoolSegment, ...],
+    "ranks": tuple[record_type("RankRecord", _RANK_RECORD), ...],  # type: ignore[misc]
+}
+_TRIAL_FIELDS = {
+    name: kind
+    for name, kind in get_type_hints(TrialResult, include_extras=True).items()
+    if name not in ("target", "memory")
+}
+_LISTS = {name for name, kind in _TRIAL_FIELDS.items() if get_origin(kind) is tuple}
+_TRIAL_RECORD = TypeAdapter(record_type("TrialRecord", {**_TRIAL_FIELDS, **_MEMORY_FIELDS, **_JOURNALED_AS}))
+
+
 def outcome_of(status: RunStatus, peak: int | None, budget: int | None) -> Outcome:
     """``peak``: what runs out over the whole run (start-up included; on CUDA reserved plus
     outside the allocator): a job under a hard limit dies at whichever part peaks."""
-    if status == RunStatus.OK and budget is not None and peak is not None and peak > budget:
+    if status.ran and budget is not None and peak is not None and peak > budget:
         return Outcome.OVER_BUDGET
     return _STATUS_TO_OUTCOME.get(status, Outcome.CRASHED)

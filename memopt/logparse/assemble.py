@@ -23,7 +23,7 @@ from memopt.logparse.model import (
     Summary,
     SummarySource,
 )
-from memopt.ort.config import PlanKey, plan_cell
+from memopt.ort.config import plan_cell, plan_key
 from memopt.ort.version import OrtVersionRange
 
 __all__ = ["Piece", "SummaryDraft"]
@@ -129,14 +129,14 @@ def _merge(rows: Iterable[TableRow], options: tuple[InsightOption, ...]) -> tupl
     for index, option in enumerate(options):
         if index not in claimed:
             unclaimed.setdefault(plan_cell(option.subgraph, option.optimization), []).append(option)
-    for key, group in unclaimed.items():
+    for group in unclaimed.values():
         enabled_states = {option.enabled for option in group}
         plans.append(
             _plan_from_options(
                 group[0].subgraph,
                 group[0].optimization,
                 group,
-                key=PlanKey(f"{key}:-1"),
+                key=plan_key(group[0].subgraph, group[0].optimization),
                 enabled=True if True in enabled_states else (False if enabled_states == {False} else None),
                 frequency=_total([option.frequency for option in group]),
             )

@@ -13,7 +13,7 @@ from memopt.logparse.lines import EQUALS_RULE, LogLine
 from memopt.logparse.model import LOGGED_TYPES, Cluster, OptimizationType, Plan, StashedOutput
 from memopt.logparse.numbers import read_int
 from memopt.logparse.shapes import element_count
-from memopt.ort.config import PlanKey
+from memopt.ort.config import plan_key
 
 __all__ = ["FORMAT_A_HEADER", "FormatABlock", "FormatAParser"]
 
@@ -54,7 +54,7 @@ class _PlanDraft:
             subgraph=self.subgraph,
             optimization=self.optimization,
             # <=1.16 has no type 2: type 1 enables a subgraph in both sections.
-            key=PlanKey(f"{self.subgraph}:{int(OptimizationType.RECOMPUTE)}:-1"),
+            key=plan_key(self.subgraph, OptimizationType.RECOMPUTE),
             enabled=self.enabled,
             frequency=_total([cluster.frequency for cluster in self.clusters]),
             requested_count=self.requested_count,

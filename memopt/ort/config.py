@@ -81,6 +81,11 @@ class ConfigEntry:
         """``"<subgraph>:<type>"``: the cell of ORT's Plan table this entry enables."""
         return plan_cell(self.subgraph, self.optimization)
 
+    @property
+    def key(self) -> PlanKey:
+        """The entry as a plan key: ``"<subgraph>:<type>:<count>"``."""
+        return PlanKey(str(self))
+
     def __str__(self) -> str:
         return f"{self.subgraph}:{int(self.optimization)}:{self.count}"
 
@@ -311,6 +316,12 @@ class PlanKey(str):
         """``"A+:1:-1,B+:2:-1"`` -> ``("A+:1", "B+:2")``: the "<subgraph>:<type>" cells it enables."""
         return tuple(part.rsplit(":", 1)[0] for part in self.split(",") if part)
 
+    @classmethod
+    def from_short(cls, items: Iterable[str]) -> PlanKey:
+        """The key of ``items`` as people write them (``short``): a bare subgraph name is the
+        plan recomputing its every occurrence (":1:-1")."""
+        return cls(",".join(item if ":" in item else plan_key(item, OptimizationType.RECOMPUTE) for item in items))
+
     @property
     def short(self) -> str:
         """The key as people read it: the common ":1:-1" (recompute every occurrence) left off each cell."""
@@ -325,6 +336,11 @@ class PlanKey(str):
 def plan_keys(texts: Iterable[str]) -> tuple[PlanKey, ...]:
     """Keys read back from a journal, a saved model or a command line."""
     return tuple(PlanKey(text) for text in texts)
+
+
+def plan_key(subgraph: str, optimization: OptimizationType) -> PlanKey:
+    """The key of the plan that recomputes every occurrence of ``subgraph`` (count -1)."""
+    return ConfigEntry(subgraph, optimization).key
 
 
 def plan_cell(subgraph: str, optimization: OptimizationType) -> str:

@@ -433,7 +433,7 @@ def _history(
             break
         last = entry.line_number
         record = entry.record
-        if record.get("status") != RunStatus.OK or record.get("device") != device:
+        if not RunStatus.read(record.get("status")).ran or record.get("device") != device:
             continue
         if parse_target(str(record.get("recipe"))).identity() != identity or dict(record.get("options") or {}) != dict(
             options

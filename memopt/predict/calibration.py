@@ -208,7 +208,7 @@ def plans_of(trial: TrialResult, plans: tuple[PlanSavings, ...]) -> tuple[PlanKe
     known = {p.key for p in plans}
     if trial.plans_on:
         return tuple(key for key in trial.plans_on if key in known)
-    configured = {cell for entry in trial.config for cell in PlanKey(entry).cells if not cell.endswith(":0")}
+    configured = {cell for entry in trial.config for cell in entry.cells if not cell.endswith(":0")}
     enabled = tuple(p.key for p in plans if configured and set(p.entries) <= configured)
     return trial.applied(enabled)
 

@@ -105,7 +105,7 @@ class Observation:
 @dataclass(frozen=True)
 class Prediction:
     batch_size: int
-    plans: tuple[str, ...]
+    plans: tuple[PlanKey, ...]
     peak_bytes: float
     baseline_bytes: float  # no config
     savings: Mapping[PlanKey, float]  # effective bytes per enabled plan

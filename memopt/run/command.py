@@ -95,9 +95,9 @@ def _run_command(request: RunRequest, run_dir: Path, cancel: threading.Event | N
     records = _read_steps(steps_file)
     status, error, oom = _status(records, wanted, end, run_dir / LOG_NAME, settings.timeout_s)
     result = replace(_result(records, status, error, run_dir, end), oom_evidence=oom)
-    if status is RunStatus.OK and end.ending is Ending.EXITED:
+    if status.ran and end.ending is Ending.EXITED:
         result = replace(result, memory=result.memory.with_exit_peak(end.max_rss_bytes))
-    elif status is RunStatus.OK:
+    elif status.ran:
         note_in_log(
             run_dir,
             "[memopt] the job did not end by itself after its last step: memopt ended it, so its exit "

@@ -171,8 +171,8 @@ class RunResult:
     stopped_s: float = 0.0  # how long memopt or the run was stopped (SIGSTOP): left out of the step times
 
     @property
-    def ok(self) -> bool:
-        return self.status == RunStatus.OK
+    def ran(self) -> bool:
+        return self.status.ran
 
     @property
     def log_path(self) -> Path:
@@ -250,7 +250,7 @@ def launch(request: RunRequest, run_dir: Path, cancel: threading.Event | None = 
         result = _collect(result_path, run_dir, returncode, ending, time.monotonic() - started, request, oom, stopped)
         # The child's own end (the interpreter's finalization) counts, but not the profiling session a
         # profiled run builds after its steps: no job of the user's runs that.
-        if result.ok and ending is Ending.FINISHED and request.env.get(PROFILE_VAR) != "1":
+        if result.ran and ending is Ending.FINISHED and request.env.get(PROFILE_VAR) != "1":
             result = replace(result, memory=result.memory.with_exit_peak(max_rss))
     except OSError as err:
         raise MemoptError(f"cannot start {request.settings.interpreter}: {err.strerror or err}") from None

@@ -78,10 +78,10 @@ def load_target(
         if not out_of_memory or result.execution_graph is not None or probe_batch == 1 or target.fixed_batch:
             break
         probe_batch //= 2
-    if not run.ok and not (out_of_memory and result.execution_graph is not None):
+    if not run.ran and not (out_of_memory and result.execution_graph is not None):
         raise MemoptError(f"could not build the training graph of {target}: {run.error} (log: {run.log_path})")
     measured = run.memory.peak_bytes and run.memory.predicted_figure
-    peak = (probe_batch, run.memory, run.device or "cpu") if run.ok and measured else None
+    peak = (probe_batch, run.memory, run.device or "cpu") if run.ran and measured else None
     return graph_of_run(target, run.run_dir, run.stack.get("ort_version"), peak)
 
 

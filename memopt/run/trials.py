@@ -162,8 +162,7 @@ def parse_trial_config(text: str, version: OrtVersion) -> ValidatedConfig:
         # Older releases take the string itself; a memopt JSON file is converted for them.
         parsed = parse_config_json(content, OrtVersion(19))
         return validate_entries(parsed.entries, version, warnings=list(parsed.warnings))
-    items = [item if item.count(":") else f"{item}:1:-1" for item in text.split(",") if item]
-    return parse_config_string(",".join(items), version)
+    return parse_config_string(PlanKey.from_short(item for item in text.split(",") if item), version)
 
 
 def inherited_config_note() -> str | None:
@@ -284,7 +283,7 @@ class RealTrialRunner:
         )
         if not command:
             return result
-        disagreement = _processes_disagree(run.log_path) if run.ok else None
+        disagreement = _processes_disagree(run.log_path) if run.ran else None
         warnings = (*result.config_warnings, disagreement) if disagreement else result.config_warnings
         return replace(result, ranks=run.ranks, config_warnings=warnings)
 
@@ -399,8 +398,8 @@ class JournaledRunner:
 def reusable(record: Mapping[str, Any]) -> bool:
     """A journaled verdict ``--resume`` may reuse: a run that ran, or one out of memory with the
     evidence (older memopt called any SIGKILL out of memory; such a record is run again)."""
-    status = record.get("status")
-    return status == RunStatus.OK or (status == RunStatus.OUT_OF_MEMORY and bool(record.get("oom_evidence")))
+    status = RunStatus.read(record.get("status"))
+    return status.ran or (status is RunStatus.OUT_OF_MEMORY and bool(record.get("oom_evidence")))
 
 
 def _label(spec: TrialSpec) -> str:
@@ -434,7 +433,7 @@ def _result(
     predicted: int | None,
 ) -> TrialResult:
     plans_on, plans_seen, recomputed = _from_log(run.log_path) if run.status.printed_plans else ((), None, None)
-    if recomputed is None and not spec.config and run.ok:
+    if recomputed is None and not spec.config and run.ran:
         recomputed = 0  # no config: ORT prints no count because it recomputes nothing
     median = run.median_step_s
     peak = run.memory.steady_or_run_peak
@@ -444,7 +443,7 @@ def _result(
         target=spec.settings.target,
         options=dict(spec.settings.options),
         batch_size=spec.batch_size,
-        config=tuple(str(entry) for entry in spec.config),
+        config=tuple(entry.key for entry in spec.config),
         config_value=value,
         outcome=outcome_of(run.status, run.memory.device_peak, budget),
         status=run.status,
@@ -455,7 +454,7 @@ def _result(
         ort_version=stack.get("ort_version") or versions.ort_version,
         torch_version=stack.get("torch_version") or versions.torch_version,
         ort_package=stack.get("ort_package") or versions.ort_package,
-        **{**asdict(run.memory), "peak_bytes": peak},
+        memory=replace(run.memory, peak_bytes=peak),
         cuda_total_memory=run.cuda_total_memory,
         cuda_device_name=run.cuda_device_name,
         cuda_pool=run.cuda_pool,
@@ -475,10 +474,10 @@ def _result(
     )
 
 
-def requested_off(entries: tuple[ConfigEntry, ...], plans_on: Iterable[str]) -> tuple[str, ...]:
+def requested_off(entries: tuple[ConfigEntry, ...], plans_on: Iterable[str]) -> tuple[PlanKey, ...]:
     """The entries that enable something but whose subgraph and type no ON plan of ORT's table has."""
     on = {cell for key in plan_keys(plans_on) for cell in key.cells}
-    return tuple(str(entry) for entry in entries if int(entry.optimization) != 0 and entry.cell not in on)
+    return tuple(entry.key for entry in entries if int(entry.optimization) != 0 and entry.cell not in on)
 
 
 def _from_log(log_path: Path) -> tuple[tuple[PlanKey, ...], int | None, int | None]:

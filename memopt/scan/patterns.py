@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from memopt.graph.polynomial import Polynomial
-from memopt.ort.config import OptimizationType, PlanKey
+from memopt.ort.config import OptimizationType, PlanKey, plan_key
 from memopt.scan.buffers import Combination
 from memopt.scan.savings import NodePlanSaving
 
@@ -100,7 +100,7 @@ def group_patterns(
 
 def _config_key(saving: NodePlanSaving, compromise_type: int) -> str:
     config_type = compromise_type if saving.plan.kind is OptimizationType.COMPROMISE else int(saving.plan.kind)
-    return f"{saving.plan.subgraph}:{config_type}:-1"
+    return plan_key(saving.plan.subgraph, OptimizationType(config_type))
 
 
 def order_patterns(patterns: Iterable[Pattern], dims: Mapping[str, int] | None) -> tuple[Pattern, ...]:

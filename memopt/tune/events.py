@@ -99,11 +99,11 @@ class TrialRecord:
 
     @property
     def fits(self) -> bool:
-        return self.result.outcome is Outcome.OK
+        return self.result.fits
 
     @property
     def peak_bytes(self) -> int | None:
-        return self.result.peak_bytes
+        return self.result.memory.peak_bytes
 
     @property
     def step_s(self) -> float | None:

@@ -142,7 +142,7 @@ class SearchState:
     def verified(self, attempt: Attempt) -> bool:
         """Fits, and with more room under the limit than the run-to-run spread of its binding phase."""
         room = self.room(attempt)
-        return attempt.outcome is Outcome.OK and (room is None or room.verified)
+        return attempt.outcome.fits and (room is None or room.verified)
 
     def whole_run(self, steps_bytes: float, batch_size: int | None = None) -> tuple[float, Phase]:
         """The whole run's predicted peak where the steps are predicted at ``steps_bytes``, and
@@ -228,10 +228,10 @@ def next_step(state: SearchState) -> TryPlans | Stop:
     last = state.attempts[-1]
     if last.outcome.fatal:
         return Stop(SearchStatus.FAILED, f"the trial could not run: {last.error}")
-    if last.outcome is Outcome.OK and not state.verified(last):
+    if last.outcome.fits and not state.verified(last):
         step = _within_noise(state, last)
     else:
-        step = _lighter(state, last) if last.outcome is Outcome.OK else _heavier(state, last)
+        step = _lighter(state, last) if last.outcome.fits else _heavier(state, last)
     if isinstance(step, Stop):
         return step
     if state.trials_used >= state.max_trials:

@@ -465,19 +465,19 @@ class Tuner:
         reused = " (reused from the journal)" if result.reused else ""
         if record.outcome is Outcome.CANCELLED:
             return f"trial {record.number} cancelled: its child process was killed"
-        if not result.ran or not result.peak_bytes:
+        if not result.ran or not result.memory.peak_bytes:
             if record.outcome.fatal or (
                 record.purpose is Purpose.CALIBRATION and record.outcome is not Outcome.OUT_OF_MEMORY
             ):
                 # The session ends on it and says why once, with the log.
                 return f"trial {record.number}: {record.outcome.label}{reused} (log: {result.run_dir}/ort.log)"
             return f"trial {record.number}: {record.outcome.label}{reused}: {result.error or 'no measurement'}"
-        line = f"trial {record.number}: {record.outcome.label}{reused}, peak {format_mib(result.peak_bytes)}"
+        line = f"trial {record.number}: {record.outcome.label}{reused}, peak {format_mib(result.memory.peak_bytes)}"
         if len(result.ranks) > 1:
             line += f" (highest of {len(result.ranks)} ranks)"
-        if result.memory.on_cuda and result.cuda_reserved_bytes is not None:
+        if result.memory.on_cuda and result.memory.cuda_reserved_bytes is not None:
             line += "; on the card " + format_cuda_memory(
-                result.memory.whole_run_peak, result.cuda_reserved_bytes, result.cuda_outside_bytes
+                result.memory.whole_run_peak, result.memory.cuda_reserved_bytes, result.memory.cuda_outside_bytes
             )
         if result.at_the_edge:
             line += f"; {result.at_the_edge}"

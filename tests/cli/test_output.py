@@ -7,7 +7,7 @@ from io import StringIO
 from rich.console import Console
 
 from memopt.cli.show import print_trial
-from memopt.core import parse_target
+from memopt.core import RunStatus, parse_target
 from memopt.core.trial import Outcome, TrialResult
 from memopt.ort import OrtVersion
 from memopt.run import parse_trial_config
@@ -24,7 +24,7 @@ def test_a_trial_error_with_brackets_is_printed_as_is() -> None:
         config=(),
         config_value=None,
         outcome=Outcome.OUT_OF_MEMORY,
-        status="out_of_memory",
+        status=RunStatus.OUT_OF_MEMORY,
         run_dir="runs/[b]trial",
         steps=2,
         device="cpu",

@@ -36,4 +36,4 @@ def test_the_exit_survives_the_journal_and_an_older_record_reads_back_without_on
     assert again is not None and again.memory.binding_phase is Phase.EXIT
     del record["exit_peak_bytes"]
     older = TrialResult.from_record(record, "journal")
-    assert older is not None and older.exit_peak_bytes is None and older.memory.whole_run_peak == 800 * MiB
+    assert older is not None and older.memory.exit_peak_bytes is None and older.memory.whole_run_peak == 800 * MiB

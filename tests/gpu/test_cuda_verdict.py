@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from rich.console import Console
+from support.results import with_memory
 
 from memopt.cli.show import print_trial
 from memopt.core.memory import Memory
@@ -52,7 +53,11 @@ def released() -> TrialResult:
 
 def test_a_cuda_trial_journaled_by_the_release_reads_back_and_is_judged_on_reserved() -> None:
     trial = released()
-    assert (trial.peak_bytes, trial.cuda_reserved_bytes, trial.cuda_outside_bytes) == (1000 * MiB, 1500 * MiB, None)
+    assert (trial.memory.peak_bytes, trial.memory.cuda_reserved_bytes, trial.memory.cuda_outside_bytes) == (
+        1000 * MiB,
+        1500 * MiB,
+        None,
+    )
     # 1000 MiB allocated fit 1200 MiB; the 1500 MiB the allocator reserved do not.
     assert trial.judged(1200 * MiB).outcome is Outcome.OVER_BUDGET
     assert trial.judged(1600 * MiB).outcome is Outcome.OK
@@ -60,7 +65,7 @@ def test_a_cuda_trial_journaled_by_the_release_reads_back_and_is_judged_on_reser
 
 
 def test_the_cuda_verdict_adds_what_lives_outside_the_allocator() -> None:
-    trial = replace(released(), cuda_outside_bytes=500 * MiB)
+    trial = with_memory(released(), cuda_outside_bytes=500 * MiB)
     assert trial.memory.device_peak == 2000 * MiB
     assert trial.judged(1600 * MiB).outcome is Outcome.OVER_BUDGET
     assert trial.judged(2000 * MiB).outcome is Outcome.OK
@@ -71,7 +76,7 @@ def test_the_cuda_verdict_adds_what_lives_outside_the_allocator() -> None:
 
 
 def test_a_run_whose_allocator_retried_is_flagged_at_the_edge_and_still_fits() -> None:
-    trial = replace(released(), cuda_outside_bytes=0, cuda_alloc_retries=2, cuda_ooms=0).judged(1600 * MiB)
+    trial = with_memory(released(), cuda_outside_bytes=0, cuda_alloc_retries=2, cuda_ooms=0).judged(1600 * MiB)
     assert trial.outcome is Outcome.OK
     assert trial.at_the_edge is not None and "2 time(s)" in trial.at_the_edge
     assert trial.to_record()["at_the_edge"] is True
@@ -132,7 +137,7 @@ def test_a_probes_cuda_figure_keeps_its_outside_part_in_the_fit() -> None:
     probe = Memory("cuda_allocated", 300 * MiB, 1000 * MiB, 1000 * MiB, 1500 * MiB, 400 * MiB, 0, 0)
     observation = observation_of(2, (), probe)
     assert (observation.peak_bytes, observation.outside_bytes) == (1900 * MiB, 400 * MiB)
-    trial = replace(released(), cuda_outside_bytes=420 * MiB)
+    trial = with_memory(released(), cuda_outside_bytes=420 * MiB)
     model = _gpt_model(CudaSetup(), [observation_of(trial.batch_size, (), trial.memory), observation])
     assert model.outside_bytes == 410 * MiB
 
@@ -173,7 +178,7 @@ def test_the_cuda_setup_keeps_the_residents_of_a_trials_pool_and_reads_the_setti
 
 
 def test_trial_and_the_tune_screen_show_allocated_reserved_and_outside() -> None:
-    trial = replace(released(), cuda_outside_bytes=500 * MiB, cuda_alloc_retries=1, throughput=80.0)
+    trial = replace(with_memory(released(), cuda_outside_bytes=500 * MiB, cuda_alloc_retries=1), throughput=80.0)
     trial = trial.judged(1600 * MiB)
     buffer = io.StringIO()
     print_trial(trial, Console(file=buffer, width=400, color_system=None))
@@ -189,7 +194,7 @@ def test_trial_and_the_tune_screen_show_allocated_reserved_and_outside() -> None
 
 
 def test_tunes_json_carries_what_ran_out_on_the_card() -> None:
-    trial = replace(released(), cuda_outside_bytes=500 * MiB, cuda_alloc_retries=0)
+    trial = with_memory(released(), cuda_outside_bytes=500 * MiB, cuda_alloc_retries=0)
     assert _cuda_fields(trial) == {
         "device_peak_bytes": 2000 * MiB,
         "cuda_reserved_bytes": 1500 * MiB,
@@ -197,7 +202,7 @@ def test_tunes_json_carries_what_ran_out_on_the_card() -> None:
         "cuda_alloc_retries": 0,
         "at_the_edge": False,
     }
-    assert _cuda_fields(replace(trial, memory_kind="rss")) == {}
+    assert _cuda_fields(with_memory(trial, memory_kind="rss")) == {}
 
 
 def test_a_journaled_pool_that_is_damaged_skips_its_record() -> None:

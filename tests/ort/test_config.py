@@ -15,10 +15,12 @@ from memopt.logparse import OptimizationType
 from memopt.ort.config import (
     ConfigEntry,
     ConfigError,
+    PlanKey,
     export_line,
     format_config_string,
     parse_config_json,
     parse_config_string,
+    plan_key,
     read_config_file,
 )
 from memopt.ort.version import OrtVersion, OrtVersionError
@@ -156,3 +158,12 @@ def test_random_configs_raise_only_config_errors(text: str, version: OrtVersion)
     if version.minor < 19 and config.entries:
         again = parse_config_string(format_config_string(config.entries, version), version)
         assert again.entries == config.entries
+
+
+def test_plan_keys_are_built_and_read_only_through_the_ort_vocabulary() -> None:
+    gelu = plan_key("Gelu+", OptimizationType.RECOMPUTE)
+    assert isinstance(gelu, PlanKey) and gelu == "Gelu+:1:-1" and gelu.short == "Gelu+"
+    assert ConfigEntry("Cast+", OptimizationType.COMPROMISE, 3).key == "Cast+:2:3"
+    shorthand = PlanKey.from_short(["Gelu+", "Cast+:2:-1", "Add+:1:3"])
+    assert shorthand == "Gelu+:1:-1,Cast+:2:-1,Add+:1:3" and shorthand.cells == ("Gelu+:1", "Cast+:2", "Add+:1")
+    assert PlanKey.from_short(PlanKey(shorthand).short.split(",")) == shorthand

@@ -115,7 +115,7 @@ def test_simulated_arena_adds_the_regions_ort_adds(
     result = probe(
         RunSettings(target=parse_runnable(recipe), options=options, runs_dir=tmp_path), batch, log_level="DEVINFO"
     )
-    assert result.run.ok and result.execution_graph is not None, result.run.error
+    assert result.run.ran and result.execution_graph is not None, result.run.error
     with open(result.run.run_dir / LOG_NAME, encoding="utf-8", errors="replace") as log:
         real = training_arena_growth(log)
     assert len(real) >= 5  # a run that grew its arena, not an empty log

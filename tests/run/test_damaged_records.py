@@ -13,6 +13,7 @@ import pytest
 from test_reliability import small_model
 
 from memopt.core import RunStatus, parse_target
+from memopt.core.memory import Memory
 from memopt.core.records import checked_calibration_record
 from memopt.core.trial import Outcome, TrialResult
 from memopt.errors import DamagedRecord
@@ -35,7 +36,7 @@ def journaled_trial(tmp_path: Path) -> Journal:
         run_dir=str(tmp_path / "run"),
         steps=2,
         device="cpu",
-        peak_bytes=300 * MiB,
+        memory=Memory(peak_bytes=300 * MiB),
         step_times_s=(0.5, 0.1, 0.1),
         median_step_s=0.1,
         plans_on=("Gelu+:1:-1",),
@@ -55,7 +56,7 @@ def damage(journal: Journal, field: str, raw: str) -> None:
 def test_an_intact_record_reads_back(tmp_path: Path) -> None:
     entry = next(journaled_trial(tmp_path).entries())
     trial = TrialResult.from_record(entry.record, entry.where)
-    assert trial is not None and trial.peak_bytes == 300 * MiB and trial.plans_on == ("Gelu+:1:-1",)
+    assert trial is not None and trial.memory.peak_bytes == 300 * MiB and trial.plans_on == ("Gelu+:1:-1",)
 
 
 @pytest.mark.parametrize(

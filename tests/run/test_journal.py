@@ -12,8 +12,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.results import trial_result
 
-from memopt.core import parse_runnable
+from memopt.core import RunStatus, parse_runnable
 from memopt.core.trial import Outcome, TrialResult
 from memopt.errors import DamagedRecord
 from memopt.ort.config import ConfigEntry, OptimizationType
@@ -44,7 +45,7 @@ def result(status: str = "ok", peak: int | None = 500 * MiB, **changes: object) 
         "config": ("Gelu+:1:-1",),
         "config_value": "/runs/t/memopt_config.json",
         "outcome": Outcome(status) if status in {o.value for o in Outcome} else Outcome.CRASHED,
-        "status": status,
+        "status": RunStatus.read(status),
         "run_dir": "/runs/t",
         "steps": 2,
         "device": "cpu",
@@ -60,7 +61,7 @@ def result(status: str = "ok", peak: int | None = 500 * MiB, **changes: object) 
         "finished_at": 1700000000.0,
     }
     values.update(changes)
-    return TrialResult(**values)  # type: ignore[arg-type]
+    return trial_result(**values)
 
 
 def spec(batch: int = 4, config: tuple[ConfigEntry, ...] = (), **settings: Any) -> TrialSpec:
@@ -215,6 +216,38 @@ def test_record_round_trip_through_json_keeps_every_field_and_the_enum() -> None
     assert back.outcome is Outcome.OVER_BUDGET
     assert isinstance(back.config, tuple) and isinstance(back.step_times_s, tuple)
     assert isinstance(back.plans_on, tuple) and isinstance(back.config_warnings, tuple)
+
+
+def test_every_field_of_a_trial_and_its_memory_is_journaled_flat_and_read_back() -> None:
+    original = result(
+        "out_of_memory",
+        memory_kind="cuda_allocated",
+        peak_over_run_bytes=600 * MiB,
+        cuda_reserved_bytes=700 * MiB,
+        cuda_outside_bytes=10 * MiB,
+        cuda_alloc_retries=1,
+        cuda_ooms=1,
+        exit_peak_bytes=650 * MiB,
+        cuda_total_memory=8000 * MiB,
+        cuda_device_name="a card",
+        cuda_pool=({"small": False, "blocks": [(2 * MiB, "resident"), (512, "free")]},),
+        ort_version="1.19.2",
+        torch_version="2.4.1",
+        ort_package="onnxruntime-training",
+        error="out of memory",
+        throughput=20.0,
+        plans_off=("Add+:1:-1",),
+        recomputed_nodes=12,
+        budget_bytes=800 * MiB,
+        wall_s=3.5,
+        reused=True,
+        ranks=({"rank": 0, "pid": 12, "steps": 2, "peak_bytes": 500 * MiB},),
+        oom_evidence="CUDA out of memory",
+    )
+    record = json.loads(json.dumps(original.to_record()))
+    assert (record["peak_bytes"], record["cuda_ooms"], record["exit_peak_bytes"]) == (500 * MiB, 1, 650 * MiB)
+    assert "memory" not in record and record["recipe"] == "gpt"
+    assert read_back(record) == original
 
 
 def test_from_record_ignores_unknown_fields_and_defaults_missing_ones() -> None:

@@ -329,7 +329,7 @@ def test_reported_result_is_collected_into_the_run_result(tmp_path: Path) -> Non
     run_dir = new_run_dir(tmp_path / "runs", "ok")
     python = write_result_script(tmp_path, reported)
     result = launch(RunRequest(RunSettings(target=parse_runnable("x"), python=str(python)), 1), run_dir)
-    assert result.ok
+    assert result.ran
     assert result == RunResult(
         status="ok",
         run_dir=run_dir,
@@ -359,7 +359,7 @@ def test_reported_error_status_is_kept(tmp_path: Path) -> None:
     result = launch(
         RunRequest(RunSettings(target=parse_runnable("x"), python=str(python)), 1), new_run_dir(tmp_path, "x")
     )
-    assert (result.status, result.error, result.ok) == ("out_of_memory", "CUDA out of memory", False)
+    assert (result.status, result.error, result.ran) == ("out_of_memory", "CUDA out of memory", False)
     assert result.median_step_s is None
 
 

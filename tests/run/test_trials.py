@@ -165,10 +165,10 @@ def test_over_budget_trial_exits_1(trials_dir: Path, baseline) -> None:
 
 @pytest.mark.ort
 def test_memory_model_fitted_on_two_trials_predicts_a_third(baseline) -> None:
-    fit = [Observation(b, (), baseline[b].peak_bytes) for b in (2, 4)]
+    fit = [Observation(b, (), baseline[b].memory.peak_bytes) for b in (2, 4)]
     model = fit_memory_model(fit, (), ("input_ids_dim0",), {"input_ids_dim1": 32})
     predicted = model.predict(8).peak_bytes
-    assert abs(predicted - baseline[8].peak_bytes) / baseline[8].peak_bytes < 0.02
+    assert abs(predicted - baseline[8].memory.peak_bytes) / baseline[8].memory.peak_bytes < 0.02
 
 
 def _synthetic_model() -> MemoryModel:

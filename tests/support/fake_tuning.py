@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from memopt.core import RunStatus, parse_runnable
+from memopt.core.memory import Memory
 from memopt.core.trial import Outcome, TrialResult
 from memopt.graph import TrainingGraph, load_graph
 from memopt.ort.rules import AnalysisOrder
@@ -138,8 +139,7 @@ class FakeRunner:
             ort_version=VERSIONS.ort_version,
             torch_version=VERSIONS.torch_version,
             ort_package=VERSIONS.ort_package,
-            memory_kind="rss",
-            peak_bytes=peak if ran else None,
+            memory=Memory(memory_kind="rss", peak_bytes=peak if ran else None),
             step_times_s=(1.0, step_s, step_s) if ran else (),
             median_step_s=step_s if ran else None,
             plans_on=on if ran else (),

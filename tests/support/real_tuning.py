@@ -93,8 +93,8 @@ def measured() -> tuple[int, int]:
         result = run_trial(
             TrialSpec(recipe_run_settings(work_dir() / "measure"), TARGET, config), work_dir() / "measure"
         )
-        assert result.ok and result.peak_bytes, (result.outcome, result.error)
-        peaks.append(int(result.peak_bytes))
+        assert result.fits and result.memory.peak_bytes, (result.outcome, result.error)
+        peaks.append(int(result.memory.peak_bytes))
     no_config, with_every_plan = peaks
     assert with_every_plan < no_config, peaks
     return no_config, (no_config + with_every_plan) // 2

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from dataclasses import fields, replace
 from typing import Any
 
 from memopt.core import RunStatus, parse_runnable
+from memopt.core.memory import Memory
 from memopt.core.trial import Outcome, TrialResult
 
-__all__ = ["MiB", "measured"]
+__all__ = ["MiB", "measured", "trial_result", "with_memory"]
 
 MiB = 2**20
 
@@ -17,7 +19,7 @@ def measured(
 ) -> TrialResult:
     """A trial of the gpt recipe that ran: its steps' peak and the whole run's (MiB); ``ranks``:
     each rank's pair; ``fields``: any other ``TrialResult`` field."""
-    return TrialResult(
+    return trial_result(
         **{
             "key": key,
             "target": parse_runnable("gpt"),
@@ -43,3 +45,18 @@ def measured(
             **fields,
         }
     )
+
+
+_MEMORY_FIELDS = frozenset(f.name for f in fields(Memory))
+
+
+def trial_result(**values: Any) -> TrialResult:
+    """A ``TrialResult`` from its fields as a journal record names them: the memory figures
+    (``peak_bytes``, ``memory_kind``, ...) flat beside the rest, gathered into its ``Memory``."""
+    figures = {name: values.pop(name) for name in list(values) if name in _MEMORY_FIELDS}
+    return TrialResult(**values, memory=Memory(**figures))
+
+
+def with_memory(trial: TrialResult, **figures: Any) -> TrialResult:
+    """``trial`` with some of its memory figures changed."""
+    return replace(trial, memory=replace(trial.memory, **figures))

@@ -17,7 +17,7 @@ from support.graphs import stashed_gelu
 from support.logsamples import PLAIN_LOG
 
 from memopt.child.steps import default_loss
-from memopt.core import parse_target
+from memopt.core import RunStatus, parse_target
 from memopt.graph import TensorInfo, resolve_dims, sequence_symbols
 from memopt.ort.config import ConfigEntry, ConfigError, OptimizationType, refuse_unknown_entries
 from memopt.predict.calibration import keep_ort_plans
@@ -268,7 +268,7 @@ def test_the_tuner_hands_back_only_what_ort_applied() -> None:
         config=("Gelu+:1:-1", "Add+:1:-1"),
         config_value=None,
         outcome=Outcome.OK,
-        status="ok",
+        status=RunStatus.OK,
         run_dir="fake",
         steps=2,
         plans_on=("Gelu+:1:-1",),

@@ -10,7 +10,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from memopt.core import parse_runnable
+from memopt.core import RunStatus, parse_runnable
+from memopt.core.memory import Memory
 from memopt.core.trial import Outcome, TrialResult
 from memopt.ort import OptimizationType
 from memopt.tui.render import gauge, trials_chart
@@ -57,10 +58,10 @@ def trial(
         config=plans,
         config_value=None,
         outcome=outcome,
-        status="ok" if outcome in (Outcome.OK, Outcome.OVER_BUDGET) else outcome.value,
+        status=RunStatus.OK if outcome in (Outcome.OK, Outcome.OVER_BUDGET) else RunStatus(outcome.value),
         run_dir="/runs/t",
         steps=2,
-        peak_bytes=peak,
+        memory=Memory(peak_bytes=peak),
         median_step_s=step_s,
         reused=reused,
     )
