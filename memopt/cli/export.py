@@ -148,7 +148,7 @@ def export_command(
     _say(f"gradients: equal to the unwrapped model's, bitwise (a seeded step at batch {gradient_batch}, on CPU)")
     with error_console.status(f"Trial at batch {batch} in plain PyTorch ({escape(str(policy))})…"):
         trial = run_torch_trial(settings, batch, policy, journal=journal)
-    if not trial.ok or trial.peak_bytes is None:
+    if not trial.ran or trial.peak_bytes is None:
         raise MemoptError(f"the trial {trial.status}: {trial.error} (log: {trial.run_dir}/ort.log)")
     if out is not None:
         replace_atomically(out, policy.to_json() + "\n", overwrite=force)

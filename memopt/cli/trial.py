@@ -178,7 +178,7 @@ def _torch_trial(
         trial = run_torch_trial(settings, batch, policy, journal=Journal.in_folder(settings.runs_dir), resume=resume)
     if as_json:
         print(json.dumps(trial.record(trial_key(settings, batch, policy)), indent=2, default=str))
-    if not trial.ok:
+    if not trial.ran:
         raise MemoptError(f"the trial {trial.status}: {trial.error} (log: {trial.run_dir}/ort.log)")
     if not as_json:
         peak = format_bytes(trial.peak_bytes) if trial.peak_bytes is not None else "unknown"

@@ -50,15 +50,15 @@ class TorchTrial:
     reused: bool = False
 
     @property
-    def ok(self) -> bool:
-        return self.status == RunStatus.OK
+    def ran(self) -> bool:
+        return self.status.ran
 
     @property
     def policy_path(self) -> Path:
         return self.run_dir / POLICY_FILE
 
     def fits(self, budget_bytes: int) -> bool:
-        return self.ok and self.peak_bytes is not None and self.peak_bytes <= budget_bytes
+        return self.ran and self.peak_bytes is not None and self.peak_bytes <= budget_bytes
 
     def record(self, key: str) -> dict[str, object]:
         return {

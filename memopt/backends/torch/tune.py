@@ -169,7 +169,7 @@ def plan_torch(
         trial = run_torch_trial(settings, batch, _NONE, journal=journal, resume=resume)
         say(_trial_line(trial, "probe"))
         probes.append(trial)
-        if not trial.ok or trial.peak_bytes is None:
+        if not trial.ran or trial.peak_bytes is None:
             raise MemoptError(f"the run at batch {batch} failed: {trial.error} (log: {trial.run_dir}/ort.log)")
     line = PeakLine(small, probes[0].peak_bytes or 0, larger, probes[1].peak_bytes or 0)
     limit = budget_limit(budget_bytes, margin)
@@ -219,7 +219,7 @@ def tune_torch(
         result = TorchTuneResult(
             target_batch, plan.budget_bytes, limit, plan.baseline_bytes, predicted, policy, verify, tuple(trials)
         )
-        if not verify.ok or verify.peak_bytes is None:
+        if not verify.ran or verify.peak_bytes is None:
             raise MemoptError(f"the run at batch {target_batch} failed: {verify.error} (log: {verify.run_dir}/ort.log)")
         error = (verify.peak_bytes - predicted) / verify.peak_bytes
         verdict = "verified" if result.verified else "over the limit"
