@@ -41,7 +41,7 @@ sys.path.insert(0, str(ROOT))
 
 from memopt.backends.torch.predict import PeakLine, policy_saving, probe_batches  # noqa: E402
 from memopt.backends.torch.scan import TorchScan, scan_recipe  # noqa: E402
-from memopt.child import ChildRequest  # noqa: E402
+from memopt.child import PARENT_PID_VAR, TIMEOUT_VAR, ChildRequest  # noqa: E402
 from memopt.recipes import load_recipe, parse_option_value  # noqa: E402
 from memopt.recompute import POLICY_ENV, RecomputePolicy  # noqa: E402
 
@@ -114,12 +114,18 @@ def run(
     (folder / "request.json").write_text(json.dumps(asdict(request)))
     env = {
         **os.environ,
+        # The child's watchdog: it ends itself when this script is gone or the run is past its time.
+        PARENT_PID_VAR: str(os.getpid()),
+        TIMEOUT_VAR: str(RUN_TIMEOUT_S),
         POLICY_ENV: str(folder / "recompute-policy.json"),
         "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p),
     }
     command = [sys.executable, "-m", "memopt.child", str(folder / "request.json"), str(folder / "result.json")]
     with open(folder / "child.log", "w") as log:
-        subprocess.run(command, env=env, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, timeout=RUN_TIMEOUT_S)
+        try:
+            subprocess.run(command, env=env, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, timeout=RUN_TIMEOUT_S)
+        except subprocess.TimeoutExpired:  # killed by subprocess.run; the runs before it still make the report
+            return Run(batch, name, "timed_out", {}, None, f"no result after {RUN_TIMEOUT_S} s")
     written = folder / "result.json"  # the child writes it first thing: absent, it died on start
     result: dict[str, Any] = json.loads(written.read_text()) if written.exists() else {"status": "crashed"}
     report: dict[str, Any] = result.get("steps") or {}

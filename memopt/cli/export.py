@@ -40,6 +40,7 @@ from memopt.run import DEFAULT_RUNS_DIR, DEFAULT_STEPS, DEFAULT_TIMEOUT_S
 from memopt.run.budget import parse_budget
 from memopt.run.files import check_write_target, replace_atomically
 from memopt.run.journal import Journal
+from memopt.run.launch import LOG_NAME
 from memopt.run.settings import RunSettings
 from memopt.run.target import load_target
 from memopt.run.trials import TrialSpec, parse_trial_config, run_trial
@@ -118,6 +119,7 @@ def export_command(
         target, batch, TargetOptions(seq, size, option), RunOptions(steps, device, timeout, runs_dir=runs_dir)
     )
     loaded = target.load(settings.options)  # a file that is no recipe is said before any run
+    budget_bytes = resolve_torch_budget(parsed_budget, settings.device)  # so is a budget for a device not here
     journal = Journal.in_folder(settings.runs_dir)
     with error_console.status(f"ORT's plans for {escape(str(target))} (a short ORTModule probe, once)…"):
         ort_version, report, ort_dims = _ort_plans(settings, batch)
@@ -148,25 +150,26 @@ def export_command(
     _say(f"gradients: equal to the unwrapped model's, bitwise (a seeded step at batch {gradient_batch}, on CPU)")
     with error_console.status(f"Trial at batch {batch} in plain PyTorch ({escape(str(policy))})…"):
         trial = run_torch_trial(settings, batch, policy, journal=journal)
-    if not trial.ran or trial.peak_bytes is None:
-        raise MemoptError(f"the trial {trial.status}: {trial.error} (log: {trial.run_dir}/ort.log)")
+    if not trial.out_of_memory and (not trial.ran or trial.peak_bytes is None):
+        raise MemoptError(f"the trial {trial.status}: {trial.error} (log: {trial.run_dir / LOG_NAME})")
     if out is not None:
         replace_atomically(out, policy.to_json() + "\n", overwrite=force)
-    budget_bytes = resolve_torch_budget(parsed_budget, settings.device)
     policy_path = out if out is not None else trial.policy_path
-    measured = (
-        f"peak {format_bytes(trial.peak_bytes)} at batch {batch} under the policy "
-        f"({_against_ort(ort_trial, trial.peak_bytes)})"
-    )
-    if trial.fits(budget_bytes):
+    if trial.out_of_memory:
+        measured = f"out of memory at batch {batch} under the policy"
+    else:
+        assert trial.peak_bytes is not None
+        measured = (
+            f"peak {format_bytes(trial.peak_bytes)} at batch {batch} under the policy "
+            f"({_against_ort(ort_trial, trial.peak_bytes)})"
+        )
+    if trial.within(budget_bytes):
         _say(f"measured: {measured}, within the budget {format_bytes(budget_bytes)} ({trial.run_dir})")
         print(f"# {policy}")
         print(f"export {POLICY_ENV}={shlex.quote(str(policy_path.resolve()))}")
         return
-    _say(
-        f"measured: {measured}: over the budget {format_bytes(budget_bytes)} "
-        f"by {format_bytes(trial.peak_bytes - budget_bytes)} ({trial.run_dir})"
-    )
+    over = "" if trial.peak_bytes is None else f" by {format_bytes(trial.peak_bytes - budget_bytes)}"
+    _say(f"measured: {measured}: over the budget {format_bytes(budget_bytes)}{over} ({trial.run_dir})")
     retune = ["memopt", "tune", "--backend", "torch", *_recipe_words(recipe, settings.options)]
     retune += ["--target-batch", str(batch), "--budget", budget or format_bytes(budget_bytes).replace(" ", "")]
     print(f"# the policy is written ({policy_path}) but misses; the torch back end's own tune at that budget:")

@@ -197,14 +197,18 @@ def _plan_torch(
     trial = None
     if verify and plan.feasible:
         trial = run_torch_trial(settings, target_batch, plan.policy, journal=Journal.in_folder(settings.runs_dir))
+        peak = "out of memory" if trial.out_of_memory else f"peak {format_bytes(trial.peak_bytes or 0)}"
+        verdict = "within" if trial.within(int(plan.limit_bytes)) else "OVER"
         say(
-            f"measurement: peak {format_bytes(trial.peak_bytes or 0)} against the limit "
-            f"{format_bytes(int(plan.limit_bytes))}: {'within' if trial.fits(int(plan.limit_bytes)) else 'OVER'} "
+            f"measurement: {peak} against the limit {format_bytes(int(plan.limit_bytes))}: {verdict} "
             f"({trial.status.value}, {trial.run_dir})"
         )
+    fits = plan.feasible and (trial is None or trial.within(int(plan.limit_bytes)))
+    status = "does_not_fit" if not fits else "predicted" if trial is None else "verified"
     export = [f"export {POLICY_ENV}={shlex.quote(str(written.resolve()))}"] if written is not None else []
     if as_json:
         document = {
+            "status": status,
             "backend": "torch",
             "feasible": plan.feasible,
             "target_batch": target_batch,
@@ -213,17 +217,21 @@ def _plan_torch(
             "predicted_without_recompute_bytes": int(plan.baseline_bytes),
             "predicted_bytes": int(plan.predicted_bytes),
             "plans": [str(p) for p in plan.policy.plans],
-            "policy_file": str(written) if written is not None else None,
+            "policy_file": str(written.resolve()) if written is not None else None,
             "export": export,
             "verify": None if trial is None else {"status": trial.status.value, "peak_bytes": trial.peak_bytes},
         }
         print(json.dumps(document, indent=2))
     elif written is not None:
-        print(
-            f"# {plan.policy}: predicted {format_bytes(int(plan.predicted_bytes))}, not verified (memopt tune verifies it)"
-        )
+        predicted = f"predicted {format_bytes(int(plan.predicted_bytes))}"
+        said = {
+            "predicted": "not verified (memopt tune verifies it)",
+            "verified": "verified by one run",
+            "does_not_fit": "over the limit when run",
+        }[status]
+        print(f"# {plan.policy}: {predicted}, {said}")
         print(export[0])
-    if not plan.feasible or (trial is not None and not trial.fits(int(plan.limit_bytes))):
+    if not fits:
         sys.exit(EXIT_DOES_NOT_FIT)
 
 

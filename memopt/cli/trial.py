@@ -7,6 +7,7 @@ import os
 import shlex
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -44,6 +45,7 @@ from memopt.predict.memory_model import MemoryModel, ModelError
 from memopt.run import DEFAULT_RUNS_DIR, DEFAULT_STEPS, DEFAULT_TIMEOUT_S
 from memopt.run.budget import Budget, parse_budget
 from memopt.run.journal import Journal
+from memopt.run.launch import LOG_NAME
 from memopt.run.settings import RunSettings
 from memopt.run.trials import (
     TrialSpec,
@@ -142,7 +144,9 @@ def trial_command(
             versions=versions,
         )
     if result.status.fatal:
-        raise MemoptError(f"{result.status.failure(target.noun)}: {result.error} (log: {result.run_dir}/ort.log)")
+        raise MemoptError(
+            f"{result.status.failure(target.noun)}: {result.error} (log: {Path(result.run_dir) / LOG_NAME})"
+        )
     learnt = learn_from_trial(model, result, plan_keys) if model is not None and not result.reused else None
     if learnt is not None:
         save_model(runs_dir, identity, learnt)
@@ -178,8 +182,11 @@ def _torch_trial(
         trial = run_torch_trial(settings, batch, policy, journal=Journal.in_folder(settings.runs_dir), resume=resume)
     if as_json:
         print(json.dumps(trial.record(trial_key(settings, batch, policy)), indent=2, default=str))
+    if trial.out_of_memory:
+        error_console.print(f"out of memory at batch {batch} with {policy} ({trial.run_dir})", markup=False)
+        sys.exit(EXIT_DOES_NOT_FIT)
     if not trial.ran:
-        raise MemoptError(f"the trial {trial.status}: {trial.error} (log: {trial.run_dir}/ort.log)")
+        raise MemoptError(f"the trial {trial.status}: {trial.error} (log: {trial.run_dir / LOG_NAME})")
     if not as_json:
         peak = format_bytes(trial.peak_bytes) if trial.peak_bytes is not None else "unknown"
         step = f"{trial.median_step_s:.3f} s" if trial.median_step_s is not None else "unknown"

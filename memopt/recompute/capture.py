@@ -252,6 +252,8 @@ def capture_second_forward(model: nn.Module) -> None:
             batch_norm = tuple(
                 name for name, module in model.named_modules() if isinstance(module, nn.modules.batchnorm._BatchNorm)
             )
+            # In memopt's own run folder, written by rank 0 alone: a rename is atomic enough here, and
+            # memopt.run.files (pydantic, psutil) is no import for a user's job.
             temporary = Path(path + ".tmp")
             temporary.write_text(CapturedModel(capture.step, modules, batch_norm).to_json())
             temporary.replace(path)

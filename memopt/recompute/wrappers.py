@@ -81,6 +81,7 @@ class _Noted:
     size: torch.Size
     stride: tuple[int, ...]
     offset: int
+    version: int  # the output's version as the op made it: changed in place since, it is no longer the op's
 
 
 @dataclass(frozen=True)
@@ -122,7 +123,9 @@ class _NoteOutputs(TorchDispatchMode):
         out = func(*args, **kwargs)
         outputs = [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)]
         for index, tensor in enumerate(outputs):
-            self.applied.noted[tensor] = _Noted(call, index, tensor.size(), tensor.stride(), tensor.storage_offset())
+            self.applied.noted[tensor] = _Noted(
+                call, index, tensor.size(), tensor.stride(), tensor.storage_offset(), tensor._version
+            )
         for plan in chosen:
             self.applied.op_calls[plan] += 1
         return out
@@ -144,7 +147,7 @@ class AppliedPolicy:
     def pack(self, tensor: torch.Tensor) -> Any:
         base = tensor if tensor._base is None else tensor._base
         noted = self.noted.get(base)  # type: ignore[no-untyped-call]
-        if noted is None:
+        if noted is None or base._version != noted.version:  # written in place after the op: keep it as it is
             return tensor
         self.replaced[(id(noted.call), noted.index)] = base.untyped_storage().nbytes()
         return _Packed(noted, tensor.size(), tensor.stride(), tensor.storage_offset())

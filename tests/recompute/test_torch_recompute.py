@@ -15,7 +15,7 @@ from torch import nn
 from memopt import recompute
 from memopt.child.steps import default_loss
 from memopt.recipes import load_hf_recipe, load_recipe
-from memopt.recompute import POLICY_ENV, RecomputePlan, RecomputePolicyError
+from memopt.recompute import POLICY_ENV, RecomputePlan, RecomputePolicy, RecomputePolicyError
 
 BUILTIN_POLICIES = {
     "gpt": [
@@ -91,6 +91,34 @@ def test_chained_op_plans_each_drop_their_output() -> None:
     assert list(applied.noted.keys()) == []  # every recomputed output freed, the loss still held
     loss.backward()
     assert_bitwise_equal(recipe, chain)
+
+
+def test_an_op_output_changed_in_place_is_kept_not_recomputed() -> None:
+    """``fc: addmm`` and ``act: gelu`` where the model scales the linear's output in place before
+    the GELU: the written output is no longer the op's, so it is kept as it is (recomputing it
+    would drop the ``mul_``), and the gradients stay those of the model without a policy."""
+
+    class Scaled(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = nn.Linear(8, 8)
+            self.act = nn.GELU()
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            h = self.fc(x)
+            h.mul_(2.0)
+            return self.act(h)
+
+    def gradients(chain: RecomputePolicy | None) -> list[torch.Tensor]:
+        torch.manual_seed(0)
+        model = Scaled()
+        if chain is not None:
+            recompute.apply_policy(model, chain)
+        model(torch.randn(4, 8)).pow(2).sum().backward()
+        return [p.grad for p in model.parameters() if p.grad is not None]
+
+    plain, chained = gradients(None), gradients(policy("fc: addmm", "act: gelu"))
+    assert all(torch.equal(a, b) for a, b in zip(plain, chained, strict=True))
 
 
 def test_unset_variable_applies_nothing(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 from memopt.backends.torch.scan import TorchScan, plans_of
 from memopt.core import Command
 from memopt.errors import MemoptError
+from memopt.recompute import POLICY_ENV
 from memopt.recompute.capture import CAPTURE_FILE_ENV, CapturedModel
 from memopt.run.command import run_target
 from memopt.run.launch import LOG_NAME, RunRequest, new_run_dir
@@ -25,6 +26,11 @@ CAPTURE_FILE = "capture.json"
 
 def scan_command(settings: RunSettings, batch: int) -> TorchScan:
     """The plans of ``settings``' command at ``batch``, from three capturing runs of it."""
+    if settings.target.fixed_batch:
+        raise MemoptError(
+            f"{settings.target}: --backend torch varies the batch, so the command needs {{batch}} "
+            "where its batch size goes (e.g. --cmd 'python train.py --batch-size {batch}')"
+        )
     points: list[tuple[int, int | None]] = [(batch, None), (batch + 1, None)]
     check: tuple[int, int | None] = (batch + 2, None)
     captured = {point: _capture_run(settings, point[0]) for point in [*points, check]}
@@ -37,7 +43,10 @@ def _capture_run(settings: RunSettings, batch: int) -> CapturedModel:
     assert isinstance(settings.target, Command)
     run_dir = new_run_dir(settings.runs_dir, f"torch-scan-{settings.target.label}-b{batch}")
     captured = (run_dir / CAPTURE_FILE).resolve()
-    request = RunRequest(settings, batch, env={CAPTURE_FILE_ENV: str(captured)}, backend="torch")
+    # A policy exported in the user's shell would be applied before the capture: the scan is of the model as it is.
+    request = RunRequest(
+        settings, batch, env={CAPTURE_FILE_ENV: str(captured)}, unset_env=(POLICY_ENV,), backend="torch"
+    )
     run = run_target(request, run_dir)
     if not captured.is_file():
         why = run.error or str(run.status)

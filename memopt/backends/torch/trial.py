@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from memopt.core import RunStatus
+from memopt.errors import MemoptError
 from memopt.recompute import POLICY_ENV, RecomputePlan, RecomputePolicy
 from memopt.run.budget import Budget, cpu_device_memory, resolve_budget
 from memopt.run.command import run_target
@@ -44,7 +45,7 @@ class TorchTrial:
     policy: RecomputePolicy
     status: RunStatus
     run_dir: Path
-    peak_bytes: int | None  # the whole run's peak: what a hard limit sees
+    peak_bytes: int | None  # what runs out: the whole run's peak; on CUDA reserved + outside the allocator
     median_step_s: float | None
     error: str | None = None
     reused: bool = False
@@ -57,8 +58,12 @@ class TorchTrial:
     def policy_path(self) -> Path:
         return self.run_dir / POLICY_FILE
 
-    def fits(self, budget_bytes: int) -> bool:
-        return self.ran and self.peak_bytes is not None and self.peak_bytes <= budget_bytes
+    def within(self, limit_bytes: int) -> bool:
+        return self.ran and self.peak_bytes is not None and self.peak_bytes <= limit_bytes
+
+    @property
+    def out_of_memory(self) -> bool:
+        return self.status is RunStatus.OUT_OF_MEMORY
 
     def record(self, key: str) -> dict[str, object]:
         return {
@@ -78,6 +83,8 @@ def resolve_torch_budget(budget: Budget | None, requested_device: str) -> int:
     """The budget in bytes on the device a torch trial runs on (``auto``: CUDA where torch has it)."""
     import torch
 
+    if requested_device == "cuda" and not torch.cuda.is_available():
+        raise MemoptError("--device cuda: torch here sees no CUDA device")
     cuda = requested_device == "cuda" or (requested_device == "auto" and torch.cuda.is_available())
     if not cuda:
         return resolve_budget(budget, "cpu", cpu_device_memory())
@@ -131,6 +138,6 @@ def run_torch_trial(
     policy.write(run_dir / POLICY_FILE)
     request = RunRequest(settings, batch, env={POLICY_ENV: str((run_dir / POLICY_FILE).resolve())}, backend="torch")
     run = run_target(request, run_dir)
-    trial = TorchTrial(batch, policy, run.status, run_dir, run.memory.whole_run_peak, run.median_step_s, run.error)
+    trial = TorchTrial(batch, policy, run.status, run_dir, run.memory.device_peak, run.median_step_s, run.error)
     journal.append(trial.record(key))
     return trial

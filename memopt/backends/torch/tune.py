@@ -23,6 +23,7 @@ runtime's and the allocator's share of the peak.
 
 from __future__ import annotations
 
+import math
 import shlex
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -39,6 +40,7 @@ from memopt.predict.planner import budget_limit, cheapest_cover
 from memopt.recompute import POLICY_ENV, RecomputePolicy
 from memopt.run.budget import Budget
 from memopt.run.journal import Journal
+from memopt.run.launch import LOG_NAME
 from memopt.run.settings import RunSettings
 from memopt.units import format_bytes
 
@@ -62,7 +64,7 @@ class TorchTuneResult:
 
     @property
     def verified(self) -> bool:
-        return self.verify is not None and self.verify.fits(int(self.limit_bytes))
+        return self.verify is not None and self.verify.within(int(self.limit_bytes))
 
     @property
     def policy_path(self) -> Path | None:
@@ -135,6 +137,11 @@ class TorchPlan:
     def feasible(self) -> bool:
         return self.predicted_bytes <= self.limit_bytes
 
+    def strongest(self) -> tuple[RecomputePolicy, float]:
+        """The policy that saves most, and its predicted peak: what runs after one ran out of memory."""
+        policy, saving = _choose(self.scanned, self.target_batch, math.inf)
+        return policy, self.baseline_bytes - saving
+
     def rechosen(self, miss: float) -> tuple[RecomputePolicy, float]:
         """The choice again with ``miss`` bytes more to cover, and its predicted peak."""
         need = self.baseline_bytes + miss - self.limit_bytes
@@ -170,7 +177,7 @@ def plan_torch(
         say(_trial_line(trial, "probe"))
         probes.append(trial)
         if not trial.ran or trial.peak_bytes is None:
-            raise MemoptError(f"the run at batch {batch} failed: {trial.error} (log: {trial.run_dir}/ort.log)")
+            raise MemoptError(f"the run at batch {batch} failed: {trial.error} (log: {trial.run_dir / LOG_NAME})")
     line = PeakLine(small, probes[0].peak_bytes or 0, larger, probes[1].peak_bytes or 0)
     limit = budget_limit(budget_bytes, margin)
     say(
@@ -200,11 +207,16 @@ def tune_torch(
     trials = list(plan.probes)
     policy, predicted = plan.policy, plan.predicted_bytes
     miss = 0.0  # what the last verifying run measured above its prediction
+    ran_out = False  # the last verifying run ran out of memory: its peak is not known
     result = None
     for attempt in range(_VERIFYING_RUNS):
         if attempt > 0:
-            policy, predicted = plan.rechosen(miss)
-            if predicted > limit:
+            last = policy
+            policy, predicted = plan.strongest() if ran_out else plan.rechosen(miss)
+            if ran_out and policy == last:
+                say(f"model: no policy saves more than {policy}, which ran out of memory at batch {target_batch}")
+                break
+            if not ran_out and predicted > limit:
                 say(
                     f"model: no policy brings batch {target_batch} under {format_bytes(int(limit))} "
                     f"(best {format_bytes(int(predicted))}, with the last run's miss)"
@@ -219,8 +231,14 @@ def tune_torch(
         result = TorchTuneResult(
             target_batch, plan.budget_bytes, limit, plan.baseline_bytes, predicted, policy, verify, tuple(trials)
         )
+        ran_out = verify.out_of_memory
+        if ran_out:
+            say(f"measurement: out of memory at batch {target_batch} with {policy}: over the limit")
+            continue
         if not verify.ran or verify.peak_bytes is None:
-            raise MemoptError(f"the run at batch {target_batch} failed: {verify.error} (log: {verify.run_dir}/ort.log)")
+            raise MemoptError(
+                f"the run at batch {target_batch} failed: {verify.error} (log: {verify.run_dir / LOG_NAME})"
+            )
         error = (verify.peak_bytes - predicted) / verify.peak_bytes
         verdict = "verified" if result.verified else "over the limit"
         say(

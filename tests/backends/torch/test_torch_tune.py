@@ -184,9 +184,45 @@ def test_plan_writes_the_policy_predicted_to_fit_and_nothing_when_none_is(tmp_pa
     assert roomy.returncode == 0, roomy.stderr
     assert roomy.stderr.splitlines()[0] == "backend: torch (--backend)"
     document = json.loads(roomy.stdout)
-    assert document["feasible"] and document["plans"] == [] and document["policy_file"] == str(out)
+    assert document["status"] == "predicted" and document["feasible"] and document["plans"] == []
+    assert document["policy_file"] == str(out.resolve())
     assert RecomputePolicy.read(out).plans == () and document["export"] == [f"export {POLICY_ENV}={out.resolve()}"]
     assert [t["batch"] for t in map(json.loads, (runs / "journal.jsonl").read_text().splitlines())] == [2, 4]
     tight = memopt("plan", *tiny, "--budget", "1MiB", "--out", str(tmp_path / "none.json"))
     assert tight.returncode == 3, tight.stderr
     assert "over the limit" in tight.stderr and not (tmp_path / "none.json").exists() and tight.stdout == ""
+
+
+@pytest.mark.subprocess
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (
+            ("plan", "gpt", "--size", "tiny", "--target-batch", "8", "--budget", "1GiB", "--device", "cuda"),
+            "error: --device cuda: torch here sees no CUDA device",
+        ),
+        (
+            ("tune", "--target-batch", "8", "--budget", "1GiB", "--no-tui", "--cmd", "python t.py"),
+            "--backend torch varies the batch, so the command needs {batch} where its batch size goes",
+        ),
+    ],
+)
+def test_what_the_torch_back_end_cannot_do_here_ends_in_one_error_line(
+    tmp_path: Path, args: tuple[str, ...], said: str
+) -> None:
+    """After the back end's first line, a device this machine lacks or a command memopt cannot
+    size ends with one ``error:`` line, exit 2, no traceback, nothing run."""
+    if torch_has_cuda():
+        pytest.skip("this machine has CUDA")
+    done = memopt(*args, "--backend", "torch", "--runs-dir", str(tmp_path / "runs"), cwd=tmp_path)
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert any(line.startswith("backend: torch") for line in lines) and lines[-1].startswith("error: ")
+    assert said in lines[-1]
+    assert "Traceback" not in done.stderr and not list((tmp_path / "runs").glob("torch-*"))
+
+
+def torch_has_cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
