@@ -74,7 +74,7 @@ OptionalRecipeArgument = Annotated[
     str | None,
     typer.Argument(
         help="Built-in recipe (gpt, bert, mlp, cnn), a .py file, package.module[:attr], or a Hugging Face "
-        f"model: hf:NAME (gpt2, llama, bert, t5, qwen2) or hf:PATH (default {DEFAULT_RECIPE}; or --cmd).",
+        f"model: hf:NAME (gpt2, llama, bert, t5, qwen2) or hf:PATH (probe and tune default to {DEFAULT_RECIPE}; or --cmd).",
         show_default=False,
     ),
 ]
@@ -95,7 +95,7 @@ BudgetOption = Annotated[
     typer.Option(
         "--budget",
         help="Peak memory allowed: 2.5GiB, 2500MB or 80% (of the GPU; on CPU of RAM). "
-        "Required on CPU; on CUDA the default is the GPU's memory less 10%.",
+        "Default: 90% of the device's memory (on CPU the RAM, or the memory cgroup's limit where lower).",
     ),
 ]
 SeqOption = Annotated[
@@ -135,7 +135,7 @@ CalibrateOption = Annotated[
     str | None,
     typer.Option(
         "--calibrate",
-        help="Batch sizes of the no-config calibration trials, e.g. 2,4 (default: target/8 and target/4).",
+        help="Batch sizes of the no-config calibration trials, e.g. 2,4 (default: half the target batch).",
     ),
 ]
 

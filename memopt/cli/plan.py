@@ -89,8 +89,9 @@ def plan_command(
     out: Path | None = typer.Option(
         None,
         "--out",
-        help="ORT 1.19: where to write the JSON config (default: in --runs-dir); "
-        "when no recompute is needed it gets the empty config [].",
+        help="Where to write the answer (default: in --runs-dir): ORT 1.19's JSON config, or with "
+        "--backend torch the recompute policy; when no recompute is needed it gets the empty config [] "
+        "(a policy with no plans).",
     ),
     force: bool = typer.Option(False, "--force", help="Overwrite --out if it is a regular file."),
     python: PythonOption = None,
