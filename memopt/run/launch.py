@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import resource
 import signal
 import statistics
 import subprocess
@@ -29,6 +28,7 @@ from typing import Any
 
 import memopt
 from memopt.child import CHILD_MODULE, ONNX_PREFIX, PARENT_PID_VAR, PROFILE_VAR, RUN_DIR_VAR, TIMEOUT_VAR, ChildRequest
+from memopt.child.memory import proc_status_bytes
 from memopt.core import RunStatus
 from memopt.core.memory import Memory
 from memopt.errors import MemoptError, write_failure
@@ -410,14 +410,16 @@ class _Process(subprocess.Popen[bytes]):
     interpreter's finalization included: what ``/usr/bin/time -v`` reports for the same job.
 
     The kernel keeps a process's peak across ``exec``, and a child starts from its parent's
-    memory (fork copies it, vfork shares it): the figure is never below memopt's own peak at
-    the start. Where it is not above it, the job's own peak cannot be told from memopt's and
+    memory (fork copies it, vfork shares it): the figure is never below the peak of memopt's own
+    memory at the start (its ``VmHWM``, not its ``ru_maxrss``, which also holds what the process
+    that started memopt peaked at: a notebook's or a test runner's, which no child inherits).
+    Where it is not above that, the job's own peak cannot be told from memopt's and
     ``max_rss_bytes`` stays None (not measured)."""
 
     max_rss_bytes: int | None = None
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        self._spawner_peak_bytes = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: KiB
+        self._spawner_peak_bytes = proc_status_bytes("VmHWM")
         super().__init__(*args, **kwargs)
 
     def poll(self) -> int | None:

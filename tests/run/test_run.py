@@ -451,3 +451,25 @@ def test_a_runs_kernel_peak_is_not_memopts_own() -> None:
         [sys.executable, "-c", script], capture_output=True, text=True, check=True
     ).stdout.split()
     assert small == "None" and int(large) >= 900
+
+
+@pytest.mark.subprocess
+def test_a_child_s_peak_is_measured_when_memopt_was_started_by_a_large_process(tmp_path: Path) -> None:
+    """What started memopt (a notebook, a test runner) may have peaked far above memopt: memopt's
+    ``ru_maxrss`` holds that peak, its children do not inherit it, and their exits are measured."""
+    memopt_side = tmp_path / "memopt_side.py"
+    memopt_side.write_text(
+        "import importlib, sys\n"
+        "launch = importlib.import_module('memopt.run.launch')\n"
+        "child = launch._Process([sys.executable, '-c', 'x = bytearray(b\"1\" * (300 << 20))'])\n"
+        "child.wait()\n"
+        "print(child.max_rss_bytes and child.max_rss_bytes >> 20)\n"
+    )
+    large_parent = (
+        "import subprocess, sys\n"
+        "held = bytearray(b'1' * (1200 << 20))\n"
+        "del held\n"
+        f"print(subprocess.run([sys.executable, {str(memopt_side)!r}], capture_output=True, text=True, check=True).stdout)\n"
+    )
+    measured = subprocess.run([sys.executable, "-c", large_parent], capture_output=True, text=True, check=True).stdout
+    assert measured.strip() != "None" and 300 <= int(measured) < 1200
