@@ -29,6 +29,7 @@ from memopt.cli.options import (
     choose_target,
     run_settings,
 )
+from memopt.cli.show import say
 from memopt.cli.tables import add_entry_column, print_table
 from memopt.core import RecipeTarget, runnable
 from memopt.core.trial import TrialResult
@@ -133,7 +134,7 @@ def export_command(
     )
     policy = exported.policy
     _print_mapping(exported, str(target), ort_version)
-    _say(
+    say(
         f"at batch {batch}, ORT's plans save {format_bytes(exported.ort_bytes)} of the "
         f"{format_bytes(exported.ort_kept_bytes)} ORT stashes (memopt's model of the ORT graph); the torch policy "
         f"{format_bytes(exported.torch_bytes)} of the {format_bytes(exported.torch_kept_bytes)} eager PyTorch keeps "
@@ -147,7 +148,7 @@ def export_command(
             f"the exported policy changes {len(differ)} gradient(s) or buffer(s) of a seeded step "
             f"({', '.join(differ[:3])}{', ...' if len(differ) > 3 else ''}): it is not written"
         )
-    _say(f"gradients: equal to the unwrapped model's, bitwise (a seeded step at batch {gradient_batch}, on CPU)")
+    say(f"gradients: equal to the unwrapped model's, bitwise (a seeded step at batch {gradient_batch}, on CPU)")
     with error_console.status(f"Trial at batch {batch} in plain PyTorch ({escape(str(policy))})…"):
         trial = run_torch_trial(settings, batch, policy, journal=journal)
     if not trial.out_of_memory and (not trial.ran or trial.peak_bytes is None):
@@ -164,12 +165,12 @@ def export_command(
             f"({_against_ort(ort_trial, trial.peak_bytes)})"
         )
     if trial.within(budget_bytes):
-        _say(f"measured: {measured}, within the budget {format_bytes(budget_bytes)} ({trial.run_dir})")
+        say(f"measured: {measured}, within the budget {format_bytes(budget_bytes)} ({trial.run_dir})")
         print(f"# {policy}")
         print(f"export {POLICY_ENV}={shlex.quote(str(policy_path.resolve()))}")
         return
     over = "" if trial.peak_bytes is None else f" by {format_bytes(trial.peak_bytes - budget_bytes)}"
-    _say(f"measured: {measured}: over the budget {format_bytes(budget_bytes)}{over} ({trial.run_dir})")
+    say(f"measured: {measured}: over the budget {format_bytes(budget_bytes)}{over} ({trial.run_dir})")
     retune = ["memopt", "tune", "--backend", "torch", *_recipe_words(recipe, settings.options)]
     retune += ["--target-batch", str(batch), "--budget", budget or format_bytes(budget_bytes).replace(" ", "")]
     print(f"# the policy is written ({policy_path}) but misses; the torch back end's own tune at that budget:")
@@ -241,7 +242,3 @@ def _print_mapping(exported: TorchExport, target: str, ort_version: str) -> None
             highlight=False,
             soft_wrap=True,
         )
-
-
-def _say(line: str) -> None:
-    error_console.print(line, markup=False, highlight=False, soft_wrap=True)

@@ -39,7 +39,7 @@ from memopt.cli.options import (
     choose_target,
     run_settings,
 )
-from memopt.cli.show import print_trial
+from memopt.cli.show import print_trial, say
 from memopt.cli.tables import add_entry_column, print_table
 from memopt.core import RunnableTarget, runnable
 from memopt.core.trial import TrialResult
@@ -114,7 +114,7 @@ def plan_command(
     parsed = parse_budget(budget) if budget is not None else None
     chosen_backend = choose_backend(backend)
     if chosen_backend.backend is Backend.TORCH:
-        error_console.print(chosen_backend.line(), highlight=False, soft_wrap=True, markup=False)
+        say(chosen_backend.line())
         _plan_torch(settings, target_batch, parsed, margin, resume, verify, out, force, as_json)
         return
     batches = calibration_batches(calibrate_at)
@@ -184,9 +184,6 @@ def _plan_torch(
     from memopt.backends.torch.trial import POLICY_FILE, run_torch_trial
     from memopt.backends.torch.tune import plan_torch
     from memopt.recompute import POLICY_ENV
-
-    def say(line: str) -> None:
-        error_console.print(line, highlight=False, soft_wrap=True, markup=False)
 
     plan = plan_torch(settings, target_batch, budget, margin=margin, resume=resume, say=say)
     written = None

@@ -31,6 +31,7 @@ from memopt.cli.options import (
     choose_target,
     command_notes,
 )
+from memopt.cli.show import say
 from memopt.cli.tables import add_entry_column, print_table
 from memopt.core import RecipeTarget, runnable
 from memopt.errors import MemoptError
@@ -131,7 +132,7 @@ def scan_command(
         from memopt.backends.torch.scan import scan_recipe
 
         options = TargetOptions(seq, size, option, hf_task, target_seq).options_for(chosen)
-        error_console.print(chosen_backend.line(), markup=False, highlight=False, soft_wrap=True)
+        say(chosen_backend.line())
         if not isinstance(chosen, RecipeTarget):
             if fake:
                 raise MemoptError("--fake scans a recipe in this process; a command's model is captured in its own run")

@@ -10,6 +10,7 @@ from rich.markup import escape
 from rich.text import Text
 
 from memopt.cli import console as default_console
+from memopt.cli import error_console
 from memopt.core.trial import TrialResult
 from memopt.errors import MemoptError
 from memopt.ort import (
@@ -25,7 +26,12 @@ from memopt.ort import (
 from memopt.run.files import replace_atomically
 from memopt.units import format_bytes, format_cuda_memory, format_mib
 
-__all__ = ["print_config", "print_trial", "print_validated"]
+__all__ = ["print_config", "print_trial", "print_validated", "say"]
+
+
+def say(line: str) -> None:
+    """One progress line on stderr, as written (stdout is kept for the result)."""
+    error_console.print(line, markup=False, highlight=False, soft_wrap=True)
 
 
 def print_config(

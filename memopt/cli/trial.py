@@ -34,7 +34,7 @@ from memopt.cli.options import (
     choose_target,
     run_settings,
 )
-from memopt.cli.show import print_trial
+from memopt.cli.show import print_trial, say
 from memopt.core import RunnableTarget, runnable
 from memopt.errors import MemoptError
 from memopt.ort.config import ConfigEntry, PlanKey
@@ -177,7 +177,7 @@ def _torch_trial(
     from memopt.recompute import POLICY_ENV
 
     policy = read_policy(config)  # bad input stays one error line, before the back end's line
-    error_console.print(backend_line, highlight=False, soft_wrap=True, markup=False)
+    say(backend_line)
     with console.status(f"Trial of {escape(str(settings.target))} at batch {batch} in plain PyTorch ({policy})…"):
         trial = run_torch_trial(settings, batch, policy, journal=Journal.in_folder(settings.runs_dir), resume=resume)
     if as_json:

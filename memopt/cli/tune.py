@@ -13,7 +13,7 @@ import sys
 import typer
 
 from memopt.backends import Backend, choose_backend
-from memopt.cli import EXIT_DOES_NOT_FIT, app, error_console
+from memopt.cli import EXIT_DOES_NOT_FIT, app
 from memopt.cli.options import (
     BackendOption,
     BudgetOption,
@@ -39,6 +39,7 @@ from memopt.cli.options import (
     choose_target,
     run_settings,
 )
+from memopt.cli.show import say
 from memopt.core import runnable
 from memopt.errors import MemoptError
 from memopt.predict import DEFAULT_MARGIN
@@ -108,7 +109,7 @@ def tune_command(
     )
     parsed_budget = parse_budget(budget) if budget is not None else None
     if chosen_backend.backend is Backend.TORCH:
-        error_console.print(chosen_backend.line(), highlight=False, soft_wrap=True, markup=False)
+        say(chosen_backend.line())
         _headless_torch(run, target_batch, parsed_budget, margin, resume, as_json)
         return
     settings = TuneSettings.for_target(
@@ -166,9 +167,6 @@ def _headless_torch(
     # tune's parent process, counted in the same memory cgroup as its runs, must not carry.
     from memopt.backends.torch.tune import tune_torch
 
-    def say(line: str) -> None:
-        error_console.print(line, highlight=False, soft_wrap=True, markup=False)
-
     result = tune_torch(settings, target_batch, budget, margin=margin, resume=resume, say=say)
     journal = Journal.in_folder(settings.runs_dir).path
     if as_json:
@@ -183,4 +181,4 @@ def _headless_torch(
 
 def print_event(event: TuneEvent) -> None:
     """One plain line per event, on stderr (stdout is kept for the result)."""
-    error_console.print(event_line(event), highlight=False, soft_wrap=True, markup=False)
+    say(event_line(event))
