@@ -31,8 +31,11 @@ demo: setup
 	$(BIN)/memopt tune $(DEMO_TARGET) --target-batch 128 --no-tui --runs-dir runs/demo-tune \
 	  --budget "$$($(BIN)/python -c 'import json; print(int(json.load(open("runs/demo-no-config.json"))["peak_bytes"] * 0.9) // 2**20, "MiB", sep="")')"
 
+# Two workers, each test file's tests spread over both as they free up (a module's fixtures run
+# once per worker that takes one of its tests); the slowest 25 are listed at the end.
+TEST_WORKERS ?= 2
 test: setup
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist worksteal --durations=25
 
 # The fast tests: in pytest's own process, no ORT (under a minute). The markers (pyproject.toml)
 # select the others: `pytest -m "not ort"` adds the tests that start processes without training.
