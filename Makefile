@@ -14,7 +14,7 @@ BIN := $(VENV)/bin
 INSTALLED := $(VENV)/.memopt-installed-$(EXTRA)
 CHECK_TOOLS := $(VENV)/.memopt-check-tools
 
-.PHONY: setup demo test test-fast check bench clean-venv
+.PHONY: setup demo test test-bench test-fast check bench clean-venv
 
 setup: $(INSTALLED)
 	$(BIN)/memopt stack --build-extensions
@@ -32,10 +32,14 @@ demo: setup
 	  --budget "$$($(BIN)/python -c 'import json; print(int(json.load(open("runs/demo-no-config.json"))["peak_bytes"] * 0.9) // 2**20, "MiB", sep="")')"
 
 # Two workers, each test file's tests spread over both as they free up (a module's fixtures run
-# once per worker that takes one of its tests); the slowest 25 are listed at the end.
+# once per worker that takes one of its tests); the slowest 25 are listed at the end. The
+# smoke runs of the bench/ scripts (marker bench) are `make test-bench`'s.
 TEST_WORKERS ?= 2
 test: setup
-	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist worksteal --durations=25
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist worksteal --durations=25 -m "not bench"
+
+test-bench: setup
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist worksteal -m bench
 
 # The fast tests: in pytest's own process, no ORT (under a minute). The markers (pyproject.toml)
 # select the others: `pytest -m "not ort"` adds the tests that start processes without training.

@@ -1,7 +1,8 @@
 """Smoke runs of the benchmark scripts at tiny size: they run and print their tables.
 
 The benchmarks themselves (BENCHMARKS.md, `make bench`) are not tests; this only keeps the
-scripts working.
+scripts working. They are the `bench` marker's: `make test-bench` runs them, `make test` and CI
+leave them out (12 minutes of a 2-core machine's time that guard no user-facing behaviour).
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ import sys
 from pathlib import Path
 
 import pytest
+
+pytestmark = pytest.mark.bench
 
 BENCH = Path(__file__).parents[2] / "bench"
 
