@@ -35,11 +35,12 @@ demo: setup
 # once per worker that takes one of its tests); the slowest 25 are listed at the end. The
 # smoke runs of the bench/ scripts (marker bench) are `make test-bench`'s.
 TEST_WORKERS ?= 2
+PYTEST_ON_WORKERS := $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist worksteal
 test: setup
-	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist worksteal --durations=25 -m "not bench"
+	$(PYTEST_ON_WORKERS) --durations=25 -m "not bench"
 
 test-bench: setup
-	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist worksteal -m bench
+	$(PYTEST_ON_WORKERS) -m bench
 
 # The fast tests: in pytest's own process, no ORT (under a minute). The markers (pyproject.toml)
 # select the others: `pytest -m "not ort"` adds the tests that start processes without training.
