@@ -14,7 +14,7 @@ BIN := $(VENV)/bin
 INSTALLED := $(VENV)/.memopt-installed-$(EXTRA)
 CHECK_TOOLS := $(VENV)/.memopt-check-tools
 
-.PHONY: setup demo test test-bench test-fast check bench clean-venv
+.PHONY: setup demo test test-all test-bench test-fast check bench clean-venv
 
 setup: $(INSTALLED)
 	$(BIN)/memopt stack --build-extensions
@@ -32,12 +32,16 @@ demo: setup
 	  --budget "$$($(BIN)/python -c 'import json; print(int(json.load(open("runs/demo-no-config.json"))["peak_bytes"] * 0.9) // 2**20, "MiB", sep="")')"
 
 # Two workers, each test file's tests spread over both as they free up (a module's fixtures run
-# once per worker that takes one of its tests); the slowest 25 are listed at the end. The
-# smoke runs of the bench/ scripts (marker bench) are `make test-bench`'s.
+# once per worker that takes one of its tests); the slowest 25 are listed at the end. `make test`
+# leaves out the long end-to-end runs (marker long) and the smoke runs of the bench/ scripts
+# (marker bench): `make test-all` runs every test, `make test-bench` the smoke runs alone.
 TEST_WORKERS ?= 2
-PYTEST_ON_WORKERS := $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist worksteal
+PYTEST_ON_WORKERS := $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist worksteal --durations=25
 test: setup
-	$(PYTEST_ON_WORKERS) --durations=25 -m "not bench"
+	$(PYTEST_ON_WORKERS) -m "not long and not bench"
+
+test-all: setup
+	$(PYTEST_ON_WORKERS)
 
 test-bench: setup
 	$(PYTEST_ON_WORKERS) -m bench

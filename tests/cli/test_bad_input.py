@@ -109,6 +109,7 @@ def torch_2_13_python(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.mark.ort
+@pytest.mark.long
 def test_torch_ortmodule_cannot_use(runs_dir: Path, tmp_path: Path, torch_2_13_python: Path) -> None:
     ort_only = tmp_path / "ort_only"
     ort_only.mkdir()

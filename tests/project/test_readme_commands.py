@@ -38,6 +38,7 @@ def test_the_readme_block_reads_as_tune_then_the_job() -> None:
     assert shlex.join(job) == "torchrun --nproc_per_node 2 examples/train_ddp.py --batch-size 8"
 
 
+@pytest.mark.long
 def test_the_readme_train_ddp_commands_run_as_pasted(tmp_path: Path) -> None:
     tune_words, _, _, job_words = train_ddp_block()
     tune, job = shlex.join(tune_words), shlex.join(job_words)

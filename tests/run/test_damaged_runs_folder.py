@@ -19,6 +19,7 @@ def warnings_in(text: str) -> list[str]:
 
 @pytest.mark.ort
 @pytest.mark.parametrize("peak", [10**400, 10**30])
+@pytest.mark.long
 def test_a_journaled_peak_past_any_machine_is_said_once_and_the_trial_runs_again(tmp_path: Path, peak: int) -> None:
     first = memopt(*TRIAL, "--runs-dir", str(tmp_path), "--json")
     assert first.returncode == 0, first.stderr
@@ -38,6 +39,7 @@ def test_a_journaled_peak_past_any_machine_is_said_once_and_the_trial_runs_again
 
 
 @pytest.mark.ort
+@pytest.mark.long
 def test_a_damaged_model_library_is_said_once(tmp_path: Path) -> None:
     plan = memopt(
         "plan", "gpt", "--size", "tiny", "--target-batch", "4", "--budget", "2GiB", "--runs-dir", str(tmp_path)
@@ -62,6 +64,7 @@ def test_a_damaged_model_library_is_said_once(tmp_path: Path) -> None:
 
 
 @pytest.mark.ort
+@pytest.mark.long
 def test_tune_resumes_past_absurd_peaks_and_says_each_damaged_line_once(tmp_path: Path) -> None:
     """A verified tune's journal with the calibration trial's peak at 10**400 bytes (an overflow
     once), the verified trial's at 10**30 (trusted once, it made the search hunt for a batch

@@ -79,6 +79,7 @@ def test_a_single_process_job_peaks_at_its_exit(folder: Path) -> None:
         assert_gone(rank["pid"])
 
 
+@pytest.mark.long
 def test_torchrun_ranks_exit_and_the_trial_says_the_exit_binds(folder: Path) -> None:
     run = memopt("trial", "--cmd", TORCHRUN, "--batch", "4", "--runs-dir", "runs", cwd=folder)
     assert run.returncode == 0, run.stderr
@@ -127,6 +128,7 @@ def test_a_recipe_trial_counts_its_childs_exit(folder: Path) -> None:
     assert record["binding_phase"] == "exit"
 
 
+@pytest.mark.long
 def test_a_job_that_catches_the_exit_is_ended_and_its_exit_not_measured(folder: Path) -> None:
     """The old path stays as the fallback: a loop that swallows every exception (SystemExit too)
     trains on, memopt ends its group after the grace period and says the exit was not measured."""

@@ -44,6 +44,7 @@ for _ in range(5):
 
 
 @pytest.mark.subprocess
+@pytest.mark.long
 def test_the_failing_ranks_exception_replaces_torchruns_summary(tmp_path: Path) -> None:
     script = tmp_path / "rank_failure.py"
     script.write_text(RANK_FAILURE)
@@ -57,6 +58,7 @@ def test_the_failing_ranks_exception_replaces_torchruns_summary(tmp_path: Path) 
 
 
 @pytest.mark.ort
+@pytest.mark.long
 def test_sdpa_export_failure_says_to_use_eager_attention(tmp_path: Path) -> None:
     pytest.importorskip("transformers", reason="needs the hf extra")
     script = tmp_path / "sdpa_job.py"
@@ -69,6 +71,7 @@ def test_sdpa_export_failure_says_to_use_eager_attention(tmp_path: Path) -> None
 
 
 @pytest.mark.ort
+@pytest.mark.long
 def test_a_job_shorter_than_memopts_steps_is_told_to_run_more_steps(tmp_path: Path) -> None:
     command = f"{sys.executable} examples/train_ddp.py --seq 64 --layers 1 --batch-size {{batch}} --max-steps 2"
     run = memopt("trial", "--cmd", command, "--batch", "2", "--steps", "2", "--runs-dir", str(tmp_path), cwd=ROOT)
@@ -105,6 +108,7 @@ def test_a_log_without_an_exception_or_a_known_failure_explains_nothing() -> Non
 
 
 @pytest.mark.subprocess
+@pytest.mark.long
 def test_tune_runs_a_failing_job_once_and_says_its_error_once(tmp_path: Path) -> None:
     script = tmp_path / "rank_failure.py"
     script.write_text(RANK_FAILURE)
@@ -122,6 +126,7 @@ def test_tune_runs_a_failing_job_once_and_says_its_error_once(tmp_path: Path) ->
 
 
 @pytest.mark.ort
+@pytest.mark.long
 def test_tune_of_a_job_shorter_than_its_steps_stops_before_the_probe_is_done(tmp_path: Path) -> None:
     command = f"{sys.executable} examples/train_ddp.py --seq 64 --layers 1 --batch-size {{batch}} --max-steps 2"
     run = memopt(

@@ -73,7 +73,7 @@ def test_a_job_that_never_stops_printing_keeps_a_bounded_log_and_its_timeout(tmp
     run = flood(tmp_path, timeout_s=4)
     took = time.monotonic() - started
     assert run.returncode == 1 and "killed after 4 s" in run.stdout, run.stdout
-    assert took < 30, took  # the timeout, the stop's grace and memopt's own start-up
+    assert took < 60, took  # the timeout, the stop's grace and memopt's own start-up (slow on a loaded machine)
     # memopt's own memory (and the flood's) stays far below the output's size: measured in a
     # process of its own, since pytest's own children's figure holds every earlier test's runs.
     assert _largest_process_bytes(flood_command(tmp_path / "again", timeout_s=4)) < 1024 * 2**20

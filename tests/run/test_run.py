@@ -49,7 +49,7 @@ def sleeper_request(tmp_path: Path, timeout_s: float = 30.0) -> tuple[RunRequest
 
 def read_pids(pid_file: Path) -> list[int]:
     """The pids a sleeper wrote: itself, then its grandchild (waits until both are there)."""
-    deadline = time.monotonic() + 5
+    deadline = time.monotonic() + 30  # a loaded machine starts Python slowly
     while time.monotonic() < deadline:
         if pid_file.exists():
             lines = pid_file.read_text().split()
@@ -128,7 +128,7 @@ def test_timeout_kills_the_child_and_reports_timed_out(tmp_path: Path) -> None:
     elapsed = time.monotonic() - started
     assert result.status == "timed_out"
     assert result.error == "killed after 0.3 s without finishing"
-    assert 0.25 < elapsed < 2, elapsed
+    assert 0.25 < elapsed < 15, elapsed  # far below the sleep: a loaded machine is slow to end it
     assert_gone(read_pids(pid_file))
 
 
@@ -156,7 +156,7 @@ def test_cancel_from_another_thread_kills_child_and_grandchild(tmp_path: Path) -
     assert result.status == "cancelled"
     assert result.error and "cancelled" in result.error
     assert result.returncode == -signal.SIGKILL
-    assert elapsed < 2, elapsed
+    assert elapsed < 15, elapsed
     assert_gone(read_pids(pid_file))
     assert record(run_dir)["result"]["status"] == "cancelled"
 
@@ -168,7 +168,7 @@ def test_cancel_already_set_never_starts_the_child(tmp_path: Path) -> None:
     cancel.set()
     started = time.monotonic()
     result = launch(request, run_dir, cancel)
-    assert time.monotonic() - started < 1
+    assert time.monotonic() - started < 5
     assert result.status == "cancelled"
     time.sleep(0.1)  # a child started by mistake would have written its pid by now
     assert not pid_file.exists()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -28,6 +29,7 @@ pytestmark = pytest.mark.ort  # real ORTModule steps in the children
 
 RECIPE = str(RECIPES / "hangs_after_first_step.py")
 MARK_VAR = "MEMOPT_TEST_SIGNAL_MARK"
+WARM_UP_LINE = re.compile(r"^\[memopt\] rank 0 step 1/\d+: ([0-9.]+) s$", re.MULTILINE)
 GONE_WITHIN_S = 10.0
 TRIAL = ("trial", RECIPE, "--batch", "2", "--budget", "16GiB", "--steps", "1")
 # The probe and the calibration trial at batch 2 finish; the one at batch 4 hangs.
@@ -98,7 +100,7 @@ def assert_run_ends(mark: str) -> None:
     assert not left, f"still running {GONE_WITHIN_S:g} s after the signal: {lines}"
 
 
-@pytest.mark.parametrize("command", [TRIAL, TUNE], ids=["trial", "tune"])
+@pytest.mark.parametrize("command", [TRIAL, pytest.param(TUNE, marks=pytest.mark.long)], ids=["trial", "tune"])
 @pytest.mark.parametrize("stop", [signal.SIGKILL, signal.SIGTERM, signal.SIGINT], ids=lambda s: s.name)
 def test_stopping_memopt_during_a_hanging_trial_leaves_no_process(
     tmp_path: Path, command: tuple[str, ...], stop: signal.Signals
@@ -128,6 +130,7 @@ def warm_up_started(runs: Path) -> Path | None:
 
 
 @pytest.mark.parametrize("stopped", ["memopt", "the job"])
+@pytest.mark.long
 def test_a_stop_during_the_warm_up_step_is_not_its_time(tmp_path: Path, stopped: str) -> None:
     """SIGSTOP for 8 s in the warm-up step, of memopt (its child then blocks on the full pipe of
     its output) or of the child itself: the step's recorded time leaves the stop out."""
@@ -150,6 +153,10 @@ def test_a_stop_during_the_warm_up_step_is_not_its_time(tmp_path: Path, stopped:
     out, err = memopt.communicate(timeout=300)
     assert memopt.returncode == 0, err
     warm_up = json.loads(out)["step_times_s"][0]
-    assert warm_up < 5.0, warm_up  # about 1 s on an idle machine; 9 s with the stop counted
+    # The child's own clock for the step, stop included (both ways the child waits out the 8 s);
+    # compared with it, not with a fixed figure, because a loaded machine stretches the step itself.
+    on_the_childs_clock = WARM_UP_LINE.search((run_dir / "ort.log").read_text(errors="replace"))
+    assert on_the_childs_clock is not None
+    assert warm_up <= float(on_the_childs_clock.group(1)) - 7.5, (warm_up, on_the_childs_clock.group(0))
     recorded = json.loads((run_dir / "run.json").read_text())["result"]
     assert recorded["stopped_s"] >= 7.5, recorded["stopped_s"]  # said in the run's record

@@ -82,7 +82,6 @@ def test_trial_records_plans_memory_and_journal_line(config_trial, trials_dir: P
 def test_resume_reuses_the_finished_trial(config_trial, trials_dir: Path) -> None:
     journal = Journal.in_folder(trials_dir)
     before = len(list(journal.entries()))
-    started = time.monotonic()
     again = memopt(
         "trial",
         "gpt",
@@ -99,7 +98,7 @@ def test_resume_reuses_the_finished_trial(config_trial, trials_dir: Path) -> Non
         "--resume",
     )
     assert again.returncode == 0, again.stderr
-    assert "reused from the journal" in again.stdout and time.monotonic() - started < 10
+    assert "reused from the journal" in again.stdout
     assert len(list(journal.entries())) == before
 
 

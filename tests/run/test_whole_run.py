@@ -57,11 +57,13 @@ def unbudgeted(job: tuple[str, Path]) -> dict:
     return json.loads(run.stdout)
 
 
+@pytest.mark.long
 def test_the_whole_run_peak_counts_start_up(unbudgeted: dict) -> None:
     assert unbudgeted["binding_phase"] == "start-up"
     assert unbudgeted["whole_run_peak_bytes"] > unbudgeted["peak_bytes"] + 300 * 2**20
 
 
+@pytest.mark.long
 def test_a_budget_the_steps_fit_in_is_over_at_start_up(job: tuple[str, Path], unbudgeted: dict) -> None:
     command, folder = job
     budget = (unbudgeted["peak_bytes"] + unbudgeted["whole_run_peak_bytes"]) // 2
@@ -70,6 +72,7 @@ def test_a_budget_the_steps_fit_in_is_over_at_start_up(job: tuple[str, Path], un
     assert "over budget" in run.stdout and "start-up" in run.stdout and "recompute cannot lower it" in run.stdout
 
 
+@pytest.mark.long
 def test_tune_stops_where_start_up_binds(job: tuple[str, Path], unbudgeted: dict) -> None:
     command, folder = job
     budget = (unbudgeted["peak_bytes"] + unbudgeted["whole_run_peak_bytes"]) // 2

@@ -37,6 +37,7 @@ def test_same_plans_as_ort_1_19(recipe: str, tiny_probe: Callable[[str], CliRun]
 
 
 @pytest.mark.parametrize("name", ["llama", "gpt2", "t5"])
+@pytest.mark.long
 def test_hf_scan_lists_the_cells_ort_prints_at_the_users_batch(name: str, tmp_path: Path) -> None:
     """``memopt scan hf:NAME`` (its own probe, evaluated at batch 4 x 64 tokens) lists the
     Configs cells and frequencies of the Plan table ORT prints training at that batch; the

@@ -32,11 +32,13 @@ def plan_table(command_runs: Path) -> list[dict]:
     return json.loads(run.stdout)["plans"]
 
 
+@pytest.mark.long
 def test_scan_of_a_command_lists_the_jobs_plans(plan_table: list[dict]) -> None:
     keys = {plan["config"] for plan in plan_table}
     assert "FusedMatMul+Add+:1:-1" in keys and "Gelu+:1:-1" in keys
 
 
+@pytest.mark.long
 def test_torchrun_trial_measures_every_rank_and_leaves_nothing_running(command_runs: Path, tmp_path: Path) -> None:
     config = tmp_path / "cfg.json"
     config.write_text(json.dumps(["FusedMatMul+Add+:1:-1"]))
@@ -67,6 +69,7 @@ def test_torchrun_trial_measures_every_rank_and_leaves_nothing_running(command_r
     assert "--batch-size 4" in log
 
 
+@pytest.mark.long
 def test_single_process_trial_replaces_an_inherited_config(command_runs: Path) -> None:
     run = memopt(
         "trial",
@@ -91,6 +94,7 @@ def test_single_process_trial_replaces_an_inherited_config(command_runs: Path) -
 
 
 @pytest.mark.parametrize("command", [TORCHRUN, SINGLE], ids=["torchrun", "single"])
+@pytest.mark.long
 def test_headless_tune_of_a_command_ends_verified(command: str, tmp_path: Path) -> None:
     baseline = memopt("trial", "--cmd", command, "--batch", "8", "--json", "--runs-dir", str(tmp_path), cwd=ROOT)
     assert baseline.returncode == 0, baseline.stderr

@@ -56,6 +56,7 @@ COMMANDS = [
 
 
 @pytest.mark.parametrize(("command", "ranks"), COMMANDS)
+@pytest.mark.long
 def test_headless_tune_of_the_stack_ends_verified(command: str, ranks: int, tmp_path: Path) -> None:
     baseline = memopt("trial", "--cmd", command, "--batch", "8", "--json", "--runs-dir", str(tmp_path), cwd=ROOT)
     assert baseline.returncode == 0, baseline.stderr

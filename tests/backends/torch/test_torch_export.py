@@ -108,6 +108,7 @@ def _carried(exported: TorchExport) -> dict[str, list[str]]:
     return {plan.entry.subgraph: [str(row.plan) for row in plan.rows] for plan in exported.plans}
 
 
+@pytest.mark.long
 def test_each_plan_of_the_gpt_carries_over_to_the_ops_that_hold_its_tensor_or_says_why_not(
     torch_scan: TorchScan,
 ) -> None:
@@ -249,6 +250,7 @@ CONFIG = ["Gelu+:1:-1", "FusedMatMul+Add+:1:-1", "Dropout+:1:-1", "FusedMatMul+W
 
 
 @pytest.mark.ort
+@pytest.mark.long
 def test_export_writes_a_verified_policy_and_ends_with_the_export_line(tmp_path: Path) -> None:
     config = tmp_path / "ort-config.json"
     config.write_text(json.dumps(CONFIG))

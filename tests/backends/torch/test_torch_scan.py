@@ -88,6 +88,7 @@ def test_the_commands_load_torch_only_where_the_torch_back_end_runs() -> None:
 
 
 @pytest.mark.torch
+@pytest.mark.long
 def test_a_command_scans_to_the_plans_of_its_recipe(tmp_path: Path) -> None:
     """``examples/train_plain_torch.py`` run as the user runs it (``--cmd``), its model captured
     inside the job, gives the plans and per-plan byte formulas its in-process recipe scan gives."""

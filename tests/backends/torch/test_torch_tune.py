@@ -28,6 +28,7 @@ BATCH = 256
 
 
 @pytest.mark.torch
+@pytest.mark.long
 def test_tune_without_onnxruntime_ends_verified_with_the_export_line(tmp_path: Path) -> None:
     env = without_onnxruntime(tmp_path)
     runs = tmp_path / "runs"
@@ -87,6 +88,7 @@ README_EXPORT = re.compile(rf"^export {POLICY_ENV}=(\S+)", re.MULTILINE)
 
 
 @pytest.mark.torch
+@pytest.mark.long
 def test_the_readme_plain_torch_commands_run_as_pasted(tmp_path: Path) -> None:
     """The README's examples/train_plain_torch.py block, run as a user pastes it from a folder
     holding only examples/, without onnxruntime: tune ends verified, and the job re-run with the
@@ -125,6 +127,7 @@ def test_the_readme_plain_torch_commands_run_as_pasted(tmp_path: Path) -> None:
 
 
 @pytest.mark.torch
+@pytest.mark.long
 def test_a_command_applies_the_policy_itself(tmp_path: Path) -> None:
     """``trial --backend torch --cmd``: the user's script reads the policy file memopt puts in its
     environment, and its steps count from the model it passed to ``memopt.recompute.apply``."""
