@@ -1,8 +1,9 @@
 """Smoke runs of the benchmark scripts at tiny size: they run and print their tables.
 
 The benchmarks themselves (BENCHMARKS.md, `make bench`) are not tests; this only keeps the
-scripts working. They are the `bench` marker's: `make test-bench` runs them, `make test` and CI
-leave them out (12 minutes of a 2-core machine's time that guard no user-facing behaviour).
+scripts working. They are the `bench` marker's: `make test-bench` and `make test-all` run them,
+`make test` and CI leave them out (12 minutes of a 2-core machine's time that guard no user-facing
+behaviour).
 """
 
 from __future__ import annotations
