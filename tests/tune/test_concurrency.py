@@ -22,6 +22,7 @@ pytestmark = pytest.mark.ort
 BUDGETS = ("16GiB", "12GiB")
 
 
+@pytest.mark.long
 def test_two_tunes_in_one_runs_folder_each_export_what_they_verified(tmp_path: Path) -> None:
     runs = tmp_path / "runs"
     command = [sys.executable, "-m", "memopt", "tune", "mlp", "--size", "tiny", "--target-batch", "8"]
