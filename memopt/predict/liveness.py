@@ -1238,14 +1238,17 @@ class ActivationSimulator:
             with self._lock:  # the tune screen asks while the tuner's worker plans
                 if not play.done:
                     play.advance()
-                if not play.done:
+                # Read under the lock: another thread may finish the play while this one waits
+                # at the yield, and a bound read before that must not be taken for the last.
+                finished = play.done
+                if not finished:
                     bound = play.resident
                 else:
                     if self._plays.get(memo) is play:
                         del self._plays[memo]
                     bound = self._cache.setdefault(memo, play.timeline()).resident_bytes
             yield bound
-            if play.done:
+            if finished:
                 return
 
     def _timeline(self, dims: Mapping[str, int], memo: _Memo) -> Timeline:
