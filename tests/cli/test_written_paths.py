@@ -301,7 +301,6 @@ def test_a_read_only_file_system_is_named_as_such(read_only_mount: Path, tmp_pat
 
 
 @pytest.mark.ort
-@pytest.mark.long
 def test_plan_out_with_nothing_to_recompute_leaves_the_empty_config_a_job_can_export(tmp_path: Path) -> None:
     out = tmp_path / "memory.json"
     out.write_text('["Gelu+:1:-1"]\n')  # an older plan's config, exported by the user's job script

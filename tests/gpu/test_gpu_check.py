@@ -152,7 +152,6 @@ ABSENT_ON_DEVICE = ("onnx", "onnxruntime", "pydantic", "pydantic_core", "textual
 
 
 @pytest.mark.torch
-@pytest.mark.long
 def test_the_plain_torch_check_runs_on_the_cpu_without_the_packages_the_device_image_lacks(tmp_path: Path) -> None:
     """bench/gpu/check_plain_torch.py end to end on this CPU (its one figure there is RSS: no
     CUDA figure is exercised), its parent and memopt's child processes without those packages."""

@@ -252,6 +252,19 @@ def test_on_cuda_the_bounds_are_the_live_peak_then_the_figure() -> None:
     assert fresh.held_bytes == fresh.reserved_bytes > fresh.resident_bytes
 
 
+def test_bounds_paused_while_another_caller_finishes_the_play_end_at_the_figure() -> None:
+    # The two-thread race below, in one thread and in its worst order: the bounds' reader waits
+    # at a yield while the config's timeline is asked for, which finishes the shared play. The
+    # reader must still end at the step's figure, not at the bound it held.
+    _, every, dims, fresh = _gpt_sample()
+    asked, _, _, _ = _gpt_sample()
+    bounds = asked.resident_bounds(dims, every)
+    held = [next(bounds), next(bounds)]
+    assert held[-1] < fresh.resident_bytes  # still a bound: the play is not over
+    assert asked.timeline(dims, every) == fresh
+    assert list(bounds)[-1:] == [fresh.resident_bytes]
+
+
 def test_two_threads_asking_about_one_config_get_the_fresh_figure() -> None:
     # The tune screen asks from its thread while the tuner's worker plans: a play stopped after
     # its first bound is resumed by one thread reading its bounds and by another asking for the

@@ -108,7 +108,6 @@ def test_a_log_without_an_exception_or_a_known_failure_explains_nothing() -> Non
 
 
 @pytest.mark.subprocess
-@pytest.mark.long
 def test_tune_runs_a_failing_job_once_and_says_its_error_once(tmp_path: Path) -> None:
     script = tmp_path / "rank_failure.py"
     script.write_text(RANK_FAILURE)
@@ -126,7 +125,6 @@ def test_tune_runs_a_failing_job_once_and_says_its_error_once(tmp_path: Path) ->
 
 
 @pytest.mark.ort
-@pytest.mark.long
 def test_tune_of_a_job_shorter_than_its_steps_stops_before_the_probe_is_done(tmp_path: Path) -> None:
     command = f"{sys.executable} examples/train_ddp.py --seq 64 --layers 1 --batch-size {{batch}} --max-steps 2"
     run = memopt(

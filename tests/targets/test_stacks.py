@@ -3,8 +3,9 @@
 (examples/train_accelerate.py), each single-process and with two processes (gloo on CPU),
 through ``memopt tune --cmd --no-tui`` to a verified config.
 
-`make` installs both (the ``optimum`` extra, and torch-ort without its dependencies) for
-`make test` and CI; elsewhere these tests skip where they are not installed (README
+`make` installs both (the ``optimum`` extra, and torch-ort without its dependencies), so the
+single-process tunes run in `make test` and CI and the two-process ones in `make test-all`
+(marker long); elsewhere these tests skip where they are not installed (README
 "optimum's ORTTrainer and accelerate" says how).
 """
 
@@ -39,7 +40,7 @@ ORTTRAINER = "examples/train_ortrainer.py --seq 512 --batch-size {batch}"
 ACCELERATED = "examples/train_accelerate.py --batch-size {batch}"
 COMMANDS = [
     pytest.param(f"{sys.executable} {ORTTRAINER}", 1, id="ortrainer-single", marks=OPTIMUM),
-    pytest.param(f"{TORCHRUN} {ORTTRAINER}", 2, id="ortrainer-torchrun-2", marks=OPTIMUM),
+    pytest.param(f"{TORCHRUN} {ORTTRAINER}", 2, id="ortrainer-torchrun-2", marks=[OPTIMUM, pytest.mark.long]),
     pytest.param(
         f"{ACCELERATE} launch --cpu --num_processes 1 {ACCELERATED}",
         1,
@@ -50,13 +51,12 @@ COMMANDS = [
         f"{ACCELERATE} launch --multi_gpu --num_processes 2 {ACCELERATED}",
         2,
         id="accelerate-2",
-        marks=ACCELERATE_INSTALLED,
+        marks=[ACCELERATE_INSTALLED, pytest.mark.long],
     ),
 ]
 
 
 @pytest.mark.parametrize(("command", "ranks"), COMMANDS)
-@pytest.mark.long
 def test_headless_tune_of_the_stack_ends_verified(command: str, ranks: int, tmp_path: Path) -> None:
     baseline = memopt("trial", "--cmd", command, "--batch", "8", "--json", "--runs-dir", str(tmp_path), cwd=ROOT)
     assert baseline.returncode == 0, baseline.stderr

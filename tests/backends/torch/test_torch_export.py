@@ -108,7 +108,6 @@ def _carried(exported: TorchExport) -> dict[str, list[str]]:
     return {plan.entry.subgraph: [str(row.plan) for row in plan.rows] for plan in exported.plans}
 
 
-@pytest.mark.long
 def test_each_plan_of_the_gpt_carries_over_to_the_ops_that_hold_its_tensor_or_says_why_not(
     torch_scan: TorchScan,
 ) -> None:
