@@ -30,6 +30,7 @@ async def wait_for(pilot, condition: Callable[[], bool], timeout: float, what: s
         await pilot.pause(0.2)
 
 
+@pytest.mark.long
 def test_startup_then_auto_search_fits_a_budget_the_no_config_run_exceeds() -> None:
     tuner = real_tuning.tuner(fresh=True)
 

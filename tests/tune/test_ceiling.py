@@ -50,6 +50,7 @@ def tune_under(ceiling: MemoryCeiling, runs_dir: Path) -> dict:
         ceiling, "tune", *GPT, "--target-batch", "128", "--budget", "1050MiB", "--no-tui", "--json",
         "--runs-dir", str(runs_dir),
     )  # fmt: skip
+    assert tune.stdout.strip(), (tune.returncode, tune.stderr[-3000:])  # no summary: say why
     summary = json.loads(tune.stdout)
     outcomes = [t["outcome"] for t in summary["trials"]]
     assert "crashed" not in outcomes, tune.stdout + tune.stderr
@@ -109,6 +110,7 @@ def test_a_job_the_kernel_kills_for_memory_is_out_of_memory_and_a_sigkill_is_not
 
 
 @pytest.mark.ort
+@pytest.mark.long
 def test_tune_verifies_where_no_config_dies_at_the_target_and_half_of_it(tmp_path: Path) -> None:
     """Under 700 MiB of cgroup memory the no-config run at batch 128 dies (and the one at 64
     mostly does: the cgroup's charge of shared pages varies from run to run); tune still ends
@@ -128,6 +130,7 @@ def test_tune_verifies_where_no_config_dies_at_the_target_and_half_of_it(tmp_pat
 
 
 @pytest.mark.ort
+@pytest.mark.long
 def test_tune_below_every_plan_says_the_largest_batch_a_run_checked(tmp_path: Path) -> None:
     """Under 600 MiB the probe's batch dies without recompute and so does every trial at 128:
     tune answers with a verified config or the largest batch that fits, checked by a run."""
