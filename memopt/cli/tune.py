@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
 
 import typer
 
 from memopt.backends import Backend, choose_backend
 from memopt.cli import EXIT_DOES_NOT_FIT, app
+from memopt.cli.carry_over import carry_over_to_torch, exportable
 from memopt.cli.options import (
     BackendOption,
     BudgetOption,
@@ -93,6 +95,11 @@ def tune_command(
     python: PythonOption = None,
     timeout: TimeoutOption = DEFAULT_TIMEOUT_S,
     backend: BackendOption = None,
+    export_torch: bool = typer.Option(
+        False,
+        "--export-torch",
+        help="Once verified, carry the ORT config over to plain PyTorch and verify it there (as memopt export --torch).",
+    ),
 ) -> None:
     """Find, verify and print the cheapest recompute config that fits --target-batch in --budget."""
     if as_json and not no_tui:
@@ -101,6 +108,14 @@ def tune_command(
     target = runnable(choose_target(recipe, command))
     if chosen_backend.backend is Backend.TORCH and not no_tui:
         raise MemoptError("--backend torch has no terminal UI yet: use --no-tui")
+    if export_torch:
+        if chosen_backend.backend is Backend.TORCH:
+            raise MemoptError(
+                "--export-torch carries an ORT config over; --backend torch already ends with the torch policy"
+            )
+        if as_json:
+            raise MemoptError("--export-torch prints the carried-over policy's lines after tune's: drop --json")
+        exportable(target)
     run = run_settings(
         target,
         target_batch,
@@ -125,8 +140,9 @@ def tune_command(
     if versions.ort_version is None:
         raise MemoptError("the ORT training stack cannot run: onnxruntime-training is not installed")
     require_budget(settings.budget, run.device, versions.cuda)
+    carry_over = _carry_over_to_torch(recipe or "") if export_torch else None
     if no_tui:
-        _headless(settings, versions, as_json)
+        _headless(settings, versions, as_json, carry_over)
         return
     if not sys.stderr.isatty() or not sys.stdin.isatty():
         raise MemoptError("the tuner's screen needs a terminal; use --no-tui for scripts and CI")
@@ -139,9 +155,13 @@ def tune_command(
         print(line)
     if tune_app.error is not None:
         raise MemoptError(tune_app.error)
+    if carry_over is not None and not carry_over(tuner):
+        sys.exit(EXIT_DOES_NOT_FIT)
 
 
-def _headless(settings: TuneSettings, versions: StackVersions, as_json: bool) -> None:
+def _headless(
+    settings: TuneSettings, versions: StackVersions, as_json: bool, carry_over: Callable[[Tuner], bool] | None
+) -> None:
     tuner = Tuner(settings, on_event=print_event, versions=versions)
     try:
         result = tuner.auto_search()
@@ -158,6 +178,34 @@ def _headless(settings: TuneSettings, versions: StackVersions, as_json: bool) ->
         print(f"# journal: {tuner.journal.path}")
     if not result.verified:
         sys.exit(EXIT_DOES_NOT_FIT)
+    if carry_over is not None and not carry_over(tuner):
+        sys.exit(EXIT_DOES_NOT_FIT)
+
+
+def _carry_over_to_torch(recipe: str) -> Callable[[Tuner], bool]:
+    """What ``--export-torch`` does once the tuner is done: the verified ORT config carried over
+    to plain PyTorch at the target batch and budget (False: no verified config, or the policy misses)."""
+
+    def carry_over(tuner: Tuner) -> bool:
+        best = tuner.best()
+        if best is None:
+            say("--export-torch: no verified ORT config to carry over")
+            return False
+        if not best.plans:
+            say(
+                "--export-torch: the verified ORT config recomputes nothing, so there is nothing to carry over "
+                "(eager PyTorch keeps more than ORTModule: memopt tune --backend torch answers for it)"
+            )
+            return True
+        say(
+            f"--export-torch: carrying the verified config over to plain PyTorch at batch {tuner.settings.target_batch}"
+        )
+        run = tuner.settings.run
+        return carry_over_to_torch(
+            tuner.entries(best.plans), run, tuner.settings.target_batch, tuner.settings.budget, recipe=recipe
+        )
+
+    return carry_over
 
 
 def _headless_torch(

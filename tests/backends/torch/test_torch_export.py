@@ -6,6 +6,7 @@ modules and savings written out here: pure data, no ORT session) with a real tor
 from __future__ import annotations
 
 import json
+import shlex
 from fractions import Fraction
 from pathlib import Path
 
@@ -300,3 +301,76 @@ def test_bad_input_is_one_error_line(tmp_path: Path, arguments: tuple[str, ...],
     done = memopt("export", *words, "--runs-dir", str(tmp_path / "runs"))
     assert_one_line_error(done, fragment)
     assert existing.read_text() == "mine\n"
+
+
+@pytest.mark.subprocess
+@pytest.mark.parametrize(
+    ("arguments", "fragment"),
+    [
+        (("gpt", "--backend", "torch"), "--backend torch already ends with the torch policy"),
+        (("gpt", "--json"), "drop --json"),
+        (("--cmd", "python train.py --batch-size {batch}"), "memopt's own training of a recipe"),
+    ],
+)
+def test_tune_export_torch_refuses_what_it_cannot_carry_over_before_any_run(
+    tmp_path: Path, arguments: tuple[str, ...], fragment: str
+) -> None:
+    runs = tmp_path / "runs"
+    done = memopt(
+        "tune",
+        *arguments,
+        "--target-batch",
+        "2",
+        "--budget",
+        "1GiB",
+        "--no-tui",
+        "--export-torch",
+        "--runs-dir",
+        str(runs),
+    )
+    assert_one_line_error(done, fragment)
+    assert not runs.exists()
+
+
+@pytest.mark.ort
+@pytest.mark.long
+def test_tune_export_torch_carries_the_verified_config_over(tmp_path: Path) -> None:
+    runs = str(tmp_path / "runs")
+    cli = ("gpt", "--size", "tiny", "-o", "n_layer=8", "--seq", "64")
+    no_config = memopt("trial", *cli, "--batch", "128", "--config", "none", "--json", "--runs-dir", runs)
+    assert no_config.returncode == 0, no_config.stderr
+    budget = f"{int(json.loads(no_config.stdout)['peak_bytes'] * 0.9) // 2**20}MiB"
+    done = memopt(
+        "tune", *cli, "--target-batch", "128", "--budget", budget, "--no-tui", "--export-torch", "--runs-dir", runs
+    )
+    lines = done.stdout.splitlines()
+    ort_export = next(i for i, line in enumerate(lines) if line.startswith("export ORTMODULE_MEMORY_OPT_CONFIG="))
+    assert "--export-torch: carrying the verified config over to plain PyTorch at batch 128" in done.stderr
+    assert "ORT 1.19.2's plans carried over to plain PyTorch" in "\n".join(lines[ort_export:])
+    assert "gradients: equal to the unwrapped model's, bitwise" in done.stderr
+    # Eager PyTorch keeps more than ORTModule: the policy fits the ORT budget, or the torch tune is offered.
+    if done.returncode == 0:
+        assert lines[-1].startswith("export MEMOPT_RECOMPUTE_POLICY=")
+        assert "within the budget" in done.stderr
+    else:
+        assert done.returncode == 3, done.stderr
+        assert lines[-1] == shlex.join(
+            [
+                "memopt",
+                "tune",
+                "--backend",
+                "torch",
+                *cli[:1],
+                "--seq",
+                "64",
+                "--size",
+                "tiny",
+                "-o",
+                "n_layer=8",
+                "--target-batch",
+                "128",
+                "--budget",
+                budget,
+                "--no-tui",
+            ]
+        )
