@@ -21,6 +21,7 @@ from memopt.errors import MemoptError
 from memopt.graph.sizes import resolve_dims
 from memopt.ort.config import ConfigEntry
 from memopt.ort.stack import inspect_stack
+from memopt.predict.planner import budget_limit
 from memopt.run.budget import Budget
 from memopt.run.files import replace_atomically
 from memopt.run.journal import Journal
@@ -54,13 +55,14 @@ def carry_over_to_torch(
     batch: int,
     budget: Budget | None,
     *,
+    margin: float,
     recipe: str,
     out: Path | None = None,
     force: bool = False,
 ) -> bool:
     """Map ``entries`` (an ORT config of ``settings.target``) to a torch recompute policy, check its
     gradients, and run it at ``batch``. Prints the mapping, the figures and either the export line
-    (True: the measured peak is within the budget) or the torch back end's own tune to run (False).
+    (True: the measured peak is under the limit, the budget less ``margin``, as tune verifies) or the torch back end's own tune to run (False).
     ``recipe`` is the target as the user typed it, for that command."""
     target = exportable(settings.target)
     # Imported here, not with the module: the torch back end loads torch, which the commands' shared
@@ -117,13 +119,15 @@ def carry_over_to_torch(
             f"peak {format_bytes(trial.peak_bytes)} at batch {batch} under the policy "
             f"({_against_ort(ort_trial, trial.peak_bytes)})"
         )
-    if trial.within(budget_bytes):
-        say(f"measured: {measured}, within the budget {format_bytes(budget_bytes)} ({trial.run_dir})")
+    limit_bytes = int(budget_limit(budget_bytes, margin))
+    against = f"the limit {format_bytes(limit_bytes)} (budget {format_bytes(budget_bytes)} less {margin:.0%})"
+    if trial.within(limit_bytes):
+        say(f"measured: {measured}, within {against} ({trial.run_dir})")
         print(f"# {policy}")
         print(f"export {POLICY_ENV}={shlex.quote(str(policy_path.resolve()))}")
         return True
-    over = "" if trial.peak_bytes is None else f" by {format_bytes(trial.peak_bytes - budget_bytes)}"
-    say(f"measured: {measured}: over the budget {format_bytes(budget_bytes)}{over} ({trial.run_dir})")
+    over = "" if trial.peak_bytes is None else f" by {format_bytes(trial.peak_bytes - limit_bytes)}"
+    say(f"measured: {measured}: over {against}{over} ({trial.run_dir})")
     retune = ["memopt", "tune", "--backend", "torch", *_recipe_words(recipe, settings.options)]
     budget_text = budget.text if budget is not None else format_bytes(budget_bytes).replace(" ", "")
     retune += ["--target-batch", str(batch), "--budget", budget_text]

@@ -13,6 +13,7 @@ from memopt.cli.carry_over import carry_over_to_torch, exportable
 from memopt.cli.options import (
     BudgetOption,
     DeviceOption,
+    MarginOption,
     OptionPairs,
     RunOptions,
     RunsDirOption,
@@ -29,6 +30,7 @@ from memopt.core import runnable
 from memopt.errors import MemoptError
 from memopt.ort.stack import inspect_stack
 from memopt.ort.version import OrtVersion
+from memopt.predict import DEFAULT_MARGIN
 from memopt.run import DEFAULT_RUNS_DIR, DEFAULT_STEPS, DEFAULT_TIMEOUT_S
 from memopt.run.budget import parse_budget
 from memopt.run.files import check_write_target
@@ -65,6 +67,7 @@ def export_command(
         ..., "--batch", "-b", callback=checked_count, help="The batch the config was tuned for; verified at it."
     ),
     budget: BudgetOption = None,
+    margin: MarginOption = DEFAULT_MARGIN,
     out: Path | None = typer.Option(None, "--out", help="Also write the policy file here (atomically)."),
     force: bool = typer.Option(False, "--force", help="Overwrite --out if it is a regular file."),
     seq: SeqOption = None,
@@ -94,5 +97,7 @@ def export_command(
     settings = run_settings(
         target, batch, TargetOptions(seq, size, option), RunOptions(steps, device, timeout, runs_dir=runs_dir)
     )
-    if not carry_over_to_torch(entries, settings, batch, parsed_budget, recipe=recipe, out=out, force=force):
+    if not carry_over_to_torch(
+        entries, settings, batch, parsed_budget, margin=margin, recipe=recipe, out=out, force=force
+    ):
         sys.exit(EXIT_DOES_NOT_FIT)

@@ -130,7 +130,19 @@ StepsOption = Annotated[
     ),
 ]
 DeviceOption = Annotated[str, typer.Option("--device", help="auto (CUDA when ORT and torch have it), cpu or cuda.")]
-MarginOption = Annotated[float, typer.Option("--margin", help="Fraction of the budget held back for prediction error.")]
+
+
+def checked_margin(value: float) -> float:
+    """``--margin``, refused while the command line is read unless a fraction of the budget in [0, 1)."""
+    if not 0 <= value < 1:
+        raise MemoptError(f"--margin must be a fraction in [0, 1), not {value:g}")
+    return value
+
+
+MarginOption = Annotated[
+    float,
+    typer.Option("--margin", callback=checked_margin, help="Fraction of the budget held back for prediction error."),
+]
 CalibrateOption = Annotated[
     str | None,
     typer.Option(

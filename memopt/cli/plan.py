@@ -100,8 +100,6 @@ def plan_command(
     backend: BackendOption = None,
 ) -> None:
     """Choose the plans that bring RECIPE's predicted peak at --target-batch under --budget at least recompute cost."""
-    if not 0 <= margin < 1:
-        raise MemoptError(f"--margin must be a fraction in [0, 1), not {margin:g}")
     if out is not None:
         check_write_target(out, overwrite=force)  # before any run: a user's file is never replaced unasked
     target = runnable(choose_target(recipe, command, default=None))

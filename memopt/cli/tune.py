@@ -202,7 +202,12 @@ def _carry_over_to_torch(recipe: str) -> Callable[[Tuner], bool]:
         )
         run = tuner.settings.run
         return carry_over_to_torch(
-            tuner.entries(best.plans), run, tuner.settings.target_batch, tuner.settings.budget, recipe=recipe
+            tuner.entries(best.plans),
+            run,
+            tuner.settings.target_batch,
+            tuner.settings.budget,
+            margin=tuner.settings.margin,
+            recipe=recipe,
         )
 
     return carry_over

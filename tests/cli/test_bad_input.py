@@ -138,6 +138,8 @@ def test_timeout_kills_the_run(runs_dir: Path) -> None:
         (("trial", "gpt", "-b", "2", "--python", "/bin/false"), "--python /bin/false is not a Python"),
         (("trial", "gtp", "-b", "2"), "recipe 'gtp' not found"),
         (("tune", "gtp", "--target-batch", "8", "--budget", "1GiB", "--no-tui"), "recipe 'gtp' not found"),
+        (("plan", "gpt", "--target-batch", "8", "--budget", "1GiB", "--margin", "1.5"), "--margin must be a fraction"),
+        (("export", "--torch", "Gelu+", "gpt", "-b", "2", "--margin", "-0.1"), "--margin must be a fraction"),
     ],
 )
 @pytest.mark.subprocess
