@@ -340,9 +340,8 @@ def test_tune_export_torch_carries_the_verified_config_over(tmp_path: Path) -> N
     no_config = memopt("trial", *cli, "--batch", "128", "--config", "none", "--json", "--runs-dir", runs)
     assert no_config.returncode == 0, no_config.stderr
     budget = f"{int(json.loads(no_config.stdout)['peak_bytes'] * 0.9) // 2**20}MiB"
-    done = memopt(
-        "tune", *cli, "--target-batch", "128", "--budget", budget, "--no-tui", "--export-torch", "--runs-dir", runs
-    )
+    tune = ("tune", *cli, "--target-batch", "128", "--budget", budget, "--no-tui", "--export-torch")
+    done = memopt(*tune, "--runs-dir", runs, timeout=2400)  # a tune, then an export: minutes each
     lines = done.stdout.splitlines()
     ort_export = next(i for i, line in enumerate(lines) if line.startswith("export ORTMODULE_MEMORY_OPT_CONFIG="))
     assert "--export-torch: carrying the verified config over to plain PyTorch at batch 128" in done.stderr
