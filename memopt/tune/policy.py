@@ -152,6 +152,20 @@ class SearchState:
             return fixed, self.fixed_peaks.phase
         return steps_bytes, Phase.STEPS
 
+    def reachable_floor(self, attempt: Attempt) -> float | None:
+        """The lowest whole-run peak more recompute could reach from ``attempt`` where a fixed phase
+        bound it: the start-up's as measured (it ends before the first step); the exit's less what
+        every useful plan is predicted to take off the steps, since the exit begins where the
+        steps left the process (ORT's arena keeps its high-water mark), and the exit's lifetime
+        peak (``ru_maxrss``) holds the steps' own."""
+        if attempt.fixed_bytes is None:
+            return None
+        if attempt.fixed_phase is not Phase.EXIT:
+            return float(attempt.fixed_bytes)
+        heaviest = tuple(dict.fromkeys((*attempt.plans, *self.useful_plans())))
+        reducible = max(0.0, self.predict(attempt.plans) - self.predict(heaviest))
+        return attempt.fixed_bytes - reducible
+
     def budget_for(self, whole_run_bytes: float, phase: Phase) -> float:
         """The smallest budget that would verify a run peaking at ``whole_run_bytes``: its limit
         above the peak by the phase's run-to-run spread."""
@@ -331,7 +345,7 @@ def _within_noise(state: SearchState, last: Attempt) -> TryPlans | Stop:
     over = room.under_limit_bytes < 0
     # The start-up alone over the limit: no recompute can help (on CUDA the steps' segments may
     # have made the rest of what runs out, and more recompute may take some away).
-    if over and (last.fixed_bytes or 0) > state.limit_bytes:
+    if over and (state.reachable_floor(last) or 0) > state.limit_bytes:
         return _fixed_phase_binds(state, last, "limit")
     if last.binding_phase.lowered_by_recompute or over:
         step = _heavier(state, last, f"trial {last.number} fits the budget but is {room.describe()}: {room.verdict}; ")
@@ -385,7 +399,7 @@ def _heavier(state: SearchState, last: Attempt, prefix: str = "") -> TryPlans | 
     predicted to save more, or why there is none."""
     # Over budget with the start-up alone over it (on CPU the one implies the other; on CUDA the
     # verdict is on reserved segments the steps may have added to): no recompute can help.
-    if last.outcome is Outcome.OVER_BUDGET and (last.fixed_bytes or 0) > state.budget_bytes:
+    if last.outcome is Outcome.OVER_BUDGET and (state.reachable_floor(last) or 0) > state.budget_bytes:
         return _fixed_phase_binds(state, last)
     tried, limit, useful = state.tried(), state.limit_bytes, state.useful_plans()
     selection = tuple(key for key in last.plans if key not in state.left_off)
@@ -426,14 +440,16 @@ _WHAT_HOLDS = {
 
 
 def _fixed_phase_binds(state: SearchState, last: Attempt, over: str = "budget") -> Stop:
-    """Over budget (or over the limit: ``over``) at start-up or at the job's exit: more recompute
-    lowers the training steps, not what those phases hold, so no selection can help."""
+    """Over budget (or over the limit: ``over``) at start-up or at the job's exit, and more than
+    recompute can reach: it lowers the training steps, not what those phases add to them."""
     fixed_bytes = last.fixed_bytes or 0
+    floor = state.reachable_floor(last) or fixed_bytes
     bound = state.budget_bytes if over == "budget" else state.limit_bytes
     message = (
         f"{_WHAT_HOLDS[last.fixed_phase]} peaks at {format_mib(fixed_bytes)} > "
-        f"{over} {format_mib(bound)}; recompute cannot lower it: the lowest reachable peak is about "
-        f"{format_mib(fixed_bytes)}; {_advice(state, fixed_bytes, last.fixed_phase)}"
+        f"{over} {format_mib(bound)}; recompute cannot lower it{' enough' if floor < fixed_bytes else ''}: "
+        "the lowest reachable peak is about "
+        f"{format_mib(floor)}; {_advice(state, floor, last.fixed_phase)}"
     )
     verified = best_verified(state) is not None
     return Stop(SearchStatus.VERIFIED if verified else SearchStatus.IMPOSSIBLE, message)
