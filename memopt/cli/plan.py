@@ -39,7 +39,7 @@ from memopt.cli.options import (
     choose_target,
     run_settings,
 )
-from memopt.cli.show import print_trial, say
+from memopt.cli.show import print_trial, say, stdout_kept_for_the_result
 from memopt.cli.tables import add_entry_column, print_table
 from memopt.core import RunnableTarget, runnable
 from memopt.core.trial import TrialResult
@@ -124,20 +124,24 @@ def plan_command(
     ):
         raise MemoptError(f"ORT {versions.ort_version} takes the config string itself; --out is for 1.19 JSON files")
     require_budget(parsed, device, versions.cuda)
-    with console.status(f"Calibrating {escape(str(target))}: graph probe and no-config trials…"):
+    with (
+        stdout_kept_for_the_result(),
+        console.status(f"Calibrating {escape(str(target))}: graph probe and no-config trials…"),
+    ):
         cal = calibrate(settings, target_batch, calibration_batches=batches, resume=resume, versions=versions)
     for line in cal.refused:
         error_console.print(f"[yellow]warning:[/] {escape(line)}", highlight=False, soft_wrap=True)
     budget_bytes = resolve_budget(parsed, cal.device, cal.device_total)
-    result = choose_plans(
-        cal.model,
-        cal.costs_s,
-        target_batch,
-        budget_bytes,
-        cal.ort_version,
-        margin=margin,
-        baseline_step_s=cal.baseline_step_s,
-    )
+    with stdout_kept_for_the_result():
+        result = choose_plans(
+            cal.model,
+            cal.costs_s,
+            target_batch,
+            budget_bytes,
+            cal.ort_version,
+            margin=margin,
+            baseline_step_s=cal.baseline_step_s,
+        )
     # A config that is not predicted to fit is no answer: nothing is written or exported.
     export, config_file = _write_config(result, cal, runs_dir, target, out, force) if result.feasible else (None, None)
     trial = None
@@ -183,7 +187,8 @@ def _plan_torch(
     from memopt.backends.torch.tune import plan_torch
     from memopt.recompute import POLICY_ENV
 
-    plan = plan_torch(settings, target_batch, budget, margin=margin, resume=resume, say=say)
+    with stdout_kept_for_the_result():
+        plan = plan_torch(settings, target_batch, budget, margin=margin, resume=resume, say=say)
     written = None
     if plan.feasible:  # a policy not predicted to fit is no answer: nothing is written
         path = (

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+import os
+import sys
+from collections.abc import Collection, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 from rich.console import Console
@@ -26,12 +29,29 @@ from memopt.ort import (
 from memopt.run.files import replace_atomically
 from memopt.units import format_bytes, format_cuda_memory, format_mib
 
-__all__ = ["print_config", "print_trial", "print_validated", "say"]
+__all__ = ["print_config", "print_trial", "print_validated", "say", "stdout_kept_for_the_result"]
 
 
 def say(line: str) -> None:
     """One progress line on stderr, as written (stdout is kept for the result)."""
     error_console.print(line, markup=False, highlight=False, soft_wrap=True)
+
+
+@contextmanager
+def stdout_kept_for_the_result() -> Iterator[None]:
+    """While the work runs, file descriptor 1 points at stderr, so that nothing but the result
+    printed after it reaches stdout, which scripts read: libraries' C code prints there beyond
+    Python's reach (scipy's HiGHS MIP solver prints a debug line, `…transformNewIntegerFeasibleSolution
+    tmpSolver.run();`, whatever its output options)."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    os.dup2(2, 1)
+    try:
+        yield
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
 
 
 def print_config(

@@ -41,7 +41,7 @@ from memopt.cli.options import (
     choose_target,
     run_settings,
 )
-from memopt.cli.show import say
+from memopt.cli.show import say, stdout_kept_for_the_result
 from memopt.core import runnable
 from memopt.errors import MemoptError
 from memopt.predict import DEFAULT_MARGIN
@@ -164,7 +164,8 @@ def _headless(
 ) -> None:
     tuner = Tuner(settings, on_event=print_event, versions=versions)
     try:
-        result = tuner.auto_search()
+        with stdout_kept_for_the_result():
+            result = tuner.auto_search()
     except KeyboardInterrupt:
         tuner.cancel()
         raise
@@ -220,7 +221,8 @@ def _headless_torch(
     # tune's parent process, counted in the same memory cgroup as its runs, must not carry.
     from memopt.backends.torch.tune import tune_torch
 
-    result = tune_torch(settings, target_batch, budget, margin=margin, resume=resume, say=say)
+    with stdout_kept_for_the_result():
+        result = tune_torch(settings, target_batch, budget, margin=margin, resume=resume, say=say)
     journal = Journal.in_folder(settings.runs_dir).path
     if as_json:
         print(json.dumps(result.summary(settings, journal), indent=2))

@@ -1,12 +1,15 @@
-"""Text from logs, recipes and ORT reaches the terminal as is: never read as rich markup."""
+"""Text from logs, recipes and ORT reaches the terminal as is: never read as rich markup; and
+stdout, which scripts read, holds the result alone."""
 
 from __future__ import annotations
 
+import os
 from io import StringIO
 
+import pytest
 from rich.console import Console
 
-from memopt.cli.show import print_trial
+from memopt.cli.show import print_trial, stdout_kept_for_the_result
 from memopt.core import RunStatus, parse_target
 from memopt.core.trial import Outcome, TrialResult
 from memopt.ort import OrtVersion
@@ -42,3 +45,16 @@ def test_a_config_string_longer_than_a_file_name_is_read_as_a_config() -> None:
     assert len(text) > 255
     parsed = parse_trial_config(text, OrtVersion.parse("1.19.2"))
     assert [str(entry) for entry in parsed.entries] == keys
+
+
+def test_what_c_code_prints_during_the_work_goes_to_stderr_and_the_result_to_stdout(
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    # os.write to file descriptor 1 is what a C library's printf does (scipy's HiGHS prints a
+    # debug line from its MIP solver), beyond sys.stdout's reach.
+    with stdout_kept_for_the_result():
+        os.write(1, b"HighsMipSolverData::transformNewIntegerFeasibleSolution tmpSolver.run();\n")
+    print('{"status": "verified"}')
+    out, err = capfd.readouterr()
+    assert out == '{"status": "verified"}\n'
+    assert "tmpSolver.run();" in err
