@@ -66,6 +66,20 @@ _FAST_GELU = Counterpart(
     "the tanh GELU: aten.gelu's output where the model calls it; where it is written out (Hugging Face's "
     "gelu_new), the tanh's output alone, the formula's other products kept",
 )
+_SILU = Counterpart(
+    CounterpartKind.OP,
+    ("silu",),
+    Fidelity.EXACT,
+    "SiLU's output (aten.silu; ORT fuses x·sigmoid(x) into QuickGelu), recomputed from its input, which silu "
+    "keeps anyway; a written-out x·sigmoid(αx) has no aten.silu and is left out",
+)
+_PRODUCT = Counterpart(
+    CounterpartKind.OP,
+    ("mul",),
+    Fidelity.EXACT,
+    "the elementwise product (aten.mul, a gated MLP's act(gate)·up), recomputed from its two inputs, which the "
+    "product's backward keeps anyway",
+)
 _DROPOUT = Counterpart(
     CounterpartKind.MODULE,
     ("native_dropout", "bernoulli", "mul"),
@@ -78,6 +92,13 @@ _LAYER_NORM = Counterpart(
     ("native_layer_norm",),
     Fidelity.APPROXIMATE,
     "layer norm's output, recomputed from its input; PyTorch's mean and rstd go with it",
+)
+_RMS_NORM = Counterpart(
+    CounterpartKind.OP,
+    ("mul",),
+    Fidelity.APPROXIMATE,
+    "the RMS norm's output: PyTorch runs it written out (pow, mean, rsqrt, mul), so its two muls are recomputed "
+    "from what the norm keeps anyway, which drops the normalized input too",
 )
 _SOFTMAX = Counterpart(
     CounterpartKind.NONE,
@@ -117,7 +138,10 @@ _BY_SUBGRAPH: dict[str, Counterpart] = {
     "Add+": _RESIDUAL,
     "FusedMatMul+Add+Add+": _RESIDUAL,
     "LayerNormalization+": _LAYER_NORM,
-    "SimplifiedLayerNormalization+": _LAYER_NORM,
+    "SimplifiedLayerNormalization+": _RMS_NORM,
+    "FusedMatMul+": _LINEAR,
+    "QuickGelu+": _SILU,
+    "Mul+": _PRODUCT,
     "Dropout+": _DROPOUT,
     "FusedMatMul+Add+Dropout+": _DROPOUT,
     "BitmaskDropout+": _DROPOUT,
@@ -136,7 +160,8 @@ _BY_ENTRY_OP: dict[str, Counterpart] = {
     "Gemm": _LINEAR,
     "BiasGelu": _GELU,
     "LayerNormalization": _LAYER_NORM,
-    "SimplifiedLayerNormalization": _LAYER_NORM,
+    "SimplifiedLayerNormalization": _RMS_NORM,
+    "QuickGelu": _SILU,
     "Dropout": _DROPOUT,
     "BitmaskDropout": _DROPOUT,
     "Softmax": _SOFTMAX,

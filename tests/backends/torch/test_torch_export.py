@@ -19,7 +19,7 @@ from memopt.backends.torch.scan import TorchScan, scan_recipe
 from memopt.graph.polynomial import Polynomial
 from memopt.ort.config import ConfigEntry, OptimizationType, PlanKey
 from memopt.ort.torch_counterparts import CounterpartKind, Fidelity, counterpart, entry_op
-from memopt.recipes import Recipe, load_recipe
+from memopt.recipes import Recipe, load_hf_recipe, load_recipe
 from memopt.recompute import RecomputePlan, RecomputePolicy
 from memopt.scan.patterns import Occurrence, Pattern
 
@@ -202,6 +202,57 @@ def test_a_fused_node_is_found_in_the_layer_that_runs_its_op() -> None:
     pattern = _pattern("Gelu+:1", 1024, [("Gelu_token_0", "layers.1.fc"), ("Gelu", "layers.0.fc")])
     (plan,) = _export(scan_recipe(bert, BATCH), "Gelu+", patterns=(pattern,)).plans
     assert [str(row.plan) for row in plan.rows] == ["layers.*: gelu"]
+
+
+def _llama_layers(node: str, module: str) -> list[tuple[str, str]]:
+    return [(f"{_SCOPE}model/{node.format(i)}", f"model.{module.format(i)}") for i in (1, 0)]
+
+
+def test_a_llama_configs_gated_mlp_and_rms_norms_carry_over() -> None:
+    """Hugging Face Llama's largest plans under ORT 1.19.2 (node names as memopt scan --details
+    lists them): the bias-free linears, the fused SiLU, the gate product and the RMS norms, which
+    PyTorch runs written out."""
+    llama = load_hf_recipe("hf:llama", {"size": "tiny", "seq_len": SEQ})
+    fused = "MatMul/MatmulTransposeFusion/"
+    patterns = (
+        _pattern(
+            "FusedMatMul+:1",
+            1408,
+            _llama_layers("layers.{}/mlp/up_proj/" + fused, "layers.{}.mlp.up_proj")
+            + _llama_layers("layers.{}/mlp/gate_proj/" + fused, "layers.{}.mlp.gate_proj"),
+        ),
+        _pattern("Mul+:1", 704, _llama_layers("layers.{}/mlp/Mul", "layers.{}.mlp")),
+        _pattern(
+            "QuickGelu+:1", 704, _llama_layers("layers.{}/mlp/act_fn/Mul/QuickGeluFusion/", "layers.{}.mlp.act_fn")
+        ),
+        _pattern(
+            "SimplifiedLayerNormalization+:1",
+            256,
+            [(f"{_SCOPE}model/norm/Mul_1/SimplifiedLayerNormFusion/", "model.norm")]
+            + _llama_layers("layers.{}/input_layernorm/Mul_1/SimplifiedLayerNormFusion/", "layers.{}.input_layernorm"),
+        ),
+    )
+    exported = _export(
+        scan_recipe(llama, BATCH),
+        "FusedMatMul+",
+        "Mul+",
+        "QuickGelu+",
+        "SimplifiedLayerNormalization+",
+        patterns=patterns,
+    )
+    assert _carried(exported) == {
+        "FusedMatMul+": [],
+        "Mul+": ["model.layers.*.mlp: mul"],
+        "QuickGelu+": ["model.layers.*.mlp.act_fn: silu"],
+        "SimplifiedLayerNormalization+": ["model.layers.*.input_layernorm: mul", "model.norm: mul"],
+    }
+    assert all(plan.torch_bytes > 0 for plan in exported.plans if plan.carried)
+    fidelity = {plan.entry.subgraph: plan.fidelity for plan in exported.plans}
+    assert fidelity["SimplifiedLayerNormalization+"] is Fidelity.APPROXIMATE
+    assert fidelity["QuickGelu+"] is fidelity["Mul+"] is Fidelity.EXACT
+    # A bias-free linear on a 3-D input is mm then a reshape: the torch scan offers no mm plan to carry it to.
+    (linear,) = exported.left_out
+    assert "no saved output of aten.addmm or aten.mm in model.layers.*.mlp.up_proj" in linear.reason
 
 
 def test_a_plan_tied_to_another_by_a_shared_buffer_keeps_its_own_row(torch_scan: TorchScan) -> None:
