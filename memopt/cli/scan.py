@@ -143,7 +143,7 @@ def scan_command(
                 scanned = scan_job(settings, batch or probe_batch)
         else:
             with console.status(f"Capturing a training step of {escape(str(chosen))} at a few sizes…"):
-                scanned = scan_recipe(chosen.load(options), batch or probe_batch, fake=fake)
+                scanned = scan_recipe(chosen.load(options), batch or probe_batch, timed=not fake)
         _print_torch_scan(scanned, str(chosen), fake)
         return
     python = command_notes(chosen, python, probe_batch)

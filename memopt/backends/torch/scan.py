@@ -1,10 +1,12 @@
 """Recompute plans of a plain-PyTorch model, with their savings as functions of batch and sequence.
 
-A recipe's step is captured (``capture``), with real tensors or fake ones (``FakeTensorMode``:
-a model larger than the machine scans too), at the asked batch and sequence length and at a few
-other sizes; each plan's saved bytes are then fitted exactly as ``batch·(a + b·seq + c·seq²)``
-(as many sequence terms as there were distinct sequence lengths) and checked on one more batch.
-A plan whose bytes do not follow that form keeps its measured figure and no formula.
+A recipe's step is captured (``capture``) with fake tensors (``FakeTensorMode``: shapes and bytes
+without memory, so a model larger than the machine scans too) at the asked batch and sequence
+length and at a few other sizes; each plan's saved bytes are then fitted exactly as
+``batch·(a + b·seq + c·seq²)`` (as many sequence terms as there were distinct sequence lengths)
+and checked on one more batch. A plan whose bytes do not follow that form keeps its measured
+figure and no formula. The recompute times come from one real capture, at batch 1 (the smallest
+real step, as every capture keeps all its forward outputs alive), taken as growing with the batch.
 
 Two kinds of plan come out (``policy``): ``MODULE: OP`` for every op whose saved outputs a
 recompute from its inputs can drop, and ``MODULE: *`` for repeated modules (numbered, as layers
@@ -14,7 +16,6 @@ Modules holding batch norm get no whole-module plan: its rerun would update the 
 
 from __future__ import annotations
 
-import contextlib
 import functools
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -32,9 +33,23 @@ from memopt.recipes import Recipe
 from memopt.recompute.capture import CapturedStep, capture_step, module_pattern, plannable
 from memopt.recompute.policy import OpName, RecomputePlan
 
-__all__ = ["BATCH", "SEQ", "TorchPlanRow", "TorchScan", "plans_of", "scan_recipe"]
+__all__ = [
+    "BATCH",
+    "SEQ",
+    "Size",
+    "TorchPlanRow",
+    "TorchScan",
+    "capture_recipe",
+    "plans_of",
+    "scan_recipe",
+    "scan_sizes",
+]
 
 BATCH, SEQ = "batch", "seq"
+# The one real step a scan runs, for its recompute times: the smallest batch, as it keeps every
+# forward output alive until it ends.
+_TIMED_BATCH = 1
+Size = tuple[int, int | None]  # batch, and seq where the recipe takes one
 
 
 @dataclass(frozen=True)
@@ -56,28 +71,38 @@ class TorchScan:
     rows: tuple[TorchPlanRow, ...]
 
 
-def scan_recipe(recipe: Recipe, batch: int, *, fake: bool = False) -> TorchScan:
+def scan_recipe(recipe: Recipe, batch: int, *, timed: bool = True) -> TorchScan:
     """Capture the recipe's step at ``batch`` (and its ``seq_len`` option, where it takes one) and group the plans.
 
-    ``fake``: the model, its batch and every op's output are fake tensors (``FakeTensorMode``):
-    shapes and bytes without memory or arithmetic, so any size scans in seconds; the recompute
-    times are then only the dispatch's, not the ops'."""
-    seq = recipe.options.get("seq_len")
-    seqs: list[int | None] = sorted({s for s in (seq, (seq or 0) // 2, (seq or 0) // 4) if s}, reverse=True) or [None]
-    points = [(b, s) for b in (batch, batch + 1) for s in seqs]
-    check = (batch + 2, seqs[-1])
-    with FakeTensorMode() if fake else contextlib.nullcontext():  # type: ignore[no-untyped-call]
-        captures = {point: _capture(recipe, *point) for point in [*points, check]}
+    The bytes come from fake tensors (``FakeTensorMode``): the model, its batch and every op's
+    output hold no memory, so any size scans in seconds. ``timed``: the recompute times come from
+    one real step at batch 1 and the scan's sequence length, scaled to ``batch``; without it they
+    are only the fake dispatch's, not the ops'."""
+    points, check = scan_sizes(recipe, batch)
+    with FakeTensorMode():  # type: ignore[no-untyped-call]
+        captures = {point: capture_recipe(recipe, *point) for point in [*points, check]}
         model = _model(recipe)
+    if timed:
+        real = capture_recipe(recipe, _TIMED_BATCH, points[0][1])
+        captures[points[0]] = _with_times(captures[points[0]], real, batch / _TIMED_BATCH)
     batch_norm = {path for path, module in model.named_modules() if isinstance(module, nn.modules.batchnorm._BatchNorm)}
     all_paths = [path for path, _ in model.named_modules() if path]
     return plans_of(captures, points, check, all_paths, batch_norm)
 
 
+def scan_sizes(recipe: Recipe, batch: int) -> tuple[list[Size], Size]:
+    """The sizes a scan at ``batch`` captures: ``batch`` and ``batch + 1`` at the recipe's
+    ``seq_len`` and its half and quarter (the first size is the scan's own), and the size its
+    fit is checked on."""
+    seq = recipe.options.get("seq_len")
+    seqs: list[int | None] = sorted({s for s in (seq, (seq or 0) // 2, (seq or 0) // 4) if s}, reverse=True) or [None]
+    return [(b, s) for b in (batch, batch + 1) for s in seqs], (batch + 2, seqs[-1])
+
+
 def plans_of(
-    captures: Mapping[tuple[int, int | None], CapturedStep],
-    points: list[tuple[int, int | None]],
-    check: tuple[int, int | None],
+    captures: Mapping[Size, CapturedStep],
+    points: list[Size],
+    check: Size,
     all_paths: Sequence[str],
     batch_norm: Collection[str],
 ) -> TorchScan:
@@ -144,6 +169,15 @@ def _within(module: str, path: str) -> bool:
     return module == path or module.startswith(path + ".")
 
 
+def _with_times(step: CapturedStep, timed: CapturedStep, scale: float) -> CapturedStep:
+    """``step``'s saved tensors with ``timed``'s forward times, each multiplied by ``scale``."""
+    return replace(
+        step,
+        op_seconds={where: seconds * scale for where, seconds in timed.op_seconds.items()},
+        module_seconds={path: seconds * scale for path, seconds in timed.module_seconds.items()},
+    )
+
+
 def _model(recipe: Recipe) -> nn.Module:
     torch.manual_seed(0)
     model = recipe.model()
@@ -152,7 +186,8 @@ def _model(recipe: Recipe) -> nn.Module:
     return model.train()
 
 
-def _capture(recipe: Recipe, batch: int, seq: int | None) -> CapturedStep:
+def capture_recipe(recipe: Recipe, batch: int, seq: int | None) -> CapturedStep:
+    """The recipe's training step at ``batch`` and ``seq``, captured with the tensors of the mode it runs under."""
     from memopt.child.steps import default_loss
 
     options = dict(recipe.options) | ({"seq_len": seq} if seq is not None else {})
@@ -173,9 +208,7 @@ def _capture(recipe: Recipe, batch: int, seq: int | None) -> CapturedStep:
     return capture_step(model, forward_and_loss)
 
 
-def _fit(
-    values: Mapping[tuple[int, int | None], int], points: list[tuple[int, int | None]], check: tuple[int, int | None]
-) -> Polynomial | None:
+def _fit(values: Mapping[Size, int], points: list[Size], check: Size) -> Polynomial | None:
     """The exact polynomial of degree 1 in batch and ``len(seqs) - 1`` in seq through ``points``
     that also gives the ``check`` value, else None."""
     seq_powers = len({seq for _, seq in points})
@@ -183,7 +216,7 @@ def _fit(
         tuple(term for term in ((BATCH, b), (SEQ, s)) if term[1]) for b in (0, 1) for s in range(seq_powers)
     ]
 
-    def row(point: tuple[int, int | None]) -> list[float]:
+    def row(point: Size) -> list[float]:
         batch, seq = point
         return [float(batch**b * (seq or 1) ** s) for b in (0, 1) for s in range(seq_powers)]
 

@@ -1,7 +1,8 @@
 """Tune for plain PyTorch: the model decides, the measurement confirms.
 
-1. Scan (in this process): each plan's saving as a polynomial in batch and sequence, and its
-   recompute time, from captured steps at a small batch.
+1. Scan (in this process): each plan's saving as a polynomial in batch and sequence, from steps
+   captured with fake tensors (no memory, whatever the model's size), and its recompute time
+   from one real step at batch 1.
 2. Two runs without recompute, at a quarter and a half of the target batch, give the peak's
    fixed part (parameters, gradients, optimizer state, the runtime) and its growth per sample;
    the peak at the target batch is their line (probes that close keep the extrapolation short:
@@ -164,7 +165,10 @@ def plan_torch(
     journal = Journal.in_folder(settings.runs_dir)
     scan_batch = min(target_batch, 2)
     if isinstance(settings.target, RecipeTarget):
-        say(f"scan: capturing training steps of {settings.target} at batch {scan_batch} (this process)")
+        say(
+            f"scan: capturing training steps of {settings.target} at batch {scan_batch} with fake tensors, "
+            "and one real step at batch 1 for recompute times (this process)"
+        )
         scanned = scan_recipe(settings.target.load(settings.options), scan_batch)
     else:
         batches = ", ".join(str(b) for b in range(scan_batch, scan_batch + 3))

@@ -12,9 +12,10 @@ import pytest
 from support.cli import memopt
 from support.torch_steps import assert_bitwise_equal, without_onnxruntime
 
-from memopt.backends.torch.scan import BATCH, SEQ, scan_recipe
+from memopt.backends.torch.scan import BATCH, SEQ, TorchScan, capture_recipe, plans_of, scan_recipe, scan_sizes
+from memopt.child.memory import proc_status_bytes, reset_rss_peak
 from memopt.graph.polynomial import Polynomial
-from memopt.recipes import load_recipe
+from memopt.recipes import Recipe, load_recipe
 from memopt.recompute.policy import RecomputePolicy
 
 
@@ -32,20 +33,43 @@ def test_gpt_plans_and_their_exact_bytes() -> None:
     assert "blocks.*.attn.attn_drop: *" in rows
 
 
+def _scan_with_real_tensors(recipe: Recipe, batch: int) -> TorchScan:
+    """The scan with every size captured in real tensors: the reference the fake-tensor bytes must equal."""
+    points, check = scan_sizes(recipe, batch)
+    captures = {point: capture_recipe(recipe, *point) for point in [*points, check]}
+    paths = [path for path, _ in recipe.model().named_modules() if path]
+    return plans_of(captures, points, check, paths, batch_norm=())  # neither recipe holds batch norm
+
+
 @pytest.mark.parametrize(("spec", "options"), [("gpt", {"size": "tiny", "seq_len": 32}), ("bert", {"size": "tiny"})])
-def test_fake_tensors_scan_the_same_bytes(spec: str, options: dict[str, object]) -> None:
-    """A fake-tensor scan (no memory, no arithmetic) finds the same plans and bytes as a real one."""
+def test_the_scan_counts_with_fake_tensors_the_bytes_of_real_ones(spec: str, options: dict[str, object]) -> None:
+    """The scan's bytes come from fake tensors (no memory, no arithmetic): the same plans, counts
+    and byte polynomials as steps captured in real tensors at the same sizes."""
     recipe = load_recipe(spec, options)
-    real, fake = scan_recipe(recipe, 3), scan_recipe(recipe, 3, fake=True)
-    assert (fake.saved_bytes, fake.saved) == (real.saved_bytes, real.saved)
-    assert {(str(r.plan), r.saving_bytes, r.saving) for r in fake.rows} == {
-        (str(r.plan), r.saving_bytes, r.saving) for r in real.rows
-    }
+    real, scanned = _scan_with_real_tensors(recipe, 2), scan_recipe(recipe, 2)
+    assert (scanned.saved_bytes, scanned.saved) == (real.saved_bytes, real.saved)
+    assert [(str(r.plan), r.tensors, r.modules, r.saving_bytes, r.saving) for r in scanned.rows] == [
+        (str(r.plan), r.tensors, r.modules, r.saving_bytes, r.saving) for r in real.rows
+    ]
+    assert all(row.recompute_seconds > 0 for row in scanned.rows)  # from the one real step
+
+
+def test_the_scan_runs_one_small_real_step_not_the_activations_it_counts() -> None:
+    """At batch 128 the step keeps over 256 MiB for backward; the scan counts them with fake tensors
+    and runs one real step at batch 1 for its times, so this process's peak rises by a fraction of that."""
+    recipe = load_recipe("gpt", {"size": "tiny", "seq_len": 64, "n_layer": 8})
+    reset_rss_peak()
+    start = proc_status_bytes("VmHWM")
+    assert start - proc_status_bytes("VmRSS") < 2**24  # the peak restarted here
+    scanned = scan_recipe(recipe, 128)
+    rise = proc_status_bytes("VmHWM") - start
+    assert scanned.saved_bytes > 256 * 2**20
+    assert rise < scanned.saved_bytes / 4, (rise, scanned.saved_bytes)
 
 
 def test_a_model_larger_than_the_machine_scans_with_fake_tensors() -> None:
     """GPT-2 XL at batch 64 x 1024 tokens keeps terabytes for backward: scanned without any of it."""
-    scanned = scan_recipe(load_recipe("gpt", {"size": "xl", "seq_len": 1024}), 64, fake=True)
+    scanned = scan_recipe(load_recipe("gpt", {"size": "xl", "seq_len": 1024}), 64, timed=False)
     assert scanned.saved_bytes > 2**40
     rows = {str(row.plan): row for row in scanned.rows}
     # 48 blocks' GELU outputs: 4 x 1600 floats a token each.
