@@ -103,6 +103,11 @@ def plan_command(
     if out is not None:
         check_write_target(out, overwrite=force)  # before any run: a user's file is never replaced unasked
     target = runnable(choose_target(recipe, command, default=None))
+    chosen_backend = choose_backend(backend)
+    if chosen_backend.backend is Backend.TORCH:
+        # Loaded before the options are checked: this back end builds an hf: model in this process
+        # (its scan), which transformers cannot once imported without torch for the check alone.
+        import memopt.backends.torch.tune  # noqa: F401
     settings = run_settings(
         target,
         target_batch,
@@ -110,7 +115,6 @@ def plan_command(
         RunOptions(steps, device, timeout, python, runs_dir),
     )
     parsed = parse_budget(budget) if budget is not None else None
-    chosen_backend = choose_backend(backend)
     if chosen_backend.backend is Backend.TORCH:
         say(chosen_backend.line())
         _plan_torch(settings, target_batch, parsed, margin, resume, verify, out, force, as_json)

@@ -106,13 +106,17 @@ def tune_command(
         raise MemoptError("--json needs --no-tui")
     chosen_backend = choose_backend(backend)
     target = runnable(choose_target(recipe, command))
-    if chosen_backend.backend is Backend.TORCH and not no_tui:
-        raise MemoptError("--backend torch has no terminal UI yet: use --no-tui")
-    if export_torch:
-        if chosen_backend.backend is Backend.TORCH:
+    if chosen_backend.backend is Backend.TORCH:
+        if not no_tui:
+            raise MemoptError("--backend torch has no terminal UI yet: use --no-tui")
+        if export_torch:
             raise MemoptError(
                 "--export-torch carries an ORT config over; --backend torch already ends with the torch policy"
             )
+        # Loaded before the options are checked: this back end builds an hf: model in this process
+        # (its scan), which transformers cannot once imported without torch for the check alone.
+        import memopt.backends.torch.tune  # noqa: F401
+    if export_torch:
         if as_json:
             raise MemoptError("--export-torch prints the carried-over policy's lines after tune's: drop --json")
         exportable(target)

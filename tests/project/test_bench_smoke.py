@@ -123,3 +123,16 @@ def test_predictions_snapshot(tmp_path: Path) -> None:
 def test_torchrun_leftovers_benchmark(tmp_path: Path) -> None:
     out = _run(str(BENCH / "bench_torchrun_leftovers.py"), "--trials", "1", "--runs-dir", str(tmp_path / "runs"))
     assert "| 1 | 0 | 0 |" in out
+
+
+@pytest.mark.torch
+def test_side_by_side_benchmark(tmp_path: Path) -> None:
+    """All four set-ups at the smallest size: no recompute, HF checkpointing, compile's budget, memopt's tune."""
+    out = _run(
+        str(BENCH / "bench_side_by_side.py"),
+        *("--cases", "gpt2:tiny:32:2", "--steps", "2", "--tune-steps", "1", "--runs-dir", str(tmp_path)),
+    )
+    for setup in ("no recompute", "HF gradient checkpointing, every layer", "torch.compile, activation_memory_budget"):
+        assert f"| hf:gpt2 tiny, 2 × 32 | {setup} | " in out
+    assert "| hf:gpt2 tiny, 2 × 32 | memopt tune's policy | " in out and "(tune: " in out
+    assert "| hf:gpt2 tiny, 2 × 32 | budget | " in out

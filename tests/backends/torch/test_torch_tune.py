@@ -196,6 +196,17 @@ def test_plan_writes_the_policy_predicted_to_fit_and_nothing_when_none_is(tmp_pa
     assert "over the limit" in tight.stderr and not (tmp_path / "none.json").exists() and tight.stdout == ""
 
 
+@pytest.mark.torch
+def test_plan_scans_an_hf_model_in_its_own_process(tmp_path: Path) -> None:
+    """The torch back end's scan builds an ``hf:`` model in memopt's process: the check of its
+    config before any run must leave transformers able to build it (it read the config without
+    torch, and the scan failed with "cannot build the model")."""
+    args = ("hf:gpt2", "--size", "tiny", "--seq", "16", "--backend", "torch", "--target-batch", "4")
+    done = memopt("plan", *args, "--budget", "20GiB", "--runs-dir", str(tmp_path / "runs"), "--json")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["status"] == "predicted"
+
+
 @pytest.mark.subprocess
 @pytest.mark.parametrize(
     ("args", "said"),
