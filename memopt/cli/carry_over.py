@@ -43,9 +43,14 @@ _IN_PROCESS_BATCH = 2
 
 
 def exportable(target: RunnableTarget) -> RecipeTarget:
-    """``target`` if a config of it can be carried over: memopt trains it both ways itself."""
+    """``target`` if a config of it can be carried over: memopt trains it both ways itself. Called
+    before the recipe's options are read: the carry-over builds the model in this process, so the
+    torch back end (and torch) is loaded first, as an hf: config read by transformers without
+    torch (the options check's light import) leaves transformers unable to build a model."""
     if not isinstance(target, RecipeTarget):
         raise MemoptError(f"export --torch verifies in memopt's own training of a recipe, not {target}")
+    import memopt.backends.torch.export  # noqa: F401
+
     return target
 
 
@@ -66,8 +71,7 @@ def carry_over_to_torch(
     ``recipe`` is the target as the user typed it, for that command."""
     target = exportable(settings.target)
     # Imported here, not with the module: the torch back end loads torch, which the commands' shared
-    # start-up must not carry; and before the recipe's options are read, as an hf: config read by
-    # transformers without torch builds no model in this process.
+    # start-up must not carry (``exportable`` loaded it before the options were read).
     from memopt.backends.torch.export import export_config
     from memopt.backends.torch.gradients import gradient_differences
     from memopt.backends.torch.scan import scan_recipe

@@ -341,6 +341,11 @@ def test_export_writes_a_verified_policy_and_ends_with_the_export_line(tmp_path:
         (("--torch", "none", "gpt", "--batch", "2"), "enables no plan"),
         (("--torch", "Gelu+", "gpt", "--batch", "2", "--out", "{existing}"), "--force"),
         (("--torch", "Gelu+", "{no_recipe}", "--batch", "2"), "no build_model()"),
+        # After the hf: model is built in this process (before any run), where a CUDA budget is checked.
+        (
+            ("--torch", "Gemm+Reshape+", "hf:gpt2", "--size", "tiny", "--batch", "2", "--device", "cuda"),
+            "no CUDA device",
+        ),
     ],
 )
 def test_bad_input_is_one_error_line(tmp_path: Path, arguments: tuple[str, ...], fragment: str) -> None:
