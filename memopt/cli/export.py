@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 import typer
 
@@ -36,14 +36,7 @@ from memopt.run.budget import parse_budget
 from memopt.run.files import check_write_target
 from memopt.run.trials import parse_trial_config
 
-if TYPE_CHECKING:
-    pass
-
 __all__ = ["export_command"]
-
-# The steps this process runs itself (the torch scan's captures, the gradient check) stay at a
-# small batch; only the trials run at the config's.
-_IN_PROCESS_BATCH = 2
 
 
 @app.command("export")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ctypes
 import os
 import sys
 from collections.abc import Collection, Iterator, Sequence
@@ -50,6 +51,9 @@ def stdout_kept_for_the_result() -> Iterator[None]:
         yield
     finally:
         sys.stdout.flush()
+        # C's stdio buffers what its printf wrote while fd 1 was stderr (buffered when stderr is a
+        # pipe or a file): flushed now, or it would reach the real stdout at exit, after the result.
+        ctypes.CDLL(None).fflush(None)
         os.dup2(saved, 1)
         os.close(saved)
 

@@ -4,12 +4,14 @@ stdout, which scripts read, holds the result alone."""
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from io import StringIO
 
 import pytest
 from rich.console import Console
 
-from memopt.cli.show import print_trial, stdout_kept_for_the_result
+from memopt.cli.show import print_trial
 from memopt.core import RunStatus, parse_target
 from memopt.core.trial import Outcome, TrialResult
 from memopt.ort import OrtVersion
@@ -47,14 +49,23 @@ def test_a_config_string_longer_than_a_file_name_is_read_as_a_config() -> None:
     assert [str(entry) for entry in parsed.entries] == keys
 
 
-def test_what_c_code_prints_during_the_work_goes_to_stderr_and_the_result_to_stdout(
-    capfd: pytest.CaptureFixture[str],
-) -> None:
-    # os.write to file descriptor 1 is what a C library's printf does (scipy's HiGHS prints a
-    # debug line from its MIP solver), beyond sys.stdout's reach.
-    with stdout_kept_for_the_result():
-        os.write(1, b"HighsMipSolverData::transformNewIntegerFeasibleSolution tmpSolver.run();\n")
-    print('{"status": "verified"}')
-    out, err = capfd.readouterr()
-    assert out == '{"status": "verified"}\n'
-    assert "tmpSolver.run();" in err
+_C_PRINTS_DURING_THE_WORK = """
+import ctypes
+from memopt.cli.show import stdout_kept_for_the_result
+with stdout_kept_for_the_result():
+    ctypes.CDLL(None).printf(b"HighsMipSolverData::transformNewIntegerFeasibleSolution tmpSolver.run();\\n")
+print('{"status": "verified"}')
+"""
+
+
+@pytest.mark.subprocess
+def test_what_c_code_prints_during_the_work_goes_to_stderr_and_the_result_to_stdout() -> None:
+    # C's printf, as scipy's HiGHS prints its stray line, with both streams piped: stdio then
+    # buffers it, and without the flush it reached stdout at exit, after the result.
+    env = {name: value for name, value in os.environ.items() if name != "PYTHONUNBUFFERED"}
+    done = subprocess.run(
+        [sys.executable, "-c", _C_PRINTS_DURING_THE_WORK], capture_output=True, text=True, env=env, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == '{"status": "verified"}\n'
+    assert "tmpSolver.run();" in done.stderr
