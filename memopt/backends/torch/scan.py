@@ -5,8 +5,9 @@ without memory, so a model larger than the machine scans too) at the asked batch
 length and at a few other sizes; each plan's saved bytes are then fitted exactly as
 ``batch·(a + b·seq + c·seq²)`` (as many sequence terms as there were distinct sequence lengths)
 and checked on one more batch. A plan whose bytes do not follow that form keeps its measured
-figure and no formula. The recompute times come from one real capture, at batch 1 (the smallest
-real step, as every capture keeps all its forward outputs alive), taken as growing with the batch.
+figure and no formula. The recompute times come from one real capture at batch 2 (a small real
+step, as every capture keeps all its forward outputs alive), taken as growing with the batch. A
+forward that reads its tensors' values cannot run on fake tensors, and is captured real.
 
 Two kinds of plan come out (``policy``): ``MODULE: OP`` for every op whose saved outputs a
 recompute from its inputs can drop, and ``MODULE: *`` for repeated modules (numbered, as layers
@@ -25,7 +26,12 @@ from typing import Any
 import numpy as np
 import torch
 from torch import nn
-from torch._subclasses.fake_tensor import FakeTensorMode
+from torch._subclasses.fake_tensor import (
+    DataDependentOutputException,
+    DynamicOutputShapeException,
+    FakeTensorMode,
+    UnsupportedOperatorException,
+)
 
 from memopt.errors import MemoptError
 from memopt.graph.polynomial import Monomial, Polynomial
@@ -46,9 +52,11 @@ __all__ = [
 ]
 
 BATCH, SEQ = "batch", "seq"
-# The one real step a scan runs, for its recompute times: the smallest batch, as it keeps every
-# forward output alive until it ends.
-_TIMED_BATCH = 1
+# The one real step a scan runs, for its recompute times: a small batch, as it keeps every forward
+# output alive until it ends; two, not one, as batch norm in training and some losses need two.
+_TIMED_BATCH = 2
+# What a fake tensor cannot answer: the forward reads a value, or an op's output shape depends on one.
+_NEEDS_VALUES = (DataDependentOutputException, DynamicOutputShapeException, UnsupportedOperatorException)
 Size = tuple[int, int | None]  # batch, and seq where the recipe takes one
 
 
@@ -76,15 +84,28 @@ def scan_recipe(recipe: Recipe, batch: int, *, timed: bool = True) -> TorchScan:
 
     The bytes come from fake tensors (``FakeTensorMode``): the model, its batch and every op's
     output hold no memory, so any size scans in seconds. ``timed``: the recompute times come from
-    one real step at batch 1 and the scan's sequence length, scaled to ``batch``; without it they
+    one real step at batch 2 (or ``batch`` if smaller) and the scan's sequence length, scaled to
+    ``batch``; a forward that reads its tensors' values scans with real tensors throughout; without it they
     are only the fake dispatch's, not the ops'."""
     points, check = scan_sizes(recipe, batch)
-    with FakeTensorMode():  # type: ignore[no-untyped-call]
+    try:
+        with FakeTensorMode():  # type: ignore[no-untyped-call]
+            captures = {point: capture_recipe(recipe, *point) for point in [*points, check]}
+            model = _model(recipe)
+    except _NEEDS_VALUES:
+        # A forward that reads its tensors' values (a branch on them, .item(), a boolean mask's
+        # shape) cannot run on fake ones: its bytes and times come from real captures instead.
         captures = {point: capture_recipe(recipe, *point) for point in [*points, check]}
-        model = _model(recipe)
+        return _grouped(captures, points, check, _model(recipe))
     if timed:
-        real = capture_recipe(recipe, _TIMED_BATCH, points[0][1])
-        captures[points[0]] = _with_times(captures[points[0]], real, batch / _TIMED_BATCH)
+        timed_batch = min(batch, _TIMED_BATCH)
+        real = capture_recipe(recipe, timed_batch, points[0][1])
+        captures[points[0]] = _with_times(captures[points[0]], real, batch / timed_batch)
+    return _grouped(captures, points, check, model)
+
+
+def _grouped(captures: Mapping[Size, CapturedStep], points: list[Size], check: Size, model: nn.Module) -> TorchScan:
+    """The plans of ``captures``, batch norm's modules left out of the whole-module plans."""
     batch_norm = {path for path, module in model.named_modules() if isinstance(module, nn.modules.batchnorm._BatchNorm)}
     all_paths = [path for path, _ in model.named_modules() if path]
     return plans_of(captures, points, check, all_paths, batch_norm)

@@ -76,6 +76,16 @@ def test_a_model_larger_than_the_machine_scans_with_fake_tensors() -> None:
     assert rows["blocks.*.mlp.act: gelu"].saving_bytes == 48 * 64 * 1024 * 4 * 1600 * 4
 
 
+def test_a_forward_that_reads_its_values_scans_with_real_tensors() -> None:
+    """A branch on a tensor's value cannot run on fake tensors: the scan captures it real."""
+    recipe = load_recipe(str(Path(__file__).resolve().parents[2] / "recipes" / "branches_on_values.py"), {})
+    scanned = scan_recipe(recipe, 4)
+    rows = {str(row.plan): row for row in scanned.rows}
+    # fc1's output, 32 floats a sample, which GELU keeps for its backward.
+    assert rows["fc1: addmm"].saving_bytes == 4 * 32 * 4
+    assert all(row.recompute_seconds > 0 for row in scanned.rows)
+
+
 def test_cnn_gets_no_region_over_batch_norm() -> None:
     scanned = scan_recipe(load_recipe("cnn", {"size": "tiny"}), 2)
     assert all(not row.plan.whole_module for row in scanned.rows)
