@@ -21,7 +21,8 @@ from memopt.errors import MemoptError
 from memopt.graph.sizes import resolve_dims
 from memopt.ort.config import ConfigEntry
 from memopt.ort.stack import inspect_stack
-from memopt.predict.planner import budget_limit
+from memopt.predict.planner import DEFAULT_MARGIN, budget_limit
+from memopt.recipes import Recipe
 from memopt.run.budget import Budget
 from memopt.run.files import replace_atomically
 from memopt.run.journal import Journal
@@ -35,23 +36,32 @@ from memopt.units import format_bytes
 if TYPE_CHECKING:
     from memopt.backends.torch.export import TorchExport
 
-__all__ = ["carry_over_to_torch", "exportable"]
+__all__ = ["carry_over_to_torch", "exportable", "torch_side"]
 
 # The steps this process runs itself (the torch scan's captures, the gradient check) stay at a
 # small batch; only the trials run at the config's.
 _IN_PROCESS_BATCH = 2
 
 
-def exportable(target: RunnableTarget) -> RecipeTarget:
+def exportable(target: RunnableTarget, command: str = "export --torch") -> RecipeTarget:
     """``target`` if a config of it can be carried over: memopt trains it both ways itself. Called
     before the recipe's options are read: the carry-over builds the model in this process, so the
     torch back end (and torch) is loaded first, as an hf: config read by transformers without
     torch (the options check's light import) leaves transformers unable to build a model."""
     if not isinstance(target, RecipeTarget):
-        raise MemoptError(f"export --torch verifies in memopt's own training of a recipe, not {target}")
+        raise MemoptError(f"{command} verifies in memopt's own training of a recipe, not {target}")
     import memopt.backends.torch.export  # noqa: F401
 
     return target
+
+
+def torch_side(settings: RunSettings, budget: Budget | None) -> tuple[Recipe, int]:
+    """The recipe as the torch back end trains it, and the budget in bytes on the device its
+    trial runs on: what a carry-over refuses before any run (a file that is no recipe, a budget
+    for a device not here)."""
+    from memopt.backends.torch.trial import resolve_torch_budget
+
+    return exportable(settings.target).load(settings.options), resolve_torch_budget(budget, settings.device)
 
 
 def carry_over_to_torch(
@@ -67,7 +77,7 @@ def carry_over_to_torch(
 ) -> bool:
     """Map ``entries`` (an ORT config of ``settings.target``) to a torch recompute policy, check its
     gradients, and run it at ``batch``. Prints the mapping, the figures and either the export line
-    (True: the measured peak is under the limit, the budget less ``margin``, as tune verifies) or the torch back end's own tune to run (False).
+    (True: the measured peak of its one run is under the limit, the budget less ``margin``) or the torch back end's own tune to run (False).
     ``recipe`` is the target as the user typed it, for that command."""
     target = exportable(settings.target)
     # Imported here, not with the module: the torch back end loads torch, which the commands' shared
@@ -75,11 +85,10 @@ def carry_over_to_torch(
     from memopt.backends.torch.export import export_config
     from memopt.backends.torch.gradients import gradient_differences
     from memopt.backends.torch.scan import scan_recipe
-    from memopt.backends.torch.trial import resolve_torch_budget, run_torch_trial
+    from memopt.backends.torch.trial import run_torch_trial
     from memopt.recompute import POLICY_ENV
 
-    loaded = target.load(settings.options)  # a file that is no recipe is said before any run
-    budget_bytes = resolve_torch_budget(budget, settings.device)  # so is a budget for a device not here
+    loaded, budget_bytes = torch_side(settings, budget)
     journal = Journal.in_folder(settings.runs_dir)
     with error_console.status(f"ORT's plans for {escape(str(target))} (a short ORTModule probe, once)…"):
         ort_version, report, ort_dims = _ort_plans(settings, batch)
@@ -135,6 +144,8 @@ def carry_over_to_torch(
     retune = ["memopt", "tune", "--backend", "torch", *_recipe_words(recipe, settings.options)]
     budget_text = budget.text if budget is not None else format_bytes(budget_bytes).replace(" ", "")
     retune += ["--target-batch", str(batch), "--budget", budget_text]
+    retune += [] if margin == DEFAULT_MARGIN else ["--margin", f"{margin:g}"]
+    retune += [] if settings.device == "auto" else ["--device", settings.device]
     print(f"# the policy is written ({policy_path}) but misses; the torch back end's own tune at that budget:")
     print(shlex.join([*retune, "--no-tui"]))
     return False

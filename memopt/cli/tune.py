@@ -15,7 +15,7 @@ import typer
 
 from memopt.backends import Backend, choose_backend
 from memopt.cli import EXIT_DOES_NOT_FIT, app
-from memopt.cli.carry_over import carry_over_to_torch, exportable
+from memopt.cli.carry_over import carry_over_to_torch, exportable, torch_side
 from memopt.cli.options import (
     BackendOption,
     BudgetOption,
@@ -111,7 +111,8 @@ def tune_command(
             raise MemoptError("--backend torch has no terminal UI yet: use --no-tui")
         if export_torch:
             raise MemoptError(
-                "--export-torch carries an ORT config over; --backend torch already ends with the torch policy"
+                f"--export-torch carries an ORT config over, and the torch back end ({chosen_backend.line()}) "
+                "already ends with the torch policy"
             )
         # Loaded before the options are checked: this back end builds an hf: model in this process
         # (its scan), which transformers cannot once imported without torch for the check alone.
@@ -119,7 +120,7 @@ def tune_command(
     if export_torch:
         if as_json:
             raise MemoptError("--export-torch prints the carried-over policy's lines after tune's: drop --json")
-        exportable(target)
+        exportable(target, "tune --export-torch")
     run = run_settings(
         target,
         target_batch,
@@ -127,6 +128,8 @@ def tune_command(
         RunOptions(steps, device, timeout, python, runs_dir),
     )
     parsed_budget = parse_budget(budget) if budget is not None else None
+    if export_torch:
+        torch_side(run, parsed_budget)  # what the carry-over would refuse, refused before the tune
     if chosen_backend.backend is Backend.TORCH:
         say(chosen_backend.line())
         _headless_torch(run, target_batch, parsed_budget, margin, resume, as_json)

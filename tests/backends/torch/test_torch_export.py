@@ -11,6 +11,7 @@ from fractions import Fraction
 from pathlib import Path
 
 import pytest
+import torch
 from support.cli import assert_one_line_error, memopt
 
 from memopt.backends.torch.export import TorchExport, export_config
@@ -342,9 +343,10 @@ def test_export_writes_a_verified_policy_and_ends_with_the_export_line(tmp_path:
         (("--torch", "Gelu+", "gpt", "--batch", "2", "--out", "{existing}"), "--force"),
         (("--torch", "Gelu+", "{no_recipe}", "--batch", "2"), "no build_model()"),
         # After the hf: model is built in this process (before any run), where a CUDA budget is checked.
-        (
+        pytest.param(
             ("--torch", "Gemm+Reshape+", "hf:gpt2", "--size", "tiny", "--batch", "2", "--device", "cuda"),
             "no CUDA device",
+            marks=pytest.mark.skipif(torch.cuda.is_available(), reason="refused only where torch sees no CUDA"),
         ),
     ],
 )
@@ -363,9 +365,14 @@ def test_bad_input_is_one_error_line(tmp_path: Path, arguments: tuple[str, ...],
 @pytest.mark.parametrize(
     ("arguments", "fragment"),
     [
-        (("gpt", "--backend", "torch"), "--backend torch already ends with the torch policy"),
-        (("gpt", "--json"), "drop --json"),
-        (("--cmd", "python train.py --batch-size {batch}"), "memopt's own training of a recipe"),
+        (("gpt", "--backend", "torch"), "(backend: torch (--backend)) already ends with the torch policy"),
+        (("gpt", "--backend", "ort", "--json"), "drop --json"),
+        (("--cmd", "python train.py --batch-size {batch}", "--backend", "ort"), "tune --export-torch verifies"),
+        pytest.param(
+            ("gpt", "--backend", "ort", "--device", "cuda"),
+            "no CUDA device",
+            marks=pytest.mark.skipif(torch.cuda.is_available(), reason="refused only where torch sees no CUDA"),
+        ),
     ],
 )
 def test_tune_export_torch_refuses_what_it_cannot_carry_over_before_any_run(
