@@ -79,7 +79,7 @@ def carry_over_to_torch(
     gradients, and run it at ``batch``. Prints the mapping, the figures and either the export line
     (True: the measured peak of its one run is under the limit, the budget less ``margin``) or the torch back end's own tune to run (False).
     ``recipe`` is the target as the user typed it, for that command."""
-    target = exportable(settings.target)
+    target = settings.target
     # Imported here, not with the module: the torch back end loads torch, which the commands' shared
     # start-up must not carry (``exportable`` loaded it before the options were read).
     from memopt.backends.torch.export import export_config
