@@ -128,6 +128,7 @@ def plan_command(
     ):
         raise MemoptError(f"ORT {versions.ort_version} takes the config string itself; --out is for 1.19 JSON files")
     require_budget(parsed, device, versions.cuda)
+    say(chosen_backend.line())
     with (
         stdout_kept_for_the_result(),
         console.status(f"Calibrating {escape(str(target))}: graph probe and no-config trials…"),

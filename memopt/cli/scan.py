@@ -154,6 +154,7 @@ def scan_command(
     explicit_dims = parse_dims_option(dims)
     if plot is not None:
         _check_plot_path(plot)  # before the scan, not after it
+    say(chosen_backend.line())
     status = error_console if as_json or as_csv else console
     with status.status(f"Building the training graph of {escape(str(chosen))} (ORTModule export and session, once)…"):
         loaded = load_target(

@@ -119,6 +119,7 @@ def trial_command(
     if versions.ort_version is None:
         raise MemoptError("the ORT training stack cannot run: onnxruntime-training is not installed")
     validated = parse_trial_config(config, OrtVersion.parse(versions.ort_version))
+    say(chosen_backend.line())
     spec = TrialSpec(settings, batch, validated.entries)
 
     identity_device = "cuda" if versions.cuda and device != "cpu" else "cpu"

@@ -148,11 +148,12 @@ def tune_command(
         raise MemoptError("the ORT training stack cannot run: onnxruntime-training is not installed")
     require_budget(settings.budget, run.device, versions.cuda)
     carry_over = _carry_over_to_torch(recipe or "") if export_torch else None
+    if not no_tui and (not sys.stderr.isatty() or not sys.stdin.isatty()):
+        raise MemoptError("the tuner's screen needs a terminal; use --no-tui for scripts and CI")
+    say(chosen_backend.line())
     if no_tui:
         _headless(settings, versions, as_json, carry_over)
         return
-    if not sys.stderr.isatty() or not sys.stdin.isatty():
-        raise MemoptError("the tuner's screen needs a terminal; use --no-tui for scripts and CI")
     from memopt.tui.app import TuneApp
 
     tuner = Tuner(settings, versions=versions)

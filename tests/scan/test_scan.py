@@ -98,6 +98,8 @@ def test_scan_cli_json_at_user_sizes(gpt_probe: CliRun) -> None:
     assert by_key["FusedMatMul+Where+Softmax+:1:-1"]["saving_bytes"] == 16 * 16 * 64**2
     assert result["stashed_bytes"] > sum(p["saving_bytes"] for p in result["plans"] if p["type"] == "recompute") / 2
     assert by_key["Gelu+:1:-1"]["occurrences"][0]["nodes"]
+    # The first line says which back end answers, as on every back end; stdout stays the JSON.
+    assert run.stderr.splitlines()[0].startswith("backend: ort (ORTModule can run here"), run.stderr
 
 
 def test_scan_cli_table_csv_and_plot(gpt_probe: CliRun, tmp_path: Path) -> None:

@@ -76,9 +76,12 @@ def headless_tune(
 
 
 def assert_one_line_error(run: CliRun, *fragments: str) -> None:
-    """Exit 2, one ``error:`` line on stderr naming the problem, no traceback."""
+    """Exit 2, one ``error:`` line on stderr naming the problem, no traceback. An error met once
+    the command's checks have passed follows the ``backend:`` line every such command starts with."""
     assert run.returncode == 2, (run.stdout, run.stderr)
     lines = run.stderr.strip().splitlines()
+    if len(lines) == 2 and lines[0].startswith("backend: "):
+        lines = lines[1:]
     assert len(lines) == 1 and lines[0].startswith("error: "), run.stderr
     assert "Traceback" not in run.stdout + run.stderr
     for fragment in fragments:

@@ -169,8 +169,9 @@ def test_cli_rejects_a_recipe_and_a_command_together(tmp_path: Path) -> None:
 @pytest.mark.subprocess
 def test_cli_trial_after_double_dash_runs_the_command(tmp_path: Path) -> None:
     run = memopt("trial", "--batch", "2", "--runs-dir", str(tmp_path), "--", "sh", "-c", "echo plain job")
-    note, error = run.stderr.strip().splitlines()
+    note, backend, error = run.stderr.strip().splitlines()
     assert note.startswith("note: the command has no {batch}")
+    assert backend.startswith("backend: ort (")
     assert_one_line_error(
         replace(run, stderr=error), "the training command failed", "no ORTModule training step seen", "plain job"
     )
