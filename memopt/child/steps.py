@@ -16,7 +16,6 @@ from typing import Any
 
 import torch
 from torch import nn
-from torch.nn import functional as F
 from torch.optim.adamw import AdamW
 from torch.optim.optimizer import Optimizer
 
@@ -26,6 +25,7 @@ from memopt.child.profile import profile_sessions, write_node_times
 from memopt.cuda_caching import AllocatorSettings, PoolLayout
 from memopt.errors import MemoptError, one_line
 from memopt.recipes import Recipe, RecipeError
+from memopt.recipes.loss import default_loss
 from memopt.step_lines import step_line
 
 __all__ = [
@@ -253,41 +253,6 @@ class LossOnly(nn.Module):
 def _returned_loss(output: Any, target: None) -> Any:
     del target  # the model computed its loss, with the target as an input
     return output
-
-
-def default_loss(output: Any, target: torch.Tensor | None) -> torch.Tensor:
-    """The model's own loss when it returns one, else a loss of its output against ``target``.
-
-    A model returns its loss as a mapping with ``loss`` (a Hugging Face ``ModelOutput``, a
-    dict) or as a tuple or list whose first item is a scalar tensor. Otherwise the output
-    (a tensor, or a tuple's first item) gets cross-entropy for integer targets, MSE for float
-    targets, and its mean without a target. Raises RecipeError when no loss follows.
-    """
-    if isinstance(output, Mapping):
-        loss = output.get("loss")
-        if not isinstance(loss, torch.Tensor):
-            keys = ", ".join(str(key) for key in output) or "none"
-            raise RecipeError(
-                f"the model returned a {type(output).__name__} without a loss (keys: {keys}); "
-                "pass labels in make_batch() or define loss(output, target)"
-            )
-        return loss
-    if isinstance(output, (tuple, list)):
-        if not output:
-            raise RecipeError("the model returned an empty tuple; define loss(output, target)")
-        first = output[0]
-        if isinstance(first, torch.Tensor) and first.dim() == 0:
-            return first
-        output = first
-    if not isinstance(output, torch.Tensor):
-        raise RecipeError(
-            f"the model returned {type(output).__name__}, not a tensor or a loss; define loss(output, target)"
-        )
-    if target is None:
-        return output.float().mean()
-    if target.dtype.is_floating_point:
-        return F.mse_loss(output, target)
-    return F.cross_entropy(output.reshape(-1, output.shape[-1]), target.reshape(-1))
 
 
 def _compute_loss(loss_fn: Callable[[Any, Any], Any], output: Any, target: Any, name: str) -> Any:

@@ -21,7 +21,7 @@ from memopt.errors import MemoptError
 from memopt.graph.sizes import resolve_dims
 from memopt.ort.config import ConfigEntry
 from memopt.ort.stack import inspect_stack
-from memopt.predict.planner import DEFAULT_MARGIN, budget_limit
+from memopt.predict.choice import DEFAULT_MARGIN, budget_limit
 from memopt.recipes import Recipe
 from memopt.run.budget import Budget
 from memopt.run.files import replace_atomically

@@ -26,17 +26,10 @@ import numpy as np
 from memopt.graph import Polynomial
 from memopt.ort.config import ConfigEntry, PlanKey, plan_config_entries
 from memopt.ort.version import OrtVersion
+from memopt.predict.choice import DEFAULT_MARGIN, budget_limit, exact_cover
 from memopt.predict.memory_model import MemoryModel, PlanSavings
 
-__all__ = ["DEFAULT_MARGIN", "PlanChoice", "PlanResult", "budget_limit", "cheapest_cover", "choose_plans"]
-
-# Fraction of the budget held back for prediction error, by plan and tune alike.
-DEFAULT_MARGIN = 0.02
-
-
-def budget_limit(budget_bytes: float, margin: float) -> float:
-    """The peak a config may be predicted at: the budget less the margin held back for error."""
-    return budget_bytes * (1.0 - margin)
+__all__ = ["DEFAULT_MARGIN", "PlanChoice", "PlanResult", "budget_limit", "choose_plans"]
 
 
 @dataclass(frozen=True)
@@ -146,7 +139,7 @@ def choose_plans(
         solver = "infeasible: every plan is not enough"
         feasible = False
     else:
-        chosen, solver = _solve(variables, savings, need)
+        chosen, solver = exact_cover(variables, savings, need)
         feasible = True
     choices = _choices(model, usable, variables, chosen, costs_s, target_batch)
     predicted = model.predict(target_batch, [c.key for c in choices], {c.key: c.count for c in choices if c.count >= 0})
@@ -191,7 +184,7 @@ def _choose_simulated(
         if savings.sum() < current - limit:
             chosen |= set(useful)  # not enough on this estimate: take them all, then re-simulate
             continue
-        picked, solver_note = _solve(
+        picked, solver_note = exact_cover(
             [(i, 1, marginal[k], cost[k]) for i, k in enumerate(useful)], savings, current - limit
         )
         if not solver_note.startswith("milp (HiGHS)"):
@@ -259,45 +252,6 @@ def _lowest_peak(
                 lowest, lowest_peak, improved = fewer, peak(fewer), True
                 break
     return lowest
-
-
-def cheapest_cover(savings: Sequence[float], costs: Sequence[float], need: float) -> tuple[list[int], str]:
-    """The indices of the least-cost set of independent plans whose savings add up to ``need``
-    (the same exact solve as ``choose_plans``; a back end without ORT's model calls it directly)."""
-    variables = [(index, 1, saving, cost) for index, (saving, cost) in enumerate(zip(savings, costs))]
-    chosen, solver = _solve(variables, np.array(savings, dtype=float), need)
-    return [index for index, x in enumerate(chosen) if x], solver
-
-
-def _solve(variables: list[tuple[int, int, float, float]], savings: np.ndarray, need: float) -> tuple[np.ndarray, str]:
-    # Imported here: scipy.optimize takes about half a second of CPU to import, which every
-    # memopt command would pay at start-up, and a plan that needs no solve (none needed,
-    # or out of reach) would pay too.
-    from scipy.optimize import Bounds, LinearConstraint, milp
-
-    n = len(variables)
-    scale = max(float(savings.max()), 1.0)
-    costs = np.array([v[3] for v in variables])
-    # Costs are seconds (often milliseconds): scaled to order 1 so HiGHS's absolute tolerances
-    # cannot hide a plan that is not needed; a tiny price per variable then prefers fewer plans
-    # between equally cheap sets.
-    objective = costs / max(float(costs.max(initial=0.0)), 1e-12) + 1e-9
-    constraints = [LinearConstraint((savings / scale)[None, :], lb=need / scale, ub=np.inf)]
-    order = []  # y_{p,j} >= y_{p,j+1}: ORT <=1.16 recomputes the first occurrences in topological order
-    for i in range(n - 1):
-        if variables[i][0] == variables[i + 1][0] and variables[i][1] == 1:
-            row = np.zeros(n)
-            row[i], row[i + 1] = 1.0, -1.0
-            order.append(row)
-    if order:
-        constraints.append(LinearConstraint(np.array(order), lb=0.0, ub=np.inf))
-    # Zero relative gap: HiGHS must prove optimality (by default it stops within 0.01%).
-    result = milp(
-        objective, constraints=constraints, integrality=np.ones(n), bounds=Bounds(0, 1), options={"mip_rel_gap": 0.0}
-    )
-    if result.x is None:
-        return np.ones(n), f"milp failed ({result.message}); every plan enabled"
-    return np.round(result.x), "milp (HiGHS), optimal"
 
 
 def _choices(

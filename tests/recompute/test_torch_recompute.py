@@ -13,8 +13,8 @@ from support.torch_steps import assert_bitwise_equal, policy
 from torch import nn
 
 from memopt import recompute
-from memopt.child.steps import default_loss
 from memopt.recipes import load_hf_recipe, load_recipe
+from memopt.recipes.loss import default_loss
 from memopt.recompute import POLICY_ENV, RecomputePlan, RecomputePolicy, RecomputePolicyError
 
 BUILTIN_POLICIES = {

@@ -9,7 +9,6 @@ import torch
 from support import RECIPES
 from torch import nn
 
-from memopt.child.steps import default_loss
 from memopt.recipes import (
     BUILTIN_RECIPES,
     DEFAULT_RECIPE,
@@ -17,6 +16,7 @@ from memopt.recipes import (
     load_recipe,
     parse_option_value,
 )
+from memopt.recipes.loss import default_loss
 
 
 @pytest.mark.parametrize("name", sorted(BUILTIN_RECIPES))

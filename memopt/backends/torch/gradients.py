@@ -12,6 +12,7 @@ import torch
 
 from memopt import recompute
 from memopt.recipes import Recipe
+from memopt.recipes.loss import default_loss
 from memopt.recompute import RecomputePolicy
 
 __all__ = ["gradient_differences", "seeded_step"]
@@ -19,8 +20,6 @@ __all__ = ["gradient_differences", "seeded_step"]
 
 def seeded_step(recipe: Recipe, policy: RecomputePolicy | None, batch: int) -> dict[str, torch.Tensor]:
     """One seeded training step (dropout on), with ``policy`` applied where given: every gradient and buffer after it."""
-    from memopt.child.steps import default_loss
-
     torch.manual_seed(0)
     model = recipe.model().train()
     torch.manual_seed(1)

@@ -36,6 +36,7 @@ from torch._subclasses.fake_tensor import (
 from memopt.errors import MemoptError
 from memopt.graph.polynomial import Monomial, Polynomial
 from memopt.recipes import Recipe
+from memopt.recipes.loss import default_loss
 from memopt.recompute.capture import CapturedStep, capture_step, module_pattern, plannable
 from memopt.recompute.policy import OpName, RecomputePlan
 
@@ -209,8 +210,6 @@ def _model(recipe: Recipe) -> nn.Module:
 
 def capture_recipe(recipe: Recipe, batch: int, seq: int | None) -> CapturedStep:
     """The recipe's training step at ``batch`` and ``seq``, captured with the tensors of the mode it runs under."""
-    from memopt.child.steps import default_loss
-
     options = dict(recipe.options) | ({"seq_len": seq} if seq is not None else {})
     sized = replace(recipe, options=options)
     model = _model(sized)

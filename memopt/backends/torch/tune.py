@@ -9,7 +9,7 @@
    a CPU peak varies by tens of MiB from run to run).
 3. The plans whose savings at the target batch (less the one region backward rematerialises at
    a time) cover the peak's excess over the limit (the budget less the margin) at least
-   recompute time: ``cheapest_cover``, ORT's planner's exact solve, over the op plans (their
+   recompute time: ``cheapest_cover``, the exact solve ORT's planner makes too (``memopt.predict.choice``), over the op plans (their
    savings add up); where they cannot cover it, the cheapest whole-module plan that does; where
    nothing does, the policy that saves the most.
 4. One run at the target batch with that policy answers: verified when its measured peak is
@@ -38,7 +38,7 @@ from memopt.backends.torch.scan import TorchScan, scan_recipe
 from memopt.backends.torch.trial import TorchTrial, resolve_torch_budget, run_torch_trial
 from memopt.core import RecipeTarget
 from memopt.errors import MemoptError
-from memopt.predict.planner import budget_limit, cheapest_cover
+from memopt.predict.choice import budget_limit, cheapest_cover
 from memopt.recompute import POLICY_ENV, RecomputePolicy
 from memopt.run.budget import Budget
 from memopt.run.journal import Journal

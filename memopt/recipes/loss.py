@@ -1,0 +1,51 @@
+"""A recipe's loss when it defines none: what every back end trains a recipe's model with.
+
+This module imports torch; the recipe contract in ``memopt.recipes`` does not.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+from torch.nn import functional as F
+
+from memopt.recipes import RecipeError
+
+__all__ = ["default_loss"]
+
+
+def default_loss(output: Any, target: torch.Tensor | None) -> torch.Tensor:
+    """The model's own loss when it returns one, else a loss of its output against ``target``.
+
+    A model returns its loss as a mapping with ``loss`` (a Hugging Face ``ModelOutput``, a
+    dict) or as a tuple or list whose first item is a scalar tensor. Otherwise the output
+    (a tensor, or a tuple's first item) gets cross-entropy for integer targets, MSE for float
+    targets, and its mean without a target. Raises RecipeError when no loss follows.
+    """
+    if isinstance(output, Mapping):
+        loss = output.get("loss")
+        if not isinstance(loss, torch.Tensor):
+            keys = ", ".join(str(key) for key in output) or "none"
+            raise RecipeError(
+                f"the model returned a {type(output).__name__} without a loss (keys: {keys}); "
+                "pass labels in make_batch() or define loss(output, target)"
+            )
+        return loss
+    if isinstance(output, (tuple, list)):
+        if not output:
+            raise RecipeError("the model returned an empty tuple; define loss(output, target)")
+        first = output[0]
+        if isinstance(first, torch.Tensor) and first.dim() == 0:
+            return first
+        output = first
+    if not isinstance(output, torch.Tensor):
+        raise RecipeError(
+            f"the model returned {type(output).__name__}, not a tensor or a loss; define loss(output, target)"
+        )
+    if target is None:
+        return output.float().mean()
+    if target.dtype.is_floating_point:
+        return F.mse_loss(output, target)
+    return F.cross_entropy(output.reshape(-1, output.shape[-1]), target.reshape(-1))
