@@ -42,7 +42,7 @@ from memopt.recipes import DEFAULT_RECIPE
 from memopt.run import DEFAULT_RUNS_DIR
 from memopt.run.files import check_write_target, replace_atomically
 from memopt.run.settings import RunSettings
-from memopt.run.target import ScanTarget, load_target
+from memopt.run.target import ProbedGraph, load_target
 from memopt.scan import ProbeLevel, ScanReport, fold_layers, scan_graph
 from memopt.scan.parity import logged_parity
 from memopt.scan.patterns import Pattern, order_patterns
@@ -240,7 +240,7 @@ def _print_torch_scan(scanned: TorchScan, label: str, fake: bool) -> None:
     )
 
 
-def _differences_from_probe(report: ScanReport, loaded: ScanTarget, version: str, level: ProbeLevel) -> list[str]:
+def _differences_from_probe(report: ScanReport, loaded: ProbedGraph, version: str, level: ProbeLevel) -> list[str]:
     """One line per row where the scan differs from the Plan table ORT printed in the probe
     that built the graph (compared only where both analysed alike: same release, ORTModule's
     probe level, no layer boundaries)."""

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 from memopt.graph.expr import Expression
-from memopt.ort.config import OptimizationType, PlanKey
+from memopt.ort.config import OptimizationType, PlanCell, PlanKey
 from memopt.ort.version import OrtVersionRange
 
 __all__ = [
@@ -114,7 +114,7 @@ class Summary:
     truncated: bool = False
 
     @property
-    def plan_cells(self) -> frozenset[str]:
+    def plan_cells(self) -> frozenset[PlanCell]:
         """Every "<subgraph>:<type>" cell of the Plan table: what a config can enable here."""
         return frozenset(cell for plan in self.plans for cell in plan.key.cells)
 

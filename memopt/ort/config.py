@@ -16,6 +16,7 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from enum import IntEnum
 from pathlib import Path
+from typing import NewType
 
 from memopt.errors import MemoptError, path_kind
 from memopt.ort.version import OrtVersion
@@ -27,6 +28,7 @@ __all__ = [
     "ENV_VAR",
     "LEVEL_VAR",
     "OptimizationType",
+    "PlanCell",
     "PlanKey",
     "ValidatedConfig",
     "cell_subgraph",
@@ -77,7 +79,7 @@ class ConfigEntry:
     count: int = -1
 
     @property
-    def cell(self) -> str:
+    def cell(self) -> PlanCell:
         """``"<subgraph>:<type>"``: the cell of ORT's Plan table this entry enables."""
         return plan_cell(self.subgraph, self.optimization)
 
@@ -302,6 +304,11 @@ def _json_type(value: object) -> str:
     return names.get(type(value), "a number")
 
 
+# One "<subgraph>:<type>" cell of ORT's Plan table (``"Gelu+:1"``): what a config entry enables,
+# and what a printed table offers; a key names one or more of them.
+PlanCell = NewType("PlanCell", str)
+
+
 class PlanKey(str):
     """A plan as ORT's Plan table names it and as a config enables it: "<subgraph>:<type>:<count>",
     or several such cells joined by "," where ORT groups plans that must go on together
@@ -312,9 +319,9 @@ class PlanKey(str):
     __slots__ = ()
 
     @property
-    def cells(self) -> tuple[str, ...]:
+    def cells(self) -> tuple[PlanCell, ...]:
         """``"A+:1:-1,B+:2:-1"`` -> ``("A+:1", "B+:2")``: the "<subgraph>:<type>" cells it enables."""
-        return tuple(part.rsplit(":", 1)[0] for part in self.split(",") if part)
+        return tuple(PlanCell(part.rsplit(":", 1)[0]) for part in self.split(",") if part)
 
     @classmethod
     def from_short(cls, items: Iterable[str]) -> PlanKey:
@@ -343,9 +350,9 @@ def plan_key(subgraph: str, optimization: OptimizationType) -> PlanKey:
     return ConfigEntry(subgraph, optimization).key
 
 
-def plan_cell(subgraph: str, optimization: OptimizationType) -> str:
+def plan_cell(subgraph: str, optimization: OptimizationType) -> PlanCell:
     """The ``"<subgraph>:<type>"`` cell ORT's Plan table names a plan by."""
-    return f"{subgraph}:{int(optimization)}"
+    return PlanCell(f"{subgraph}:{int(optimization)}")
 
 
 def cell_subgraph(cell: str) -> str:

@@ -14,7 +14,7 @@ no runs) and ``memopt.run`` (child processes, trials, the journal); ``memopt pla
 from memopt.pipeline.calibrate import (
     MODEL_FILE,
     CalibrationRun,
-    PreparedTarget,
+    ScannedGraph,
     calibrate,
     calibrate_on,
     fit_calibration,
@@ -27,7 +27,7 @@ from memopt.pipeline.calibrate import (
 __all__ = [
     "MODEL_FILE",
     "CalibrationRun",
-    "PreparedTarget",
+    "ScannedGraph",
     "calibrate",
     "calibrate_on",
     "fit_calibration",

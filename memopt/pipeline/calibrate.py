@@ -62,14 +62,14 @@ from memopt.run.files import exclusive_lock, replace_atomically
 from memopt.run.journal import Journal
 from memopt.run.launch import LOG_NAME
 from memopt.run.settings import RunSettings
-from memopt.run.target import ScanTarget, load_target
+from memopt.run.target import ProbedGraph, load_target
 from memopt.run.trials import StackVersions, TrialSpec, run_trial, stack_versions
 from memopt.scan import ScanReport, scan_graph
 
 __all__ = [
     "CalibrationRun",
     "MODEL_FILE",
-    "PreparedTarget",
+    "ScannedGraph",
     "calibrate",
     "calibrate_on",
     "fit_calibration",
@@ -137,12 +137,12 @@ def save_model(runs_dir: Path, identity: str, model: MemoryModel) -> None:
 
 
 @dataclass(frozen=True)
-class PreparedTarget:
+class ScannedGraph:
     """A target's training graph and plans, ready to calibrate: the probe and scan, done once."""
 
     target: RunnableTarget
     options: Mapping[str, Any]
-    loaded: ScanTarget
+    loaded: ProbedGraph
     report: ScanReport
     versions: StackVersions
     ort_version: str
@@ -160,9 +160,9 @@ def prepare_target(
     *,
     probe_batch: int = 2,
     versions: StackVersions | None = None,
-    loaded: ScanTarget | None = None,
+    loaded: ProbedGraph | None = None,
     cancel: threading.Event | None = None,
-) -> PreparedTarget:
+) -> ScannedGraph:
     """Probe ``settings.target`` (unless its graph is already ``loaded``) and scan its graph."""
     target, options = settings.target, dict(settings.options)
     versions = versions or stack_versions(settings.python)
@@ -184,11 +184,11 @@ def prepare_target(
             f"the command runs at batch {own[0]} (ORT's graph says so) and has no {{batch}} to change it: "
             f"give --target-batch {own[0]}, or put {{batch}} in the command"
         )
-    return PreparedTarget(target, options, loaded, report, versions, ort_version, symbols, refused)
+    return ScannedGraph(target, options, loaded, report, versions, ort_version, symbols, refused)
 
 
 def calibrate_on(
-    prepared: PreparedTarget,
+    prepared: ScannedGraph,
     run: CalibrationRun,
     target_batch: int,
     *,
@@ -237,7 +237,7 @@ def calibrate(
     resume: bool = True,
     versions: StackVersions | None = None,
     node_times: bool = True,
-    loaded: ScanTarget | None = None,
+    loaded: ProbedGraph | None = None,
 ) -> Calibration:
     """Probe, scan and calibrate ``settings.target`` with real trials (``memopt plan``);
     ``loaded``: its graph already probed (``load_target``); ``node_times``: see ``fit_calibration``."""
@@ -270,7 +270,7 @@ def calibrate(
 
 
 def fit_calibration(
-    prepared: PreparedTarget,
+    prepared: ScannedGraph,
     trials: Sequence[TrialResult],
     *,
     journal: Journal,

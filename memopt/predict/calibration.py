@@ -18,7 +18,7 @@ from memopt.core.trial import TrialResult
 from memopt.cuda_caching import AllocatorSettings, AllocatorSettingsNotModelled, CudaSetup, PoolLayout
 from memopt.graph.sizes import batch_symbols
 from memopt.graph.training_graph import TrainingGraph
-from memopt.ort.config import PlanKey
+from memopt.ort.config import PlanCell, PlanKey
 from memopt.ort.rules import rules_for
 from memopt.predict.liveness import ActivationSimulator, Recompute
 from memopt.predict.memory_model import MemoryModel, ModelError, Observation, PlanSavings
@@ -61,7 +61,7 @@ class Calibration:
     device_total: int | None
     identity: str
     cost_source: str  # where the recompute costs come from, in words
-    refused: tuple[str, ...] = ()  # PreparedTarget.refused: plans left out, each with why
+    refused: tuple[str, ...] = ()  # ScannedGraph.refused: plans left out, each with why
     arena_check: str = ""  # whether the simulated arena grew as ORT's did in the largest calibration run
 
     @property
@@ -91,7 +91,7 @@ def calibration_points(batch: int, every_plan: tuple[PlanKey, ...]) -> Iterator[
         batch = max(1, batch // 2)
 
 
-def keep_ort_plans(report: ScanReport, ort_plans: frozenset[str] | None) -> tuple[ScanReport, tuple[str, ...]]:
+def keep_ort_plans(report: ScanReport, ort_plans: frozenset[PlanCell] | None) -> tuple[ScanReport, tuple[str, ...]]:
     """The scan's plans ORT itself listed for this graph, and a line for each one left out:
     an entry whose name ORT's Plan table lacks is one ORT ignores, so it can save nothing."""
     if ort_plans is None:

@@ -27,7 +27,7 @@ __all__ = [
     "HF_PREFIX",
     "HF_TASKS",
     "PRESETS",
-    "HFTarget",
+    "HfModelSpec",
     "resolve_hf_target",
 ]
 
@@ -160,7 +160,7 @@ class HFError(RecipeError):
 
 
 @dataclass(frozen=True)
-class HFTarget:
+class HfModelSpec:
     """An ``hf:`` spec resolved: the config to build from, the model class, the batch's shape."""
 
     name: str
@@ -197,7 +197,7 @@ class HFTarget:
         return str(self.config.to_json_string(use_diff=False))
 
 
-def resolve_hf_target(spec: str, options: Mapping[str, Any], *, models: bool = True) -> HFTarget:
+def resolve_hf_target(spec: str, options: Mapping[str, Any], *, models: bool = True) -> HfModelSpec:
     """The config, model class and batch shape ``spec`` and ``options`` name; raises HFError.
     ``models=False``: only the config is read here, no model built in this process (see
     ``_transformers``)."""
@@ -245,7 +245,7 @@ def resolve_hf_target(spec: str, options: Mapping[str, Any], *, models: bool = T
         raise HFError(f"--target-seq applies to seq2seq models, and {spec} is {task}")
     config._attn_implementation = "eager"
     display = f"{name} ({size})" if name in PRESETS else name
-    return HFTarget(display, config, model_class, task, seq, target, tuple(notes))
+    return HfModelSpec(display, config, model_class, task, seq, target, tuple(notes))
 
 
 # What a config field's current value accepts from -o: an int field takes no float, a float

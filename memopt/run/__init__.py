@@ -50,7 +50,7 @@ from memopt.run.settings import (
     check_steps,
     check_timeout,
 )
-from memopt.run.target import CONFIG_VARIABLES, ScanTarget, graph_of_run, load_target
+from memopt.run.target import CONFIG_VARIABLES, ProbedGraph, graph_of_run, load_target
 from memopt.run.trials import (
     LEVEL_VAR,
     REUSABLE_STATUSES,
@@ -92,7 +92,7 @@ __all__ = [
     "RunRequest",
     "RunResult",
     "RunSettings",
-    "ScanTarget",
+    "ProbedGraph",
     "graph_of_run",
     "StackVersions",
     "TrialError",

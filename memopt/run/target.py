@@ -14,16 +14,19 @@ from memopt.errors import MemoptError
 from memopt.graph.gradient import build_training_graph
 from memopt.graph.training_graph import TrainingGraph, load_graph, session_input_beside
 from memopt.logparse import parse_file
-from memopt.ort.config import CONFIG_VARIABLES
+from memopt.ort.config import CONFIG_VARIABLES, PlanCell
 from memopt.run.launch import LOG_NAME, ONNX_DIR, new_run_dir
 from memopt.run.probe import probe, saved_graphs
 from memopt.run.settings import DEFAULT_RUNS_DIR, RunSettings
 
-__all__ = ["CONFIG_VARIABLES", "ScanTarget", "graph_of_run", "load_target"]
+__all__ = ["CONFIG_VARIABLES", "ProbedGraph", "graph_of_run", "load_target"]
 
 
 @dataclass(frozen=True)
-class ScanTarget:
+class ProbedGraph:
+    """A target's training graph as memopt loaded it (an ONNX file) or probed it (one short
+    ORTModule run), with what that run printed and measured beside it."""
+
     graph: TrainingGraph
     description: str
     graph_path: Path
@@ -31,7 +34,7 @@ class ScanTarget:
     ort_version: str | None = None  # the ORT that built the graph, when memopt ran it
     # The "<subgraph>:<type>" cells of the Plan table ORT printed for this graph (a probe's
     # log); None when ORT printed none. A config entry outside them is one ORT ignores.
-    ort_plans: frozenset[str] | None = None
+    ort_plans: frozenset[PlanCell] | None = None
     # The probe's own no-config measurement (batch, what it measured, device): a free calibration point.
     probe_peak: tuple[int, Memory, str] | None = None
     log_path: Path | None = None  # the probe's log, whose Plan table a scan checks itself against
@@ -46,7 +49,7 @@ def load_target(
     python: str | None = None,
     loss: str = "outside",
     cancel: threading.Event | None = None,
-) -> ScanTarget:
+) -> ProbedGraph:
     """An ONNX training graph as is, a forward-only ONNX model through ORT's gradient
     builder, or a recipe's (or the user's command's) graph from a short no-config probe."""
     if isinstance(target, GraphFile):
@@ -54,10 +57,10 @@ def load_target(
             raise MemoptError("recipe options (--size, --seq, -o) do not apply to an ONNX file")
         graph = load_graph(target.path, session_input=session_input_beside(target.path))
         if any(node.op_type == "YieldOp" for node in graph.nodes):
-            return ScanTarget(graph, target.spec, target.path)
+            return ProbedGraph(graph, target.spec, target.path)
         folder = new_run_dir(runs_dir, f"graph-{target.label}")
         built = build_training_graph(target.path, folder / "training_graph.onnx", loss, python)
-        return ScanTarget(
+        return ProbedGraph(
             load_graph(built),
             f"{target} (forward only; training graph by ORT's gradient builder, loss {loss}: {built})",
             built,
@@ -87,7 +90,7 @@ def load_target(
 
 def graph_of_run(
     target: RunnableTarget, run_dir: Path, ort_version: str | None, peak: tuple[int, Memory, str] | None = None
-) -> ScanTarget:
+) -> ProbedGraph:
     """The training graph a no-config run of ``target`` saved into ``run_dir`` (a probe, or a
     calibration trial that saved its graphs), with the dims and Plan table its log shows;
     ``peak``: that run's (batch, memory measured, device), where it ran to the end."""
@@ -99,7 +102,7 @@ def graph_of_run(
     # A calibration trial's profiled session, built after its steps, logs a summary without dims.
     dims = next((dict(summary.dims) for summary in reversed(summaries) if summary.dims), {})
     with_plans = [summary for summary in summaries if summary.plans]
-    return ScanTarget(
+    return ProbedGraph(
         load_graph(graphs["execution"], session_input=graphs.get("optimized")),
         f"{target} (probe {run_dir})",
         graphs["execution"],

@@ -24,7 +24,7 @@ from memopt.core.memory import Phase
 from memopt.core.trial import Outcome, TrialResult
 from memopt.errors import MemoptError
 from memopt.ort import ConfigEntry, OrtVersion, PlanKey, plan_config_entries, takes_json_file
-from memopt.pipeline import PreparedTarget, calibrate_on, prepare_target
+from memopt.pipeline import ScannedGraph, calibrate_on, prepare_target
 from memopt.predict import (
     Calibration,
     DoesNotFit,
@@ -42,8 +42,8 @@ from memopt.predict import (
 from memopt.run import (
     Journal,
     JournaledRunner,
+    ProbedGraph,
     RealTrialRunner,
-    ScanTarget,
     StackVersions,
     TrialRunner,
     TrialSpec,
@@ -96,7 +96,7 @@ class Tuner:
         *,
         runner: TrialRunner | None = None,
         versions: StackVersions | None = None,
-        prepare: Callable[[threading.Event], PreparedTarget] | None = None,
+        prepare: Callable[[threading.Event], ScannedGraph] | None = None,
     ) -> None:
         """``versions``: the stack, where the caller already asked for it; ``runner`` and ``prepare``
         replace the real child processes (tests)."""
@@ -108,7 +108,7 @@ class Tuner:
         self._runner = runner
         self._prepare = prepare
         self.versions = versions
-        self.prepared: PreparedTarget | None = None
+        self.prepared: ScannedGraph | None = None
         self.calibration: Calibration | None = None
         self.model: MemoryModel | None = None
         self.budget_bytes: int = 0
@@ -222,7 +222,7 @@ class Tuner:
         calibration run too, so a search needs the probe and its verifying trials only."""
         return self.settings.probe_batch or self._calibration_batches[0]
 
-    def _prepare_target(self) -> PreparedTarget:
+    def _prepare_target(self) -> ScannedGraph:
         try:
             if self._prepare is not None:
                 return self._prepare(self._cancel)
@@ -242,7 +242,7 @@ class Tuner:
             self._check_cancel()  # a probe killed by cancel() is a cancel, not a failure
             raise
 
-    def _probe_by_calibration(self, batch: int) -> ScanTarget | None:
+    def _probe_by_calibration(self, batch: int) -> ProbedGraph | None:
         """The no-config calibration trial at ``batch``, run with ORTModule's graphs saved: the
         graph it saved, or None where it saved none (it died before ORTModule built its session,
         or the journal's trial it reused kept no graphs) and a probe of its own must run."""
@@ -258,7 +258,7 @@ class Tuner:
         except (MemoptError, OSError):
             return None
 
-    def _calibrate(self, prepared: PreparedTarget) -> Calibration:
+    def _calibrate(self, prepared: ScannedGraph) -> Calibration:
         """``pipeline.calibrate_on`` with this session's runner: each calibration trial is an event."""
         s = self.settings
         batches = self._calibration_batches

@@ -29,10 +29,10 @@ from memopt.core.memory import Memory
 from memopt.core.trial import Outcome, TrialResult
 from memopt.graph import TrainingGraph, load_graph
 from memopt.ort.rules import AnalysisOrder
-from memopt.pipeline import PreparedTarget, prepare_target
+from memopt.pipeline import ScannedGraph, prepare_target
 from memopt.predict import liveness
 from memopt.predict.liveness import Recompute, Timeline
-from memopt.run import RunSettings, ScanTarget, StackVersions, TrialSpec
+from memopt.run import ProbedGraph, RunSettings, StackVersions, TrialSpec
 from memopt.run.trials import requested_off
 from memopt.tune import Tuner, TuneSettings
 
@@ -68,9 +68,9 @@ def simulate_once(
     return _played[key]
 
 
-def prepared_gpt() -> PreparedTarget:
+def prepared_gpt() -> ScannedGraph:
     """The tiny GPT's real training graph (captured with ORT 1.19.2), scanned; no probe run."""
-    target = ScanTarget(sample_graph(), "sample gpt", SAMPLE_GRAPH, DIMS, "1.19.2")
+    target = ProbedGraph(sample_graph(), "sample gpt", SAMPLE_GRAPH, DIMS, "1.19.2")
     return prepare_target(
         RunSettings(target=parse_runnable("gpt"), options={"size": "tiny"}), versions=VERSIONS, loaded=target
     )
@@ -80,7 +80,7 @@ def prepared_gpt() -> PreparedTarget:
 class FakeRunner:
     """Scripted trials. ``pause_on`` blocks the trial with that number until cancelled."""
 
-    prepared: PreparedTarget
+    prepared: ScannedGraph
     static_bytes: float = 400 * MiB
     allocator_scale: float = 1.0
     ignored: frozenset[str] = frozenset()  # plans ORT would leave OFF

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from memopt.core import parse_runnable
 from memopt.ort.version import OrtVersion
-from memopt.pipeline import PreparedTarget
+from memopt.pipeline import ScannedGraph
 from memopt.run import RunSettings
 from memopt.run.budget import parse_budget
 from memopt.run.trials import TrialSpec, parse_trial_config, run_trial
@@ -58,7 +58,7 @@ def settings(budget: str = PLACEHOLDER_BUDGET, *, resume: bool = True) -> TuneSe
 
 
 @functools.cache
-def prepared() -> PreparedTarget:
+def prepared() -> ScannedGraph:
     """The recipe's probe and scan, from the first session set up in the shared folder (which
     leaves its calibration trials in the journal for the sessions after it)."""
     session = Tuner(settings())
