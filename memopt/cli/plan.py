@@ -247,7 +247,7 @@ def _write_config(
     """The config of a feasible plan and the file written for it, where ORT 1.19 reads one.
     With ``--out`` the file is written even when no recompute is needed: it gets the empty
     config, so a job that exports it runs as with no config, never with an older config."""
-    version = OrtVersion.parse(cal.ort_version)
+    version = cal.ort_version
     export = plan_export(result.entries, version, runs_dir, target, result.target_batch, out, kind="plan")
     if takes_json_file(version) and (result.entries or out is not None):
         return export, write_config(export, overwrite=out is None or force)
@@ -352,7 +352,7 @@ def _as_json(
     return {
         "recipe_graph": cal.graph_source,
         "device": cal.device,
-        "ort_version": cal.ort_version,
+        "ort_version": str(cal.ort_version),
         "target_batch": result.target_batch,
         "budget_bytes": result.budget_bytes,
         "limit_bytes": round(result.limit_bytes),

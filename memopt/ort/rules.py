@@ -12,6 +12,7 @@ from enum import Enum
 from typing import TYPE_CHECKING
 
 from memopt.errors import MemoptError
+from memopt.ort.version import OrtVersion
 
 if TYPE_CHECKING:  # only annotations: the child process imports this package without onnx
     from memopt.graph import Node
@@ -283,5 +284,6 @@ def family_of(version: str) -> str:
     raise UnknownReleaseError(f"no memory-optimizer rules for ORT {version}: memopt knows 1.14 to 1.19")
 
 
-def rules_for(version: str) -> ReleaseRules:
-    return _RULES[family_of(version)]
+def rules_for(version: OrtVersion | str) -> ReleaseRules:
+    """The rules of a release, or of a version as given on the command line."""
+    return _RULES[family_of(str(version))]

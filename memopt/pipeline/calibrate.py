@@ -37,6 +37,7 @@ from memopt.cuda_caching import CudaSetup
 from memopt.errors import one_line
 from memopt.logparse import growth_parts_at, training_arena_growth
 from memopt.ort.config import PlanKey, plan_config_entries
+from memopt.ort.version import OrtVersion
 from memopt.predict.calibration import (
     Calibration,
     DoesNotFit,
@@ -145,7 +146,7 @@ class ScannedGraph:
     loaded: ProbedGraph
     report: ScanReport
     versions: StackVersions
-    ort_version: str
+    ort_version: OrtVersion
     batch_symbols: tuple[str, ...]
     refused: tuple[str, ...] = ()  # plans the scan found that ORT's Plan table lacks, each with why
 
@@ -174,7 +175,7 @@ def prepare_target(
         python=settings.python,
         cancel=cancel,
     )
-    ort_version = loaded.ort_version or versions.ort_version or "1.19"
+    ort_version = OrtVersion.parse(loaded.ort_version or versions.ort_version or "1.19")
     report = scan_graph(loaded.graph, ort_version, dims=loaded.logged_dims or None)
     report, refused = keep_ort_plans(report, loaded.ort_plans)
     symbols = require_batch_dim(report, target)

@@ -20,6 +20,7 @@ from memopt.graph.sizes import batch_symbols
 from memopt.graph.training_graph import TrainingGraph
 from memopt.ort.config import PlanCell, PlanKey
 from memopt.ort.rules import rules_for
+from memopt.ort.version import OrtVersion
 from memopt.predict.liveness import ActivationSimulator, Recompute
 from memopt.predict.memory_model import MemoryModel, ModelError, Observation, PlanSavings
 from memopt.predict.recompute_cost import RecomputeCost
@@ -56,7 +57,7 @@ class Calibration:
     target_batch: int
     trials: tuple[TrialResult, ...]  # the no-config calibration trials
     graph_source: str
-    ort_version: str
+    ort_version: OrtVersion
     device: str
     device_total: int | None
     identity: str
@@ -150,7 +151,7 @@ def simulator_for(
     plans: Sequence[PlanSavings],
     graph: TrainingGraph,
     source: Path | None,
-    ort_version: str,
+    ort_version: OrtVersion,
     device: str,
     cuda: CudaSetup = CudaSetup(),
 ) -> ActivationSimulator:

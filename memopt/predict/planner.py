@@ -58,7 +58,7 @@ class PlanResult:
     baseline_step_s: float | None
     max_batch_all_plans: int
     max_batch_no_plans: int
-    ort_version: str
+    ort_version: OrtVersion
     solver: str
 
     @property
@@ -106,7 +106,7 @@ def choose_plans(
         limit_bytes=limit,
         baseline_bytes=baseline,
         baseline_step_s=baseline_step_s,
-        ort_version=str(version),
+        ort_version=version,
     )
     need = baseline - limit
     if need <= 0:

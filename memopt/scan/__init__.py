@@ -9,6 +9,7 @@ from memopt.graph.polynomial import Polynomial
 from memopt.graph.topology import memory_efficient_order, priority_order
 from memopt.graph.training_graph import TensorInfo, TrainingGraph
 from memopt.ort.rules import AnalysisOrder, ProbeLevel, rules_for
+from memopt.ort.version import OrtVersion
 from memopt.scan.buffers import combinations
 from memopt.scan.detect import Analysis, ScanError, analyse
 from memopt.scan.modules import fold_layers
@@ -48,7 +49,7 @@ class ScanReport:
 
 def scan_graph(
     graph: TrainingGraph,
-    ort_version: str,
+    ort_version: OrtVersion | str,
     *,
     level: ProbeLevel = ProbeLevel.ADVANCED,
     layer_boundary: bool = False,

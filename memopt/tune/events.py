@@ -14,7 +14,7 @@ from typing import Any
 
 from memopt.core import Target
 from memopt.core.trial import Outcome, TrialResult
-from memopt.ort import OptimizationType, PlanKey, plan_keys
+from memopt.ort import OptimizationType, OrtVersion, PlanKey, plan_keys
 from memopt.units import format_mib
 
 __all__ = [
@@ -165,7 +165,7 @@ class Ready:
 
     target: Target
     options: Mapping[str, Any]
-    ort_version: str
+    ort_version: OrtVersion
     ort_package: str | None
     torch_version: str | None
     device: str  # "CPU" or the CUDA device's name

@@ -25,7 +25,7 @@ from dataclasses import dataclass, replace
 
 from memopt.core.memory import Phase
 from memopt.core.trial import Outcome
-from memopt.ort import PlanKey, plan_keys
+from memopt.ort import OrtVersion, PlanKey, plan_keys
 from memopt.predict import FixedPeaks, MemoryModel, PlanResult, RunSpread, budget_limit, choose_plans
 from memopt.tune.events import SearchStatus
 from memopt.units import format_mib
@@ -111,7 +111,7 @@ class SearchState:
     target_batch: int
     budget_bytes: int
     margin: float
-    ort_version: str
+    ort_version: OrtVersion
     max_trials: int
     baseline_step_s: float | None = None
     attempts: tuple[Attempt, ...] = ()

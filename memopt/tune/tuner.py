@@ -311,7 +311,7 @@ class Tuner:
 
     @property
     def ort_version(self) -> OrtVersion:
-        return OrtVersion.parse(self._calibrated().ort_version)
+        return self._calibrated().ort_version
 
     def _calibrated(self) -> Calibration:
         if self.calibration is None:

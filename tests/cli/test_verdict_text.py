@@ -11,6 +11,7 @@ from support.results import MiB, measured
 
 from memopt.cli.show import print_trial
 from memopt.core import parse_runnable
+from memopt.ort import OrtVersion
 from memopt.tune import Purpose, Ready, TrialStarted, event_line
 
 
@@ -18,7 +19,7 @@ def test_the_ready_line_gives_the_budget_and_limit_in_mib() -> None:
     ready = Ready(
         target=parse_runnable("gpt"),
         options={},
-        ort_version="1.19.2",
+        ort_version=OrtVersion.parse("1.19.2"),
         ort_package="onnxruntime-training-cpu",
         torch_version="2.4.1",
         device="CPU",

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from memopt.ort import PlanKey
+from memopt.ort import OrtVersion, PlanKey
 from memopt.predict.planner import PlanResult, _choose_simulated, _lowest_peak
 
 A, B, C = PlanKey("A+:1:-1"), PlanKey("B+:1:-1"), PlanKey("C+:1:-1")
@@ -63,7 +63,7 @@ def _choose_at_75(peaks: dict[frozenset[PlanKey], float], model: FakeModel | Non
         limit_bytes=75,
         baseline_bytes=100,
         baseline_step_s=None,
-        ort_version="1.19.2",
+        ort_version=OrtVersion.parse("1.19.2"),
     )
     model = model or FakeModel(peaks)
     return _choose_simulated(model, {A: 1.0, B: 1.0, C: 1.0}, 8, 75, common)  # type: ignore[arg-type]

@@ -17,6 +17,7 @@ from support.fake_tuning import FakeRunner, MiB, fake_tuner, prepared_gpt
 from memopt.core.memory import Phase
 from memopt.core.trial import Outcome
 from memopt.graph import Polynomial
+from memopt.ort import OrtVersion
 from memopt.predict import FixedPeaks, MemoryModel, Observation, PhaseSpread, PlanSavings, RunSpread, fit_memory_model
 from memopt.run import Journal
 from memopt.tune import Attempt, Purpose, SearchState, SearchStatus, Stop, TryPlans, best_verified, next_step
@@ -52,7 +53,7 @@ def state(
         target_batch=16,
         budget_bytes=int(budget_mib * MiB),
         margin=margin,
-        ort_version="1.19.2",
+        ort_version=OrtVersion.parse("1.19.2"),
         max_trials=max_trials,
         attempts=attempts,
         trials_used=len(attempts),
