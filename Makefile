@@ -14,7 +14,7 @@ BIN := $(VENV)/bin
 INSTALLED := $(VENV)/.memopt-installed-$(EXTRA)
 CHECK_TOOLS := $(VENV)/.memopt-check-tools
 
-.PHONY: setup demo test test-all test-bench test-fast check bench clean-venv
+.PHONY: setup demo test test-all test-bench test-fast test-torch-current check bench clean-venv
 
 setup: $(INSTALLED)
 	$(BIN)/memopt stack --build-extensions
@@ -47,6 +47,26 @@ test-all: setup
 
 test-bench: setup
 	$(PYTEST_ON_WORKERS) -m bench
+
+# The torch back end on a current PyTorch, in a second venv without onnxruntime-training: the
+# pinned stack keeps torch 2.4.1 for ORTModule, whose selective checkpointing is the private 2.4
+# form, so the public create_selective_checkpoint_contexts path (torch >= 2.5) and the scan are
+# tested here. pip takes torch 2.13.0 from this machine kind's disk; constraints.txt pins the ORT
+# stack and stays out. CI runs it after `make test`.
+TORCH_CURRENT ?= torch==2.13.0
+TORCH_VENV ?= .venv-torch-current
+TORCH_INSTALLED := $(TORCH_VENV)/.memopt-installed
+TORCH_CURRENT_TESTS := tests/recompute tests/backends/torch/test_torch_scan.py
+test-torch-current: $(TORCH_INSTALLED)
+	$(TORCH_VENV)/bin/python -c 'import importlib.util, sys; sys.exit("onnxruntime is installed in $(TORCH_VENV)" if importlib.util.find_spec("onnxruntime") else 0)'
+	$(TORCH_VENV)/bin/python -m pytest -n $(TEST_WORKERS) --dist worksteal -m "not long and not bench and not ort" --timeout 1200 $(TORCH_CURRENT_TESTS)
+
+$(TORCH_INSTALLED): pyproject.toml
+	$(PYTHON) -m venv $(TORCH_VENV)
+	$(TORCH_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(TORCH_VENV)/bin/pip install --quiet '$(TORCH_CURRENT)'
+	$(TORCH_VENV)/bin/pip install --quiet -e '.[hf,test]'
+	touch $@
 
 # The fast tests: in pytest's own process, no ORT (under a minute). The markers (pyproject.toml)
 # select the others: `pytest -m "not ort"` adds the tests that start processes without training.
@@ -92,4 +112,4 @@ $(CHECK_TOOLS): pyproject.toml constraints.txt $(INSTALLED)
 	touch $@
 
 clean-venv:
-	rm -rf $(VENV)
+	rm -rf $(VENV) $(TORCH_VENV)
