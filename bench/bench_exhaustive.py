@@ -25,7 +25,6 @@ from bench_recompute_cost import measure_in_child
 
 from memopt.core import parse_runnable
 from memopt.core.trial import TrialResult
-from memopt.ort.version import OrtVersion
 from memopt.pipeline.calibrate import calibrate
 from memopt.run import RunSettings
 from memopt.run.journal import Journal
@@ -51,7 +50,7 @@ def main() -> int:
         target=parse_runnable(recipe), options=options, steps=args.steps, runs_dir=runs_dir / "model"
     )
     calibration = calibrate(settings, batch)
-    model, version = calibration.model, OrtVersion.parse(calibration.ort_version)
+    model, version = calibration.model, calibration.ort_version
 
     def trial(plans: tuple[str, ...], budget: int | None = None) -> TrialResult:
         entries = parse_trial_config(",".join(plans), version).entries

@@ -242,7 +242,7 @@ def measure_budget(recipe: str, options: dict[str, Any], target: int, steps: int
     report = prepared.report
     dims = {**prepared.loaded.logged_dims, **{symbol: target for symbol in prepared.batch_symbols}}
     savings = {p.key: p.exact.evaluate(dims) for p in report.patterns}
-    bench = Bench(recipe, options, target, steps, OrtVersion.parse(prepared.ort_version), report.patterns, savings)
+    bench = Bench(recipe, options, target, steps, prepared.ort_version, report.patterns, savings)
     no_config = trial(bench, folder, (), target, steps)
     every_plan = trial(bench, folder, [p.key for p in report.patterns], target, steps)
     if not (no_config.ran and every_plan.ran and no_config.memory.peak_bytes and every_plan.memory.peak_bytes):

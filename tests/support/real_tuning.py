@@ -20,7 +20,6 @@ import tempfile
 from pathlib import Path
 
 from memopt.core import parse_runnable
-from memopt.ort.version import OrtVersion
 from memopt.pipeline import ScannedGraph
 from memopt.run import RunSettings
 from memopt.run.budget import parse_budget
@@ -86,7 +85,7 @@ def measured() -> tuple[int, int]:
     only with recompute.
     """
     target = prepared()
-    ort = OrtVersion.parse(target.ort_version)
+    ort = target.ort_version
     every_plan = parse_trial_config(",".join(p.key for p in target.report.patterns), ort).entries
     peaks = []
     for config in ((), tuple(every_plan)):
