@@ -61,7 +61,7 @@ test-torch-current: $(TORCH_INSTALLED)
 	$(TORCH_VENV)/bin/python -c 'import importlib.util, sys; sys.exit("onnxruntime is installed in $(TORCH_VENV)" if importlib.util.find_spec("onnxruntime") else 0)'
 	$(TORCH_VENV)/bin/python -m pytest -n $(TEST_WORKERS) --dist worksteal -m "not long and not bench and not ort" --timeout 1200 $(TORCH_CURRENT_TESTS)
 
-$(TORCH_INSTALLED): pyproject.toml
+$(TORCH_INSTALLED): pyproject.toml Makefile
 	$(PYTHON) -m venv $(TORCH_VENV)
 	$(TORCH_VENV)/bin/python -m pip install --quiet --upgrade pip
 	$(TORCH_VENV)/bin/pip install --quiet '$(TORCH_CURRENT)'

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from memopt.graph.training_graph import load_graph
+from memopt.ort import OrtVersion
 from memopt.predict.calibration import plan_savings, require_batch_dim, simulator_for
 from memopt.predict.memory_model import MemoryModel, Observation, fit_memory_model
 from memopt.predict.planner import choose_plans
@@ -49,7 +50,7 @@ def model_for(path: Path) -> tuple[MemoryModel, str]:
     fixed = {symbol: FIXED_DIM for symbol in sorted(report.symbols) if symbol not in symbols}
     plans = plan_savings(report, graph)
     observations = [Observation(8, (), 1024 * MiB), Observation(32, (), 1536 * MiB)]
-    simulator = simulator_for(plans, graph, path, release, "cpu")
+    simulator = simulator_for(plans, graph, path, OrtVersion.parse(release), "cpu")
     return fit_memory_model(observations, plans, symbols, fixed, simulator=simulator), release
 
 

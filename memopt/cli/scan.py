@@ -132,10 +132,10 @@ def scan_command(
         from memopt.backends.torch.scan import scan_recipe
 
         options = TargetOptions(seq, size, option, hf_task, target_seq).options_for(chosen)
+        if fake and not isinstance(chosen, RecipeTarget):
+            raise MemoptError("--fake scans a recipe in this process; a command's model is captured in its own run")
         say(chosen_backend.line())
         if not isinstance(chosen, RecipeTarget):
-            if fake:
-                raise MemoptError("--fake scans a recipe in this process; a command's model is captured in its own run")
             settings = RunSettings(
                 target=runnable(chosen), python=command_notes(chosen, python, batch or probe_batch), runs_dir=runs_dir
             )
@@ -154,7 +154,6 @@ def scan_command(
     explicit_dims = parse_dims_option(dims)
     if plot is not None:
         _check_plot_path(plot)  # before the scan, not after it
-    say(chosen_backend.line())
     status = error_console if as_json or as_csv else console
     with status.status(f"Building the training graph of {escape(str(chosen))} (ORTModule export and session, once)…"):
         loaded = load_target(
@@ -165,6 +164,9 @@ def scan_command(
         raise MemoptError("no ORT installed to take rules from; give --ort-version")
     level = ProbeLevel.BASIC if basic else ProbeLevel.ADVANCED
     report = scan_graph(loaded.graph, version, level=level, layer_boundary=layerwise)
+    # Said once the input is known good (the target loads, its ORT release has rules), so that
+    # bad input stays one error line.
+    say(chosen_backend.line())
     values = resolve_dims(
         report.inputs,
         report.symbols,

@@ -20,6 +20,7 @@ from memopt.core.trial import Outcome, TrialResult
 from memopt.cuda_caching import AllocatorSettingsNotModelled, BlockUse, CudaSetup, PoolLayout
 from memopt.errors import DamagedRecord, MemoptError
 from memopt.graph.training_graph import load_graph
+from memopt.ort import OrtVersion
 from memopt.predict.calibration import cuda_setup, observation_of, plan_savings, simulator_for
 from memopt.predict.memory_model import MemoryModel, Observation, fit_memory_model
 from memopt.scan import scan_graph
@@ -111,7 +112,7 @@ def _gpt_model(setup: CudaSetup, observations: list[Observation]) -> MemoryModel
     graph = load_graph(GPT)
     report = scan_graph(graph, "1.19.2")
     plans = plan_savings(report, graph)
-    simulator = simulator_for(plans, graph, GPT, "1.19.2", "cuda", setup)
+    simulator = simulator_for(plans, graph, GPT, OrtVersion.parse("1.19.2"), "cuda", setup)
     fixed = {symbol: 64 for symbol in report.symbols if symbol != "batch"}
     return fit_memory_model(observations, plans, ("batch",), fixed, simulator=simulator)
 

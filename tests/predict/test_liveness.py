@@ -15,7 +15,7 @@ from support.graphs import MS, STEP, node, node_graph, training_graph, yield_op
 
 from memopt.cuda_caching import BlockUse, CudaSetup, PoolBlock, PoolLayout, PoolSegment
 from memopt.graph.training_graph import load_graph
-from memopt.ort import PlanKey
+from memopt.ort import OrtVersion, PlanKey
 from memopt.ort.rules import AnalysisOrder
 from memopt.predict.calibration import plan_savings, require_batch_dim, simulator_for
 from memopt.predict.liveness import (
@@ -222,7 +222,12 @@ def _gpt_sample(device: str = "cpu") -> tuple[ActivationSimulator, list[PlanKey]
     plans = plan_savings(report, graph)
     dims = {symbol: 64 for symbol in report.symbols}
     fresh = simulate(graph, dims, [r for plan in plans for r in plan.recomputes], device=device)
-    return simulator_for(plans, graph, None, "1.19.2", device), [plan.key for plan in plans], dims, fresh
+    return (
+        simulator_for(plans, graph, None, OrtVersion.parse("1.19.2"), device),
+        [plan.key for plan in plans],
+        dims,
+        fresh,
+    )
 
 
 def test_a_plays_bounds_grow_to_its_figure_and_a_stopped_play_resumes_alike() -> None:
@@ -308,7 +313,7 @@ def test_fits_and_max_batch_answer_as_the_exact_peak_does() -> None:
     fixed = {symbol: 64 for symbol in report.symbols if symbol not in symbols}
 
     def model() -> MemoryModel:
-        simulator = simulator_for(plans, graph, None, "1.19.2", "cpu")
+        simulator = simulator_for(plans, graph, None, OrtVersion.parse("1.19.2"), "cpu")
         observations = [Observation(8, (), 600 * MiB), Observation(32, (), 900 * MiB)]
         return fit_memory_model(observations, plans, symbols, fixed, simulator=simulator)
 
