@@ -164,9 +164,6 @@ def scan_command(
         raise MemoptError("no ORT installed to take rules from; give --ort-version")
     level = ProbeLevel.BASIC if basic else ProbeLevel.ADVANCED
     report = scan_graph(loaded.graph, version, level=level, layer_boundary=layerwise)
-    # Said once the input is known good (the target loads, its ORT release has rules), so that
-    # bad input stays one error line.
-    say(chosen_backend.line())
     values = resolve_dims(
         report.inputs,
         report.symbols,
@@ -176,6 +173,9 @@ def scan_command(
         explicit=explicit_dims,
         defaults=loaded.logged_dims,
     )
+    # Said once the input is known good (the target loads, its ORT release has rules, its dims
+    # are known names), so that bad input stays one error line.
+    say(chosen_backend.line())
     report = replace(report, patterns=order_patterns(report.patterns, values))
     # ORT names a dim its shape inference cannot tell empty_dim_param<k>, with no value anywhere:
     # the plans that name one stay symbolic, as in ORT's own table; the others get bytes.

@@ -75,12 +75,14 @@ def headless_tune(
     )
 
 
-def assert_one_line_error(run: CliRun, *fragments: str) -> None:
-    """Exit 2, one ``error:`` line on stderr naming the problem, no traceback. An error met once
-    the command's checks have passed follows the ``backend:`` line every such command starts with."""
+def assert_one_line_error(run: CliRun, *fragments: str, after_backend_line: bool = False) -> None:
+    """Exit 2, one ``error:`` line on stderr naming the problem, no traceback.
+    ``after_backend_line``: an error met once the command's checks have passed (a run that
+    failed), which follows the ``backend:`` line such a command starts with; bad input never does."""
     assert run.returncode == 2, (run.stdout, run.stderr)
     lines = run.stderr.strip().splitlines()
-    if len(lines) == 2 and lines[0].startswith("backend: "):
+    if after_backend_line:
+        assert len(lines) == 2 and lines[0].startswith("backend: "), run.stderr
         lines = lines[1:]
     assert len(lines) == 1 and lines[0].startswith("error: "), run.stderr
     assert "Traceback" not in run.stdout + run.stderr

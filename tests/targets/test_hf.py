@@ -56,9 +56,14 @@ def test_a_model_that_returns_its_loss_needs_no_loss_function(style: str, tmp_pa
 def test_a_loss_that_cannot_be_found_is_a_recipe_error(tmp_path: Path) -> None:
     recipe = str(RECIPES / "returns_loss.py")
     run = memopt("trial", recipe, "--batch", "2", "--steps", "1", "-o", "style=none", "--runs-dir", str(tmp_path))
-    assert_one_line_error(run, "the recipe is broken", "without a loss (keys: prediction)")
+    assert_one_line_error(run, "the recipe is broken", "without a loss (keys: prediction)", after_backend_line=True)
     failing = memopt("trial", recipe, "--batch", "2", "-o", "fail=true", "--runs-dir", str(tmp_path))
-    assert_one_line_error(failing, "the recipe is broken", "make_batch() failed: ValueError: the data loader is empty")
+    assert_one_line_error(
+        failing,
+        "the recipe is broken",
+        "make_batch() failed: ValueError: the data loader is empty",
+        after_backend_line=True,
+    )
     outcomes = [json.loads(line)["outcome"] for line in (tmp_path / "journal.jsonl").read_text().splitlines()]
     assert outcomes == ["recipe_error", "recipe_error"]
 
