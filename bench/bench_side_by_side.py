@@ -8,6 +8,11 @@ Its peak is the child's whole-run peak RSS, as memopt measures it: ``ru_maxrss``
 on that child, read by this process (which loads no torch, so the child does not inherit a large
 peak). Its step time is the median of the steps after the first (which, under compile, compiles).
 
+Every run has glibc's mmap threshold pinned as memopt's runs and export line pin it
+(``MALLOC_MMAP_THRESHOLD_=131072``: with the threshold glibc moves, freed activations stay resident
+and the peak RSS of the same step varies by a gigabyte at base size), so the four differ only in
+what they recompute.
+
 The budget: the no-recompute run's peak P0 less (1 - F) of the activations autograd saves for
 backward in it (A: every tensor a saved-tensor hook sees during one training forward and loss,
 once per storage, parameters left out), so B = P0 - (1 - F) * A: the peak if a fraction F of the
@@ -28,6 +33,7 @@ import argparse
 import contextlib
 import json
 import os
+import shlex
 import signal
 import statistics
 import subprocess
@@ -38,6 +44,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+# The allocator's setting memopt's CPU runs use (memopt.run loads no torch: this process must not hold its RSS).
+from memopt.run.budget import CPU_ALLOCATOR_ENV
 
 ROOT = Path(__file__).resolve().parent.parent
 MIB = 2**20
@@ -250,6 +259,7 @@ def main() -> None:
     runs_dir = args.runs_dir or Path(tempfile.mkdtemp(prefix="bench-side-by-side-"))
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
     env.pop("MEMOPT_RECOMPUTE_POLICY", None)
+    env.update(CPU_ALLOCATOR_ENV)
     print(
         "| case | set-up | peak MiB | vs none | median step s | vs none | fits budget | runs to an answer | notes |",
         flush=True,
@@ -280,7 +290,9 @@ def main() -> None:
                 if not best.get("policy_file"):
                     measured = Measured(None, (), None, summary.get("error", "no policy"))
                 else:
-                    policy_env = dict(env, MEMOPT_RECOMPUTE_POLICY=best["policy_file"])
+                    # The job as a user re-runs it: the export line's variables in its environment.
+                    exported = dict(word.split("=", 1) for word in shlex.split(summary["export"][-1])[1:])
+                    policy_env = dict(env, **exported)
                     measured = run_measured(child_argv(case, setup, args.steps), policy_env, limit, args.timeout)
                     notes = f"`{'; '.join(best['plans']) or 'nothing'}`; tune measured {_mib(best.get('peak_bytes'))}"
             else:

@@ -1,4 +1,5 @@
-"""``memopt tune``'s screen: a Textual app over ``memopt.tune.tuner.Tuner``.
+"""``memopt tune``'s screen: a Textual app over a tuning session (``memopt.tune.session.TuningSession``:
+ORT's ``Tuner`` or the torch back end's ``TorchTuner``).
 
 Blocking work (probe, scan, calibration, trials) runs in thread workers; the tuner's events
 come back as ``TunerEvent`` messages, so the screen stays live and shows progress. Keys:
@@ -32,9 +33,9 @@ from memopt.tune import (
     TrialStarted,
     TuneCancelled,
     TuneEvent,
-    Tuner,
     TuneResult,
 )
+from memopt.tune.session import TuningSession
 from memopt.units import format_bytes
 
 from .state import SORT_KEYS, Selection, exit_lines, short_plans, sort_rows
@@ -72,7 +73,7 @@ class TuneApp(App[None]):
         Binding("q", "quit_tuner", "Quit"),
     ]
 
-    def __init__(self, tuner: Tuner, *, auto: bool = True) -> None:
+    def __init__(self, tuner: TuningSession, *, auto: bool = True) -> None:
         super().__init__()
         self.tuner = tuner
         self.auto = auto

@@ -10,7 +10,8 @@ from dataclasses import dataclass, field
 
 from memopt.core.trial import TrialResult
 from memopt.ort import PlanKey, plan_keys
-from memopt.tune import PlanRow, TrialRecord, Tuner
+from memopt.tune import PlanRow, TrialRecord
+from memopt.tune.session import TuningSession
 from memopt.units import format_bytes, format_mib
 
 __all__ = ["SORT_KEYS", "Selection", "exit_lines", "plan_cells", "short_plans", "sort_rows", "trial_cells"]
@@ -73,7 +74,7 @@ def plan_cells(row: PlanRow, on: bool) -> tuple[str, ...]:
         f"{row.cost_s * 1000:.0f} ms",
         row.subgraph,
         str(row.frequency),
-        row.kind.label,
+        row.kind,
         ", ".join(row.modules) or "-",
     )
 
@@ -118,7 +119,7 @@ def _peak_cell(result: TrialResult) -> str:
     return format_bytes(result.memory.peak_bytes) + ranks
 
 
-def exit_lines(tuner: Tuner, selection: Sequence[PlanKey]) -> list[str]:
+def exit_lines(tuner: TuningSession, selection: Sequence[PlanKey]) -> list[str]:
     """What ``memopt tune`` prints on stdout after the screen closes; writes the config file
     the export line names (call it off the UI thread)."""
     lines: list[str] = []

@@ -10,7 +10,6 @@ from dataclasses import dataclass
 from enum import Enum
 
 from memopt.errors import MemoptError
-from memopt.ort.stack import StackError, check_stack, inspect_stack
 
 __all__ = ["Backend", "ChosenBackend", "choose_backend"]
 
@@ -36,6 +35,9 @@ def choose_backend(requested: str | None) -> ChosenBackend:
             return ChosenBackend(Backend(requested), "--backend")
         except ValueError:
             raise MemoptError(f"--backend {requested!r}: choose ort or torch") from None
+    # Imported here: asking for the torch back end loads nothing of ORT's path.
+    from memopt.ort.stack import StackError, check_stack, inspect_stack
+
     try:
         check_stack(inspect_stack())
     except StackError as err:

@@ -16,8 +16,6 @@ from typing import Any
 
 import torch
 from torch import nn
-from torch.optim.adamw import AdamW
-from torch.optim.optimizer import Optimizer
 
 from memopt.child import ONNX_PREFIX, OOM_MARKERS
 from memopt.child.memory import cuda_figures, proc_status_bytes, reset_rss_peak
@@ -25,7 +23,7 @@ from memopt.child.profile import profile_sessions, write_node_times
 from memopt.cuda_caching import AllocatorSettings, PoolLayout
 from memopt.errors import MemoptError, one_line
 from memopt.recipes import Recipe, RecipeError
-from memopt.recipes.loss import default_loss
+from memopt.recipes.defaults import default_loss, make_optimizer
 from memopt.step_lines import step_line
 
 __all__ = [
@@ -114,7 +112,7 @@ class TrainingStep:
             self.target = None
             self.loss_fn, self.loss_name = _returned_loss, "the model's returned loss"
         self.ort_model = _wrapped(model.to(device), backend, debug_options)
-        self.optimizer = _call_recipe("optimizer", lambda: _make_optimizer(recipe, self.ort_model.parameters()))
+        self.optimizer = _call_recipe("optimizer", lambda: make_optimizer(recipe, self.ort_model.parameters()))
         # A training loop's variables hold the last step's output and loss until the next
         # forward returns; ORT's arena places that step's tensors around them, so a trial
         # holds them too.
@@ -267,15 +265,6 @@ def _compute_loss(loss_fn: Callable[[Any, Any], Any], output: Any, target: Any, 
         raise RecipeError(f"{name} failed on the model's output: {one_line(err)}") from err
     _check_loss(loss)
     return loss
-
-
-def _make_optimizer(recipe: Recipe, parameters: Any) -> Optimizer:
-    if recipe.optimizer is None:
-        return AdamW(parameters, lr=1e-4)
-    optimizer = recipe.optimizer(parameters)
-    if not isinstance(optimizer, Optimizer):
-        raise RecipeError(f"optimizer() returned {type(optimizer).__name__}; expected a torch.optim.Optimizer")
-    return optimizer
 
 
 def _call_recipe(name: str, call: Callable[[], Any], *, sized: bool = False) -> Any:

@@ -86,7 +86,6 @@ def carry_over_to_torch(
     from memopt.backends.torch.gradients import gradient_differences
     from memopt.backends.torch.scan import scan_recipe
     from memopt.backends.torch.trial import run_torch_trial
-    from memopt.recompute import POLICY_ENV
 
     loaded, budget_bytes = torch_side(settings, budget)
     journal = Journal.in_folder(settings.runs_dir)
@@ -137,7 +136,7 @@ def carry_over_to_torch(
     if trial.within(limit_bytes):
         say(f"measured: {measured}, within {against} ({trial.run_dir})")
         print(f"# {policy}")
-        print(f"export {POLICY_ENV}={shlex.quote(str(policy_path.resolve()))}")
+        print(trial.export_line(policy_path))
         return True
     over = "" if trial.peak_bytes is None else f" by {format_bytes(trial.peak_bytes - limit_bytes)}"
     say(f"measured: {measured}: over {against}{over} ({trial.run_dir})")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import shlex
 import sys
 from pathlib import Path
 from typing import Any
@@ -188,9 +187,8 @@ def _plan_torch(
     """The torch back end's plan: tune's scan, probes and choice, without its verifying run
     (``--verify`` adds that one run); the policy file written where a job reads it."""
     # Imported here: the torch back end loads torch, which an ORT plan's process must not carry.
-    from memopt.backends.torch.trial import POLICY_FILE, run_torch_trial
+    from memopt.backends.torch.trial import POLICY_FILE, allocator_env, export_line, run_torch_trial
     from memopt.backends.torch.tune import plan_torch
-    from memopt.recompute import POLICY_ENV
 
     with stdout_kept_for_the_result():
         plan = plan_torch(settings, target_batch, budget, margin=margin, resume=resume, say=say)
@@ -211,7 +209,10 @@ def _plan_torch(
         )
     fits = plan.feasible and (trial is None or trial.within(int(plan.limit_bytes)))
     status = "does_not_fit" if not fits else "predicted" if trial is None else "verified"
-    export = [f"export {POLICY_ENV}={shlex.quote(str(written.resolve()))}"] if written is not None else []
+    export = []
+    if written is not None:
+        ran_with = trial.allocator if trial is not None else allocator_env(settings.device)
+        export = [export_line(written, ran_with)]
     if as_json:
         document = {
             "status": status,

@@ -175,7 +175,6 @@ def _torch_trial(
     # Imported here: the torch back end loads torch (about 600 MiB of RSS), which an ORT trial's
     # parent process, counted in the same memory cgroup as its job, must not carry.
     from memopt.backends.torch.trial import read_policy, resolve_torch_budget, run_torch_trial, trial_key
-    from memopt.recompute import POLICY_ENV
 
     policy = read_policy(config)  # bad input stays one error line, before the back end's line
     say(backend_line)
@@ -192,9 +191,7 @@ def _torch_trial(
         peak = format_bytes(trial.peak_bytes) if trial.peak_bytes is not None else "unknown"
         step = f"{trial.median_step_s:.3f} s" if trial.median_step_s is not None else "unknown"
         console.print(f"batch {batch}, {policy}: peak {peak}, median step {step}", markup=False, highlight=False)
-        console.print(
-            f"export {POLICY_ENV}={shlex.quote(str(trial.policy_path.resolve()))}", markup=False, highlight=False
-        )
+        console.print(trial.export_line(), markup=False, highlight=False)
     if budget is not None and trial.peak_bytes is not None:
         budget_bytes = resolve_torch_budget(budget, settings.device)
         if trial.peak_bytes > budget_bytes:

@@ -58,6 +58,7 @@ from memopt.run.budget import Budget
 from memopt.run.journal import Journal
 from memopt.run.settings import RunSettings
 from memopt.tune import DEFAULT_MAX_TRIALS, TuneEvent, Tuner, TuneSettings, event_line
+from memopt.tune.session import TuningSession
 
 __all__ = ["tune_command", "print_event"]
 
@@ -107,8 +108,6 @@ def tune_command(
     chosen_backend = choose_backend(backend)
     target = runnable(choose_target(recipe, command))
     if chosen_backend.backend is Backend.TORCH:
-        if not no_tui:
-            raise MemoptError("--backend torch has no terminal UI yet: use --no-tui")
         if export_torch:
             raise MemoptError(
                 f"--export-torch carries an ORT config over, and the torch back end ({chosen_backend.line()}) "
@@ -130,10 +129,6 @@ def tune_command(
     parsed_budget = parse_budget(budget) if budget is not None else None
     if export_torch:
         torch_side(run, parsed_budget)  # what the carry-over would refuse, refused before the tune
-    if chosen_backend.backend is Backend.TORCH:
-        say(chosen_backend.line())
-        _headless_torch(run, target_batch, parsed_budget, margin, resume, as_json)
-        return
     settings = TuneSettings.for_target(
         run,
         target_batch,
@@ -143,28 +138,49 @@ def tune_command(
         margin=margin,
         calibration_batches=calibration_batches(calibrate_at),
     )
+    if chosen_backend.backend is Backend.TORCH:
+        if not no_tui:
+            _needs_terminal()
+        say(chosen_backend.line())
+        if no_tui:
+            _headless_torch(run, target_batch, parsed_budget, margin, resume, as_json)
+            return
+        from memopt.tune.torch_session import TorchTuner
+
+        _show(TorchTuner(settings), manual)
+        return
     versions = stack_versions(run.python, run.timeout_s)
     if versions.ort_version is None:
         raise MemoptError("the ORT training stack cannot run: onnxruntime-training is not installed")
     require_budget(settings.budget, run.device, versions.cuda)
     carry_over = _carry_over_to_torch(recipe or "") if export_torch else None
-    if not no_tui and (not sys.stderr.isatty() or not sys.stdin.isatty()):
-        raise MemoptError("the tuner's screen needs a terminal; use --no-tui for scripts and CI")
+    if not no_tui:
+        _needs_terminal()
     say(chosen_backend.line())
     if no_tui:
         _headless(settings, versions, as_json, carry_over)
         return
+    tuner = Tuner(settings, versions=versions)
+    _show(tuner, manual)
+    if carry_over is not None and not carry_over(tuner):
+        sys.exit(EXIT_DOES_NOT_FIT)
+
+
+def _needs_terminal() -> None:
+    if not sys.stderr.isatty() or not sys.stdin.isatty():
+        raise MemoptError("the tuner's screen needs a terminal; use --no-tui for scripts and CI")
+
+
+def _show(tuner: TuningSession, manual: bool) -> None:
+    """The tuner's screen until the user quits; then its lines on stdout."""
     from memopt.tui.app import TuneApp
 
-    tuner = Tuner(settings, versions=versions)
     tune_app = TuneApp(tuner, auto=not manual)
     tune_app.run()
     for line in tune_app.exit_lines:
         print(line)
     if tune_app.error is not None:
         raise MemoptError(tune_app.error)
-    if carry_over is not None and not carry_over(tuner):
-        sys.exit(EXIT_DOES_NOT_FIT)
 
 
 def _headless(

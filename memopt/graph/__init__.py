@@ -8,11 +8,11 @@ until ``resolve_dims`` gives those names values.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from memopt.graph.expr import Expression, ExpressionError, UnknownSymbolError, parse_expression
 from memopt.graph.polynomial import NotPolynomialError, Polynomial
+from memopt.lazy import lazy_exports
 
 if TYPE_CHECKING:
     from memopt.graph.gradient import LOSSES, GradientError, build_training_graph
@@ -46,13 +46,7 @@ _LAZY = {
         "session_input_beside",
     ),
 }
-_MODULE_OF = {name: module for module, names in _LAZY.items() for name in names}
-
-
-def __getattr__(name: str) -> Any:
-    if name not in _MODULE_OF:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(_MODULE_OF[name]), name)
+__getattr__ = lazy_exports(__name__, _LAZY)
 
 
 __all__ = [

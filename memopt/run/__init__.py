@@ -14,58 +14,127 @@
 The child process's own side lives in ``memopt.child`` (it imports torch; nothing here does).
 """
 
-from memopt.run.budget import (
-    DEFAULT_FRACTION,
-    Budget,
-    BudgetError,
-    cpu_device_memory,
-    parse_budget,
-    require_budget,
-    resolve_budget,
-)
-from memopt.run.command import run_target
-from memopt.run.journal import JOURNAL_NAME, Journal, JournalEntry
-from memopt.run.launch import (
-    LOG_NAME,
-    ONNX_DIR,
-    ONNX_PREFIX,
-    RECORD_NAME,
-    RunRequest,
-    RunResult,
-    end_all_runs,
-    launch,
-    new_run_dir,
-)
-from memopt.run.probe import GRAPH_KINDS, ProbeResult, probe, run_label
-from memopt.run.settings import (
-    DEFAULT_RUNS_DIR,
-    DEFAULT_STEPS,
-    DEFAULT_TIMEOUT_S,
-    DEVICES,
-    RunSettings,
-    check_batch,
-    check_count,
-    check_device,
-    check_options,
-    check_steps,
-    check_timeout,
-)
-from memopt.run.target import CONFIG_VARIABLES, ProbedGraph, graph_of_run, load_target
-from memopt.run.trials import (
-    LEVEL_VAR,
-    REUSABLE_STATUSES,
-    JournaledRunner,
-    RealTrialRunner,
-    StackVersions,
-    TrialError,
-    TrialRunner,
-    TrialSpec,
-    config_key,
-    inherited_config_note,
-    parse_trial_config,
-    run_trial,
-    stack_versions,
-)
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from memopt.lazy import lazy_exports
+
+# Two functions share their module's name: imported now, so that the package's attribute is the
+# function, not the submodule a first import would leave there.
+from memopt.run.launch import launch
+from memopt.run.probe import probe
+
+if TYPE_CHECKING:
+    from memopt.run.budget import (
+        DEFAULT_FRACTION,
+        Budget,
+        BudgetError,
+        cpu_device_memory,
+        parse_budget,
+        require_budget,
+        resolve_budget,
+    )
+    from memopt.run.command import run_target
+    from memopt.run.journal import JOURNAL_NAME, Journal, JournalEntry
+    from memopt.run.launch import (
+        LOG_NAME,
+        ONNX_DIR,
+        ONNX_PREFIX,
+        RECORD_NAME,
+        RunRequest,
+        RunResult,
+        end_all_runs,
+        new_run_dir,
+    )
+    from memopt.run.probe import GRAPH_KINDS, ProbeResult, run_label
+    from memopt.run.settings import (
+        DEFAULT_RUNS_DIR,
+        DEFAULT_STEPS,
+        DEFAULT_TIMEOUT_S,
+        DEVICES,
+        RunSettings,
+        check_batch,
+        check_count,
+        check_device,
+        check_options,
+        check_steps,
+        check_timeout,
+    )
+    from memopt.run.target import CONFIG_VARIABLES, ProbedGraph, graph_of_run, load_target
+    from memopt.run.trials import (
+        LEVEL_VAR,
+        REUSABLE_STATUSES,
+        JournaledRunner,
+        RealTrialRunner,
+        StackVersions,
+        TrialError,
+        TrialRunner,
+        TrialSpec,
+        config_key,
+        inherited_config_note,
+        parse_trial_config,
+        run_trial,
+        stack_versions,
+    )
+
+# Imported on first use: the torch back end takes its processes, budgets and journal from here
+# without ORT's trials, targets and probe (they load the training graph and the log parser).
+_LAZY = {
+    "memopt.run.budget": (
+        "DEFAULT_FRACTION",
+        "Budget",
+        "BudgetError",
+        "cpu_device_memory",
+        "parse_budget",
+        "require_budget",
+        "resolve_budget",
+    ),
+    "memopt.run.command": ("run_target",),
+    "memopt.run.journal": ("JOURNAL_NAME", "Journal", "JournalEntry"),
+    "memopt.run.launch": (
+        "LOG_NAME",
+        "ONNX_DIR",
+        "ONNX_PREFIX",
+        "RECORD_NAME",
+        "RunRequest",
+        "RunResult",
+        "end_all_runs",
+        "new_run_dir",
+    ),
+    "memopt.run.probe": ("GRAPH_KINDS", "ProbeResult", "run_label"),
+    "memopt.run.settings": (
+        "DEFAULT_RUNS_DIR",
+        "DEFAULT_STEPS",
+        "DEFAULT_TIMEOUT_S",
+        "DEVICES",
+        "RunSettings",
+        "check_batch",
+        "check_count",
+        "check_device",
+        "check_options",
+        "check_steps",
+        "check_timeout",
+    ),
+    "memopt.run.target": ("CONFIG_VARIABLES", "ProbedGraph", "graph_of_run", "load_target"),
+    "memopt.run.trials": (
+        "LEVEL_VAR",
+        "REUSABLE_STATUSES",
+        "JournaledRunner",
+        "RealTrialRunner",
+        "StackVersions",
+        "TrialError",
+        "TrialRunner",
+        "TrialSpec",
+        "config_key",
+        "inherited_config_note",
+        "parse_trial_config",
+        "run_trial",
+        "stack_versions",
+    ),
+}
+__getattr__ = lazy_exports(__name__, _LAZY)
+
 
 __all__ = [
     "CONFIG_VARIABLES",

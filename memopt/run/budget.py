@@ -11,6 +11,7 @@ from memopt.errors import MemoptError
 from memopt.run.cgroup import memory_limit
 
 __all__ = [
+    "CPU_ALLOCATOR_ENV",
     "DEFAULT_FRACTION",
     "Budget",
     "BudgetError",
@@ -19,6 +20,16 @@ __all__ = [
     "resolve_budget",
     "cpu_device_memory",
 ]
+
+# glibc's malloc raises its mmap threshold to the largest block freed (up to 32 MiB), after which a
+# step's activations come from its heap, where freed ones stay resident: the peak RSS then follows
+# no function of the step's tensors (GPT-2-small at 512 tokens, torch 2.4.1: 974, 1,106 and 1,244
+# MiB above them at batches 1, 2 and 4). Pinned at its default, a block over 128 KiB is mapped and
+# returned when freed, and the peak RSS stayed 146-149 MiB above them at each batch and policy
+# (bench/bench_cpu_allocator.py).
+# The torch back end's CPU runs have it, and its export line carries it, so the job re-run
+# peaks as its run did (``memopt.backends.torch.trial.allocator_env``).
+CPU_ALLOCATOR_ENV = {"MALLOC_MMAP_THRESHOLD_": "131072"}
 
 # Without --budget: the device less 10% (on CUDA left to the allocator cache and the CUDA
 # context, on CPU to the rest of the machine); the CPU device's memory is ``cpu_device_memory``.

@@ -14,7 +14,7 @@ from typing import Any
 
 from memopt.core import Target
 from memopt.core.trial import Outcome, TrialResult
-from memopt.ort import OptimizationType, OrtVersion, PlanKey, plan_keys
+from memopt.ort import PlanKey, plan_keys
 from memopt.units import format_mib
 
 __all__ = [
@@ -67,7 +67,7 @@ class PlanRow:
 
     key: PlanKey
     subgraph: str
-    kind: OptimizationType
+    kind: str  # what it recomputes, as its back end says it (ORT: its optimization type)
     frequency: int
     saving_bytes: float  # the scan's exact saving at the target batch
     effective_bytes: float  # what the memory model expects it to lower the peak by
@@ -165,9 +165,7 @@ class Ready:
 
     target: Target
     options: Mapping[str, Any]
-    ort_version: OrtVersion
-    ort_package: str | None
-    torch_version: str | None
+    runtime: str  # what trains, in a few words: "ORT 1.19.2 (onnxruntime-training-cpu) · torch 2.4.1"
     device: str  # "CPU" or the CUDA device's name
     budget_bytes: int
     limit_bytes: float
@@ -220,7 +218,7 @@ def event_line(event: TuneEvent) -> str:
         return f"[{event.stage}] done in {event.seconds:.1f} s: {event.message}"
     if isinstance(event, Ready):
         return (
-            f"[ready] {event.target} on {event.device}, ORT {event.ort_version}, torch {event.torch_version}; "
+            f"[ready] {event.target} on {event.device}, {event.runtime}; "
             f"target batch {event.target_batch}, budget {format_mib(event.budget_bytes)} (limit "
             f"{format_mib(event.limit_bytes)}); {len(event.rows)} plans"
         )

@@ -78,6 +78,7 @@ from memopt.tune.policy import (
     names,
     next_step,
 )
+from memopt.tune.session import SessionEvents
 from memopt.tune.settings import TuneCancelled, TuneError, TuneSettings
 from memopt.units import format_cuda_memory, format_mib
 
@@ -86,7 +87,7 @@ __all__ = ["Tuner"]
 _T = TypeVar("_T")
 
 
-class Tuner:
+class Tuner(SessionEvents):
     """One tuning session; views subscribe to its events and call its methods from any thread."""
 
     def __init__(
@@ -100,9 +101,8 @@ class Tuner:
     ) -> None:
         """``versions``: the stack, where the caller already asked for it; ``runner`` and ``prepare``
         replace the real child processes (tests)."""
+        super().__init__(on_event)
         self.settings = replace(settings, run=replace(settings.run, runs_dir=Path(settings.run.runs_dir).resolve()))
-        self._listeners: list[Callable[[TuneEvent], None]] = [on_event] if on_event else []
-        self._cancel = threading.Event()
         self._lock = threading.Lock()
         self.journal = Journal.in_folder(self.settings.run.runs_dir)
         self._runner = runner
@@ -117,27 +117,6 @@ class Tuner:
         self.ready: Ready | None = None
         self._numbers = 0
         self._probed: TrialResult | None = None  # the calibration trial that was the graph probe
-
-    # -- events and cancellation ------------------------------------------------------
-
-    def subscribe(self, listener: Callable[[TuneEvent], None]) -> None:
-        self._listeners.append(listener)
-
-    def _emit(self, event: TuneEvent) -> None:
-        for listener in list(self._listeners):
-            listener(event)
-
-    def cancel(self) -> None:
-        """Stop the running trial or probe (its process group is killed); safe from any thread."""
-        self._cancel.set()
-
-    def reset_cancel(self) -> None:
-        """Allow new work after a cancelled search (the TUI keeps the session)."""
-        self._cancel.clear()
-
-    def _check_cancel(self) -> None:
-        if self._cancel.is_set():
-            raise TuneCancelled("cancelled")
 
     # -- set-up -----------------------------------------------------------------------
 
@@ -180,9 +159,9 @@ class Tuner:
         self.ready = Ready(
             target=run.target,
             options=dict(run.options),
-            ort_version=prepared.ort_version,
-            ort_package=self.versions.ort_package,
-            torch_version=self.versions.torch_version,
+            runtime=f"ORT {prepared.ort_version}"
+            + (f" ({self.versions.ort_package})" if self.versions.ort_package else "")
+            + f" · torch {self.versions.torch_version}",
             device=self.device_name,
             budget_bytes=self.budget_bytes,
             limit_bytes=self.limit_bytes,
@@ -344,7 +323,7 @@ class Tuner:
                 PlanRow(
                     key=pattern.key,
                     subgraph=pattern.subgraph,
-                    kind=pattern.kind,
+                    kind=pattern.kind.label,
                     frequency=pattern.frequency,
                     saving_bytes=raw,
                     effective_bytes=model.factor(pattern.key) * raw,

@@ -19,9 +19,7 @@ def test_the_ready_line_gives_the_budget_and_limit_in_mib() -> None:
     ready = Ready(
         target=parse_runnable("gpt"),
         options={},
-        ort_version=OrtVersion.parse("1.19.2"),
-        ort_package="onnxruntime-training-cpu",
-        torch_version="2.4.1",
+        runtime=f"ORT {OrtVersion.parse('1.19.2')} (onnxruntime-training-cpu) · torch 2.4.1",
         device="CPU",
         budget_bytes=1150 * MiB,
         limit_bytes=1150 * MiB * 0.98,

@@ -14,7 +14,7 @@ from torch import nn
 
 from memopt import recompute
 from memopt.recipes import load_hf_recipe, load_recipe
-from memopt.recipes.loss import default_loss
+from memopt.recipes.defaults import default_loss
 from memopt.recompute import POLICY_ENV, RecomputePlan, RecomputePolicy, RecomputePolicyError
 
 BUILTIN_POLICIES = {

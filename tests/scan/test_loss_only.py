@@ -21,7 +21,7 @@ from memopt.child.steps import LossOnly
 from memopt.graph.training_graph import load_graph
 from memopt.ort.stack import inspect_stack
 from memopt.recipes import RecipeError, load_hf_recipe, load_recipe
-from memopt.recipes.loss import default_loss
+from memopt.recipes.defaults import default_loss
 from memopt.scan import scan_graph
 from memopt.scan.parity import captured_parity, logged_parity
 

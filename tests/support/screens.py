@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import os
 import re
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 from textual.pilot import Pilot
@@ -69,3 +71,12 @@ def assert_snapshot(name: str, svg: str, text: str) -> None:
             f"screen changed: compare tests/snapshots/{name}.last.svg with {name}.svg "
             "(a deliberate change: rerun with MEMOPT_UPDATE_SNAPSHOTS=1)"
         )
+
+
+async def wait_for(pilot: Pilot[None], condition: Callable[[], bool], timeout: float, what: str) -> None:
+    """Let the app run until ``condition`` holds; fail after ``timeout`` seconds, naming ``what``."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+        await pilot.pause(0.2)

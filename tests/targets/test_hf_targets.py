@@ -21,8 +21,8 @@ from memopt.graph import TensorInfo, resolve_dims, sequence_symbols
 from memopt.ort.config import ConfigEntry, ConfigError, OptimizationType, refuse_unknown_entries
 from memopt.predict.calibration import keep_ort_plans
 from memopt.recipes import RecipeError, check_hf_recipe, load_hf_recipe
+from memopt.recipes.defaults import default_loss
 from memopt.recipes.hf import PRESETS, resolve_hf_target
-from memopt.recipes.loss import default_loss
 from memopt.run.trials import requested_off
 from memopt.scan import scan_graph
 

@@ -16,7 +16,7 @@ from memopt.recipes import (
     load_recipe,
     parse_option_value,
 )
-from memopt.recipes.loss import default_loss
+from memopt.recipes.defaults import default_loss
 
 
 @pytest.mark.parametrize("name", sorted(BUILTIN_RECIPES))

@@ -4,13 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from support import real_tuning
-from support.screens import assert_snapshot, drawn_screen, screen_text
+from support.screens import assert_snapshot, drawn_screen, screen_text, wait_for
 
 from memopt.ort.config import ENV_VAR
 from memopt.tui.app import TuneApp
@@ -20,14 +18,6 @@ from memopt.tune import Tuner
 pytestmark = pytest.mark.ort  # real ORTModule runs or ORT sessions
 
 SIZE = (130, 40)
-
-
-async def wait_for(pilot, condition: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
-        await pilot.pause(0.2)
 
 
 @pytest.mark.long

@@ -26,7 +26,7 @@ def row(key: str, saving: float = 0.0, cost: float = 0.0, frequency: int = 1, **
     values: dict[str, object] = {
         "key": key,
         "subgraph": key.split(":")[0],
-        "kind": OptimizationType.RECOMPUTE,
+        "kind": OptimizationType.RECOMPUTE.label,
         "frequency": frequency,
         "saving_bytes": saving,
         "effective_bytes": saving,
@@ -159,7 +159,7 @@ def test_plan_cells_of_a_plan_switched_off() -> None:
 
 
 def test_plan_cells_on_say_all_occurrences_unless_ort_honours_counts() -> None:
-    plan = row("Cast+:2:-1", saving=512, frequency=3, kind=OptimizationType.COMPROMISE)
+    plan = row("Cast+:2:-1", saving=512, frequency=3, kind=OptimizationType.COMPROMISE.label)
     assert plan_cells(plan, True)[0] == "on (all)"
     assert plan_cells(row("Cast+:2:-1", frequency=3, counts_honoured=True), True)[0] == "on ×3"
     assert plan_cells(row("Cast+:2:-1", frequency=3, counts_honoured=True), False)[0] == "off"

@@ -12,7 +12,7 @@ import torch
 
 from memopt import recompute
 from memopt.recipes import Recipe
-from memopt.recipes.loss import default_loss
+from memopt.recipes.defaults import default_loss
 from memopt.recompute import RecomputePolicy
 
 __all__ = ["gradient_differences", "seeded_step"]

@@ -1,18 +1,32 @@
-"""The torch back end's peak model: a line in the batch through two runs without recompute,
-less what a policy's plans take off it at the target batch.
+"""The torch back end's peak models, each a ``PeakModel``: a step's peak at any batch under any policy.
 
-Pure arithmetic over a scan and two measured peaks (no run, no scipy): ``tune`` decides with it,
-and ``bench/gpu/check_plain_torch.py`` checks it on a device image that has torch and little else.
+``LinePeak``: a line in the batch through two runs without recompute, less what a policy's plans
+take off it by the scan's figures: pure arithmetic over a scan and two measured peaks (no run, no
+scipy), for targets whose steps cannot be played on fake tensors (a user's command), and checked by
+``bench/gpu/check_plain_torch.py`` on a device image that has torch and little else. A recipe's
+steps play on fake tensors instead (``memopt.backends.torch.simulate.SimulatedPeak``).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Protocol
 
 from memopt.backends.torch.scan import BATCH, SEQ, TorchPlanRow, TorchScan
 from memopt.recompute import RecomputePolicy
+from memopt.units import format_bytes
 
-__all__ = ["PeakLine", "plan_saving", "policy_saving", "probe_batches"]
+__all__ = ["LinePeak", "PeakLine", "PeakModel", "plan_saving", "policy_saving", "probe_batches"]
+
+
+class PeakModel(Protocol):
+    def predict(self, policy: RecomputePolicy, batch: int) -> float:
+        """The whole run's peak at ``batch`` with ``policy``."""
+        ...
+
+    def describe(self, batch: int) -> str:
+        """Where the prediction at ``batch`` without recompute comes from, in a few words."""
+        ...
 
 
 def probe_batches(target_batch: int) -> tuple[int, int]:
@@ -55,3 +69,21 @@ def policy_saving(policy: RecomputePolicy, scanned: TorchScan, batch: int) -> fl
     """The policy's plans' savings at ``batch``, added up (a plan the scan does not list saves nothing)."""
     rows = {row.plan: row for row in scanned.rows}
     return sum(plan_saving(rows[plan], scanned, batch) for plan in policy.plans if plan in rows)
+
+
+@dataclass(frozen=True)
+class LinePeak:
+    """The line through the probes, less the scan's savings of a policy's plans."""
+
+    line: PeakLine
+    scanned: TorchScan
+
+    def predict(self, policy: RecomputePolicy, batch: int) -> float:
+        return self.line.at(batch) - policy_saving(policy, self.scanned, batch)
+
+    def describe(self, batch: int) -> str:
+        line = self.line
+        return (
+            f"{format_bytes(int(line.small_bytes))} at batch {line.small}, "
+            f"{format_bytes(int(line.per_sample))} a sample (the line through two runs)"
+        )

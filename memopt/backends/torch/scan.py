@@ -18,7 +18,7 @@ Modules holding batch norm get no whole-module plan: its rerun would update the 
 from __future__ import annotations
 
 import functools
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from fractions import Fraction
 from typing import Any
@@ -36,18 +36,20 @@ from torch._subclasses.fake_tensor import (
 from memopt.errors import MemoptError
 from memopt.graph.polynomial import Monomial, Polynomial
 from memopt.recipes import Recipe
-from memopt.recipes.loss import default_loss
+from memopt.recipes.defaults import default_loss
 from memopt.recompute.capture import CapturedStep, capture_step, module_pattern, plannable
 from memopt.recompute.policy import OpName, RecomputePlan
 
 __all__ = [
     "BATCH",
+    "NEEDS_VALUES",
     "SEQ",
     "Size",
     "TorchPlanRow",
     "TorchScan",
     "capture_recipe",
     "plans_of",
+    "recipe_forward",
     "scan_recipe",
     "scan_sizes",
 ]
@@ -57,7 +59,7 @@ BATCH, SEQ = "batch", "seq"
 # output alive until it ends; two, not one, as batch norm in training and some losses need two.
 _TIMED_BATCH = 2
 # What a fake tensor cannot answer: the forward reads a value, or an op's output shape depends on one.
-_NEEDS_VALUES = (DataDependentOutputException, DynamicOutputShapeException, UnsupportedOperatorException)
+NEEDS_VALUES = (DataDependentOutputException, DynamicOutputShapeException, UnsupportedOperatorException)
 Size = tuple[int, int | None]  # batch, and seq where the recipe takes one
 
 
@@ -93,7 +95,7 @@ def scan_recipe(recipe: Recipe, batch: int, *, timed: bool = True) -> TorchScan:
         with FakeTensorMode():  # type: ignore[no-untyped-call]
             captures = {point: capture_recipe(recipe, *point) for point in [*points, check]}
             model = _model(recipe)
-    except _NEEDS_VALUES:
+    except NEEDS_VALUES:
         # A forward that reads its tensors' values (a branch on them, .item(), a boolean mask's
         # shape) cannot run on fake ones: its bytes and times come from real captures instead.
         captures = {point: capture_recipe(recipe, *point) for point in [*points, check]}
@@ -210,22 +212,31 @@ def _model(recipe: Recipe) -> nn.Module:
 
 def capture_recipe(recipe: Recipe, batch: int, seq: int | None) -> CapturedStep:
     """The recipe's training step at ``batch`` and ``seq``, captured with the tensors of the mode it runs under."""
+    model, forward = recipe_forward(recipe, batch, seq)
+    return capture_step(model, lambda: forward()[1])
+
+
+def recipe_forward(
+    recipe: Recipe, batch: int, seq: int | None
+) -> tuple[nn.Module, Callable[[], tuple[Any, torch.Tensor]]]:
+    """The recipe's model in training mode, and its forward on one batch of ``batch`` at ``seq``
+    (the output and the loss), both made with the tensors of the mode they are built under."""
     options = dict(recipe.options) | ({"seq_len": seq} if seq is not None else {})
     sized = replace(recipe, options=options)
     model = _model(sized)
     inputs, target = sized.batch(batch)
     loss_fn = sized.loss or default_loss
 
-    def forward_and_loss() -> torch.Tensor:
+    def forward_and_loss() -> tuple[Any, torch.Tensor]:
         if isinstance(inputs, dict):
             output = model(**inputs)
         elif isinstance(inputs, tuple):
             output = model(*inputs)
         else:
             output = model(inputs)
-        return loss_fn(output, target)
+        return output, loss_fn(output, target)
 
-    return capture_step(model, forward_and_loss)
+    return model, forward_and_loss
 
 
 def _fit(values: Mapping[Size, int], points: list[Size], check: Size) -> Polynomial | None:

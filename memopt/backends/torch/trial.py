@@ -13,13 +13,17 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass
+import os
+import shlex
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from memopt.core import RunStatus
 from memopt.errors import MemoptError
 from memopt.recompute import POLICY_ENV, RecomputePlan, RecomputePolicy
-from memopt.run.budget import Budget, cpu_device_memory, resolve_budget
+from memopt.run.budget import CPU_ALLOCATOR_ENV, Budget, cpu_device_memory, resolve_budget
 from memopt.run.command import run_target
 from memopt.run.journal import Journal
 from memopt.run.launch import RunRequest, new_run_dir
@@ -29,6 +33,9 @@ __all__ = [
     "POLICY_FILE",
     "TRIAL_KIND",
     "TorchTrial",
+    "allocator_env",
+    "on_cuda",
+    "export_line",
     "read_policy",
     "resolve_torch_budget",
     "run_torch_trial",
@@ -49,6 +56,7 @@ class TorchTrial:
     median_step_s: float | None
     error: str | None = None
     reused: bool = False
+    allocator: Mapping[str, str] = field(default_factory=dict)  # the allocator's settings it ran with
 
     @property
     def ran(self) -> bool:
@@ -65,6 +73,11 @@ class TorchTrial:
     def out_of_memory(self) -> bool:
         return self.status is RunStatus.OUT_OF_MEMORY
 
+    def export_line(self, policy_path: Path | None = None) -> str:
+        """The line a job's shell pastes to run as this trial ran: its policy (or the same one
+        at ``policy_path``) and its allocator's settings."""
+        return export_line(policy_path or self.policy_path, self.allocator)
+
     def record(self, key: str) -> dict[str, object]:
         return {
             "key": key,
@@ -76,17 +89,37 @@ class TorchTrial:
             "peak_bytes": self.peak_bytes,
             "median_step_s": self.median_step_s,
             "error": self.error,
+            "allocator": dict(self.allocator),
         }
+
+
+def on_cuda(requested_device: str) -> bool:
+    """Whether a torch trial runs on CUDA (``auto``: where torch has it)."""
+    import torch
+
+    if requested_device == "cuda" and not torch.cuda.is_available():
+        raise MemoptError("--device cuda: torch here sees no CUDA device")
+    return requested_device == "cuda" or (requested_device == "auto" and torch.cuda.is_available())
+
+
+def allocator_env(requested_device: str, environ: Mapping[str, str] = os.environ) -> dict[str, str]:
+    """On CPU, glibc's mmap threshold pinned (``CPU_ALLOCATOR_ENV``) where ``environ`` does not set it."""
+    if on_cuda(requested_device):
+        return {}
+    return {name: value for name, value in CPU_ALLOCATOR_ENV.items() if name not in environ}
+
+
+def export_line(policy_path: Path, allocator: Mapping[str, str]) -> str:
+    """The line a job's shell pastes to run with the policy at ``policy_path`` and the allocator's settings."""
+    env = {POLICY_ENV: str(policy_path.resolve()), **allocator}
+    return "export " + " ".join(f"{name}={shlex.quote(value)}" for name, value in env.items())
 
 
 def resolve_torch_budget(budget: Budget | None, requested_device: str) -> int:
     """The budget in bytes on the device a torch trial runs on (``auto``: CUDA where torch has it)."""
     import torch
 
-    if requested_device == "cuda" and not torch.cuda.is_available():
-        raise MemoptError("--device cuda: torch here sees no CUDA device")
-    cuda = requested_device == "cuda" or (requested_device == "auto" and torch.cuda.is_available())
-    if not cuda:
+    if not on_cuda(requested_device):
         return resolve_budget(budget, "cpu", cpu_device_memory())
     return resolve_budget(
         budget, "cuda", int(torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory)
@@ -112,14 +145,23 @@ def trial_key(settings: RunSettings, batch: int, policy: RecomputePolicy) -> str
         "steps": settings.steps,
         "plans": [str(plan) for plan in policy.plans],
     }
+    if not on_cuda(settings.device):  # the allocator's setting the run has, the user's or memopt's
+        identity["allocator"] = {name: os.environ.get(name, value) for name, value in CPU_ALLOCATOR_ENV.items()}
     return hashlib.sha256(json.dumps(identity, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
 def run_torch_trial(
-    settings: RunSettings, batch: int, policy: RecomputePolicy, *, journal: Journal, resume: bool = False
+    settings: RunSettings,
+    batch: int,
+    policy: RecomputePolicy,
+    *,
+    journal: Journal,
+    resume: bool = False,
+    cancel: threading.Event | None = None,
 ) -> TorchTrial:
     """Train ``settings``' recipe at ``batch`` with ``policy`` in a child process, or run its command
-    with the policy file in its environment (its script applies it); journal the outcome."""
+    with the policy file in its environment (its script applies it); journal the outcome.
+    ``cancel`` set ends the run (its status ``cancelled``)."""
     key = trial_key(settings, batch, policy)
     if resume:
         done = journal.latest(key, usable=(RunStatus.OK.value,), kind=TRIAL_KIND)
@@ -133,11 +175,15 @@ def run_torch_trial(
                 record.get("peak_bytes"),
                 record.get("median_step_s"),
                 reused=True,
+                allocator=record.get("allocator") or {},
             )
     run_dir = new_run_dir(settings.runs_dir, f"torch-{settings.target.label}-b{batch}")
     policy.write(run_dir / POLICY_FILE)
-    request = RunRequest(settings, batch, env={POLICY_ENV: str((run_dir / POLICY_FILE).resolve())}, backend="torch")
-    run = run_target(request, run_dir)
-    trial = TorchTrial(batch, policy, run.status, run_dir, run.memory.device_peak, run.median_step_s, run.error)
+    allocator = allocator_env(settings.device)
+    env = {POLICY_ENV: str((run_dir / POLICY_FILE).resolve()), **allocator}
+    run = run_target(RunRequest(settings, batch, env=env, backend="torch"), run_dir, cancel)
+    trial = TorchTrial(
+        batch, policy, run.status, run_dir, run.memory.device_peak, run.median_step_s, run.error, allocator=allocator
+    )
     journal.append(trial.record(key))
     return trial

@@ -2,55 +2,65 @@
 
 1. Scan (in this process): each plan's saving as a polynomial in batch and sequence, from steps
    captured with fake tensors (no memory, whatever the model's size), and its recompute time
-   from one real step at batch 1.
-2. Two runs without recompute, at a quarter and a half of the target batch, give the peak's
-   fixed part (parameters, gradients, optimizer state, the runtime) and its growth per sample;
-   the peak at the target batch is their line (probes that close keep the extrapolation short:
-   a CPU peak varies by tens of MiB from run to run).
-3. The plans whose savings at the target batch (less the one region backward rematerialises at
-   a time) cover the peak's excess over the limit (the budget less the margin) at least
-   recompute time: ``cheapest_cover``, the exact solve ORT's planner makes too (``memopt.predict.choice``), over the op plans (their
-   savings add up); where they cannot cover it, the cheapest whole-module plan that does; where
-   nothing does, the policy that saves the most.
+   from one real step at batch 2.
+2. The peak model. A recipe's two training steps play on fake tensors at the target batch
+   (``memopt.backends.torch.simulate``): the bytes its tensors hold at their highest, the
+   parameters, gradients, AdamW's state, backward's rematerialised regions and the loop's last
+   output included. One run without recompute at batch 2 measures what the process holds
+   besides (the runtime, autograd's nodes, the allocator's slack), which on CPU, with glibc's
+   mmap threshold pinned, did not grow with the batch. A user's command, or a recipe whose
+   forward reads its tensors' values, cannot play on fake tensors, and on CUDA what the caching
+   allocator keeps beyond the tensors is not measured yet: there two runs at a quarter and a
+   half of the target batch draw the peak's line instead, less the scan's savings.
+3. The plans whose savings at the target batch cover the peak's excess over the limit (the
+   budget less the margin) at least recompute time: ``cheapest_cover``, the exact solve ORT's
+   planner makes too (``memopt.predict.choice``), over the op plans; where they cannot cover
+   it, the cheapest whole-module plan that does; where nothing does, the policy that saves the
+   most. The peak model predicts the choice; where it lands over the limit the shortfall joins
+   the need and the choice is made again.
 4. One run at the target batch with that policy answers: verified when its measured peak is
-   under the limit. The model's "nothing fits" is an extrapolation, so the policy that saves the
+   under the limit. The model's "nothing fits" is a prediction, so the policy that saves the
    most is run once even then. Where the run is over, its miss (measured less predicted) and
    the margin once more join the need and the choice is made again, with one more verifying run;
    where it ran out of memory, the policy that saves most is that choice.
 
-That is three training runs (four with the second choice); ORT's path needs its probe too. What stands between this and one
-run is the fixed part: a fake-tensor capture gives the activations without a run, not the
-runtime's and the allocator's share of the peak.
+That is two training runs for a recipe on CPU (three with the second choice), three for a
+command or on CUDA.
+What stands between a recipe and one run is what the process holds besides its tensors: torch's
+runtime, the recipe's imports and the allocator's share, which only a process of the job shows.
 """
 
 from __future__ import annotations
 
 import math
-import shlex
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from memopt.backends.torch.command_scan import scan_command
-from memopt.backends.torch.predict import PeakLine, plan_saving, probe_batches
-from memopt.backends.torch.scan import TorchScan, scan_recipe
-from memopt.backends.torch.trial import TorchTrial, resolve_torch_budget, run_torch_trial
+from memopt.backends.torch.predict import LinePeak, PeakLine, PeakModel, plan_saving, probe_batches
+from memopt.backends.torch.scan import NEEDS_VALUES, TorchScan, scan_recipe
+from memopt.backends.torch.simulate import SimulatedPeak
+from memopt.backends.torch.trial import TorchTrial, on_cuda, resolve_torch_budget, run_torch_trial
 from memopt.core import RecipeTarget
-from memopt.errors import MemoptError
+from memopt.errors import MemoptError, one_line
 from memopt.predict.choice import budget_limit, cheapest_cover
-from memopt.recompute import POLICY_ENV, RecomputePolicy
+from memopt.recipes import Recipe
+from memopt.recompute import RecomputePolicy
 from memopt.run.budget import Budget
 from memopt.run.journal import Journal
 from memopt.run.launch import LOG_NAME
 from memopt.run.settings import RunSettings
 from memopt.units import format_bytes
 
-__all__ = ["TorchPlan", "TorchTuneResult", "plan_torch", "tune_torch"]
+__all__ = ["TorchPlan", "TorchTuneResult", "plan_torch", "tune_torch", "verify_torch"]
 
 _NONE = RecomputePolicy(())
 # Runs at the target batch: the model's choice, and once more with what it measured above the prediction.
 _VERIFYING_RUNS = 2
+# Choices the peak model predicts before it settles (each one two steps played on fake tensors).
+_CHOICES = 6
 
 
 @dataclass(frozen=True)
@@ -74,9 +84,9 @@ class TorchTuneResult:
 
     def export_lines(self) -> list[str]:
         """What the job's shell pastes: the verified policy's file in ``MEMOPT_RECOMPUTE_POLICY``."""
-        if not self.verified or self.policy_path is None:
+        if not self.verified or self.verify is None:
             return []
-        return [f"# {self.policy}", f"export {POLICY_ENV}={shlex.quote(str(self.policy_path.resolve()))}"]
+        return [f"# {self.policy}", self.verify.export_line()]
 
     def summary(self, settings: RunSettings, journal: Path) -> dict[str, Any]:
         """The result for ``--json``."""
@@ -119,21 +129,21 @@ class TorchTuneResult:
 
 @dataclass(frozen=True)
 class TorchPlan:
-    """The model's answer before any run at the target batch: the scan, the probes' peak line
-    and the cheapest policy predicted to bring the peak under the limit."""
+    """The model's answer before any run at the target batch: the scan, the peak model its runs
+    without recompute gave and the cheapest policy predicted to bring the peak under the limit."""
 
     target_batch: int
     budget_bytes: int
     limit_bytes: float
     scanned: TorchScan
-    line: PeakLine
+    model: PeakModel
     policy: RecomputePolicy
     predicted_bytes: float
     probes: tuple[TorchTrial, ...]
 
     @property
     def baseline_bytes(self) -> float:
-        return self.line.at(self.target_batch)
+        return self.model.predict(_NONE, self.target_batch)
 
     @property
     def feasible(self) -> bool:
@@ -141,14 +151,29 @@ class TorchPlan:
 
     def strongest(self) -> tuple[RecomputePolicy, float]:
         """The policy that saves most, and its predicted peak: what runs after one ran out of memory."""
-        policy, saving = _choose(self.scanned, self.target_batch, math.inf)
-        return policy, self.baseline_bytes - saving
+        policy, _ = _choose(self.scanned, self.target_batch, math.inf)
+        return policy, self.model.predict(policy, self.target_batch)
 
     def rechosen(self, miss: float) -> tuple[RecomputePolicy, float]:
-        """The choice again with ``miss`` bytes more to cover, and its predicted peak."""
+        """The cheapest policy predicted under the limit with ``miss`` bytes more to cover, and its
+        predicted peak (with the miss); the lowest predicted where none is.
+
+        The scan's savings choose (each plan's alone, added up); the peak model then predicts the
+        choice, and where it lands over the limit the shortfall joins the need and the choice is
+        made again: a simulated model counts what the scan's sum cannot (plans that overlap,
+        what backward holds while it recomputes)."""
         need = self.baseline_bytes + miss - self.limit_bytes
-        policy, saving = _choose(self.scanned, self.target_batch, need)
-        return policy, self.baseline_bytes + miss - saving
+        predicted: dict[RecomputePolicy, float] = {}
+        for _ in range(_CHOICES):
+            policy, _ = _choose(self.scanned, self.target_batch, need)
+            if policy in predicted:
+                break
+            predicted[policy] = self.model.predict(policy, self.target_batch) + miss
+            if predicted[policy] <= self.limit_bytes:
+                return policy, predicted[policy]
+            need += predicted[policy] - self.limit_bytes
+        best = min(predicted, key=predicted.__getitem__)
+        return best, predicted[best]
 
 
 def plan_torch(
@@ -159,42 +184,89 @@ def plan_torch(
     margin: float,
     resume: bool,
     say: Callable[[str], None],
+    run: Callable[[int], TorchTrial] | None = None,
 ) -> TorchPlan:
-    """Scan, two runs without recompute, and the model's choice: no run at the target batch."""
+    """Scan, the runs without recompute the peak model needs, and its choice: no run at the target batch.
+
+    A recipe whose steps play on fake tensors needs one run (``SimulatedPeak``); a command, or a
+    recipe whose forward reads its tensors' values, two (``LinePeak``). ``run``: a run without
+    recompute at a batch (default: a torch trial journaled in the runs folder)."""
     budget_bytes = resolve_torch_budget(budget, settings.device)
-    journal = Journal.in_folder(settings.runs_dir)
+    if run is None:
+        journal = Journal.in_folder(settings.runs_dir)
+
+        def run(batch: int) -> TorchTrial:
+            return run_torch_trial(settings, batch, _NONE, journal=journal, resume=resume)
+
     scan_batch = min(target_batch, 2)
-    if isinstance(settings.target, RecipeTarget):
+    recipe = settings.target.load(settings.options) if isinstance(settings.target, RecipeTarget) else None
+    if recipe is not None:
         say(
             f"scan: capturing training steps of {settings.target} at batch {scan_batch} with fake tensors, "
             "and one real step at batch 1 for recompute times (this process)"
         )
-        scanned = scan_recipe(settings.target.load(settings.options), scan_batch)
+        scanned = scan_recipe(recipe, scan_batch)
     else:
         batches = ", ".join(str(b) for b in range(scan_batch, scan_batch + 3))
         say(f"scan: capturing a training forward of {settings.target} at batches {batches} (short runs)")
         scanned = scan_command(settings, scan_batch)
     say(f"scan: {len(scanned.rows)} plans; activations kept for backward: {scanned.saved or scanned.saved_bytes} bytes")
-    small, larger = probe_batches(target_batch)
+    simulated = _simulated(recipe, scanned, settings.device, (scan_batch, target_batch), say)
     probes: list[TorchTrial] = []
-    for batch in (small, larger):
-        trial = run_torch_trial(settings, batch, _NONE, journal=journal, resume=resume)
+    for batch in (scan_batch,) if simulated is not None else probe_batches(target_batch):
+        trial = run(batch)
         say(_trial_line(trial, "probe"))
         probes.append(trial)
         if not trial.ran or trial.peak_bytes is None:
             raise MemoptError(f"the run at batch {batch} failed: {trial.error} (log: {trial.run_dir / LOG_NAME})")
-    line = PeakLine(small, probes[0].peak_bytes or 0, larger, probes[1].peak_bytes or 0)
+    model: PeakModel
+    if simulated is not None:
+        model = replace(simulated, anchor_bytes=float(probes[0].peak_bytes or 0))
+    else:
+        small, larger = probes
+        model = LinePeak(PeakLine(small.batch, small.peak_bytes or 0, larger.batch, larger.peak_bytes or 0), scanned)
     limit = budget_limit(budget_bytes, margin)
     say(
-        f"model: peak without recompute at batch {target_batch} = {format_bytes(int(line.at(target_batch)))} "
-        f"({format_bytes(int(line.small_bytes))} at {small}, {format_bytes(int(line.per_sample))} a sample); "
-        f"limit {format_bytes(int(limit))} (budget {format_bytes(budget_bytes)} less {margin:.0%})"
+        f"model: peak without recompute at batch {target_batch} = {format_bytes(int(model.predict(_NONE, target_batch)))}: "
+        f"{model.describe(target_batch)}; limit {format_bytes(int(limit))} (budget {format_bytes(budget_bytes)} less {margin:.0%})"
     )
-    plan = TorchPlan(target_batch, budget_bytes, limit, scanned, line, _NONE, 0.0, tuple(probes))
+    plan = TorchPlan(target_batch, budget_bytes, limit, scanned, model, _NONE, 0.0, tuple(probes))
     policy, predicted = plan.rechosen(0.0)
     over = "" if predicted <= limit else f", over the limit {format_bytes(int(limit))}"
     say(f"model: {policy} predicted at {format_bytes(int(predicted))}{over}")
     return replace(plan, policy=policy, predicted_bytes=predicted)
+
+
+def _simulated(
+    recipe: Recipe | None, scanned: TorchScan, device: str, batches: tuple[int, int], say: Callable[[str], None]
+) -> SimulatedPeak | None:
+    """The recipe's peak model on fake tensors (its run to anchor it still to come), where its
+    steps play there without recompute at the anchor's and the target's batch, on CPU: on CUDA
+    what the caching allocator holds beyond the tensors is not measured to stay put (the line
+    through two runs is what ``bench/gpu/check_plain_torch.py`` checks there)."""
+    if recipe is None:
+        return None
+    if on_cuda(device):
+        say("model: on CUDA two runs draw the line (the fake-tensor play is checked on CPU only)")
+        return None
+    anchor_batch, target_batch = batches
+    model = SimulatedPeak(recipe, anchor_batch=anchor_batch, anchor_bytes=0.0, scanned=scanned)
+    try:
+        model.steps(anchor_batch, _NONE)
+        played = model.steps(target_batch, _NONE)
+    except NEEDS_VALUES:
+        say(
+            "model: the forward reads its tensors' values, so its steps cannot play on fake tensors: two runs draw the line"
+        )
+        return None
+    except Exception as err:  # an optimizer or op fake tensors cannot run: the line needs no play
+        say(f"model: the steps cannot play on fake tensors ({one_line(err)}): two runs draw the line")
+        return None
+    say(
+        f"model: two steps at batch {target_batch} played on fake tensors: the tensors peak at "
+        f"{format_bytes(played.peak_bytes)} (this process)"
+    )
+    return model
 
 
 def tune_torch(
@@ -208,6 +280,18 @@ def tune_torch(
 ) -> TorchTuneResult:
     plan = plan_torch(settings, target_batch, budget, margin=margin, resume=resume, say=say)
     journal = Journal.in_folder(settings.runs_dir)
+    return verify_torch(
+        plan,
+        lambda policy, predicted: run_torch_trial(settings, target_batch, policy, journal=journal, resume=resume),
+        say=say,
+    )
+
+
+def verify_torch(
+    plan: TorchPlan, run: Callable[[RecomputePolicy, float], TorchTrial], *, say: Callable[[str], None]
+) -> TorchTuneResult:
+    """The plan's choice run at the target batch (``run``, given the policy and its predicted peak),
+    and once more where it is over the limit."""
     limit = plan.limit_bytes
     trials = list(plan.probes)
     policy, predicted = plan.policy, plan.predicted_bytes
@@ -219,30 +303,32 @@ def tune_torch(
             last = policy
             policy, predicted = plan.strongest() if ran_out else plan.rechosen(miss)
             if ran_out and policy == last:
-                say(f"model: no policy saves more than {policy}, which ran out of memory at batch {target_batch}")
+                say(f"model: no policy saves more than {policy}, which ran out of memory at batch {plan.target_batch}")
                 break
             if not ran_out and predicted > limit:
                 say(
-                    f"model: no policy brings batch {target_batch} under {format_bytes(int(limit))} "
+                    f"model: no policy brings batch {plan.target_batch} under {format_bytes(int(limit))} "
                     f"(best {format_bytes(int(predicted))}, with the last run's miss)"
                 )
                 break
             say(f"model: {policy} predicted at {format_bytes(int(predicted))}")
         elif predicted > limit:
-            say("model: the policy that saves most is run once: the model's extrapolation is not a measurement")
-        verify = run_torch_trial(settings, target_batch, policy, journal=journal, resume=resume)
+            say("model: the policy that saves most is run once: the model's prediction is not a measurement")
+        # Where the target batch is the anchor's, its run without recompute is that policy's run.
+        anchor = next((p for p in plan.probes if p.batch == plan.target_batch and p.policy == policy), None)
+        verify = anchor or run(policy, predicted)
         trials.append(verify)
         say(_trial_line(verify, "verify"))
         result = TorchTuneResult(
-            target_batch, plan.budget_bytes, limit, plan.baseline_bytes, predicted, policy, verify, tuple(trials)
+            plan.target_batch, plan.budget_bytes, limit, plan.baseline_bytes, predicted, policy, verify, tuple(trials)
         )
         ran_out = verify.out_of_memory
         if ran_out:
-            say(f"measurement: out of memory at batch {target_batch} with {policy}: over the limit")
+            say(f"measurement: out of memory at batch {plan.target_batch} with {policy}: over the limit")
             continue
         if not verify.ran or verify.peak_bytes is None:
             raise MemoptError(
-                f"the run at batch {target_batch} failed: {verify.error} (log: {verify.run_dir / LOG_NAME})"
+                f"the run at batch {plan.target_batch} {verify.status}: {verify.error} (log: {verify.run_dir / LOG_NAME})"
             )
         error = (verify.peak_bytes - predicted) / verify.peak_bytes
         verdict = "verified" if result.verified else "over the limit"

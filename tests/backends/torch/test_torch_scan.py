@@ -121,6 +121,33 @@ def test_the_commands_load_torch_only_where_the_torch_back_end_runs() -> None:
     assert loaded.stdout.strip() == "[]", loaded.stderr
 
 
+@pytest.mark.subprocess
+def test_the_torch_back_end_loads_nothing_of_orts_path() -> None:
+    """What the import contract checks module by module, held for the whole process the torch back
+    end runs in (package ``__init__``s included): its scan, peak model, trials and tune load none of
+    ORT's releases, analysis, logs, training graph, memory model, trials or tuner, nor onnx."""
+    modules = "memopt.backends.torch.tune, memopt.backends.torch.simulate, memopt.backends.torch.trial"
+    ort_path = (
+        "memopt.ort",
+        "memopt.scan",
+        "memopt.logparse",
+        "memopt.graph.training_graph",
+        "memopt.graph.gradient",
+        "memopt.predict.memory_model",
+        "memopt.predict.planner",
+        "memopt.run.trials",
+        "memopt.run.target",
+        "memopt.pipeline",
+        "memopt.tune",
+        "memopt.child.steps",
+        "onnx",
+        "onnxruntime",
+    )
+    imports = f"import sys, {modules}; print(sorted(m for m in sys.modules if m.startswith({ort_path!r})))"
+    loaded = subprocess.run([sys.executable, "-c", imports], capture_output=True, text=True, check=True)
+    assert loaded.stdout.strip() == "[]", loaded.stdout
+
+
 @pytest.mark.torch
 @pytest.mark.long
 def test_a_command_scans_to_the_plans_of_its_recipe(tmp_path: Path) -> None:

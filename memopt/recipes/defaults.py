@@ -1,4 +1,4 @@
-"""A recipe's loss when it defines none: what every back end trains a recipe's model with.
+"""A recipe's loss and optimizer when it defines none: what every back end trains a recipe's model with.
 
 This module imports torch; the recipe contract in ``memopt.recipes`` does not.
 """
@@ -10,10 +10,12 @@ from typing import Any
 
 import torch
 from torch.nn import functional as F
+from torch.optim.adamw import AdamW
+from torch.optim.optimizer import Optimizer
 
-from memopt.recipes import RecipeError
+from memopt.recipes import Recipe, RecipeError
 
-__all__ = ["default_loss"]
+__all__ = ["default_loss", "make_optimizer"]
 
 
 def default_loss(output: Any, target: torch.Tensor | None) -> torch.Tensor:
@@ -49,3 +51,13 @@ def default_loss(output: Any, target: torch.Tensor | None) -> torch.Tensor:
     if target.dtype.is_floating_point:
         return F.mse_loss(output, target)
     return F.cross_entropy(output.reshape(-1, output.shape[-1]), target.reshape(-1))
+
+
+def make_optimizer(recipe: Recipe, parameters: Any) -> Optimizer:
+    """The recipe's ``optimizer(parameters)``, else AdamW at lr 1e-4."""
+    if recipe.optimizer is None:
+        return AdamW(parameters, lr=1e-4)
+    optimizer = recipe.optimizer(parameters)
+    if not isinstance(optimizer, Optimizer):
+        raise RecipeError(f"optimizer() returned {type(optimizer).__name__}; expected a torch.optim.Optimizer")
+    return optimizer
