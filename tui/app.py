@@ -20,9 +20,9 @@ from textual.containers import Horizontal, Vertical
 from textual.message import Message
 from textual.widgets import Footer, Static
 
+from memopt.core.plan import PlanName
 from memopt.errors import MemoptError, one_line
-from memopt.ort import PlanKey
-from memopt.tune import (
+from memopt.tune.events import (
     Note,
     Purpose,
     Ready,
@@ -31,11 +31,11 @@ from memopt.tune import (
     StageStarted,
     TrialFinished,
     TrialStarted,
-    TuneCancelled,
     TuneEvent,
     TuneResult,
 )
 from memopt.tune.session import TuningSession
+from memopt.tune.settings import TuneCancelled
 from memopt.units import format_bytes
 
 from .state import SORT_KEYS, Selection, exit_lines, short_plans, sort_rows
@@ -163,7 +163,7 @@ class TuneApp(App[None]):
             self._set_idle()
 
     @work(thread=True, exclusive=True, group="tuner")
-    def _trial_worker(self, plans: tuple[PlanKey, ...]) -> None:
+    def _trial_worker(self, plans: tuple[PlanName, ...]) -> None:
         try:
             self.tuner.run_trial(plans, Purpose.MANUAL, "your selection")
         except TuneCancelled:
@@ -334,7 +334,7 @@ class TuneApp(App[None]):
         self._save_worker(best.plans if best is not None else self.selection.plans, best is not None)
 
     @work(thread=True, group="export")
-    def _save_worker(self, plans: tuple[PlanKey, ...], verified: bool) -> None:
+    def _save_worker(self, plans: tuple[PlanName, ...], verified: bool) -> None:
         try:
             path = self.tuner.save_config(plans)
         except MemoptError as err:
@@ -342,7 +342,7 @@ class TuneApp(App[None]):
             return
         self.call_from_thread(self._saved, plans, verified, path)
 
-    def _saved(self, plans: tuple[PlanKey, ...], verified: bool, path: Path) -> None:
+    def _saved(self, plans: tuple[PlanName, ...], verified: bool, path: Path) -> None:
         self.query_one(TrialsPanel).note(
             f"saved {'verified' if verified else 'NOT verified'} config {short_plans(plans)} to {path}", "bold"
         )
@@ -362,7 +362,7 @@ class TuneApp(App[None]):
         self._quit_worker(self.selection.plans)
 
     @work(thread=True, exclusive=True, group="export")
-    def _quit_worker(self, selection: tuple[PlanKey, ...]) -> None:
+    def _quit_worker(self, selection: tuple[PlanName, ...]) -> None:
         try:
             lines = exit_lines(self.tuner, selection)
         except MemoptError as err:

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from rich.table import Table
 from rich.text import Text
 
-from memopt.tune import Purpose, TrialRecord
+from memopt.tune.events import Purpose, TrialRecord
 from memopt.units import format_bytes
 
 __all__ = ["gauge", "trials_chart"]

@@ -8,9 +8,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
+from memopt.core.plan import PlanName, plan_names
 from memopt.core.trial import TrialResult
-from memopt.ort import PlanKey, plan_keys
-from memopt.tune import PlanRow, TrialRecord
+from memopt.tune.events import PlanRow, TrialRecord
 from memopt.tune.session import TuningSession
 from memopt.units import format_bytes, format_mib
 
@@ -29,9 +29,9 @@ SORT_KEYS: tuple[tuple[str, str], ...] = (
 class Selection:
     """The plans switched on in the table, in table order."""
 
-    keys: list[PlanKey] = field(default_factory=list)
+    keys: list[PlanName] = field(default_factory=list)
 
-    def toggle(self, key: PlanKey) -> bool:
+    def toggle(self, key: PlanName) -> bool:
         """Switch ``key``; returns whether it is now on."""
         if key in self.keys:
             self.keys.remove(key)
@@ -40,13 +40,13 @@ class Selection:
         return True
 
     def set(self, keys: Iterable[str]) -> None:
-        self.keys = list(dict.fromkeys(plan_keys(keys)))
+        self.keys = list(dict.fromkeys(plan_names(keys)))
 
     def __contains__(self, key: object) -> bool:
         return key in self.keys
 
     @property
-    def plans(self) -> tuple[PlanKey, ...]:
+    def plans(self) -> tuple[PlanName, ...]:
         return tuple(self.keys)
 
 
@@ -61,7 +61,7 @@ def sort_rows(rows: Sequence[PlanRow], by: str) -> list[PlanRow]:
 
 
 def short_plans(plans: Iterable[str]) -> str:
-    return ", ".join(p.short for p in plan_keys(plans)) or "no config"
+    return ", ".join(p.short for p in plan_names(plans)) or "no config"
 
 
 def plan_cells(row: PlanRow, on: bool) -> tuple[str, ...]:
@@ -119,7 +119,7 @@ def _peak_cell(result: TrialResult) -> str:
     return format_bytes(result.memory.peak_bytes) + ranks
 
 
-def exit_lines(tuner: TuningSession, selection: Sequence[PlanKey]) -> list[str]:
+def exit_lines(tuner: TuningSession, selection: Sequence[PlanName]) -> list[str]:
     """What ``memopt tune`` prints on stdout after the screen closes; writes the config file
     the export line names (call it off the UI thread)."""
     lines: list[str] = []

@@ -5,13 +5,14 @@
 - ``status``: ``RunStatus``, a run's end as the child, the run folder and the journal write it.
 - ``memory``: ``Memory``, what a run measured (the same names from the child to the journal),
   and ``Phase``, the part of a run whose peak is the run's.
+- ``plan``: ``PlanName``, a plan as its back end names it (ORT's ``PlanKey`` subclasses it).
 - ``trial``: ``TrialResult``, what a trial found, and ``Outcome``, its verdict against a budget;
   ``records``: the schemas (and bounds) of what is read back from the journal.
 
-``memory``, ``trial`` and ``records`` are imported by their module (``memopt.core.trial``), not
+``memory``, ``plan``, ``trial`` and ``records`` are imported by their module (``memopt.core.trial``), not
 from here: the child process imports this package, and does without pydantic.
 
-Plan keys and config entries are ORT's vocabulary and live in ``memopt.ort.config``.
+ORT's plan keys (their cells) and config entries are ORT's vocabulary and live in ``memopt.ort.config``.
 """
 
 from memopt.core.status import RunStatus

@@ -4,7 +4,7 @@ reads them back."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, replace
 from enum import Enum
 from typing import Any, get_origin, get_type_hints
@@ -12,10 +12,10 @@ from typing import Any, get_origin, get_type_hints
 from pydantic import TypeAdapter
 
 from memopt.core.memory import Memory, Phase
+from memopt.core.plan import PlanName, plan_names
 from memopt.core.records import Count, Pid, PoolSegment, Positive, Rate, Timestamp, checked_record, record_type
 from memopt.core.status import RunStatus
 from memopt.core.target import Target, parse_target
-from memopt.ort.config import PlanKey, plan_keys
 from memopt.units import format_mib
 
 __all__ = ["Outcome", "TrialResult", "outcome_of"]
@@ -78,8 +78,8 @@ class TrialResult:
     target: Target  # journaled as "recipe", its spec
     options: Mapping[str, Any]
     batch_size: Positive
-    config: tuple[PlanKey, ...]  # the config's entries, each as its key "<subgraph>:<type>:<count>"
-    config_value: str | None  # what ORTMODULE_MEMORY_OPT_CONFIG was set to
+    config: tuple[PlanName, ...]  # the plans the trial enabled (ORT: each entry as "<subgraph>:<type>:<count>")
+    config_value: str | None  # what the back end's variable was set to (ORTMODULE_MEMORY_OPT_CONFIG)
     outcome: Outcome
     status: RunStatus  # the run's own status (RunResult.status)
     run_dir: str
@@ -96,10 +96,10 @@ class TrialResult:
     step_times_s: tuple[float, ...] = ()  # [0] is the warm-up step
     median_step_s: float | None = None
     throughput: Rate | None = None  # samples per second over the measured steps
-    plans_on: tuple[PlanKey, ...] = ()  # Plan-table "Configs" ORT reported ON
+    plans_on: tuple[PlanName, ...] = ()  # Plan-table "Configs" ORT reported ON
     # Requested entries ("<subgraph>:<type>:<count>") that ORT's Plan table did not report ON:
     # ORT ignored them (a name it does not know, or a plan it left OFF), so they saved nothing.
-    plans_off: tuple[PlanKey, ...] = ()
+    plans_off: tuple[PlanName, ...] = ()
     plans_seen: int | None = None  # rows in ORT's Plan table
     recomputed_nodes: int | None = None  # "Total number of recomputed nodes", else node lines counted
     budget_bytes: int | None = None
@@ -112,8 +112,8 @@ class TrialResult:
     oom_evidence: str | None = None  # RunResult.oom_evidence
 
     def __post_init__(self) -> None:
-        for name in ("config", "plans_on", "plans_off"):  # keys read back from text are PlanKeys again
-            object.__setattr__(self, name, plan_keys(getattr(self, name)))
+        for name in ("config", "plans_on", "plans_off"):  # names read back from text are PlanNames again
+            object.__setattr__(self, name, plan_names(getattr(self, name)))
 
     @property
     def fits(self) -> bool:
@@ -141,21 +141,6 @@ class TrialResult:
     def ran(self) -> bool:
         """The training steps ran to the end (within budget or not): ``RunStatus.ran``."""
         return self.status.ran
-
-    def left_off(self, plans: Iterable[PlanKey]) -> tuple[PlanKey, ...]:
-        """Of ``plans`` (enabled by this trial's config), those ORT did not apply: a plan whose
-        every cell its Plan table did not report ON was ignored and saved nothing. Unknown
-        (none) where ORT printed no Plan table or the trial was cancelled."""
-        if not self.plans_seen or self.outcome is Outcome.CANCELLED:
-            return ()
-        on = {cell for key in self.plans_on for cell in key.cells}
-        return tuple(key for key in plans if not set(key.cells) <= on)
-
-    def applied(self, plans: Iterable[PlanKey]) -> tuple[PlanKey, ...]:
-        """Of ``plans``, those ORT applied (all of them where that is unknown)."""
-        selection = tuple(plans)
-        off = set(self.left_off(selection))
-        return tuple(key for key in selection if key not in off)
 
     @property
     def prediction_error(self) -> float | None:

@@ -5,6 +5,8 @@
 - ``config``: ``ORTMODULE_MEMORY_OPT_CONFIG`` entries, parsed, checked and rendered in each
   release's syntax (a string up to 1.18, a JSON file from 1.19).
 - ``stack``: the installed ORT/torch pair and whether ORTModule can run with it.
+- ``applied``: which of a trial's plans ORT applied (imported by its module: it reads a
+  ``TrialResult``, and the child process imports this package without pydantic).
 """
 
 from memopt.ort.config import (

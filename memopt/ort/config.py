@@ -18,6 +18,7 @@ from enum import IntEnum
 from pathlib import Path
 from typing import NewType
 
+from memopt.core.plan import PlanName
 from memopt.errors import MemoptError, path_kind
 from memopt.ort.version import OrtVersion
 
@@ -309,7 +310,7 @@ def _json_type(value: object) -> str:
 PlanCell = NewType("PlanCell", str)
 
 
-class PlanKey(str):
+class PlanKey(PlanName):
     """A plan as ORT's Plan table names it and as a config enables it: "<subgraph>:<type>:<count>",
     or several such cells joined by "," where ORT groups plans that must go on together
     (``"LayerNormalization+:1:-1,Reshape+:1:-1"``). parse, scan, the planner, the tuner and the

@@ -18,7 +18,8 @@ from memopt.core.trial import TrialResult
 from memopt.cuda_caching import AllocatorSettings, AllocatorSettingsNotModelled, CudaSetup, PoolLayout
 from memopt.graph.sizes import batch_symbols
 from memopt.graph.training_graph import TrainingGraph
-from memopt.ort.config import PlanCell, PlanKey
+from memopt.ort.applied import applied_plans
+from memopt.ort.config import PlanCell, PlanKey, plan_keys
 from memopt.ort.rules import rules_for
 from memopt.ort.version import OrtVersion
 from memopt.predict.liveness import ActivationSimulator, Recompute
@@ -179,7 +180,7 @@ def cuda_setup(trials: Iterable[TrialResult], environ: Mapping[str, str] = os.en
 def learn_from_trial(
     model: MemoryModel,
     trial: TrialResult,
-    plans: Iterable[PlanKey],
+    plans: Iterable[str],
     counts: Mapping[PlanKey, int] | None = None,
 ) -> MemoryModel | None:
     """``model`` refitted with what ``trial`` measured: of ``plans`` (those its config enabled),
@@ -188,7 +189,7 @@ def learn_from_trial(
     if not trial.ran or not trial.predicted_figure_bytes:
         return None
     known = {p.key for p in model.plans}
-    applied = tuple(key for key in trial.applied(plans) if key in known)
+    applied = tuple(key for key in applied_plans(trial, plans) if key in known)
     partial = {key: count for key, count in (counts or {}).items() if key in applied}
     return model.with_observation(observation_of(trial.batch_size, applied, trial.memory, partial))
 
@@ -208,10 +209,10 @@ def plans_of(trial: TrialResult, plans: tuple[PlanSavings, ...]) -> tuple[PlanKe
     (a journaled trial keeps its config entries, not the model's plan keys)."""
     known = {p.key for p in plans}
     if trial.plans_on:
-        return tuple(key for key in trial.plans_on if key in known)
-    configured = {cell for entry in trial.config for cell in entry.cells if not cell.endswith(":0")}
+        return tuple(key for key in plan_keys(trial.plans_on) if key in known)
+    configured = {cell for entry in plan_keys(trial.config) for cell in entry.cells if not cell.endswith(":0")}
     enabled = tuple(p.key for p in plans if configured and set(p.entries) <= configured)
-    return trial.applied(enabled)
+    return applied_plans(trial, enabled)
 
 
 def fit_step_times(trials: list[TrialResult]) -> tuple[float, float] | None:

@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from memopt.core import Target
+from memopt.core.plan import PlanName, plan_names
 from memopt.core.trial import Outcome, TrialResult
-from memopt.ort import PlanKey, plan_keys
 from memopt.units import format_mib
 
 __all__ = [
@@ -63,9 +63,9 @@ class SearchStatus(str, Enum):
 
 @dataclass(frozen=True)
 class PlanRow:
-    """One Plan-table row as the tuner sees it at the target batch."""
+    """One plan as the tuner sees it at the target batch (ORT: a row of its Plan table)."""
 
-    key: PlanKey
+    key: PlanName
     subgraph: str
     kind: str  # what it recomputes, as its back end says it (ORT: its optimization type)
     frequency: int
@@ -76,7 +76,7 @@ class PlanRow:
     counts_honoured: bool  # ORT <= 1.16 recomputes the first N occurrences; 1.17+ all or nothing
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "key", PlanKey(self.key))  # a key read back from text is a PlanKey again
+        object.__setattr__(self, "key", plan_names((self.key,))[0])  # a name read back from text is a PlanName again
 
 
 @dataclass(frozen=True)
@@ -85,13 +85,16 @@ class TrialRecord:
 
     number: int  # 1-based, in this session
     purpose: Purpose
-    plans: tuple[PlanKey, ...]
+    plans: tuple[PlanName, ...]
     predicted_bytes: float | None
     reason: str
     result: TrialResult
+    # Plans the trial enabled that its back end did not apply (ORT: its Plan table left them OFF)
+    left_off: tuple[PlanName, ...] = ()
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "plans", plan_keys(self.plans))  # keys read back from text are PlanKeys again
+        for name in ("plans", "left_off"):  # names read back from text are PlanNames again
+            object.__setattr__(self, name, plan_names(getattr(self, name)))
 
     @property
     def outcome(self) -> Outcome:
@@ -114,14 +117,9 @@ class TrialRecord:
         return self.result.batch_size
 
     @property
-    def left_off(self) -> tuple[PlanKey, ...]:
-        """Plans this trial enabled that ORT's Plan table did not report ON (ORT ignored them)."""
-        return self.result.left_off(self.plans)
-
-    @property
-    def applied_plans(self) -> tuple[PlanKey, ...]:
-        """The plans ORT applied: the config to hand back, without the ones ORT ignored."""
-        return self.result.applied(self.plans)
+    def applied_plans(self) -> tuple[PlanName, ...]:
+        """The plans its back end applied: the config to hand back, without the ones it ignored."""
+        return tuple(plan for plan in self.plans if plan not in self.left_off)
 
     @property
     def prediction_error(self) -> float | None:
@@ -179,14 +177,14 @@ class TrialStarted:
     number: int
     purpose: Purpose
     batch_size: int
-    plans: tuple[PlanKey, ...]
+    plans: tuple[PlanName, ...]
     predicted_bytes: float | None
     reason: str
     steps: int
     timeout_s: float
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "plans", plan_keys(self.plans))  # keys read back from text are PlanKeys again
+        object.__setattr__(self, "plans", plan_names(self.plans))  # names read back from text are PlanNames again
 
 
 @dataclass(frozen=True)

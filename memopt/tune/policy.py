@@ -496,5 +496,5 @@ def _without(model: MemoryModel, keys: frozenset[PlanKey]) -> MemoryModel:
     return replace(model, plans=tuple(p for p in model.plans if p.key not in keys))
 
 
-def names(plans: Iterable[PlanKey]) -> str:
-    return ", ".join(p.short for p in plans)
+def names(plans: Iterable[str]) -> str:
+    return ", ".join(p.short for p in plan_keys(plans))

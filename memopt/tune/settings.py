@@ -6,8 +6,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from memopt.errors import MemoptError
-from memopt.predict import DEFAULT_MARGIN
-from memopt.run import Budget, RunSettings, check_batch
+from memopt.predict.choice import DEFAULT_MARGIN
+from memopt.run.budget import Budget
+from memopt.run.settings import RunSettings, check_batch
 
 __all__ = ["DEFAULT_MAX_TRIALS", "TuneCancelled", "TuneError", "TuneSettings"]
 

@@ -31,8 +31,8 @@ from memopt.backends.torch.trial import (
 )
 from memopt.backends.torch.tune import TorchPlan, plan_torch, verify_torch
 from memopt.core.memory import Memory
+from memopt.core.plan import PlanName
 from memopt.core.trial import Outcome, TrialResult, outcome_of
-from memopt.ort import PlanKey
 from memopt.recompute import RecomputePlan, RecomputePolicy
 from memopt.run.files import replace_atomically
 from memopt.run.journal import Journal
@@ -142,7 +142,7 @@ class TorchTuner(SessionEvents):
         self._plan()
         return self._rows
 
-    def predict(self, plans: Iterable[PlanKey]) -> _Prediction:
+    def predict(self, plans: Iterable[PlanName]) -> _Prediction:
         plan = self._plan()
         policy, batch = _policy(plans), plan.target_batch
         model = plan.model
@@ -151,14 +151,14 @@ class TorchTuner(SessionEvents):
             return _Prediction(estimate, plan.baseline_bytes)
         return _Prediction(model.predict(policy, batch), plan.baseline_bytes)
 
-    def cost_of(self, plans: Iterable[PlanKey]) -> float:
+    def cost_of(self, plans: Iterable[PlanName]) -> float:
         costs = {row.key: row.cost_s for row in self.rows()}
         return sum(costs.get(key, 0.0) for key in plans)
 
     # -- trials ---------------------------------------------------------------------------
 
     def run_trial(
-        self, plans: Sequence[PlanKey], purpose: Purpose = Purpose.MANUAL, reason: str = "your selection"
+        self, plans: Sequence[PlanName], purpose: Purpose = Purpose.MANUAL, reason: str = "your selection"
     ) -> TrialRecord:
         self.setup()
         policy = _policy(plans)
@@ -250,7 +250,7 @@ class TorchTuner(SessionEvents):
         ]
         return min(fitting, key=lambda r: (self.cost_of(r.plans), r.number), default=None)
 
-    def export_lines(self, plans: Iterable[PlanKey] | None = None) -> list[str]:
+    def export_lines(self, plans: Iterable[PlanName] | None = None) -> list[str]:
         """The shell lines that apply ``plans`` (default: the best verified run's): the policy file
         of a run that had them, else where ``write_export_file`` puts it; nothing is written."""
         if plans is None:
@@ -267,7 +267,7 @@ class TorchTuner(SessionEvents):
             export_line(self._unverified_path(policy), allocator_env(self.settings.run.device)),
         ]
 
-    def write_export_file(self, plans: Iterable[PlanKey]) -> Path | None:
+    def write_export_file(self, plans: Iterable[PlanName]) -> Path | None:
         """The policy file the export line of ``plans`` names: a run's, or written for a selection no run had."""
         policy = _policy(plans)
         ran = self._ran(policy)
@@ -275,7 +275,7 @@ class TorchTuner(SessionEvents):
             return ran.policy_path
         return self.save_config(plans, self._unverified_path(policy))
 
-    def save_config(self, plans: Iterable[PlanKey], path: Path | None = None) -> Path:
+    def save_config(self, plans: Iterable[PlanName], path: Path | None = None) -> Path:
         policy = _policy(plans)
         target = path or self._unverified_path(policy)
         return replace_atomically(target, policy.to_json() + "\n", overwrite=True)
@@ -304,7 +304,7 @@ def _rows(plan: TorchPlan) -> tuple[PlanRow, ...]:
         saving = plan_saving(row, scanned, batch)
         rows.append(
             PlanRow(
-                key=PlanKey(str(row.plan)),
+                key=PlanName(str(row.plan)),
                 subgraph=str(row.plan.op) if row.plan.op is not None else "*",
                 kind="module" if row.plan.whole_module else "op",
                 frequency=row.modules,
@@ -323,8 +323,8 @@ def _policy(plans: Iterable[str]) -> RecomputePolicy:
     return RecomputePolicy(tuple(RecomputePlan.parse(plan) for plan in plans))
 
 
-def _keys(policy: RecomputePolicy) -> tuple[PlanKey, ...]:
-    return tuple(PlanKey(str(plan)) for plan in policy.plans)
+def _keys(policy: RecomputePolicy) -> tuple[PlanName, ...]:
+    return tuple(PlanName(str(plan)) for plan in policy.plans)
 
 
 def _explained(record: TrialRecord, trial: TorchTrial, limit: float | None) -> str:

@@ -23,7 +23,8 @@ from memopt.core import RunStatus
 from memopt.core.memory import Phase
 from memopt.core.trial import Outcome, TrialResult
 from memopt.errors import MemoptError
-from memopt.ort import ConfigEntry, OrtVersion, PlanKey, plan_config_entries, takes_json_file
+from memopt.ort import ConfigEntry, OrtVersion, PlanKey, plan_config_entries, plan_keys, takes_json_file
+from memopt.ort.applied import plans_left_off
 from memopt.pipeline import ScannedGraph, calibrate_on, prepare_target
 from memopt.predict import (
     Calibration,
@@ -335,12 +336,12 @@ class Tuner(SessionEvents):
         rows.sort(key=lambda r: (-r.saving_bytes, r.key))
         return tuple(rows)
 
-    def predict(self, plans: Iterable[PlanKey], batch_size: int | None = None) -> Prediction:
-        return self._model().predict(batch_size or self.settings.target_batch, tuple(plans))
+    def predict(self, plans: Iterable[str], batch_size: int | None = None) -> Prediction:
+        return self._model().predict(batch_size or self.settings.target_batch, plan_keys(plans))
 
-    def cost_of(self, plans: Iterable[PlanKey]) -> float:
+    def cost_of(self, plans: Iterable[str]) -> float:
         costs = self.costs()
-        return sum(costs.get(key, 0.0) for key in plans)
+        return sum(costs.get(key, 0.0) for key in plan_keys(plans))
 
     def search_state(self, trials_used: int = 0, max_trials: int | None = None) -> SearchState:
         """What the policy knows now: the model, costs, budget and every trial at the target batch."""
@@ -388,17 +389,17 @@ class Tuner(SessionEvents):
         """Plans the model expects to lower the peak at the target batch, largest first."""
         return self.search_state().useful_plans()
 
-    def entries(self, plans: Iterable[PlanKey]) -> tuple[ConfigEntry, ...]:
-        return plan_config_entries(plans)
+    def entries(self, plans: Iterable[str]) -> tuple[ConfigEntry, ...]:
+        return plan_config_entries(plan_keys(plans))
 
     # -- trials ---------------------------------------------------------------------------
 
     def run_trial(
-        self, plans: Iterable[PlanKey], purpose: Purpose = Purpose.MANUAL, reason: str = "your selection"
+        self, plans: Iterable[str], purpose: Purpose = Purpose.MANUAL, reason: str = "your selection"
     ) -> TrialRecord:
         """A trial at the target batch with ``plans`` on; the model learns from it."""
         self.setup()
-        selection = tuple(dict.fromkeys(plans))
+        selection = tuple(dict.fromkeys(plan_keys(plans)))
         predicted = self.predict(selection).peak_bytes
         return self._trial(self.settings.target_batch, selection, purpose, reason, predicted, self.budget_bytes)
 
@@ -431,7 +432,7 @@ class Tuner(SessionEvents):
             predicted_peak_bytes=int(predicted) if predicted is not None else None,
             cancel=self._cancel,
         )
-        record = TrialRecord(number, purpose, plans, predicted, reason, result)
+        record = TrialRecord(number, purpose, plans, predicted, reason, result, plans_left_off(result, plans))
         self.records.append(record)
         self._emit(TrialFinished(record, self._learn(record)))
         if record.outcome is Outcome.CANCELLED:
@@ -606,7 +607,7 @@ class Tuner(SessionEvents):
         best = best_verified(self.search_state())
         record = next((r for r in self.records if best is not None and best.attempt.number == r.number), None)
         # The final config holds only what ORT applied: an entry it left OFF saved nothing.
-        return replace(record, plans=record.applied_plans) if record is not None else None
+        return replace(record, plans=record.applied_plans, left_off=()) if record is not None else None
 
     def best_rule(self) -> str | None:
         """Which rule chose the verified config among those that fit."""
@@ -615,12 +616,12 @@ class Tuner(SessionEvents):
         best = best_verified(self.search_state())
         return best.rule if best is not None else None
 
-    def export(self, plans: Iterable[PlanKey], path: Path | None = None) -> ConfigExport:
+    def export(self, plans: Iterable[str], path: Path | None = None) -> ConfigExport:
         """The config that enables ``plans``, and where it goes; nothing is written."""
         s = self.settings
         return plan_export(self.entries(plans), self.ort_version, s.run.runs_dir, s.run.target, s.target_batch, path)
 
-    def export_lines(self, plans: Iterable[PlanKey] | None = None) -> list[str]:
+    def export_lines(self, plans: Iterable[str] | None = None) -> list[str]:
         """The shell lines that apply ``plans`` (default: the best verified config); nothing is written."""
         if plans is None:
             best = self.best()
@@ -629,14 +630,14 @@ class Tuner(SessionEvents):
             plans = best.plans
         return self.export(plans).lines
 
-    def write_export_file(self, plans: Iterable[PlanKey]) -> Path | None:
+    def write_export_file(self, plans: Iterable[str]) -> Path | None:
         """Write the file the export line of ``plans`` names (ORT 1.19's JSON), if it names one."""
         selection = tuple(plans)
         if not selection or not takes_json_file(self.ort_version):
             return None
         return write_config(self.export(selection))
 
-    def save_config(self, plans: Iterable[PlanKey], path: Path | None = None) -> Path:
+    def save_config(self, plans: Iterable[str], path: Path | None = None) -> Path:
         """Write the config for ``plans``: JSON (ORT 1.19) or the string in a text file (<=1.18)."""
         selection = tuple(plans)
         if not selection:
@@ -710,10 +711,10 @@ def _attempt(record: TrialRecord) -> Attempt:
     """A trial as the policy sees it."""
     result = record.result
     return Attempt(
-        record.plans,
+        plan_keys(record.plans),
         record.outcome,
         record.step_s,
-        record.left_off,
+        plan_keys(record.left_off),
         _error_line(result),
         record.number,
         result.measured_step_times_s,

@@ -258,6 +258,7 @@ def test_requested_entries_orts_table_did_not_report_on() -> None:
 
 def test_the_tuner_hands_back_only_what_ort_applied() -> None:
     from memopt.core.trial import Outcome, TrialResult
+    from memopt.ort.applied import applied_plans, plans_left_off
     from memopt.tune.events import Purpose, TrialRecord
 
     result = TrialResult(
@@ -274,7 +275,9 @@ def test_the_tuner_hands_back_only_what_ort_applied() -> None:
         plans_on=("Gelu+:1:-1",),
         plans_seen=5,
     )
-    record = TrialRecord(1, Purpose.SEARCH, ("Gelu+:1:-1", "Add+:1:-1"), None, "test", result)
+    plans = ("Gelu+:1:-1", "Add+:1:-1")
+    assert plans_left_off(result, plans) == ("Add+:1:-1",) and applied_plans(result, plans) == ("Gelu+:1:-1",)
+    record = TrialRecord(1, Purpose.SEARCH, plans, None, "test", result, plans_left_off(result, plans))
     assert record.left_off == ("Add+:1:-1",) and record.applied_plans == ("Gelu+:1:-1",)
 
 

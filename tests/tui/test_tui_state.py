@@ -12,8 +12,9 @@ from rich.text import Text
 
 from memopt.core import RunStatus, parse_runnable
 from memopt.core.memory import Memory
+from memopt.core.plan import PlanName
 from memopt.core.trial import Outcome, TrialResult
-from memopt.ort import OptimizationType
+from memopt.ort import OptimizationType, PlanKey, plan_keys
 from memopt.tui.render import gauge, trials_chart
 from memopt.tui.state import SORT_KEYS, Selection, plan_cells, short_plans, sort_rows, trial_cells
 from memopt.tune import PlanRow, Purpose, TrialRecord
@@ -24,7 +25,7 @@ GiB = 2**30
 
 def row(key: str, saving: float = 0.0, cost: float = 0.0, frequency: int = 1, **changes: object) -> PlanRow:
     values: dict[str, object] = {
-        "key": key,
+        "key": PlanKey(key),  # as ORT's tuner builds its rows
         "subgraph": key.split(":")[0],
         "kind": OptimizationType.RECOMPUTE.label,
         "frequency": frequency,
@@ -65,7 +66,7 @@ def trial(
         median_step_s=step_s,
         reused=reused,
     )
-    return TrialRecord(number, purpose, plans, predicted, "because", result)
+    return TrialRecord(number, purpose, plan_keys(plans), predicted, "because", result)  # as ORT's tuner does
 
 
 def render(renderable: object, width: int = 100) -> str:
@@ -166,6 +167,11 @@ def test_plan_cells_on_say_all_occurrences_unless_ort_honours_counts() -> None:
     assert plan_cells(plan, True)[1:] == ("512 B", "0 ms", "Cast+", "3", "compromise", "-")
 
 
+def test_a_plan_without_a_shorter_form_shows_as_its_back_end_names_it() -> None:
+    torch_plan = PlanName("blocks.*.mlp.act: gelu")
+    assert short_plans((torch_plan, PlanKey("Gelu+:1:-1"))) == "blocks.*.mlp.act: gelu, Gelu+"
+
+
 def test_trial_cells_of_a_measured_trial_with_a_prediction() -> None:
     record = trial(7, plans=("Gelu+:1:-1", "Cast+:2:-1"), predicted=1.1 * GiB, peak=GiB, step_s=0.256)
     assert trial_cells(record) == (
@@ -198,9 +204,10 @@ def test_trial_cells_show_a_negative_prediction_error_with_its_sign() -> None:
 
 
 def test_short_plans_leaves_off_the_common_suffix_only() -> None:
-    assert short_plans(["Gelu+:1:-1", "Cast+:2:-1", "Add+:1:3"]) == "Gelu+, Cast+:2:-1, Add+:1:3"
+    # ORT's keys, as its tuner hands them to the views: each says its own short form
+    assert short_plans(plan_keys(["Gelu+:1:-1", "Cast+:2:-1", "Add+:1:3"])) == "Gelu+, Cast+:2:-1, Add+:1:3"
     assert short_plans(()) == "no config"
-    assert short_plans(iter(["X+:1:-1"])) == "X+"
+    assert short_plans(iter(plan_keys(["X+:1:-1"]))) == "X+"
 
 
 # Renderables

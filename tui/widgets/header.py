@@ -5,7 +5,8 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widgets import Static
 
-from memopt.tune import Ready, TuneSettings
+from memopt.tune.events import Ready
+from memopt.tune.settings import TuneSettings
 from memopt.units import format_bytes
 
 __all__ = ["InfoHeader"]

@@ -8,7 +8,7 @@ from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.widgets import Sparkline, Static
 
-from memopt.tune import TrialRecord
+from memopt.tune.events import TrialRecord
 
 from ..render import gauge, trials_chart
 

@@ -9,8 +9,8 @@ from textual.binding import Binding
 from textual.message import Message
 from textual.widgets import DataTable
 
-from memopt.ort import PlanKey
-from memopt.tune import PlanRow
+from memopt.core.plan import PlanName
+from memopt.tune.events import PlanRow
 
 from ..state import Selection, plan_cells
 
@@ -23,11 +23,12 @@ class PlansTable(DataTable[Text]):
     BINDINGS = [Binding("space", "toggle_plan", "Toggle plan", show=True)]
 
     class Toggled(Message):
-        def __init__(self, key: PlanKey) -> None:
+        def __init__(self, key: PlanName) -> None:
             super().__init__()
             self.key = key
 
     def on_mount(self) -> None:
+        self._names: dict[str, PlanName] = {}  # a row's key as the table keeps it -> the row's plan
         self.cursor_type = "row"
         self.zebra_stripes = True
         for column in COLUMNS:
@@ -37,6 +38,7 @@ class PlansTable(DataTable[Text]):
         """Refill, keeping the cursor on the same plan."""
         current = self.current_key
         self.clear()
+        self._names = {str(row.key): row.key for row in rows}
         for row in rows:
             # Text cells: a module or plan name is never read as markup.
             self.add_row(*(Text(cell) for cell in plan_cells(row, row.key in selection)), key=row.key)
@@ -55,4 +57,5 @@ class PlansTable(DataTable[Text]):
     def action_toggle_plan(self) -> None:
         key = self.current_key
         if key is not None:
-            self.post_message(self.Toggled(PlanKey(key)))  # the table keeps a row's key as text
+            # the table keeps a row's key as text: the row's own name (its back end's type) goes back
+            self.post_message(self.Toggled(self._names.get(key, PlanName(key))))

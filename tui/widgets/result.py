@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widgets import Static
 
-from memopt.tune import TrialRecord
+from memopt.tune.events import TrialRecord
 from memopt.units import format_bytes
 
 from ..state import short_plans

@@ -7,7 +7,7 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.widgets import DataTable, ProgressBar, RichLog, Static
 
-from memopt.tune import TrialRecord
+from memopt.tune.events import TrialRecord
 
 from ..state import trial_cells
 

@@ -122,11 +122,19 @@ def test_the_commands_load_torch_only_where_the_torch_back_end_runs() -> None:
 
 
 @pytest.mark.subprocess
-def test_the_torch_back_end_loads_nothing_of_orts_path() -> None:
+@pytest.mark.parametrize(
+    "modules",
+    [
+        "memopt.backends.torch.tune, memopt.backends.torch.simulate, memopt.backends.torch.trial",
+        "memopt.tune.torch_session, memopt.tui.app",  # the torch tuning session and the TUI over it
+    ],
+    ids=["back-end", "session-and-tui"],
+)
+def test_the_torch_back_end_loads_nothing_of_orts_path(modules: str) -> None:
     """What the import contract checks module by module, held for the whole process the torch back
-    end runs in (package ``__init__``s included): its scan, peak model, trials and tune load none of
-    ORT's releases, analysis, logs, training graph, memory model, trials or tuner, nor onnx."""
-    modules = "memopt.backends.torch.tune, memopt.backends.torch.simulate, memopt.backends.torch.trial"
+    end runs in (package ``__init__``s included): its scan, peak model, trials, tuning session and
+    the TUI over it load none of ORT's releases, analysis, logs, training graph, memory model,
+    trials, search or tuner, nor onnx."""
     ort_path = (
         "memopt.ort",
         "memopt.scan",
@@ -138,7 +146,9 @@ def test_the_torch_back_end_loads_nothing_of_orts_path() -> None:
         "memopt.run.trials",
         "memopt.run.target",
         "memopt.pipeline",
-        "memopt.tune",
+        "memopt.tune.tuner",
+        "memopt.tune.policy",
+        "memopt.tune.export",
         "memopt.child.steps",
         "onnx",
         "onnxruntime",
