@@ -20,9 +20,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+from memopt.run.budget import CPU_ALLOCATOR_ENV
+
 ROOT = Path(__file__).resolve().parent.parent
 MIB = 2**20
-THRESHOLD = "MALLOC_MMAP_THRESHOLD_"
 
 
 def _child(recipe: str, size: str, seq: int, batch: int, plans: str) -> None:
@@ -52,8 +53,11 @@ def main() -> None:
     cases.append((*cases[-1][:4], args.policy))
     print("| glibc's mmap threshold | case | policy | tensors at their highest MiB | RSS growth MiB | gap MiB |")
     print("| --- | --- | --- | --- | --- | --- |")
+    pinned_to = " ".join(f"{name}={value}" for name, value in CPU_ALLOCATOR_ENV.items())
     for pinned in (False, True):
-        env = {k: v for k, v in os.environ.items() if k != THRESHOLD} | ({THRESHOLD: "131072"} if pinned else {})
+        env = {k: v for k, v in os.environ.items() if k not in CPU_ALLOCATOR_ENV} | (
+            CPU_ALLOCATOR_ENV if pinned else {}
+        )
         env["PYTHONPATH"] = str(ROOT)
         for recipe, size, seq, batch, plans in cases:
             done = subprocess.run(
@@ -66,7 +70,7 @@ def main() -> None:
             _, peak, before, hwm = map(int, done.stdout.split()[-4:])
             tensors, rss = peak, hwm - before
             print(
-                f"| {'pinned (131072)' if pinned else 'moving (default)'} | {recipe} {size}, {batch} × {seq} "
+                f"| {'pinned (' + pinned_to + ')' if pinned else 'moving (default)'} | {recipe} {size}, {batch} × {seq} "
                 f"| {plans or 'none'} | {tensors / MIB:,.0f} | {rss / MIB:,.0f} | {(rss - tensors) / MIB:+,.0f} |",
                 flush=True,
             )

@@ -88,8 +88,8 @@ def trial_cells(record: TrialRecord) -> tuple[str, ...]:
         if record.prediction_error is not None:
             predicted += f" ({record.prediction_error * 100:+.1f}%)"
     outcome = record.outcome.label + (" (journal)" if result.reused else "")
-    if record.left_off:  # ORT ignored these entries: they saved nothing
-        outcome += f"; ORT left {short_plans(record.left_off)} OFF"
+    if record.left_off:  # its back end ignored these entries: they saved nothing
+        outcome += f"; left {short_plans(record.left_off)} OFF"
     return (
         str(record.number),
         str(record.purpose),

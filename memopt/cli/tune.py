@@ -139,9 +139,13 @@ def tune_command(
         calibration_batches=calibration_batches(calibrate_at),
     )
     if chosen_backend.backend is Backend.TORCH:
+        from memopt.backends.torch.trial import resolve_torch_budget
+
         if not no_tui:
             _needs_terminal()
         say(chosen_backend.line())
+        # A device or budget the back end refuses is refused here, not on the screen once it is open.
+        resolve_torch_budget(parsed_budget, run.device)
         if no_tui:
             _headless_torch(run, target_batch, parsed_budget, margin, resume, as_json)
             return

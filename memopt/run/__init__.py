@@ -1,4 +1,4 @@
-"""Running the user's target under ORTModule, each run in a child process of its own.
+"""Running the user's target, each run in a child process of its own (under ORTModule or plain PyTorch).
 
 - ``target``: a target's training graph, from a short probe run or an ONNX file.
 - ``launch``: run folders and child processes (``launch``, cancellable with an event).
@@ -79,7 +79,7 @@ if TYPE_CHECKING:
     )
 
 # Imported on first use: the torch back end takes its processes, budgets and journal from here
-# without ORT's trials, targets and probe (they load the training graph and the log parser).
+# without ORT's trials and targets (they load the training graph and the log parser).
 _LAZY = {
     "memopt.run.budget": (
         "DEFAULT_FRACTION",

@@ -11,6 +11,7 @@ each plan alone (a fake-tensor play takes seconds at base size: too slow for a k
 
 from __future__ import annotations
 
+import hashlib
 import threading
 import time
 from collections.abc import Iterable, Sequence
@@ -22,7 +23,6 @@ import torch
 from memopt.backends.torch.predict import plan_saving, policy_saving
 from memopt.backends.torch.simulate import SimulatedPeak
 from memopt.backends.torch.trial import (
-    POLICY_FILE,
     TorchTrial,
     allocator_env,
     export_line,
@@ -36,7 +36,6 @@ from memopt.core.trial import Outcome, TrialResult, outcome_of
 from memopt.recompute import RecomputePlan, RecomputePolicy
 from memopt.run.files import replace_atomically
 from memopt.run.journal import Journal
-from memopt.run.launch import new_run_dir
 from memopt.tune.events import (
     Note,
     PlanRow,
@@ -80,7 +79,6 @@ class TorchTuner(SessionEvents):
         self.records: list[TrialRecord] = []
         self._trials: dict[int, TorchTrial] = {}  # by record number
         self._lock = threading.Lock()
-        self._selection_dir: Path | None = None  # where a selection no run had gets its policy file
 
     # -- set-up -----------------------------------------------------------------------
 
@@ -252,7 +250,8 @@ class TorchTuner(SessionEvents):
 
     def export_lines(self, plans: Iterable[PlanName] | None = None) -> list[str]:
         """The shell lines that apply ``plans`` (default: the best verified run's): the policy file
-        of a run that had them, else where ``write_export_file`` puts it; nothing is written."""
+        of a run at the target batch that had them, else where ``write_export_file`` puts it; nothing
+        is written. A policy no run has brought under the limit is marked NOT verified."""
         if plans is None:
             best = self.best()
             if best is None:
@@ -261,10 +260,11 @@ class TorchTuner(SessionEvents):
         policy = _policy(plans)
         ran = self._ran(policy)
         if ran is not None:
-            return [f"# {policy}", ran.export_line()]
+            verified = ran.within(int(self.limit_bytes)) if self.limit_bytes else False
+            return [f"# {policy}" if verified else f"# {policy} (NOT verified)", ran.export_line()]
         return [
             f"# {policy} (NOT verified)",
-            export_line(self._unverified_path(policy), allocator_env(self.settings.run.device)),
+            export_line(self._selection_path(policy), allocator_env(self.settings.run.device)),
         ]
 
     def write_export_file(self, plans: Iterable[PlanName]) -> Path | None:
@@ -273,12 +273,15 @@ class TorchTuner(SessionEvents):
         ran = self._ran(policy)
         if ran is not None:
             return ran.policy_path
-        return self.save_config(plans, self._unverified_path(policy))
+        return self.save_config(plans)
 
     def save_config(self, plans: Iterable[PlanName], path: Path | None = None) -> Path:
+        """Write the policy file of ``plans`` (default: named by its content, in the runs folder)."""
         policy = _policy(plans)
-        target = path or self._unverified_path(policy)
-        return replace_atomically(target, policy.to_json() + "\n", overwrite=True)
+        if not policy.plans:
+            raise TuneError("nothing to save: the selection enables no plan")
+        target = path or self._selection_path(policy)
+        return replace_atomically(target, policy.to_json() + "\n", overwrite=True).resolve()
 
     def _ran(self, policy: RecomputePolicy) -> TorchTrial | None:
         """The last run at the target batch with ``policy``."""
@@ -287,13 +290,12 @@ class TorchTuner(SessionEvents):
             trials = list(self._trials.values())
         return next((t for t in reversed(trials) if t.batch == batch and set(t.policy.plans) == plans and t.ran), None)
 
-    def _unverified_path(self, policy: RecomputePolicy) -> Path:
-        with self._lock:
-            if self._selection_dir is None:
-                s = self.settings
-                label = f"torch-selection-{s.run.target.label}-b{s.target_batch}"
-                self._selection_dir = new_run_dir(s.run.runs_dir, label)
-            return self._selection_dir / POLICY_FILE
+    def _selection_path(self, policy: RecomputePolicy) -> Path:
+        """Where a policy no run had is saved: named by its content, so sessions sharing a runs
+        folder never replace each other's file; nothing is created."""
+        s = self.settings
+        digest = hashlib.sha256(policy.to_json().encode()).hexdigest()[:12]
+        return Path(s.run.runs_dir) / f"torch-{s.run.target.label}-b{s.target_batch}-{digest}.json"
 
 
 def _rows(plan: TorchPlan) -> tuple[PlanRow, ...]:
@@ -336,6 +338,6 @@ def _explained(record: TrialRecord, trial: TorchTrial, limit: float | None) -> s
     if limit is not None:
         against = f", {'under' if trial.peak_bytes <= limit else 'over'} the limit {format_bytes(int(limit))}"
     error = ""
-    if record.predicted_bytes is not None:
-        error = f" (predicted {format_bytes(int(record.predicted_bytes))}, error {(trial.peak_bytes - record.predicted_bytes) / trial.peak_bytes:+.1%})"
+    if record.predicted_bytes is not None and record.prediction_error is not None:
+        error = f" (predicted {format_bytes(int(record.predicted_bytes))}, error {record.prediction_error:+.1%})"
     return f"trial {record.number}: peak {format_bytes(trial.peak_bytes)}{against}{error}"

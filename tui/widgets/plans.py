@@ -58,4 +58,4 @@ class PlansTable(DataTable[Text]):
         key = self.current_key
         if key is not None:
             # the table keeps a row's key as text: the row's own name (its back end's type) goes back
-            self.post_message(self.Toggled(self._names.get(key, PlanName(key))))
+            self.post_message(self.Toggled(self._names[key]))

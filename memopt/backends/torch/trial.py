@@ -19,6 +19,7 @@ import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from memopt.core import RunStatus
 from memopt.errors import MemoptError
@@ -34,8 +35,8 @@ __all__ = [
     "TRIAL_KIND",
     "TorchTrial",
     "allocator_env",
-    "on_cuda",
     "export_line",
+    "on_cuda",
     "read_policy",
     "resolve_torch_budget",
     "run_torch_trial",
@@ -136,6 +137,33 @@ def read_policy(text: str) -> RecomputePolicy:
     return RecomputePolicy(tuple(RecomputePlan.parse(plan) for plan in text.split(";") if plan.strip()))
 
 
+def _reused(record: Mapping[str, Any], batch: int, policy: RecomputePolicy) -> TorchTrial | None:
+    """The journal's record of a finished run as a trial; None where a field is not what this
+    release writes (a record edited or from elsewhere is run afresh, not trusted)."""
+    run_dir, peak, step, allocator = (
+        record.get(name) for name in ("run_dir", "peak_bytes", "median_step_s", "allocator")
+    )
+    allocator = {} if allocator is None else allocator
+    if (
+        not isinstance(run_dir, str)
+        or not (peak is None or (isinstance(peak, int) and not isinstance(peak, bool)))
+        or not (step is None or isinstance(step, (int, float)))
+        or not isinstance(allocator, dict)
+        or not all(isinstance(k, str) and isinstance(v, str) for k, v in allocator.items())
+    ):
+        return None
+    return TorchTrial(
+        batch,
+        policy,
+        RunStatus(record["status"]),
+        Path(run_dir),
+        peak,
+        None if step is None else float(step),
+        reused=True,
+        allocator=allocator,
+    )
+
+
 def trial_key(settings: RunSettings, batch: int, policy: RecomputePolicy) -> str:
     identity = {
         "target": settings.target.spec,
@@ -165,18 +193,9 @@ def run_torch_trial(
     key = trial_key(settings, batch, policy)
     if resume:
         done = journal.latest(key, usable=(RunStatus.OK.value,), kind=TRIAL_KIND)
-        if done is not None:
-            record = done.record
-            return TorchTrial(
-                batch,
-                policy,
-                RunStatus(record["status"]),
-                Path(record["run_dir"]),
-                record.get("peak_bytes"),
-                record.get("median_step_s"),
-                reused=True,
-                allocator=record.get("allocator") or {},
-            )
+        reused = _reused(done.record, batch, policy) if done is not None else None
+        if reused is not None:
+            return reused
     run_dir = new_run_dir(settings.runs_dir, f"torch-{settings.target.label}-b{batch}")
     policy.write(run_dir / POLICY_FILE)
     allocator = allocator_env(settings.device)

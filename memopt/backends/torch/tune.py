@@ -203,7 +203,7 @@ def plan_torch(
     if recipe is not None:
         say(
             f"scan: capturing training steps of {settings.target} at batch {scan_batch} with fake tensors, "
-            "and one real step at batch 1 for recompute times (this process)"
+            f"and one real step at batch {scan_batch} for recompute times (this process)"
         )
         scanned = scan_recipe(recipe, scan_batch)
     else:
@@ -313,11 +313,12 @@ def verify_torch(
                 break
             say(f"model: {policy} predicted at {format_bytes(int(predicted))}")
         elif predicted > limit:
-            say("model: the policy that saves most is run once: the model's prediction is not a measurement")
+            say("model: the lowest-predicted policy is run once: the model's prediction is not a measurement")
         # Where the target batch is the anchor's, its run without recompute is that policy's run.
         anchor = next((p for p in plan.probes if p.batch == plan.target_batch and p.policy == policy), None)
         verify = anchor or run(policy, predicted)
-        trials.append(verify)
+        if anchor is None:
+            trials.append(verify)
         say(_trial_line(verify, "verify"))
         result = TorchTuneResult(
             plan.target_batch, plan.budget_bytes, limit, plan.baseline_bytes, predicted, policy, verify, tuple(trials)

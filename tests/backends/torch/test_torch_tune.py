@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import json
 import os
+import pty
 import re
+import select
 import shlex
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -243,3 +246,35 @@ def torch_has_cuda() -> bool:
     import torch
 
     return torch.cuda.is_available()
+
+
+@pytest.mark.subprocess
+def test_a_device_the_screen_cannot_use_is_refused_before_it_opens(tmp_path: Path) -> None:
+    """``tune --backend torch`` in a terminal: the device check runs before the screen opens
+    (it opened, and the error came from its worker)."""
+    if torch_has_cuda():
+        pytest.skip("this machine has CUDA")
+    leader, terminal = pty.openpty()
+    args = ("gpt", "--size", "tiny", "--backend", "torch", "--target-batch", "8", "--budget", "1GiB")
+    child = subprocess.Popen(
+        [sys.executable, "-m", "memopt", "tune", *args, "--device", "cuda", "--runs-dir", str(tmp_path / "runs")],
+        stdin=terminal,
+        stderr=terminal,
+        stdout=subprocess.PIPE,
+        env={**os.environ, "COLUMNS": "200"},
+    )
+    os.close(terminal)
+    said, deadline = b"", time.monotonic() + 120
+    try:
+        while select.select([leader], [], [], max(0.0, deadline - time.monotonic()))[0]:
+            said += os.read(leader, 4096)
+    except OSError:  # the terminal's other end closed: the child is done with it
+        pass
+    finally:
+        os.close(leader)
+        if child.poll() is None:  # the screen opened: the check came too late
+            child.kill()
+    assert child.wait(timeout=30) == 2, said
+    lines = re.sub(r"\x1b\[[0-9;]*m", "", said.decode()).strip().splitlines()  # a terminal's colours left out
+    assert lines[0].startswith("backend: torch") and lines[-1] == "error: --device cuda: torch here sees no CUDA device"
+    assert len(lines) == 2, lines
