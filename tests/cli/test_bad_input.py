@@ -7,6 +7,7 @@ torch release ORTModule cannot use, and a real ORT install whose extensions are 
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -163,4 +164,5 @@ def test_a_batch_too_large_to_allocate_is_out_of_memory(runs_dir: Path) -> None:
     run = memopt("trial", "mlp", "--size", "tiny", "-b", "1000000000", "--budget", "16GiB", "--runs-dir", str(runs_dir))
     assert run.returncode == 3, run.stderr
     assert "at batch 1000000000 on CPU: out of memory" in run.stdout
-    assert "[enforce fail at alloc_cpu.cpp:117]" in run.stdout  # printed as is, not read as markup
+    # torch's own words, brackets and all, printed as is, not read as markup (the line number is torch's: 117 in 2.4.1)
+    assert re.search(r"\[enforce fail at alloc_cpu\.cpp:\d+\]", run.stdout), run.stdout
