@@ -71,7 +71,7 @@ $(TORCH_INSTALLED): pyproject.toml Makefile
 # The fast tests: in pytest's own process, no ORT (under a minute). The markers (pyproject.toml)
 # select the others: `pytest -m "not ort"` adds the tests that start processes without training.
 test-fast: $(INSTALLED)
-	$(BIN)/python -m pytest -m "not ort and not subprocess and not torch"
+	$(BIN)/python -m pytest -m "not ort and not subprocess and not torch and not slow"
 
 # Lint, formatting, types (strict on memopt/ and tui/) and the stage layering (pyproject.toml configures each).
 check: $(CHECK_TOOLS)

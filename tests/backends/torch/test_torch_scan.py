@@ -67,6 +67,7 @@ def test_the_scan_runs_one_small_real_step_not_the_activations_it_counts() -> No
     assert rise < scanned.saved_bytes / 4, (rise, scanned.saved_bytes)
 
 
+@pytest.mark.slow
 def test_a_model_larger_than_the_machine_scans_with_fake_tensors() -> None:
     """GPT-2 XL at batch 64 x 1024 tokens keeps terabytes for backward: scanned without any of it."""
     scanned = scan_recipe(load_recipe("gpt", {"size": "xl", "seq_len": 1024}), 64, timed=False)

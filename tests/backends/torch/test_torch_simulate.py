@@ -54,6 +54,7 @@ def test_a_checkpointed_step_peaks_lower_and_a_larger_batch_higher() -> None:
     assert simulate_steps(recipe, 128, NONE).growth_bytes > 1.9 * plain.growth_bytes - blocks.start_bytes
 
 
+@pytest.mark.slow
 def test_a_model_far_larger_than_the_machine_plays_in_this_process() -> None:
     """GPT-2 XL's 1.6 billion parameters at 8 x 1024 tokens: hundreds of GiB played, none held."""
     played = simulate_steps(load_recipe("gpt", {"size": "xl", "seq_len": 1024}), 8, policy("blocks.*: *"))
