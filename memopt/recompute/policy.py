@@ -26,6 +26,9 @@ with each plan in the text form above. Only torch and the standard library are i
 from __future__ import annotations
 
 import json
+import os
+import reprlib
+import stat
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from pathlib import Path
@@ -34,7 +37,7 @@ from typing import Any
 import torch
 from torch._ops import ops as torch_ops
 
-from memopt.errors import MemoptError
+from memopt.errors import MemoptError, path_kind
 
 __all__ = [
     "POLICY_ENV",
@@ -49,10 +52,21 @@ _FORMAT = "memopt-recompute-policy"
 _VERSION = 1
 _WHOLE_MODULE = "*"
 _EXCEPT = " except "
+_WHOLE_MODULE_ADVICE = "use a whole-module plan ('MODULE: *')"
 # Ops that write into an input their schema does not mark as written: batch norm's running statistics.
 _UNMARKED_WRITES = frozenset(
     {"native_batch_norm", "cudnn_batch_norm", "miopen_batch_norm", "batch_norm", "_batch_norm_impl_index"}
 )
+_MAX_OP_NAME = 100  # aten's longest are about 50 characters
+# A policy is a few kilobytes: a file past this is not one, and is not read whole.
+_MAX_FILE_BYTES = 1 << 20
+# What a message quotes of the user's text: enough to find it, never a megabyte echoed back.
+_QUOTE = reprlib.Repr()
+_QUOTE.maxstring = 80
+
+
+def _quoted(value: object) -> str:
+    return _QUOTE.repr(value)
 
 
 class RecomputePolicyError(MemoptError):
@@ -71,8 +85,8 @@ class OpName:
         spelled = text.strip()
         bare = spelled.replace("::", ".").removeprefix("torch.ops.").removeprefix("aten.")
         name, _, overload = bare.partition(".")
-        if not name or not name.replace("_", "a").isalnum() or "." in overload:
-            raise RecomputePolicyError(f"{spelled!r} is not an op name (say gelu, aten.gelu or gelu.default)")
+        if not name or len(name) > _MAX_OP_NAME or not name.replace("_", "a").isalnum() or "." in overload:
+            raise RecomputePolicyError(f"{_quoted(spelled)} is not an op name (say gelu, aten.gelu or gelu.default)")
         op = cls(name, overload or None)
         op.overloads()  # refuses an op torch does not have
         return op
@@ -82,25 +96,31 @@ class OpName:
         try:
             packet = getattr(torch_ops.aten, self.name)
         except (AttributeError, RuntimeError):
-            raise RecomputePolicyError(f"torch {torch.__version__} has no op aten.{self.name}") from None
-        names = packet.overloads()
+            packet = None
+        # The namespace's own attributes (``name``, ``__class__``, ``__init__``) are no ops.
+        if not isinstance(packet, torch._ops.OpOverloadPacket):
+            raise RecomputePolicyError(f"torch {torch.__version__} has no op aten.{self.name}")
+        names = packet.overloads()  # type: ignore[no-untyped-call]
         if self.overload is not None and self.overload not in names:
             raise RecomputePolicyError(
-                f"aten.{self.name} has no overload {self.overload!r} (it has {', '.join(names)})"
+                f"aten.{self.name} has no overload {_quoted(self.overload)} (it has {', '.join(names)})"
             )
         return [getattr(packet, name) for name in ([self.overload] if self.overload else names)]
 
     def matches(self, func: torch._ops.OpOverload) -> bool:
         return func._schema.name == f"aten::{self.name}" and self.overload in (None, func._overloadname)
 
-    def refuse_unsafe(self, use: str) -> None:
-        """Refuse an op whose outputs cannot be recomputed from its inputs or kept apart from them."""
+    def refuse_unsafe(self, keep: bool = False) -> None:
+        """Refuse an op whose outputs cannot be recomputed from its inputs (``keep``: cannot be
+        kept apart from them inside a whole-module region)."""
         for overload in self.overloads():
             schema = overload._schema
             if any(arg.is_out for arg in schema.arguments):
                 continue  # the out= variant writes into the buffer it is given, never into an input
             if self.name in _UNMARKED_WRITES:
                 why = "updates the running statistics in place: recomputed it would update them twice"
+            elif torch.Tag.nondeterministic_seeded in overload.tags and keep:
+                why = "is random: the region reruns it with the RNG state replayed, so it draws the same numbers unkept"
             elif torch.Tag.nondeterministic_seeded in overload.tags:
                 why = "is random: recomputed outside a checkpoint region it draws new numbers"
             elif schema.is_mutable:
@@ -109,9 +129,8 @@ class OpName:
                 why = "returns a view of its input: there is nothing of its own to drop or keep"
             else:
                 continue
-            raise RecomputePolicyError(
-                f"{use} {self}: aten.{overload.__name__} {why}; use a whole-module plan ('MODULE: *')"
-            )
+            use, advice = ("keep", "leave it out of 'except'") if keep else ("recompute", _WHOLE_MODULE_ADVICE)
+            raise RecomputePolicyError(f"cannot {use} {self}: aten.{overload.__name__} {why}; {advice}")
 
     def __str__(self) -> str:
         return self.name if self.overload is None else f"{self.name}.{self.overload}"
@@ -128,20 +147,22 @@ class RecomputePlan:
     def __post_init__(self) -> None:
         names = self.module.split(".")
         if not self.module or any(not name or name != name.strip() or " " in name for name in names):
-            raise RecomputePolicyError(f"{self.module!r} is not a module path pattern (say blocks.*.mlp)")
+            raise RecomputePolicyError(f"{_quoted(self.module)} is not a module path pattern (say blocks.*.mlp)")
         if self.op is not None and self.keep:
             raise RecomputePolicyError(f"plan {self}: 'except' goes with a whole-module plan ('MODULE: * except OPS')")
         if self.op is not None:
-            self.op.refuse_unsafe("cannot recompute")
+            self.op.refuse_unsafe()
         for op in self.keep:
-            op.refuse_unsafe("cannot keep")
+            op.refuse_unsafe(keep=True)
 
     @classmethod
     def parse(cls, text: str) -> RecomputePlan:
         module, colon, what = text.partition(":")
         what = what.strip()
         if not colon or not what:
-            raise RecomputePolicyError(f"plan {text!r} is not 'MODULE: OP', 'MODULE: *' or 'MODULE: * except OPS'")
+            raise RecomputePolicyError(
+                f"plan {_quoted(text)} is not 'MODULE: OP', 'MODULE: *' or 'MODULE: * except OPS'"
+            )
         if what == _WHOLE_MODULE:
             return cls(module.strip())
         if what.startswith(_WHOLE_MODULE + _EXCEPT):
@@ -165,6 +186,16 @@ class RecomputePlan:
         return f"{self.module}: {_WHOLE_MODULE}{kept}"
 
 
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object whose keys are each given once: ``json`` would keep the last of two, silently."""
+    seen: set[str] = set()
+    for key, _ in pairs:
+        if key in seen:
+            raise RecomputePolicyError(f"{_quoted(key)} is given twice")
+        seen.add(key)
+    return dict(pairs)
+
+
 @dataclass(frozen=True)
 class RecomputePolicy:
     """The chosen plans, applied together (``memopt.recompute.apply``)."""
@@ -177,15 +208,18 @@ class RecomputePolicy:
     @classmethod
     def from_json(cls, text: str, source: str = "the policy") -> RecomputePolicy:
         try:
-            data: Any = json.loads(text)
-        except json.JSONDecodeError as err:
+            data: Any = json.loads(text, object_pairs_hook=_unique_keys)
+        except RecursionError:
+            raise RecomputePolicyError(f"{source} is not a memopt recompute policy (JSON nested too deeply)") from None
+        except ValueError as err:  # JSONDecodeError, and an integer of more digits than Python converts
             raise RecomputePolicyError(f"{source} is not JSON: {err}") from None
+        except RecomputePolicyError as err:
+            raise RecomputePolicyError(f"{source}: {err}") from None
         if not isinstance(data, dict) or data.get("format") != _FORMAT:
             raise RecomputePolicyError(f'{source} is not a memopt recompute policy (no "format": "{_FORMAT}")')
-        if data.get("version") != _VERSION:
-            raise RecomputePolicyError(
-                f"{source} is policy version {data.get('version')!r}; this memopt reads {_VERSION}"
-            )
+        version = data.get("version")
+        if type(version) is not int or version != _VERSION:  # true and 1.0 equal 1, and are not what memopt writes
+            raise RecomputePolicyError(f"{source} is policy version {_quoted(version)}; this memopt reads {_VERSION}")
         unknown = sorted(set(data) - {"format", "version", "plans"})
         plans = data.get("plans")
         if unknown or not isinstance(plans, list) or not all(isinstance(p, str) for p in plans):
@@ -199,13 +233,32 @@ class RecomputePolicy:
 
     @classmethod
     def read(cls, path: Path) -> RecomputePolicy:
+        """The policy in the regular file ``path``: a FIFO, a device or a folder is refused unread
+        (a FIFO without a writer would block, ``/dev/zero`` never ends), and so is a file too
+        large to be a policy."""
+        source = f"{POLICY_ENV}={path}"
         try:
-            text = path.read_text(encoding="utf-8")
+            mode = os.stat(path).st_mode
+            if not stat.S_ISREG(mode):
+                raise RecomputePolicyError(f"{source} is {path_kind(mode)}, not a policy file")
+            # Non-blocking: a FIFO put in the file's place since the stat opens without waiting for a writer.
+            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+            with open(fd, "rb") as handle:
+                mode = os.fstat(fd).st_mode
+                if not stat.S_ISREG(mode):
+                    raise RecomputePolicyError(f"{source} is {path_kind(mode)}, not a policy file")
+                data = handle.read(_MAX_FILE_BYTES + 1)
         except FileNotFoundError:
-            raise RecomputePolicyError(f"{POLICY_ENV}={path}: no such file") from None
-        except (OSError, UnicodeDecodeError) as err:
-            raise RecomputePolicyError(f"{POLICY_ENV}={path}: cannot read it ({err})") from None
-        return cls.from_json(text, f"{POLICY_ENV}={path}")
+            raise RecomputePolicyError(f"{source}: no such file") from None
+        except OSError as err:
+            raise RecomputePolicyError(f"{source}: cannot read it ({err.strerror or err})") from None
+        if len(data) > _MAX_FILE_BYTES:
+            raise RecomputePolicyError(f"{source} is over {_MAX_FILE_BYTES >> 20} MiB: too large to be a policy")
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError as err:
+            raise RecomputePolicyError(f"{source}: cannot read it ({err})") from None
+        return cls.from_json(text, source)
 
     def write(self, path: Path) -> None:
         path.write_text(self.to_json() + "\n", encoding="utf-8")

@@ -144,6 +144,13 @@ class AppliedPolicy:
     replaced: dict[tuple[int, int], int] = field(default_factory=dict)
     checked: bool = False
 
+    def __getstate__(self) -> dict[str, Any]:
+        # What one forward left to its backward is that forward's: a copy (deepcopy, torch.save) starts without it.
+        return {name: value for name, value in self.__dict__.items() if name not in ("noted", "replaced")}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state, noted=WeakTensorKeyDictionary(), replaced={})  # type: ignore[no-untyped-call]
+
     def pack(self, tensor: torch.Tensor) -> Any:
         base = tensor if tensor._base is None else tensor._base
         noted = self.noted.get(base)  # type: ignore[no-untyped-call]
@@ -176,7 +183,8 @@ class AppliedPolicy:
 
 
 def apply_policy(model: nn.Module, policy: RecomputePolicy) -> AppliedPolicy:
-    """Wrap ``model``'s modules as ``policy`` says (``RecomputePolicyError`` where a plan matches nothing)."""
+    """Wrap ``model``'s modules as ``policy`` says (``RecomputePolicyError`` where a plan matches nothing,
+    or would rerun batch norm's update of its running statistics)."""
     if hasattr(model, _APPLIED):
         raise RecomputePolicyError("a recompute policy is already applied to this model")
     paths = [path for path, _ in model.named_modules() if path]
@@ -187,6 +195,10 @@ def apply_policy(model: nn.Module, policy: RecomputePolicy) -> AppliedPolicy:
         raise RecomputePolicyError(
             f"no module of the model matches {', '.join(unmatched)} (its modules: {sample or 'none'})"
         )
+    for plan, matched in modules.items():
+        if plan.whole_module:
+            for path in matched:
+                _refuse_running_statistics(plan, path, model.get_submodule(path))
     applied = AppliedPolicy(policy, modules, {plan: 0 for plan in policy.plans if not plan.whole_module})
     by_path: dict[str, list[RecomputePlan]] = {}
     for plan, matched in modules.items():
@@ -196,62 +208,116 @@ def apply_policy(model: nn.Module, policy: RecomputePolicy) -> AppliedPolicy:
         module = model.get_submodule(path)
         op_plans = [plan for plan in plans if not plan.whole_module]
         if op_plans:
-            module.forward = _noting(module.forward, op_plans, applied)
+            module.forward = _Noting(module, op_plans, applied)
         for plan in plans:
             if plan.whole_module:
-                module.forward = _checkpointed(module.forward, plan.keep)
+                module.forward = _Checkpointed(module, plan.keep)
     if applied.op_calls:
-        model.forward = _hooked(model.forward, applied)
+        model.forward = _Hooked(model, applied)
     setattr(model, _APPLIED, applied)
     return applied
 
 
-def _noting(forward: Callable[..., Any], plans: list[RecomputePlan], applied: AppliedPolicy) -> Callable[..., Any]:
-    @functools.wraps(forward)
-    def run(*args: Any, **kwargs: Any) -> Any:
-        with _NoteOutputs(plans, applied):
-            return forward(*args, **kwargs)
+def _refuse_running_statistics(plan: RecomputePlan, path: str, module: nn.Module) -> None:
+    """A whole-module region reruns its forward in backward: batch norm in it would update its
+    running statistics a second time each step."""
+    for name, inner in module.named_modules():
+        if isinstance(inner, nn.modules.batchnorm._BatchNorm) and inner.track_running_stats:
+            where = f"module {path} is" if not name else f"module {path} holds {path}.{name},"
+            raise RecomputePolicyError(
+                f"recompute plan {plan}: {where} a {type(inner).__name__}, whose running statistics a rerun of "
+                "its forward would update twice; recompute inside it with op plans ('MODULE: OP')"
+            )
 
-    return run
+
+class _Forward:
+    """A module's forward that memopt replaced: an object holding its module, not a closure over
+    the module's bound forward, so a model with a policy applied copies (``copy.deepcopy``: the
+    copy's wrappers run the copy's modules) and pickles (``torch.save``) as one without.
+
+    Outside autograd (``no_grad``, ``inference_mode``) nothing is saved for backward, so there is
+    nothing to recompute: the module's own forward runs, untouched."""
+
+    def __init__(self, module: nn.Module) -> None:
+        self.module = module
+        self.inner: Callable[..., Any] | None = module.__dict__.get("forward")  # None: its class's forward
+
+    @property
+    def __wrapped__(self) -> Callable[..., Any]:
+        # inspect.signature(module.forward) follows it: callers read the forward's parameters
+        # (transformers' Trainer drops the dataset columns the forward does not take).
+        return self.inner if self.inner is not None else functools.partial(type(self.module).forward, self.module)
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        if self.inner is not None:
+            return self.inner(*args, **kwargs)
+        return type(self.module).forward(self.module, *args, **kwargs)
 
 
-def _hooked(forward: Callable[..., Any], applied: AppliedPolicy) -> Callable[..., Any]:
-    @functools.wraps(forward)
-    def run(*args: Any, **kwargs: Any) -> Any:
+class _Noting(_Forward):
+    def __init__(self, module: nn.Module, plans: list[RecomputePlan], applied: AppliedPolicy) -> None:
+        super().__init__(module)
+        self.plans, self.applied = plans, applied
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if not torch.is_grad_enabled():
+            return self.forward(*args, **kwargs)
+        with _NoteOutputs(self.plans, self.applied):
+            return self.forward(*args, **kwargs)
+
+
+class _Hooked(_Forward):
+    def __init__(self, model: nn.Module, applied: AppliedPolicy) -> None:
+        super().__init__(model)
+        self.applied = applied
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if not torch.is_grad_enabled():
+            return self.forward(*args, **kwargs)
+        applied = self.applied
         applied.replaced.clear()
         with saved_tensors_hooks(applied.pack, applied.unpack):
-            out = forward(*args, **kwargs)
-        applied.check_ops_ran()
+            out = self.forward(*args, **kwargs)
+        # In eval mode an op may not run at all (dropout): the check waits for a training forward.
+        if self.module.training:
+            applied.check_ops_ran()
         return out
 
-    return run
 
+class _Checkpointed(_Forward):
+    def __init__(self, module: nn.Module, keep: tuple[OpName, ...]) -> None:
+        super().__init__(module)
+        # No context_fn where nothing is kept: torch.compile traces torch's checkpoint only without one.
+        self.options: dict[str, Any] = {"context_fn": _keeping(keep)} if keep else {}
 
-def _checkpointed(forward: Callable[..., Any], keep: tuple[OpName, ...]) -> Callable[..., Any]:
-    context_fn = _keeping(keep) if keep else torch_checkpoint.noop_context_fn
-
-    @functools.wraps(forward)
-    def run(*args: Any, **kwargs: Any) -> Any:
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if not torch.is_grad_enabled():
+            return self.forward(*args, **kwargs)
         return torch_checkpoint.checkpoint(
-            forward, *args, use_reentrant=False, preserve_rng_state=True, context_fn=context_fn, **kwargs
+            self.forward, *args, use_reentrant=False, preserve_rng_state=True, **self.options, **kwargs
         )
-
-    return run
 
 
 def _keeping(keep: tuple[OpName, ...]) -> Callable[[], tuple[Any, Any]]:
-    """The selective-checkpoint contexts that cache the outputs of ``keep``'s ops, by torch release."""
-
-    def kept(func: Any) -> bool:
-        return any(op.matches(func) for op in keep)
-
+    """The selective-checkpoint contexts that cache the outputs of ``keep``'s ops, by torch release:
+    partials of module functions over op names as text, so they pickle with the module and
+    torch.compile takes them as constants."""
+    policy = functools.partial(_kept, tuple(map(str, keep)))
     public = getattr(torch_checkpoint, "create_selective_checkpoint_contexts", None)
-    if public is None:  # torch 2.4: the private generator; its policy answers True to cache
-        private = torch_checkpoint._pt2_selective_checkpoint_context_fn_gen
-        return functools.partial(private, lambda mode, func, *args, **kwargs: kept(func))
-    policy = torch_checkpoint.CheckpointPolicy  # type: ignore[attr-defined,unused-ignore]
+    if public is None:  # torch 2.4: the private generator
+        return functools.partial(torch_checkpoint._pt2_selective_checkpoint_context_fn_gen, policy)
+    return functools.partial(public, policy)
 
-    def choose(ctx: Any, func: Any, *args: Any, **kwargs: Any) -> Any:
-        return policy.MUST_SAVE if kept(func) else policy.PREFER_RECOMPUTE
 
-    return functools.partial(public, choose)
+@functools.cache
+def _op_names(names: tuple[str, ...]) -> tuple[OpName, ...]:
+    return tuple(map(OpName.parse, names))
+
+
+def _kept(names: tuple[str, ...], context: Any, func: Any, *args: Any, **kwargs: Any) -> Any:
+    """Whether selective checkpointing keeps an op's output, in the answer the torch release asks for."""
+    kept = any(op.matches(func) for op in _op_names(names))
+    policy = getattr(torch_checkpoint, "CheckpointPolicy", None)
+    if policy is None:  # torch 2.4's generator caches where the answer is True
+        return kept
+    return policy.MUST_SAVE if kept else policy.PREFER_RECOMPUTE
