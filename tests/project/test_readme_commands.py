@@ -1,7 +1,7 @@
 """The README's ``examples/train_ddp.py`` commands (scan, tune, the job under the export line),
-read from the README itself and run as a user pastes them: from a fresh folder that holds only ``examples/``, with the venv's
-``bin`` first on PATH (what ``. .venv/bin/activate`` does), and the exported config then
-handed to the job unchanged. ``make demo``, the README's first command, runs in CI."""
+read from the README itself and run as a user pastes them: from a fresh folder that holds only
+``examples/``, with the venv's ``bin`` first on PATH (what ``. .venv/bin/activate`` does), and
+the exported config then handed to the job unchanged. ``make demo``, the README's first command, runs in CI."""
 
 from __future__ import annotations
 
