@@ -4,7 +4,7 @@
 
 PYTHON ?= python3
 VENV ?= .venv
-# cpu: onnxruntime-training-cpu; gpu: the CUDA 11.8 build with a cu118 torch (README).
+# cpu: onnxruntime-training-cpu; gpu: the CUDA 11.8 build with a cu118 torch (docs/supported-stacks.md).
 EXTRA ?= $(if $(shell command -v nvidia-smi 2>/dev/null),gpu,cpu)
 TORCH_CU118_INDEX ?= https://download.pytorch.org/whl/cu118
 GPU_TORCH ?= torch==2.3.1

@@ -4,7 +4,7 @@
     torchrun --nproc_per_node 2 examples/train_ortrainer.py --batch-size 4     # two ranks (gloo on CPU)
 
 The model is built from a GPT-2 config with random weights and trained on random tokens:
-nothing is downloaded. Needs optimum's ORT training stack (README "optimum's ORTTrainer"):
+nothing is downloaded. Needs optimum's ORT training stack (docs/ort.md, "optimum's ORTTrainer and accelerate"):
 pip install 'memopt[optimum]' && pip install --no-deps torch-ort==1.19.2
 memopt tunes it as is: memopt tune --cmd "python examples/train_ortrainer.py --batch-size {batch}" --target-batch 8
 """

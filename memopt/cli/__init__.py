@@ -31,7 +31,12 @@ EXIT_DOES_NOT_FIT = 3
 
 app = typer.Typer(
     name="memopt",
-    help="Find, predict and verify ONNX Runtime Training memory-optimizer (recompute) configs.",
+    help=(
+        "Find what to recompute so a training batch fits a memory budget, and verify it by a real run: "
+        "an ORTMODULE_MEMORY_OPT_CONFIG for ONNX Runtime Training's ORTModule (--backend ort), or a "
+        "recompute policy for plain PyTorch that memopt.recompute.apply(model) reads from "
+        "MEMOPT_RECOMPUTE_POLICY (--backend torch). Start with scan, then tune."
+    ),
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
@@ -50,7 +55,7 @@ def _version(value: bool) -> None:
 def _root(
     version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version."),
 ) -> None:
-    """memopt: ORT memory-optimizer configs without the guesswork."""
+    """memopt: recompute configs for ORTModule and plain PyTorch, without the guesswork."""
 
 
 _COMMANDS = ("config", "export", "parse", "plan", "probe", "scan", "stack", "trial", "tune")

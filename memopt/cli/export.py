@@ -71,8 +71,11 @@ def export_command(
     runs_dir: RunsDirOption = DEFAULT_RUNS_DIR,
     timeout: TimeoutOption = DEFAULT_TIMEOUT_S,
 ) -> None:
-    """Carry CONFIG over to plain PyTorch for RECIPE: the recompute policy that drops the same tensors,
-    checked in PyTorch (gradients, saved bytes, measured peak against the budget)."""
+    """Carry an ORT CONFIG over to a plain-PyTorch recompute policy for RECIPE, and check it there.
+
+    The policy drops the same tensors; it is checked in PyTorch (gradients, saved bytes, measured
+    peak against the budget) and ends with the MEMOPT_RECOMPUTE_POLICY export line.
+    """
     if not to_torch:
         raise MemoptError("say what to export to: --torch (a policy for memopt.recompute.apply) is the one target")
     if out is not None:

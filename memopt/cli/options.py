@@ -147,7 +147,7 @@ CalibrateOption = Annotated[
     str | None,
     typer.Option(
         "--calibrate",
-        help="Batch sizes of the no-config calibration trials, e.g. 2,4 (default: half the target batch).",
+        help="ORT: batch sizes of the no-config calibration trials, e.g. 2,4 (default: half the target batch).",
     ),
 ]
 

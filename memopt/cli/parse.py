@@ -60,9 +60,11 @@ def parse_command(
     config_out: Path | None = typer.Option(None, "--config-out", help="For ORT 1.19: write the JSON config file here."),
     force: bool = typer.Option(False, "--force", help="Overwrite --config-out if it is a regular file."),
 ) -> None:
-    """Read every memory-optimizer summary (and per-step memory line) in LOGS and list its plans,
-    largest saving first. A log that cannot be read is reported and the others still shown;
-    the exit status is then 2."""
+    """ORT: list the recompute plans in ORT's LOGS, largest saving first.
+
+    Reads every memory-optimizer summary (and per-step memory line) in LOGS. A log that cannot
+    be read is reported and the others still shown; the exit status is then 2.
+    """
     if as_json and as_csv:
         raise MemoptError("choose one of --json and --csv")
     if config_out is not None:

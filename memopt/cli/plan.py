@@ -1,4 +1,4 @@
-"""``memopt plan``: the cheapest recompute config predicted to fit a target batch in a budget."""
+"""``memopt plan``: the cheapest recompute config (ORT) or policy (torch) predicted to fit a target batch in a budget."""
 
 from __future__ import annotations
 
@@ -98,7 +98,12 @@ def plan_command(
     as_json: bool = typer.Option(False, "--json", help="Print the plan as JSON."),
     backend: BackendOption = None,
 ) -> None:
-    """Choose the plans that bring RECIPE's predicted peak at --target-batch under --budget at least recompute cost."""
+    """Choose the cheapest plans predicted to fit --target-batch in --budget: an ORT config or a torch policy.
+
+    The memory model predicts the peak (ORT: the training graph played through the device's
+    allocator; torch: the step played on fake tensors, or a line through two runs); nothing is
+    verified unless --verify runs one trial of the choice.
+    """
     if out is not None:
         check_write_target(out, overwrite=force)  # before any run: a user's file is never replaced unasked
     target = runnable(choose_target(recipe, command, default=None))

@@ -59,7 +59,7 @@ def probe_command(
     python: PythonOption = None,
     timeout: TimeoutOption = DEFAULT_TIMEOUT_S,
 ) -> None:
-    """Run RECIPE for a few ORTModule training steps and save ORT's log, graphs, memory and timings."""
+    """ORT: run RECIPE for a few ORTModule training steps and save ORT's log, graphs, memory and timings."""
     target = runnable(choose_target(recipe, command))
     settings = run_settings(
         target,

@@ -1,4 +1,6 @@
-"""``memopt scan``: ORT's recompute plans from the graph alone, with savings at any size."""
+"""``memopt scan``: what recompute could save, plan by plan, at any size: ORT's plans from the
+training graph alone (``--backend ort``), or plain PyTorch's per module pattern and aten op from
+a captured training forward (``--backend torch``)."""
 
 from __future__ import annotations
 
@@ -121,7 +123,13 @@ def scan_command(
         help="--backend torch: scan with fake tensors (no memory, any size; recompute times not measured).",
     ),
 ) -> None:
-    """Find the stashed activations ORT could recompute, grouped into ORT's plans, with their savings."""
+    """What recompute could save, plan by plan: ORT's plans, or (--backend torch) PyTorch's per module and op.
+
+    With ORT, the stashed activations ORT could recompute, grouped into ORT's plans, from the
+    training graph of a recipe's or command's short probe or of an ONNX file. With --backend torch,
+    what autograd keeps for backward, grouped by module pattern and aten op, with each plan's
+    saving as a polynomial in batch and sequence and its recompute time.
+    """
     if as_json and as_csv:
         raise MemoptError("choose one of --json and --csv")
     chosen_backend = choose_backend(backend)

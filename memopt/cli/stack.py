@@ -24,7 +24,7 @@ def stack_command(
         False, "--build-extensions", help="Build ORTModule's C++ extensions if they are not built yet."
     ),
 ) -> None:
-    """Show ORT and torch versions and whether ORTModule can run here; exit 2 when it cannot."""
+    """ORT: show the ORT and torch versions and whether ORTModule can run here; exit 2 when it cannot."""
     info = inspect_stack()
     if build_extensions and info.has_ortmodule and not info.extensions_built:
         console.print(f"Building ORTModule's C++ extensions (once; a few minutes): {EXTENSIONS_INSTALL_COMMAND}")

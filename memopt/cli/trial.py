@@ -1,4 +1,4 @@
-"""``memopt trial``: one config, one batch size, real ORTModule steps, journaled."""
+"""``memopt trial``: one config or policy, one batch size, real training steps (ORTModule or plain PyTorch), journaled."""
 
 from __future__ import annotations
 
@@ -74,7 +74,7 @@ def trial_command(
         "none",
         "--config",
         "-c",
-        help="A JSON config file, a config string, a comma list of plan keys (X+ means X+:1:-1), or none.",
+        help="ORT: a JSON config file, a config string or a comma list of plan keys (X+ means X+:1:-1); --backend torch: a policy file or plans separated by ';'; or none.",
     ),
     steps: StepsOption = DEFAULT_STEPS,
     seq: SeqOption = None,
@@ -101,7 +101,11 @@ def trial_command(
     as_json: bool = typer.Option(False, "--json", help="Print the journal record as JSON."),
     backend: BackendOption = None,
 ) -> None:
-    """Run RECIPE (or your command) at --batch with --config applied as a user would; record memory, time and ORT's plans."""
+    """Run RECIPE (or your command) at --batch with --config applied as a user would; journal its memory and time.
+
+    With ORT, --config is an ORTMODULE_MEMORY_OPT_CONFIG and the record says which plans ORT
+    applied; with --backend torch, a recompute policy handed over in MEMOPT_RECOMPUTE_POLICY.
+    """
     chosen_backend = choose_backend(backend)
     target = _target(words or [], command)
     parsed_budget = parse_budget(budget) if budget is not None else None

@@ -1,8 +1,10 @@
-"""``memopt tune``: from "OOM at the batch I need" to a verified ORTMODULE_MEMORY_OPT_CONFIG.
+"""``memopt tune``: from "OOM at the batch I need" to a verified recompute config: an
+ORTMODULE_MEMORY_OPT_CONFIG for ORTModule (``--backend ort``, ``memopt.tune.tuner``), or a
+recompute policy for plain PyTorch (``--backend torch``, ``memopt.tune.torch_session``).
 
-The TUI (``memopt.tui``) by default; ``--no-tui`` runs the same search (``memopt.tune.tuner``)
-with plain progress lines on stderr and the result (``--json``: a JSON document) on stdout.
-Either way the ``export …`` line(s) of the best verified config end up on stdout.
+The TUI (``memopt.tui``) by default; ``--no-tui`` runs the search with plain progress lines on
+stderr and the result (``--json``: a JSON document) on stdout. Either way the ``export …``
+line(s) of the best verified config end up on stdout.
 """
 
 from __future__ import annotations
@@ -102,7 +104,11 @@ def tune_command(
         help="Once verified, carry the ORT config over to plain PyTorch and verify it there (as memopt export --torch).",
     ),
 ) -> None:
-    """Find, verify and print the cheapest recompute config that fits --target-batch in --budget."""
+    """Find and verify the cheapest recompute config (ORT) or policy (torch) that fits --target-batch in --budget.
+
+    Prints the export line to paste before your training command: ORTMODULE_MEMORY_OPT_CONFIG
+    for ORTModule, MEMOPT_RECOMPUTE_POLICY for a script that calls memopt.recompute.apply.
+    """
     if as_json and not no_tui:
         raise MemoptError("--json needs --no-tui")
     chosen_backend = choose_backend(backend)

@@ -26,7 +26,7 @@ __all__ = [
 
 # Torch releases ORTModule 1.19.2 runs with, as (major, minor) from-inclusive/to-exclusive.
 # 2.6.0 trains; from 2.7.0 ORTModule's C++ extension builds but cannot load (undefined
-# symbol typeinfo for torch::autograd::PyNode): README "Supported stacks". Plain tuples rather than
+# symbol typeinfo for torch::autograd::PyNode): docs/supported-stacks.md. Plain tuples rather than
 # `packaging`, so the check runs in an interpreter that has nothing installed.
 TORCH_SUPPORTED = ((2, 1), (2, 7))
 _RELEASE = re.compile(r"^(\d+)\.(\d+)")

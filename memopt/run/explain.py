@@ -46,7 +46,7 @@ KNOWN_FAILURES = (
     KnownFailure(
         (r"Found no NVIDIA driver", r"set_device"),
         "a rank called torch.cuda.set_device on a machine without CUDA (optimum's ORTTrainer does "
-        "on every rank but 0): on CPU skip that call (README, optimum's ORTTrainer)",
+        "on every rank but 0): on CPU skip that call (docs/ort.md, optimum's ORTTrainer)",
     ),
     KnownFailure(
         (r"No module named 'torch_ort'",),

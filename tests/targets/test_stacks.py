@@ -5,8 +5,8 @@ through ``memopt tune --cmd --no-tui`` to a verified config.
 
 `make` installs both (the ``optimum`` extra, and torch-ort without its dependencies), so the
 single-process tunes run in `make test` and CI and the two-process ones in `make test-all`
-(marker long); elsewhere these tests skip where they are not installed (README
-"optimum's ORTTrainer and accelerate" says how).
+(marker long); elsewhere these tests skip where they are not installed (docs/ort.md,
+"optimum's ORTTrainer and accelerate", says how).
 """
 
 from __future__ import annotations

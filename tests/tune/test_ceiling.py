@@ -24,7 +24,7 @@ from memopt.run import cgroup
 from memopt.run.oom import OomWatch
 from memopt.tune import Purpose, SearchStatus
 
-# The README's main job: a tiny eight-layer GPT at batch 128 (no config ~1,200 MiB RSS on CPU).
+# make demo's main job (docs/testing-and-ci.md): a tiny eight-layer GPT at batch 128 (no config ~1,200 MiB RSS on CPU).
 GPT = ["gpt", "--size", "tiny", "-o", "n_layer=8", "--seq", "64"]
 PLANS = (PlanKey("Gelu+:1:-1"), PlanKey("Dropout+:1:-1"))
 MiB = 2**20
@@ -43,7 +43,7 @@ def under(ceiling: MemoryCeiling, *args: str, env: dict[str, str] | None = None)
 
 
 def tune_under(ceiling: MemoryCeiling, runs_dir: Path) -> dict:
-    """``memopt tune --no-tui --json`` of the README's main job under ``ceiling``: its summary,
+    """``memopt tune --no-tui --json`` of make demo's main job under ``ceiling``: its summary,
     every trial that died having died of memory (none "crashed"). Whether one dies at all is the
     cgroup's to decide: its charge of shared pages varies from run to run."""
     tune = under(

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 from support.cli import assert_one_line_error, memopt
-from support.readme import shell_blocks
+from support.readme import readme_block
 from support.torch_steps import without_onnxruntime
 
 from memopt.recompute import POLICY_ENV, RecomputePolicy
@@ -95,13 +95,11 @@ README_EXPORT = re.compile(rf"^export {POLICY_ENV}=.*$", re.MULTILINE)
 @pytest.mark.long
 def test_the_readme_plain_torch_commands_run_as_pasted(tmp_path: Path) -> None:
     """The README's examples/train_plain_torch.py block, run as a user pastes it from a folder
-    holding only examples/, without onnxruntime: tune ends verified, and the job re-run with the
-    export line peaks under the budget."""
-    blocks = [b for b in shell_blocks((ROOT / "README.md").read_text()) if "train_plain_torch.py" in str(b)]
-    assert len(blocks) == 1, "the README shows one examples/train_plain_torch.py block"
-    tune_words, first_export, second_export, job_words = blocks[0]
-    assert first_export == second_export and first_export[1].startswith(f"{POLICY_ENV}=")
-    assert first_export[2:] == [f"{name}={value}" for name, value in CPU_ALLOCATOR_ENV.items()]
+    holding only examples/, without onnxruntime: the scan lists the plans, tune ends verified, and
+    the job re-run with the export line peaks under the budget."""
+    scan_words, tune_words, export, job_words = readme_block("examples/train_plain_torch.py")
+    assert scan_words[:3] == ["memopt", "scan", "--backend"] and export[1].startswith(f"{POLICY_ENV}=")
+    assert export[2:] == [f"{name}={value}" for name, value in CPU_ALLOCATOR_ENV.items()]
     budget = parse_budget(tune_words[tune_words.index("--budget") + 1]).bytes or 0
     (tmp_path / "examples").symlink_to(ROOT / "examples")
     env = {
@@ -109,6 +107,11 @@ def test_the_readme_plain_torch_commands_run_as_pasted(tmp_path: Path) -> None:
         **without_onnxruntime(tmp_path),
         "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
     }
+    scanned = subprocess.run(
+        shlex.join(scan_words), shell=True, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900
+    )
+    assert scanned.returncode == 0, scanned.stderr[-3000:]
+    assert "blocks.*.act" in scanned.stdout, scanned.stdout
     tuned = subprocess.run(
         shlex.join(tune_words), shell=True, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=1500
     )
