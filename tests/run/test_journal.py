@@ -71,10 +71,11 @@ def spec(batch: int = 4, config: tuple[ConfigEntry, ...] = (), **settings: Any) 
 
 
 class FakeInner:
-    """A FAKE trial runner: returns the scripted results in turn and counts its calls."""
+    """A FAKE trial runner: returns the scripted results in turn, their run folders in ``runs``
+    (the journal's, as a real runner's are), and counts its calls."""
 
-    def __init__(self, *results: TrialResult) -> None:
-        self.results = list(results)
+    def __init__(self, runs: Path, *results: TrialResult) -> None:
+        self.results = [replace(result, run_dir=str(runs / "t")) for result in results]
         self.calls: list[TrialSpec] = []
 
     def __call__(
@@ -330,12 +331,12 @@ def test_config_key_is_what_ort_reads_in_a_canonical_order() -> None:
 
 def test_every_result_is_journaled_under_the_trial_key(tmp_path: Path) -> None:
     journal = Journal(tmp_path / "j.jsonl")
-    inner = FakeInner(result(peak=900), result("out_of_memory", peak=None))
+    inner = FakeInner(tmp_path, result(peak=900 * MiB), result("out_of_memory", peak=None))
     runner = JournaledRunner(inner=inner, journal=journal, versions=VERSIONS)
-    first = run(runner, spec(), budget_bytes=800)
+    first = run(runner, spec(), budget_bytes=800 * MiB)
     second = run(runner, spec(batch=8))
     assert first.key == trial_key(spec(), VERSIONS) and second.key == trial_key(spec(batch=8), VERSIONS)
-    assert first.outcome is Outcome.OVER_BUDGET and first.budget_bytes == 800
+    assert first.outcome is Outcome.OVER_BUDGET and first.budget_bytes == 800 * MiB
     assert [(e.key, e.record["outcome"]) for e in journal.entries()] == [
         (first.key, "over_budget"),
         (second.key, "out_of_memory"),
@@ -346,7 +347,7 @@ def test_every_result_is_journaled_under_the_trial_key(tmp_path: Path) -> None:
 
 def test_without_resume_a_journaled_trial_runs_again(tmp_path: Path) -> None:
     journal = Journal(tmp_path / "j.jsonl")
-    inner = FakeInner(result())
+    inner = FakeInner(tmp_path, result())
     runner = JournaledRunner(inner=inner, journal=journal, versions=VERSIONS)
     run(runner, spec())
     again = run(runner, spec())
@@ -356,8 +357,8 @@ def test_without_resume_a_journaled_trial_runs_again(tmp_path: Path) -> None:
 
 def test_resume_reuses_the_journaled_result_without_running_it(tmp_path: Path) -> None:
     journal = Journal(tmp_path / "j.jsonl")
-    first = run(JournaledRunner(inner=FakeInner(result()), journal=journal, versions=VERSIONS), spec())
-    inner = FakeInner(result(peak=1))
+    first = run(JournaledRunner(inner=FakeInner(tmp_path, result()), journal=journal, versions=VERSIONS), spec())
+    inner = FakeInner(tmp_path, result(peak=2 * MiB))
     resumed = run(JournaledRunner(inner=inner, journal=journal, versions=VERSIONS, resume=True), spec())
     assert inner.calls == []
     assert resumed.reused
@@ -367,20 +368,21 @@ def test_resume_reuses_the_journaled_result_without_running_it(tmp_path: Path) -
 
 def test_resume_judges_the_reused_result_against_the_new_budget(tmp_path: Path) -> None:
     journal = Journal(tmp_path / "j.jsonl")
-    over = run(JournaledRunner(inner=FakeInner(result(peak=900)), journal=journal, versions=VERSIONS), spec(), 800)
+    inner = FakeInner(tmp_path, result(peak=900 * MiB))
+    over = run(JournaledRunner(inner=inner, journal=journal, versions=VERSIONS), spec(), 800 * MiB)
     assert over.outcome is Outcome.OVER_BUDGET
-    resumed = JournaledRunner(inner=FakeInner(), journal=journal, versions=VERSIONS, resume=True)
-    fits = run(resumed, spec(), budget_bytes=1000, predicted=950)
-    assert (fits.outcome, fits.budget_bytes, fits.reused) == (Outcome.OK, 1000, True)
-    assert fits.predicted_peak_bytes == 950  # this session's prediction
-    kept = run(resumed, spec(), budget_bytes=1000)
+    resumed = JournaledRunner(inner=FakeInner(tmp_path), journal=journal, versions=VERSIONS, resume=True)
+    fits = run(resumed, spec(), budget_bytes=1000 * MiB, predicted=950 * MiB)
+    assert (fits.outcome, fits.budget_bytes, fits.reused) == (Outcome.OK, 1000 * MiB, True)
+    assert fits.predicted_peak_bytes == 950 * MiB  # this session's prediction
+    kept = run(resumed, spec(), budget_bytes=1000 * MiB)
     assert kept.predicted_peak_bytes == over.predicted_peak_bytes  # none now: the journaled one
 
 
 def test_resume_only_reuses_the_same_key(tmp_path: Path) -> None:
     journal = Journal(tmp_path / "j.jsonl")
-    run(JournaledRunner(inner=FakeInner(result()), journal=journal, versions=VERSIONS), spec())
-    inner = FakeInner(result(batch_size=8))
+    run(JournaledRunner(inner=FakeInner(tmp_path, result()), journal=journal, versions=VERSIONS), spec())
+    inner = FakeInner(tmp_path, result(batch_size=8))
     other = run(JournaledRunner(inner=inner, journal=journal, versions=VERSIONS, resume=True), spec(batch=8))
     assert len(inner.calls) == 1 and not other.reused
 
@@ -388,7 +390,7 @@ def test_resume_only_reuses_the_same_key(tmp_path: Path) -> None:
 @pytest.mark.parametrize("status", ["cancelled", "crashed", "timed_out", "step_error"])
 def test_results_that_depend_on_luck_are_journaled_but_not_reused(tmp_path: Path, status: str) -> None:
     journal = Journal(tmp_path / "j.jsonl")
-    inner = FakeInner(result(status, peak=None), result())
+    inner = FakeInner(tmp_path, result(status, peak=None), result())
     runner = JournaledRunner(inner=inner, journal=journal, versions=VERSIONS, resume=True)
     first = run(runner, spec())
     assert first.status == status and not first.reused
@@ -401,7 +403,7 @@ def test_results_that_depend_on_luck_are_journaled_but_not_reused(tmp_path: Path
 
 def test_out_of_memory_is_reused_on_resume(tmp_path: Path) -> None:
     journal = Journal(tmp_path / "j.jsonl")
-    inner = FakeInner(result("out_of_memory", peak=None, oom_evidence="the kernel's OOM killer ended it"))
+    inner = FakeInner(tmp_path, result("out_of_memory", peak=None, oom_evidence="the kernel's OOM killer ended it"))
     runner = JournaledRunner(inner=inner, journal=journal, versions=VERSIONS, resume=True)
     run(runner, spec())
     again = run(runner, spec())
@@ -411,8 +413,9 @@ def test_out_of_memory_is_reused_on_resume(tmp_path: Path) -> None:
 def test_an_out_of_memory_record_without_evidence_is_run_again(tmp_path: Path) -> None:
     """A journal from a memopt that called any SIGKILL out of memory: that verdict is not reused."""
     journal = Journal(tmp_path / "j.jsonl")
-    journal.append(replace(result("out_of_memory", peak=None), key=trial_key(spec(), VERSIONS)).to_record())
-    inner = FakeInner(result())
+    older = result("out_of_memory", peak=None, run_dir=str(tmp_path / "t"))
+    journal.append(replace(older, key=trial_key(spec(), VERSIONS)).to_record())
+    inner = FakeInner(tmp_path, result())
     rerun = run(JournaledRunner(inner=inner, journal=journal, versions=VERSIONS, resume=True), spec())
     assert len(inner.calls) == 1 and not rerun.reused and rerun.outcome is Outcome.OK
 
@@ -422,7 +425,7 @@ def test_resume_skips_a_torn_journal_line(tmp_path: Path) -> None:
     journal = Journal(tmp_path / "j.jsonl")
     line = json.dumps(replace(result(), key=trial_key(spec(), VERSIONS)).to_record())
     journal.path.write_text(line[: len(line) // 2])
-    inner = FakeInner(result())
+    inner = FakeInner(tmp_path, result())
     rerun = run(JournaledRunner(inner=inner, journal=journal, versions=VERSIONS, resume=True), spec())
     assert len(inner.calls) == 1 and not rerun.reused
 
@@ -430,7 +433,9 @@ def test_resume_skips_a_torn_journal_line(tmp_path: Path) -> None:
 def test_percentage_budget_judges_a_cuda_trial_against_its_device(tmp_path: Path) -> None:
     journal = Journal(tmp_path / "j.jsonl")
     on_cuda = result(peak=600, device="cuda", cuda_total_memory=1000)
-    runner = JournaledRunner(inner=FakeInner(on_cuda), journal=journal, versions=VERSIONS, budget=parse_budget("50%"))
+    runner = JournaledRunner(
+        inner=FakeInner(tmp_path, on_cuda), journal=journal, versions=VERSIONS, budget=parse_budget("50%")
+    )
     judged = run(runner, spec())
     assert (judged.budget_bytes, judged.outcome) == (500, Outcome.OVER_BUDGET)
     explicit = run(runner, spec(), budget_bytes=700)
@@ -440,13 +445,17 @@ def test_percentage_budget_judges_a_cuda_trial_against_its_device(tmp_path: Path
 def test_percentage_budget_leaves_a_cuda_run_that_died_before_its_first_step_as_it_was(tmp_path: Path) -> None:
     journal = Journal(tmp_path / "j.jsonl")
     died = result("out_of_memory", peak=None, device="cuda", cuda_total_memory=None)
-    runner = JournaledRunner(inner=FakeInner(died), journal=journal, versions=VERSIONS, budget=parse_budget("80%"))
+    runner = JournaledRunner(
+        inner=FakeInner(tmp_path, died), journal=journal, versions=VERSIONS, budget=parse_budget("80%")
+    )
     judged = run(runner, spec())
     assert judged.outcome is Outcome.OUT_OF_MEMORY and judged.budget_bytes is None
     assert [entry.record["outcome"] for entry in journal.entries()] == ["out_of_memory"]
 
 
-def test_an_unknown_outcome_word_in_a_damaged_journal_reads_as_crashed() -> None:
+@pytest.mark.parametrize(("field", "word"), [("outcome", "exploded"), ("status", "fine")])
+def test_an_unknown_word_in_a_damaged_journal_is_reported_and_skipped(field: str, word: str) -> None:
     record = result().to_record()
-    record["outcome"] = "exploded"
-    assert read_back(record).outcome is Outcome.CRASHED
+    record[field] = word
+    with pytest.warns(DamagedRecord, match=rf"test journal line: skipped a damaged trial record \({field}: "):
+        assert TrialResult.from_record(record, "test journal line") is None
