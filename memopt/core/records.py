@@ -124,14 +124,18 @@ def checked_record(
     schema: TypeAdapter[Any], record: Mapping[str, Any], where: str, kind: str, names: Mapping[str, str] = {}
 ) -> dict[str, Any] | None:
     """``record``'s fields, checked against ``schema``; None (with a ``DamagedRecord`` warning
-    naming ``where``, the ``kind`` of record and its first bad field, as ``names`` calls it
-    where the record on disk spelt it otherwise) when one does not hold."""
+    naming ``where``, the ``kind`` of record and its first bad field; ``names``: a field's
+    dotted name in ``record`` where the record on disk spelt it otherwise) when one does not hold."""
     try:
         return dict(schema.validate_python(dict(record)))
     except ValidationError as err:
         first = err.errors()[0]
-        loc = [names.get(str(part), str(part)) if i == 0 else str(part) for i, part in enumerate(first["loc"])]
-        field = ".".join(loc) or "the record"
+        field = ".".join(str(part) for part in first["loc"])
+        field = next(
+            (older + field[len(today) :] for today, older in names.items() if f"{field}.".startswith(f"{today}.")),
+            field,
+        )
+        field = field or "the record"
         report_damaged(
             f"{where}: skipped a damaged {kind} record ({field}: {first['msg']}, got {_shown(first['input'])})"
         )

@@ -45,6 +45,7 @@ __all__ = [
     "allocator_env",
     "export_line",
     "journaled_times",
+    "journaled_torch_trial",
     "on_cuda",
     "policy_of",
     "policy_path",
@@ -138,7 +139,7 @@ def trial_key(settings: RunSettings, batch: int, policy: RecomputePolicy) -> str
 _OLDER_KIND = "torch-trial"
 _OLDER_KEY_DIGITS = 16
 _STATUS_WORDS = tuple(status.value for status in RunStatus)
-_OLDER_NAMES = {"batch_size": "batch", "config": "plans", "torch": "allocator"}
+_OLDER_NAMES = {"batch_size": "batch", "config": "plans", "torch.allocator": "allocator", "torch": "allocator"}
 
 
 def read_torch_trial(
@@ -251,6 +252,22 @@ def journaled_times(scanned: TorchScan, settings: RunSettings, journal: Journal,
     return scanned
 
 
+def journaled_torch_trial(
+    settings: RunSettings, batch: int, policy: RecomputePolicy, journal: Journal
+) -> TrialResult | None:
+    """The journal's newest run of ``settings``' recipe at ``batch`` with ``policy`` that ran (in
+    today's form or an older release's), each record checked on the way (``read_torch_trial``)."""
+    key = trial_key(settings, batch, policy)
+    return journaled_trial(
+        journal,
+        key,
+        lambda trial: trial.ran,
+        read=lambda entry: read_torch_trial(entry, settings, batch, policy),
+        keys=(key[:_OLDER_KEY_DIGITS],),
+        kind=(None, _OLDER_KIND),
+    )
+
+
 def run_torch_trial(
     settings: RunSettings,
     batch: int,
@@ -265,14 +282,7 @@ def run_torch_trial(
     ``cancel`` set ends the run (its status ``cancelled``)."""
     key = trial_key(settings, batch, policy)
     if resume:
-        reused = journaled_trial(
-            journal,
-            key,
-            lambda trial: trial.ran,
-            read=lambda entry: read_torch_trial(entry, settings, batch, policy),
-            keys=(key[:_OLDER_KEY_DIGITS],),
-            kind=(None, _OLDER_KIND),
-        )
+        reused = journaled_torch_trial(settings, batch, policy, journal)
         if reused is not None:
             return reused
     journal.check_writable()  # refused before the trial runs, not after its result is lost
