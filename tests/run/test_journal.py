@@ -29,7 +29,8 @@ from memopt.run import (
     config_key,
     parse_budget,
 )
-from memopt.run.trials import trial_key
+from memopt.run.journal import journaled_trial
+from memopt.run.trials import reusable, trial_key
 
 VERSIONS = StackVersions("1.19.2", "onnxruntime-training-cpu", "2.4.1", cuda=False)
 MiB = 2**20
@@ -459,3 +460,47 @@ def test_an_unknown_word_in_a_damaged_journal_is_reported_and_skipped(field: str
     record[field] = word
     with pytest.warns(DamagedRecord, match=rf"test journal line: skipped a damaged trial record \({field}: "):
         assert TrialResult.from_record(record, "test journal line") is None
+
+
+# An ORT trial's line as the release before this one wrote it (``memopt trial gpt --size tiny
+# --batch 2 --steps 2 --runs-dir /tmp/rec-fix/ort --backend ort``, memopt at 6d43241, ORT 1.19.2, CPU).
+OLDER_ORT_LINE = (
+    '{"at_the_edge":false,"batch_size":2,"binding_phase":"steps","budget_bytes":null,"config":[],"config_value":null,'
+    '"config_warnings":[],"cuda_alloc_retries":null,"cuda_device_name":null,"cuda_ooms":null,"cuda_outside_bytes":null,'
+    '"cuda_pool":[],"cuda_reserved_bytes":null,"cuda_total_memory":null,"device":"cpu","device_peak_bytes":768278528,'
+    '"error":null,"exit_peak_bytes":null,"finished_at":1796578694.3246744,"key":"95915f24fdcbe9eca826",'
+    '"median_step_s":0.191090228500002,"memory_kind":"rss","oom_evidence":null,"options":{"size":"tiny"},'
+    '"ort_package":"onnxruntime-training-cpu","ort_version":"1.19.2","outcome":"ok","peak_bytes":768278528,'
+    '"peak_over_run_bytes":768278528,"plans_off":[],"plans_on":[],"plans_seen":10,"predicted_peak_bytes":null,'
+    '"prediction_error":null,"ranks":[],"recipe":"gpt","recomputed_nodes":0,"reused":false,'
+    '"run_dir":"/tmp/rec-fix/ort/trial-gpt-b2-20261206-173803","static_bytes":694378496,"status":"ok",'
+    '"step_times_s":[2.014428646000056,0.19394501400006448,0.18823544299993955],"steps":2,'
+    '"throughput":10.466259921814782,"torch_version":"2.4.1","wall_s":10.78897913100002,'
+    '"whole_run_peak_bytes":768278528}'
+)
+
+
+def test_an_ort_line_of_the_release_before_reads_back_as_the_trial_it_ran(tmp_path: Path) -> None:
+    older = json.loads(OLDER_ORT_LINE)
+    spec_of_it = TrialSpec(RunSettings(target=parse_runnable("gpt"), options={"size": "tiny"}, steps=2), 2, ())
+    versions = replace(VERSIONS, ort_version="1.19.2", ort_package="onnxruntime-training-cpu", torch_version="2.4.1")
+    assert trial_key(spec_of_it, versions) == older["key"]  # resumed under the same key
+    trial = read_back(older)
+    assert (trial.batch_size, trial.config, trial.status, trial.outcome, trial.torch) == (
+        2,
+        (),
+        RunStatus.OK,
+        Outcome.OK,
+        None,
+    )
+    assert (trial.memory.static_bytes, trial.memory.device_peak, trial.plans_seen) == (694378496, 768278528, 10)
+    assert trial.step_times_s == (2.014428646000056, 0.19394501400006448, 0.18823544299993955)
+    assert read_back(json.loads(json.dumps(trial.to_record()))) == trial
+    # In its journal, its run folder moved along with the runs folder: found there.
+    runs = tmp_path / "runs"
+    (runs / "trial-gpt-b2-20261206-173803").mkdir(parents=True)
+    journal = Journal.in_folder(runs)
+    journal.path.write_text(OLDER_ORT_LINE + "\n")
+    found = journaled_trial(journal, older["key"], reusable)
+    assert found is not None and found.run_dir == str(runs / "trial-gpt-b2-20261206-173803")
+    assert replace(found, run_dir=trial.run_dir) == trial
