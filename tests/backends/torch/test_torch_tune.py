@@ -38,7 +38,7 @@ def test_tune_without_onnxruntime_ends_verified_with_the_export_line(tmp_path: P
     plain = memopt("trial", *GPT, "--batch", str(BATCH), "--runs-dir", str(runs), "--json", env=env)
     assert plain.returncode == 0, plain.stderr
     assert plain.stderr.splitlines()[0].startswith("backend: torch (ORTModule cannot run here: onnxruntime-training")
-    peak = json.loads(plain.stdout)["peak_bytes"]
+    peak = json.loads(plain.stdout)["device_peak_bytes"]
     budget = peak - 300 * 2**20
     tuned = memopt(
         "tune",
@@ -64,8 +64,8 @@ def test_tune_without_onnxruntime_ends_verified_with_the_export_line(tmp_path: P
     assert policy.plans  # the budget needed recompute
     assert result["best"]["plans"] == [str(p) for p in policy.plans]
     records = [json.loads(line) for line in (runs / "journal.jsonl").read_text().splitlines()]
-    verified = [r for r in records if r["plans"] == [str(p) for p in policy.plans]]
-    assert verified and verified[-1]["peak_bytes"] <= result["limit_bytes"] < budget
+    verified = [r for r in records if r.get("config") == [str(p) for p in policy.plans]]
+    assert verified and verified[-1]["device_peak_bytes"] <= result["limit_bytes"] < budget
     # A recipe's steps play on fake tensors: one run without recompute anchors them, one verifies.
     assert [t["batch"] for t in result["trials"]] == [2, BATCH]
 
@@ -143,7 +143,7 @@ def test_a_command_applies_the_policy_itself(tmp_path: Path) -> None:
     done = memopt(*args, "--config", "blocks.*: *", "--cmd", cmd, env=without_onnxruntime(tmp_path))
     assert done.returncode == 0, done.stderr
     record = json.loads(done.stdout)
-    assert record["status"] == "ok" and record["plans"] == ["blocks.*: *"] and record["peak_bytes"] > 0
+    assert record["status"] == "ok" and record["config"] == ["blocks.*: *"] and record["device_peak_bytes"] > 0
     # A plan the script's model cannot take fails the job with the policy's own message.
     bad = memopt(*args, "--config", "layers.*: gelu", "--cmd", cmd, env=without_onnxruntime(tmp_path))
     assert bad.returncode != 0 and "no module of the model matches layers.*" in bad.stderr
