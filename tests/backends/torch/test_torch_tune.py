@@ -196,7 +196,11 @@ def test_plan_writes_the_policy_predicted_to_fit_and_nothing_when_none_is(tmp_pa
     assert document["policy_file"] == str(out.resolve())
     assert RecomputePolicy.read(out).plans == ()
     assert document["export"] == [f"export {POLICY_ENV}={out.resolve()} MALLOC_MMAP_THRESHOLD_=131072"]
-    assert [t["batch"] for t in map(json.loads, (runs / "journal.jsonl").read_text().splitlines())] == [2]
+    records = list(map(json.loads, (runs / "journal.jsonl").read_text().splitlines()))
+    assert [(r.get("kind"), r["batch_size"] if "torch" in r else r["batch"]) for r in records] == [
+        ("torch-scan", 2),  # the scan's recompute times, for a resume
+        (None, 2),  # the run without recompute
+    ]
     tight = memopt("plan", *tiny, "--budget", "1MiB", "--out", str(tmp_path / "none.json"))
     assert tight.returncode == 3, tight.stderr
     assert "over the limit" in tight.stderr and not (tmp_path / "none.json").exists() and tight.stdout == ""
