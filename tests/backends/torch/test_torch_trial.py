@@ -16,7 +16,14 @@ from pathlib import Path
 
 import pytest
 
-from memopt.backends.torch.trial import journaled_torch_trial, policy_path, run_torch_trial, trial_key
+from memopt.backends.torch.scan import TorchPlanRow, TorchScan
+from memopt.backends.torch.trial import (
+    journaled_times,
+    journaled_torch_trial,
+    policy_path,
+    run_torch_trial,
+    trial_key,
+)
 from memopt.core import RunStatus, parse_runnable
 from memopt.core.trial import Outcome, TorchTrialDetails, TrialResult
 from memopt.errors import DamagedRecord
@@ -196,3 +203,41 @@ def test_a_damaged_record_is_run_afresh(tmp_path: Path) -> None:
     assert not trial.reused and trial.status is RunStatus.OK and Path(trial.run_dir).parent == settings.runs_dir
     assert trial.memory.device_peak != 731553792 and trial.torch is not None
     assert journaled_torch_trial(settings, 2, NONE, journal) == replace(trial, reused=True)
+
+
+def test_both_back_ends_trials_print_one_json_summary(tmp_path: Path) -> None:
+    """``trial --json`` prints the trial's record on either back end: the same fields."""
+    torch_trial = journaled_torch_trial_of(tmp_path)
+    ort_trial = replace(torch_trial, torch=None, config=("Gelu+:1:-1",), ort_version="1.19.2", plans_seen=3)
+    assert set(torch_trial.to_record()) == set(ort_trial.to_record())
+    assert torch_trial.to_record()["torch"] == {"allocator": {"MALLOC_MMAP_THRESHOLD_": "131072"}}
+    assert ort_trial.to_record()["torch"] is None
+
+
+def journaled_torch_trial_of(folder: Path) -> TrialResult:
+    settings = RunSettings(
+        target=parse_runnable("gpt"), options={"size": "tiny"}, device="cpu", steps=2, runs_dir=folder
+    )
+    line = OLDER_PROBE.replace("4217639b64271d6f", trial_key(settings, 2, NONE)[:16]).replace("runs64/", f"{folder}/")
+    trial = journaled_torch_trial(settings, 2, NONE, journal_of(settings, line))
+    assert trial is not None
+    return trial
+
+
+def test_a_resume_chooses_with_the_journal_s_recompute_times(tmp_path: Path) -> None:
+    """Measured afresh, a recompute time differs from process to process: a resume reads the journal's."""
+    settings = RunSettings(target=parse_runnable("gpt"), options={"size": "tiny"}, device="cpu", runs_dir=tmp_path)
+    row = TorchPlanRow(BLOCKS.plans[0], tensors=3, modules=2, saving_bytes=4096, saving=None, recompute_seconds=0.5)
+    scanned = TorchScan(batch=2, seq=64, saved_bytes=8192, saved=None, rows=(row,))
+    journal = Journal.in_folder(tmp_path)
+    assert journaled_times(scanned, settings, journal, resume=False) == scanned
+    written = journal.path.read_text()
+    measured_again = replace(scanned, rows=(replace(row, recompute_seconds=0.7),))
+    assert journaled_times(measured_again, settings, journal, resume=True) == scanned
+    assert journal.path.read_text() == written  # nothing to write: a read-only folder resumes
+    damaged = json.loads(written)
+    damaged["recompute_s"]["blocks.*: *"] = float("nan")
+    with journal.path.open("a") as handle:
+        handle.write(json.dumps(damaged) + "\n")
+    with pytest.warns(DamagedRecord, match=r"journal.jsonl line 2: skipped a damaged scan record \(recompute_s"):
+        assert journaled_times(measured_again, settings, journal, resume=True) == scanned
