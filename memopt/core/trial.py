@@ -70,7 +70,6 @@ class Outcome(str, Enum):
         return self.value.replace("_", " ")
 
 
-_OUTCOME_WORDS = {outcome.value: outcome for outcome in Outcome}
 _STATUS_TO_OUTCOME = {
     RunStatus.OK: Outcome.OK,
     RunStatus.OUT_OF_MEMORY: Outcome.OUT_OF_MEMORY,
@@ -258,10 +257,18 @@ class TrialResult:
         """The field no real trial could have written, what is wrong with it and its value; None where all hold."""
         memory = self.memory
         peak = memory.device_peak
-        if self.ran and peak is not None and peak < LEAST_PEAK_BYTES:
-            return "peak_bytes", f"a run that ran holds at least {LEAST_PEAK_BYTES} bytes", peak
-        if peak is not None and memory.static_bytes is not None and peak < memory.static_bytes:
-            return "peak_bytes", f"below the static size {memory.static_bytes}", peak
+        # Each RSS figure counts the interpreter; on CUDA only what runs out counts the context.
+        if memory.memory_kind == "rss":
+            sizes = {name: getattr(memory, name) for name in _RSS_FIGURES}
+        else:
+            sizes = {"peak_bytes": peak}
+        for name, size in sizes.items():
+            if self.ran and size is not None and size < LEAST_PEAK_BYTES:
+                return name, f"a run that ran holds at least {LEAST_PEAK_BYTES} bytes", size
+        # The whole run's peak, measured (start-up included), is at least what the run held before its first step.
+        static = memory.static_bytes
+        if peak is not None and static is not None and memory.peak_over_run_bytes is not None and peak < static:
+            return "static_bytes", f"above the whole run's peak {peak}", static
         if runs_dir is not None and not _inside(Path(self.run_dir), runs_dir):
             return "run_dir", f"outside the runs folder {runs_dir}", self.run_dir
         return None
@@ -278,6 +285,7 @@ class TrialResult:
 # record holds a field in another form: the target as its spec ("recipe"), the verdict and the
 # run's status as their words, plan keys as their text, and each rank's figures and the CUDA pool as their records.
 _MEMORY_FIELDS = get_type_hints(Memory, include_extras=True)
+_RSS_FIGURES = ("static_bytes", "peak_bytes", "peak_over_run_bytes", "exit_peak_bytes")
 _RANK_RECORD = {**_MEMORY_FIELDS, "rank": Count, "pid": Pid | None, "steps": Count}
 _JOURNALED_AS: dict[str, Any] = {
     "recipe": str,

@@ -157,7 +157,7 @@ def test_a_damaged_older_line_is_reported_once_by_line_and_field_and_not_believe
 TODAY_DAMAGE = [
     ("peak_bytes", str(10**30)),
     ("peak_bytes", "1"),
-    ("peak_bytes", "200"),  # below the static size
+    ("static_bytes", str(800 << 20)),  # above the whole run's peak: one or the other is wrong
     ("median_step_s", "NaN"),
     ("batch_size", "-1"),
     ("config", '"blocks.*: *"'),
@@ -177,7 +177,7 @@ def test_a_damaged_record_of_today_is_reported_once_by_line_and_field_and_not_be
 ) -> None:
     verify = journaled_torch_trial(runs64, 64, BLOCKS, journal_of(runs64, OLDER_VERIFY))
     assert verify is not None
-    memory = replace(verify.memory, memory_kind="rss", static_bytes=300)
+    memory = replace(verify.memory, memory_kind="rss", static_bytes=300 << 20, peak_over_run_bytes=700 << 20)
     record = replace(verify, key=trial_key(runs64, 64, BLOCKS), memory=memory).to_record()
     journal = journal_of(
         runs64,
@@ -187,7 +187,7 @@ def test_a_damaged_record_of_today_is_reported_once_by_line_and_field_and_not_be
     )
     with pytest.warns(DamagedRecord) as caught:
         found = journaled_torch_trial(runs64, 64, BLOCKS, journal)
-    assert found is not None and found.memory.static_bytes == 300  # the intact line 2, not the damaged line 3
+    assert found is not None and found.memory.static_bytes == 300 << 20  # the intact line 2, not the damaged line 3
     said = [str(w.message) for w in caught if issubclass(w.category, DamagedRecord)]
     assert len(said) == 1 and re.search(rf"journal.jsonl line 3: skipped a damaged trial record \({field}[:.]", said[0])
 
