@@ -105,7 +105,7 @@ def trial_cells(record: TrialRecord) -> tuple[str, ...]:
 def _peak_cell(result: TrialResult) -> str:
     """The trial's peak; for a job of several ranks, the highest rank's and how many there were.
     On CUDA what runs out, in its parts: reserved + outside the allocator, and allocated."""
-    if not result.memory.peak_bytes:
+    if not result.shown_peak_bytes:
         return "-"
     ranks = f" (max of {len(result.ranks)} ranks)" if len(result.ranks) > 1 else ""
     memory = result.memory
@@ -116,7 +116,7 @@ def _peak_cell(result: TrialResult) -> str:
             f" + {format_bytes(result.memory.cuda_outside_bytes or 0)} outside (alloc {format_bytes(result.memory.peak_bytes)}{edge})"
             + ranks
         )
-    return format_bytes(result.memory.peak_bytes) + ranks
+    return format_bytes(result.shown_peak_bytes) + ranks
 
 
 def exit_lines(tuner: TuningSession, selection: Sequence[PlanName]) -> list[str]:

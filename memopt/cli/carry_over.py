@@ -15,7 +15,7 @@ from rich.table import Table
 from memopt.cli import console, error_console
 from memopt.cli.show import say
 from memopt.cli.tables import add_entry_column, print_table
-from memopt.core import RecipeTarget, RunnableTarget
+from memopt.core import RecipeTarget, RunnableTarget, RunStatus
 from memopt.core.trial import TrialResult
 from memopt.errors import MemoptError
 from memopt.graph.sizes import resolve_dims
@@ -85,7 +85,8 @@ def carry_over_to_torch(
     from memopt.backends.torch.export import export_config
     from memopt.backends.torch.gradients import gradient_differences
     from memopt.backends.torch.scan import scan_recipe
-    from memopt.backends.torch.trial import run_torch_trial
+    from memopt.backends.torch.trial import policy_path as trial_policy_path
+    from memopt.backends.torch.trial import run_torch_trial, trial_export_line
 
     loaded, budget_bytes = torch_side(settings, budget)
     journal = Journal.in_folder(settings.runs_dir)
@@ -118,27 +119,25 @@ def carry_over_to_torch(
     say(f"gradients: equal to the unwrapped model's, bitwise (a seeded step at batch {gradient_batch}, on CPU)")
     with error_console.status(f"Trial at batch {batch} in plain PyTorch ({escape(str(policy))})…"):
         trial = run_torch_trial(settings, batch, policy, journal=journal)
-    if not trial.out_of_memory and (not trial.ran or trial.peak_bytes is None):
-        raise MemoptError(f"the trial {trial.status}: {trial.error} (log: {trial.run_dir / LOG_NAME})")
+    peak, out_of_memory = trial.memory.device_peak, trial.status is RunStatus.OUT_OF_MEMORY
+    if not out_of_memory and (not trial.ran or peak is None):
+        raise MemoptError(f"the trial {trial.status}: {trial.error} (log: {Path(trial.run_dir) / LOG_NAME})")
     if out is not None:
         replace_atomically(out, policy.to_json() + "\n", overwrite=force)
-    policy_path = out if out is not None else trial.policy_path
-    if trial.out_of_memory:
+    policy_path = out if out is not None else trial_policy_path(trial)
+    if out_of_memory:
         measured = f"out of memory at batch {batch} under the policy"
     else:
-        assert trial.peak_bytes is not None
-        measured = (
-            f"peak {format_bytes(trial.peak_bytes)} at batch {batch} under the policy "
-            f"({_against_ort(ort_trial, trial.peak_bytes)})"
-        )
+        assert peak is not None
+        measured = f"peak {format_bytes(peak)} at batch {batch} under the policy ({_against_ort(ort_trial, peak)})"
     limit_bytes = int(budget_limit(budget_bytes, margin))
     against = f"the limit {format_bytes(limit_bytes)} (budget {format_bytes(budget_bytes)} less {margin:.0%})"
     if trial.within(limit_bytes):
         say(f"measured: {measured}, within {against} ({trial.run_dir})")
         print(f"# {policy}")
-        print(trial.export_line(policy_path))
+        print(trial_export_line(trial, policy_path))
         return True
-    over = "" if trial.peak_bytes is None else f" by {format_bytes(trial.peak_bytes - limit_bytes)}"
+    over = "" if peak is None else f" by {format_bytes(peak - limit_bytes)}"
     say(f"measured: {measured}: over {against}{over} ({trial.run_dir})")
     retune = ["memopt", "tune", "--backend", "torch", *_recipe_words(recipe, settings.options)]
     budget_text = budget.text if budget is not None else format_bytes(budget_bytes).replace(" ", "")

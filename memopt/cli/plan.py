@@ -40,7 +40,7 @@ from memopt.cli.options import (
 )
 from memopt.cli.show import print_trial, say, stdout_kept_for_the_result
 from memopt.cli.tables import add_entry_column, print_table
-from memopt.core import RunnableTarget, runnable
+from memopt.core import RunnableTarget, RunStatus, runnable
 from memopt.core.trial import TrialResult
 from memopt.errors import MemoptError
 from memopt.ort.config import takes_json_file
@@ -206,7 +206,8 @@ def _plan_torch(
     trial = None
     if verify and plan.feasible:
         trial = run_torch_trial(settings, target_batch, plan.policy, journal=Journal.in_folder(settings.runs_dir))
-        peak = "out of memory" if trial.out_of_memory else f"peak {format_bytes(trial.peak_bytes or 0)}"
+        out_of_memory = trial.status is RunStatus.OUT_OF_MEMORY
+        peak = "out of memory" if out_of_memory else f"peak {format_bytes(trial.memory.device_peak or 0)}"
         verdict = "within" if trial.within(int(plan.limit_bytes)) else "OVER"
         say(
             f"measurement: {peak} against the limit {format_bytes(int(plan.limit_bytes))}: {verdict} "
@@ -216,7 +217,7 @@ def _plan_torch(
     status = "does_not_fit" if not fits else "predicted" if trial is None else "verified"
     export = []
     if written is not None:
-        ran_with = trial.allocator if trial is not None else allocator_env(settings.device)
+        ran_with = trial.torch.allocator if trial is not None and trial.torch else allocator_env(settings.device)
         export = [export_line(written, ran_with)]
     if as_json:
         document = {
@@ -231,7 +232,7 @@ def _plan_torch(
             "plans": [str(p) for p in plan.policy.plans],
             "policy_file": str(written.resolve()) if written is not None else None,
             "export": export,
-            "verify": None if trial is None else {"status": trial.status.value, "peak_bytes": trial.peak_bytes},
+            "verify": None if trial is None else {"status": trial.status.value, "peak_bytes": trial.memory.device_peak},
         }
         print(json.dumps(document, indent=2))
     elif written is not None:

@@ -35,7 +35,8 @@ from memopt.cli.options import (
     run_settings,
 )
 from memopt.cli.show import print_trial, say
-from memopt.core import RunnableTarget, runnable
+from memopt.core import RunnableTarget, RunStatus, runnable
+from memopt.core.trial import Outcome
 from memopt.errors import MemoptError
 from memopt.ort.config import ConfigEntry, PlanKey
 from memopt.ort.version import OrtVersion
@@ -178,31 +179,30 @@ def _torch_trial(
 ) -> None:
     # Imported here: the torch back end loads torch (about 600 MiB of RSS), which an ORT trial's
     # parent process, counted in the same memory cgroup as its job, must not carry.
-    from memopt.backends.torch.trial import read_policy, resolve_torch_budget, run_torch_trial, trial_key
+    from memopt.backends.torch.trial import read_policy, resolve_torch_budget, run_torch_trial, trial_export_line
 
     policy = read_policy(config)  # bad input stays one error line, before the back end's line
     say(backend_line)
     with console.status(f"Trial of {escape(str(settings.target))} at batch {batch} in plain PyTorch ({policy})…"):
         trial = run_torch_trial(settings, batch, policy, journal=Journal.in_folder(settings.runs_dir), resume=resume)
+    if budget is not None and trial.ran:
+        trial = trial.judged(resolve_torch_budget(budget, settings.device))
     if as_json:
-        print(json.dumps(trial.record(trial_key(settings, batch, policy)), indent=2, default=str))
-    if trial.out_of_memory:
+        print(json.dumps(trial.to_record(), indent=2, default=str))
+    peak = trial.memory.device_peak
+    if trial.status is RunStatus.OUT_OF_MEMORY:
         error_console.print(f"out of memory at batch {batch} with {policy} ({trial.run_dir})", markup=False)
         sys.exit(EXIT_DOES_NOT_FIT)
     if not trial.ran:
-        raise MemoptError(f"the trial {trial.status}: {trial.error} (log: {trial.run_dir / LOG_NAME})")
+        raise MemoptError(f"the trial {trial.status}: {trial.error} (log: {Path(trial.run_dir) / LOG_NAME})")
     if not as_json:
-        peak = format_bytes(trial.peak_bytes) if trial.peak_bytes is not None else "unknown"
+        shown = format_bytes(peak) if peak is not None else "unknown"
         step = f"{trial.median_step_s:.3f} s" if trial.median_step_s is not None else "unknown"
-        console.print(f"batch {batch}, {policy}: peak {peak}, median step {step}", markup=False, highlight=False)
-        console.print(trial.export_line(), markup=False, highlight=False)
-    if budget is not None and trial.peak_bytes is not None:
-        budget_bytes = resolve_torch_budget(budget, settings.device)
-        if trial.peak_bytes > budget_bytes:
-            error_console.print(
-                f"over budget: {format_bytes(trial.peak_bytes)} > {format_bytes(budget_bytes)}", markup=False
-            )
-            sys.exit(EXIT_DOES_NOT_FIT)
+        console.print(f"batch {batch}, {policy}: peak {shown}, median step {step}", markup=False, highlight=False)
+        console.print(trial_export_line(trial), markup=False, highlight=False)
+    if trial.outcome is Outcome.OVER_BUDGET and peak is not None and trial.budget_bytes is not None:
+        error_console.print(f"over budget: {format_bytes(peak)} > {format_bytes(trial.budget_bytes)}", markup=False)
+        sys.exit(EXIT_DOES_NOT_FIT)
 
 
 def _target(words: list[str], command: str | None) -> RunnableTarget:

@@ -14,16 +14,17 @@ from __future__ import annotations
 import functools
 import operator
 import warnings
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from types import UnionType
 from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
 from pydantic import Field, Strict, TypeAdapter, ValidationError
-from typing_extensions import TypedDict
+from typing_extensions import Required, TypedDict
 
 from memopt.errors import DamagedRecord
 
 __all__ = [
+    "LEAST_PEAK_BYTES",
     "MOST_BYTES",
     "MOST_SECONDS",
     "Count",
@@ -44,6 +45,10 @@ __all__ = [
 # are bounded by the bytes they would take.
 MOST_BYTES = 2**60
 MOST_SECONDS = 1e9
+# The least peak a run that ran can have: on CPU the interpreter alone holds tens of MiB of RSS;
+# on CUDA what runs out counts the caching allocator's segments (2 MiB at the least) and the
+# CUDA context outside it (hundreds of MiB). A smaller figure was not measured.
+LEAST_PEAK_BYTES = 2**20
 _MOST_PID = 2**22  # the kernel's largest pid_max
 
 # Numbers strictly (no "12" for 12, no 1.5 for a count); a tuple for a list, as a record
@@ -69,12 +74,15 @@ class PoolSegment(TypedDict):
     ]
 
 
-def record_type(name: str, fields: Mapping[str, Any]) -> Any:
-    """The type of a record holding ``fields`` (name: type), each optional (an older record
-    may lack a newer field), keys it does not name ignored. A bare ``int``, ``float`` or ``bool``,
+def record_type(name: str, fields: Mapping[str, Any], required: Collection[str] = ()) -> Any:
+    """The type of a record holding ``fields`` (name: type), each optional but the ``required``
+    ones (an older record may lack a newer field), keys it does not name ignored. A bare ``int``, ``float`` or ``bool``,
     anywhere in a type, is checked strictly: an ``int`` as a count (``Count``), a ``float`` as
     seconds (``Seconds``); a type already ``Annotated`` keeps its own bounds."""
-    return _typed_dict(name, {field: _strictly(kind) for field, kind in fields.items()}, total=False)
+    kinds = {field: _strictly(kind) for field, kind in fields.items()}
+    return _typed_dict(
+        name, {field: Required[kind] if field in required else kind for field, kind in kinds.items()}, total=False
+    )
 
 
 # TypedDict's functional form, called with fields known only at run time.
@@ -112,14 +120,22 @@ def checked_calibration_record(record: Mapping[str, Any], where: str) -> dict[st
     return checked_record(_CALIBRATION_RECORD, record, where, "calibration")
 
 
-def checked_record(schema: TypeAdapter[Any], record: Mapping[str, Any], where: str, kind: str) -> dict[str, Any] | None:
+def checked_record(
+    schema: TypeAdapter[Any], record: Mapping[str, Any], where: str, kind: str, names: Mapping[str, str] = {}
+) -> dict[str, Any] | None:
     """``record``'s fields, checked against ``schema``; None (with a ``DamagedRecord`` warning
-    naming ``where``, the ``kind`` of record and its first bad field) when one does not hold."""
+    naming ``where``, the ``kind`` of record and its first bad field; ``names``: a field's
+    dotted name in ``record`` where the record on disk spelt it otherwise) when one does not hold."""
     try:
         return dict(schema.validate_python(dict(record)))
     except ValidationError as err:
         first = err.errors()[0]
-        field = ".".join(str(part) for part in first["loc"]) or "the record"
+        field = ".".join(str(part) for part in first["loc"])
+        field = next(
+            (older + field[len(today) :] for today, older in names.items() if f"{field}.".startswith(f"{today}.")),
+            field,
+        )
+        field = field or "the record"
         report_damaged(
             f"{where}: skipped a damaged {kind} record ({field}: {first['msg']}, got {_shown(first['input'])})"
         )

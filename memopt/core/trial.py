@@ -1,24 +1,38 @@
-"""What a trial found: the measured figures of one config at one batch size (``TrialResult``),
-and its verdict against a budget (``Outcome``), as the journal records them and every stage
-reads them back."""
+"""What a trial found, on either back end: the measured figures of one config at one batch size
+(``TrialResult``, its back end's own figures in a typed section), its verdict against a budget
+(``Outcome``), its key (``trial_key``), as the journal records them and every stage reads them back."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, replace
+from dataclasses import MISSING, asdict, dataclass, field, fields, replace
 from enum import Enum
-from typing import Any, get_origin, get_type_hints
+from pathlib import Path
+from typing import Any, Literal, get_origin, get_type_hints
 
 from pydantic import TypeAdapter
 
 from memopt.core.memory import Memory, Phase
 from memopt.core.plan import PlanName, plan_names
-from memopt.core.records import Count, Pid, PoolSegment, Positive, Rate, Timestamp, checked_record, record_type
+from memopt.core.records import (
+    LEAST_PEAK_BYTES,
+    Count,
+    Pid,
+    PoolSegment,
+    Positive,
+    Rate,
+    Timestamp,
+    checked_record,
+    record_type,
+    report_damaged,
+)
 from memopt.core.status import RunStatus
 from memopt.core.target import Target, parse_target
 from memopt.units import format_mib
 
-__all__ = ["Outcome", "TrialResult", "outcome_of"]
+__all__ = ["Outcome", "TorchTrialDetails", "TrialResult", "outcome_of", "trial_key"]
 
 
 class Outcome(str, Enum):
@@ -56,7 +70,6 @@ class Outcome(str, Enum):
         return self.value.replace("_", " ")
 
 
-_OUTCOME_WORDS = {outcome.value: outcome for outcome in Outcome}
 _STATUS_TO_OUTCOME = {
     RunStatus.OK: Outcome.OK,
     RunStatus.OUT_OF_MEMORY: Outcome.OUT_OF_MEMORY,
@@ -69,17 +82,33 @@ _STATUS_TO_OUTCOME = {
 }
 
 
+def trial_key(identity: Mapping[str, Any]) -> str:
+    """A trial's key in the journal: a digest of what decides its outcome (``identity``, which
+    each back end gathers: recipe, options, batch, plans, steps, device, stack)."""
+    return hashlib.sha256(json.dumps(identity, sort_keys=True, default=str).encode()).hexdigest()[:20]
+
+
+@dataclass(frozen=True)
+class TorchTrialDetails:
+    """What only a plain-PyTorch trial has: the allocator's settings it ran with (CPU: glibc's
+    mmap threshold, memopt's or the user's), which its export line repeats."""
+
+    allocator: Mapping[str, str] = field(default_factory=dict)
+
+
 @dataclass(frozen=True)
 class TrialResult:
-    """What a trial measured. Bytes and seconds; ``peak_bytes`` is the peak over the measured
-    steps (CPU: peak RSS reset after the warm-up step; CUDA: max_memory_allocated)."""
+    """What a trial measured, on either back end. Bytes and seconds; ``peak_bytes`` is the peak over the measured
+    steps (CPU: peak RSS reset after the warm-up step; CUDA: max_memory_allocated). ``config``
+    holds the back end's plan names (ORT's entries, the torch policy's plans); ``torch`` is set
+    on a plain-PyTorch trial, whose ORT figures (``plans_on``, ``ort_version``, …) stay empty."""
 
     key: str
     target: Target  # journaled as "recipe", its spec
     options: Mapping[str, Any]
     batch_size: Positive
     config: tuple[PlanName, ...]  # the plans the trial enabled (ORT: each entry as "<subgraph>:<type>:<count>")
-    config_value: str | None  # what the back end's variable was set to (ORTMODULE_MEMORY_OPT_CONFIG)
+    config_value: str | None  # the back end's variable: ORTMODULE_MEMORY_OPT_CONFIG, MEMOPT_RECOMPUTE_POLICY
     outcome: Outcome
     status: RunStatus  # the run's own status (RunResult.status)
     run_dir: str
@@ -110,6 +139,7 @@ class TrialResult:
     reused: bool = False
     ranks: tuple[Mapping[str, Any], ...] = ()  # a command's processes: rank, peak_bytes, … each
     oom_evidence: str | None = None  # RunResult.oom_evidence
+    torch: TorchTrialDetails | None = None  # a plain-PyTorch trial's own figures
 
     def __post_init__(self) -> None:
         for name in ("config", "plans_on", "plans_off"):  # names read back from text are PlanNames again
@@ -119,6 +149,11 @@ class TrialResult:
     def fits(self) -> bool:
         """The verdict: it ran, within the budget where there was one (``Outcome.fits``)."""
         return self.outcome.fits
+
+    def within(self, limit_bytes: float) -> bool:
+        """It ran, and what runs out (``Memory.device_peak``) stayed at or under ``limit_bytes``."""
+        peak = self.memory.device_peak
+        return self.ran and peak is not None and peak <= limit_bytes
 
     @property
     def measured_step_times_s(self) -> tuple[float, ...]:
@@ -152,8 +187,15 @@ class TrialResult:
 
     @property
     def predicted_figure_bytes(self) -> int | None:
-        """The measured figure the memory model predicts and learns from (``Memory.predicted_figure``)."""
-        return self.memory.predicted_figure
+        """The measured figure the memory model predicts and learns from: ORT's,
+        ``Memory.predicted_figure``; the torch back end's model predicts what runs out
+        (``Memory.device_peak``), start-up and exit included."""
+        return self.memory.device_peak if self.torch is not None else self.memory.predicted_figure
+
+    @property
+    def shown_peak_bytes(self) -> int | None:
+        """The peak a view shows beside the prediction: the measured steps' (ORT), what runs out (torch)."""
+        return self.memory.device_peak if self.torch is not None else self.memory.peak_bytes
 
     @property
     def at_the_edge(self) -> str | None:
@@ -183,20 +225,53 @@ class TrialResult:
         return record
 
     @classmethod
-    def from_record(cls, record: Mapping[str, Any], where: str) -> TrialResult | None:
-        """The trial a journal record holds; None (reported as a ``DamagedRecord`` warning naming
-        ``where``) when the record does not hold a trial."""
-        checked = checked_record(_TRIAL_RECORD, record, where, "trial")
+    def from_record(
+        cls, record: Mapping[str, Any], where: str, runs_dir: Path | None = None, names: Mapping[str, str] = {}
+    ) -> TrialResult | None:
+        """The trial a journal record holds; None (reported as one ``DamagedRecord`` warning naming
+        ``where`` and the field) when the record does not hold a trial: a field of the wrong type
+        or past its bounds, a peak no run that ran can have, or (given the journal's ``runs_dir``)
+        a run folder outside it. ``names``: a field's name in an older record, for the warning."""
+        checked = checked_record(_TRIAL_RECORD, record, where, "trial", names)
         if checked is None:
             return None
         # A list the record lacks (an older or a hand-made record) is an empty one.
         values = {name: checked.get(name, ()) for name in _TRIAL_FIELDS if name in checked or name in _LISTS}
         values["target"] = parse_target(str(checked.get("recipe")))
         values["memory"] = Memory(**{name: checked[name] for name in _MEMORY_FIELDS if name in checked})
-        values["status"] = RunStatus.read(checked.get("status"))
-        # A record from a damaged journal may hold any word: it says nothing reliable.
-        values["outcome"] = _OUTCOME_WORDS.get(str(checked.get("outcome")), Outcome.CRASHED)
-        return cls(**values)
+        values["status"] = RunStatus(checked["status"])
+        values["outcome"] = Outcome(checked.get("outcome", Outcome.CRASHED))
+        if checked.get("torch") is not None:
+            values["torch"] = TorchTrialDetails(**checked["torch"])
+        if runs_dir is not None:
+            values["run_dir"] = _in_runs_folder(values["run_dir"], runs_dir)
+        trial = cls(**values)
+        impossible = trial._impossible(runs_dir)
+        if impossible is not None:
+            name, why, value = impossible
+            report_damaged(f"{where}: skipped a damaged trial record ({names.get(name, name)}: {why}, got {value!r})")
+            return None
+        return trial
+
+    def _impossible(self, runs_dir: Path | None) -> tuple[str, str, object] | None:
+        """The field no real trial could have written, what is wrong with it and its value; None where all hold."""
+        memory = self.memory
+        peak = memory.device_peak
+        # Each RSS figure counts the interpreter; on CUDA only what runs out counts the context.
+        if memory.memory_kind == "rss":
+            sizes = {name: getattr(memory, name) for name in _RSS_FIGURES}
+        else:
+            sizes = {"peak_bytes": peak}
+        for name, size in sizes.items():
+            if self.ran and size is not None and size < LEAST_PEAK_BYTES:
+                return name, f"a run that ran holds at least {LEAST_PEAK_BYTES} bytes", size
+        # The whole run's peak, measured (start-up included), is at least what the run held before its first step.
+        static = memory.static_bytes
+        if peak is not None and static is not None and memory.peak_over_run_bytes is not None and peak < static:
+            return "static_bytes", f"above the whole run's peak {peak}", static
+        if runs_dir is not None and not _inside(Path(self.run_dir), runs_dir):
+            return "run_dir", f"outside the runs folder {runs_dir}", self.run_dir
+        return None
 
     def judged(self, budget_bytes: int | None) -> TrialResult:
         """This result with its outcome decided against ``budget_bytes``."""
@@ -210,16 +285,18 @@ class TrialResult:
 # record holds a field in another form: the target as its spec ("recipe"), the verdict and the
 # run's status as their words, plan keys as their text, and each rank's figures and the CUDA pool as their records.
 _MEMORY_FIELDS = get_type_hints(Memory, include_extras=True)
+_RSS_FIGURES = ("static_bytes", "peak_bytes", "peak_over_run_bytes", "exit_peak_bytes")
 _RANK_RECORD = {**_MEMORY_FIELDS, "rank": Count, "pid": Pid | None, "steps": Count}
 _JOURNALED_AS: dict[str, Any] = {
     "recipe": str,
-    "outcome": str,
-    "status": str,
+    "outcome": Literal[tuple(outcome.value for outcome in Outcome)],
+    "status": Literal[tuple(status.value for status in RunStatus)],
     "config": tuple[str, ...],
     "plans_on": tuple[str, ...],
     "plans_off": tuple[str, ...],
     "cuda_pool": tuple[PoolSegment, ...],
     "ranks": tuple[record_type("RankRecord", _RANK_RECORD), ...],  # type: ignore[misc]
+    "torch": record_type("TorchRecord", {"allocator": dict[str, str]}) | None,
 }
 _TRIAL_FIELDS = {
     name: kind
@@ -227,7 +304,30 @@ _TRIAL_FIELDS = {
     if name not in ("target", "memory")
 }
 _LISTS = {name for name, kind in _TRIAL_FIELDS.items() if get_origin(kind) is tuple}
-_TRIAL_RECORD = TypeAdapter(record_type("TrialRecord", {**_TRIAL_FIELDS, **_MEMORY_FIELDS, **_JOURNALED_AS}))
+# What every trial record holds: the recipe and the fields without a default, but the lists (an
+# older record may lack one: it is empty) and the outcome (an older record's is crashed).
+_REQUIRED = {
+    "recipe",
+    *(f.name for f in fields(TrialResult) if f.default is MISSING and f.default_factory is MISSING),
+} - {"target", "outcome", *_LISTS}
+_TRIAL_RECORD = TypeAdapter(
+    record_type("TrialRecord", {**_TRIAL_FIELDS, **_MEMORY_FIELDS, **_JOURNALED_AS}, required=_REQUIRED)
+)
+
+
+def _inside(run_dir: Path, runs_dir: Path) -> bool:
+    """Whether ``run_dir`` (as journaled: absolute, or from the folder memopt ran in) lies in ``runs_dir``."""
+    return run_dir.resolve().is_relative_to(runs_dir.resolve())
+
+
+def _in_runs_folder(run_dir: str, runs_dir: Path) -> str:
+    """``run_dir`` where the journal's runs folder now is: a runs folder moved, or named another
+    way (from another folder, or through a mount), keeps its run folders by name."""
+    journaled = Path(run_dir)
+    moved = runs_dir / journaled.name
+    if _inside(journaled, runs_dir) or journaled.name in ("", ".", "..") or not moved.is_dir():
+        return run_dir
+    return str(moved)
 
 
 def outcome_of(status: RunStatus, peak: int | None, budget: int | None) -> Outcome:

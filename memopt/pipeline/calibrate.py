@@ -60,7 +60,7 @@ from memopt.predict.memory_model import MemoryModel, ModelError, fit_memory_mode
 from memopt.predict.recompute_cost import BALANCE, RecomputeCost, read_node_times, seconds_per_unit
 from memopt.run.budget import cpu_device_memory
 from memopt.run.files import exclusive_lock, replace_atomically
-from memopt.run.journal import Journal
+from memopt.run.journal import Journal, read_trial
 from memopt.run.launch import LOG_NAME
 from memopt.run.settings import RunSettings
 from memopt.run.target import ProbedGraph, load_target
@@ -442,7 +442,9 @@ def _history(
             continue
         if record.get("ort_version") != versions.ort_version or record.get("torch_version") != versions.torch_version:
             continue
-        trial = TrialResult.from_record(record, entry.where)
+        if record.get("torch") is not None:  # a plain-PyTorch trial: another back end's memory
+            continue
+        trial = read_trial(entry)
         if trial is not None:
             latest[entry.key] = trial
     return list(latest.values()), last

@@ -17,16 +17,17 @@ import errno
 import fcntl
 import json
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
 from memopt.core.records import report_damaged
+from memopt.core.trial import TrialResult
 from memopt.errors import MemoptError, write_failure
 from memopt.run.files import unwritable_folder
 
-__all__ = ["JOURNAL_NAME", "Journal", "JournalEntry"]
+__all__ = ["JOURNAL_NAME", "Journal", "JournalEntry", "journaled_trial", "read_trial"]
 
 JOURNAL_NAME = "journal.jsonl"
 # A record memopt writes is a few KiB (a trial's config, plans and ranks); a line far past
@@ -105,11 +106,12 @@ class Journal:
             return MemoptError(f"the journal {self.path} is a symlink; memopt does not write through one")
         return MemoptError(write_failure(f"the journal {self.path}", err))
 
-    def entries(self, kind: str | None = None) -> Iterator[JournalEntry]:
-        """Every complete line of ``kind``, oldest first; unreadable lines are skipped.
+    def entries(self, kind: str | None | tuple[str | None, ...] = None) -> Iterator[JournalEntry]:
+        """Every complete line of ``kind`` (or of any of several), oldest first; unreadable lines are skipped.
 
         Trials are records without a ``kind``; other records name theirs (``calibration``).
         """
+        kinds = kind if isinstance(kind, tuple) else (kind,)
         try:
             handle = open(self.path, "rb")
         except FileNotFoundError:
@@ -128,11 +130,17 @@ class Journal:
                     continue
                 if not isinstance(record, dict) or not isinstance(record.get("key"), str):
                     self._skipped(number, "not a record with a key")
-                elif record.get("kind") == kind:
+                elif record.get("kind") in kinds:
                     yield JournalEntry(number, record["key"], record, self.path)
 
     def _skipped(self, number: int, why: str) -> None:
         report_damaged(f"{self.path} line {number}: skipped a damaged record ({why})")
+
+    def newest_first(
+        self, keys: tuple[str, ...], kind: str | None | tuple[str | None, ...] = None
+    ) -> list[JournalEntry]:
+        """The entries of ``kind`` with one of ``keys``, newest first."""
+        return [entry for entry in self.entries(kind) if entry.key in keys][::-1]
 
     def latest(self, key: str, usable: tuple[str, ...] | None = None, kind: str | None = None) -> JournalEntry | None:
         """The newest entry of ``kind`` with ``key`` (whose ``status`` is in ``usable``, when given)."""
@@ -159,3 +167,26 @@ def _lines(handle: BinaryIO) -> Iterator[bytes | None]:
             yield None
             continue
         yield line
+
+
+def journaled_trial(
+    journal: Journal,
+    key: str,
+    usable: Callable[[TrialResult], bool],
+    read: Callable[[JournalEntry], TrialResult | None] | None = None,
+    keys: tuple[str, ...] = (),
+    kind: str | None | tuple[str | None, ...] = None,
+) -> TrialResult | None:
+    """The newest trial the journal holds under ``key`` (or ``keys``, an older release's) that
+    is ``usable``: each record read (``read``, default ``TrialResult.from_record`` checked
+    against the journal's folder) and checked on the way, a damaged one reported and passed over."""
+    for entry in journal.newest_first((key, *keys), kind):
+        trial = read(entry) if read is not None else read_trial(entry)
+        if trial is not None and usable(trial):
+            return trial
+    return None
+
+
+def read_trial(entry: JournalEntry) -> TrialResult | None:
+    """The trial ``entry`` holds, checked (its run folder in the journal's); None where it is damaged."""
+    return TrialResult.from_record(entry.record, entry.where, entry.path.parent)

@@ -11,13 +11,12 @@ trial is appended to the journal before the next one starts.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol
@@ -25,6 +24,7 @@ from typing import Any, Protocol
 from memopt.child import PROFILE_VAR
 from memopt.core import Command, RunStatus
 from memopt.core.trial import TrialResult, outcome_of
+from memopt.core.trial import trial_key as core_trial_key
 from memopt.errors import MemoptError
 from memopt.logparse import LogReadError, parse_file
 from memopt.ort.config import (
@@ -48,7 +48,7 @@ from memopt.ort.version import OrtVersion
 from memopt.run.budget import Budget, cpu_device_memory
 from memopt.run.command import run_target
 from memopt.run.files import replace_atomically
-from memopt.run.journal import Journal
+from memopt.run.journal import Journal, journaled_trial
 from memopt.run.launch import PACKAGE_ROOT, RunRequest, RunResult, new_run_dir, run_helper
 from memopt.run.settings import DEFAULT_TIMEOUT_S, RunSettings, check_batch
 
@@ -181,18 +181,19 @@ def config_key(entries: tuple[ConfigEntry, ...]) -> tuple[str, ...]:
 
 def trial_key(spec: TrialSpec, versions: StackVersions) -> str:
     settings = spec.settings
-    identity = {
-        "recipe": settings.target.identity(),
-        "options": dict(settings.options),
-        "batch": spec.batch_size,
-        "config": list(config_key(spec.config)),
-        "steps": settings.steps,
-        "device": settings.device,
-        "ort": versions.ort_version,
-        "ort_package": versions.ort_package,
-        "torch": versions.torch_version,
-    }
-    return hashlib.sha256(json.dumps(identity, sort_keys=True, default=str).encode()).hexdigest()[:20]
+    return core_trial_key(
+        {
+            "recipe": settings.target.identity(),
+            "options": dict(settings.options),
+            "batch": spec.batch_size,
+            "config": list(config_key(spec.config)),
+            "steps": settings.steps,
+            "device": settings.device,
+            "ort": versions.ort_version,
+            "ort_package": versions.ort_package,
+            "torch": versions.torch_version,
+        }
+    )
 
 
 def run_trial(
@@ -367,12 +368,7 @@ class JournaledRunner:
     ) -> TrialResult:
         key = trial_key(spec, self.versions)
         if self.resume:
-            previous = self.journal.latest(key, REUSABLE_STATUSES)
-            result = (
-                TrialResult.from_record(previous.record, previous.where)
-                if previous is not None and reusable(previous.record)
-                else None
-            )
+            result = journaled_trial(self.journal, key, reusable)
             if result is not None:
                 return replace(
                     self._judged(result, budget_bytes),
@@ -395,11 +391,10 @@ class JournaledRunner:
         return result.judged(budget_bytes)
 
 
-def reusable(record: Mapping[str, Any]) -> bool:
+def reusable(trial: TrialResult) -> bool:
     """A journaled verdict ``--resume`` may reuse: a run that ran, or one out of memory with the
     evidence (older memopt called any SIGKILL out of memory; such a record is run again)."""
-    status = RunStatus.read(record.get("status"))
-    return status.ran or (status is RunStatus.OUT_OF_MEMORY and bool(record.get("oom_evidence")))
+    return trial.status in REUSABLE_STATUSES and (trial.ran or bool(trial.oom_evidence))
 
 
 def _label(spec: TrialSpec) -> str:

@@ -106,7 +106,7 @@ class TrialRecord:
 
     @property
     def peak_bytes(self) -> int | None:
-        return self.result.memory.peak_bytes
+        return self.result.shown_peak_bytes
 
     @property
     def step_s(self) -> float | None:

@@ -15,7 +15,7 @@ import hashlib
 import threading
 import time
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
@@ -23,16 +23,17 @@ import torch
 from memopt.backends.torch.predict import plan_saving, policy_saving
 from memopt.backends.torch.simulate import SimulatedPeak
 from memopt.backends.torch.trial import (
-    TorchTrial,
     allocator_env,
     export_line,
     on_cuda,
+    policy_path,
     run_torch_trial,
+    trial_export_line,
 )
 from memopt.backends.torch.tune import TorchPlan, plan_torch, verify_torch
-from memopt.core.memory import Memory
+from memopt.core import RunStatus
 from memopt.core.plan import PlanName
-from memopt.core.trial import Outcome, TrialResult, outcome_of
+from memopt.core.trial import Outcome, TrialResult
 from memopt.recompute import RecomputePlan, RecomputePolicy
 from memopt.run.files import replace_atomically
 from memopt.run.journal import Journal
@@ -77,7 +78,7 @@ class TorchTuner(SessionEvents):
         self.plan: TorchPlan | None = None
         self._rows: tuple[PlanRow, ...] = ()  # the plan's rows at the target batch, once it is set up
         self.records: list[TrialRecord] = []
-        self._trials: dict[int, TorchTrial] = {}  # by record number
+        self._trials: dict[int, TrialResult] = {}  # by record number
         self._lock = threading.Lock()
 
     # -- set-up -----------------------------------------------------------------------
@@ -126,7 +127,7 @@ class TorchTuner(SessionEvents):
     def _say(self, line: str) -> None:
         self._emit(Note(line))
 
-    def _unplanned(self, batch: int) -> TorchTrial:
+    def _unplanned(self, batch: int) -> TrialResult:
         return self._run(batch, _NONE, Purpose.CALIBRATION, "no recompute: the peak model's run", None)
 
     def _plan(self) -> TorchPlan:
@@ -166,7 +167,7 @@ class TorchTuner(SessionEvents):
 
     def _run(
         self, batch: int, policy: RecomputePolicy, purpose: Purpose, reason: str, predicted: float | None
-    ) -> TorchTrial:
+    ) -> TrialResult:
         self._check_cancel()
         s = self.settings
         with self._lock:
@@ -174,35 +175,18 @@ class TorchTuner(SessionEvents):
         keys = _keys(policy)
         self._emit(TrialStarted(number, purpose, batch, keys, predicted, reason, s.run.steps, s.run.timeout_s))
         trial = run_torch_trial(s.run, batch, policy, journal=self.journal, resume=s.resume, cancel=self._cancel)
-        budget = self.budget_bytes or None
-        result = TrialResult(
-            key="",
-            target=s.run.target,
-            options=dict(s.run.options),
-            batch_size=batch,
-            config=keys,
-            config_value=str(trial.policy_path),
-            outcome=outcome_of(trial.status, trial.peak_bytes, budget),
-            status=trial.status,
-            run_dir=str(trial.run_dir),
-            steps=s.run.steps,
-            error=trial.error,
-            memory=Memory(
-                memory_kind="cuda_allocated" if on_cuda(s.run.device) else "rss", peak_bytes=trial.peak_bytes
-            ),
-            median_step_s=trial.median_step_s,
-            budget_bytes=budget,
+        result = replace(
+            trial.judged(self.budget_bytes or None),
             predicted_peak_bytes=int(predicted) if predicted is not None else None,
-            reused=trial.reused,
         )
         record = TrialRecord(number, purpose, keys, predicted, reason, result)
         with self._lock:  # the views read both from their own threads: the trial first, then its record
-            self._trials[number] = trial
+            self._trials[number] = result
             self.records.append(record)
-        self._emit(TrialFinished(record, _explained(record, trial, self.limit_bytes or None)))
+        self._emit(TrialFinished(record, _explained(record, result, self.limit_bytes or None)))
         if result.outcome is Outcome.CANCELLED:
             raise TuneCancelled("cancelled")
-        return trial
+        return result
 
     def auto_search(self, max_trials: int | None = None) -> TuneResult:
         """The model's choice run at the target batch, and once more where it is over the limit
@@ -225,9 +209,7 @@ class TorchTuner(SessionEvents):
         limit = format_bytes(int(plan.limit_bytes))
         best = self.best()  # the search's run, or a trial of the user's that fits at less cost
         if result.verified and result.verify is not None:
-            message = (
-                f"{result.policy} peaked at {format_bytes(result.verify.peak_bytes or 0)}, under the limit {limit}"
-            )
+            message = f"{result.policy} peaked at {format_bytes(result.verify.memory.device_peak or 0)}, under the limit {limit}"
         else:
             message = f"no policy the model chose brought batch {plan.target_batch} under {limit}"
         status = SearchStatus.VERIFIED if best is not None else SearchStatus.IMPOSSIBLE
@@ -261,7 +243,7 @@ class TorchTuner(SessionEvents):
         ran = self._ran(policy)
         if ran is not None:
             verified = ran.within(int(self.limit_bytes)) if self.limit_bytes else False
-            return [f"# {policy}" if verified else f"# {policy} (NOT verified)", ran.export_line()]
+            return [f"# {policy}" if verified else f"# {policy} (NOT verified)", trial_export_line(ran)]
         return [
             f"# {policy} (NOT verified)",
             export_line(self._selection_path(policy), allocator_env(self.settings.run.device)),
@@ -272,7 +254,7 @@ class TorchTuner(SessionEvents):
         policy = _policy(plans)
         ran = self._ran(policy)
         if ran is not None:
-            return ran.policy_path
+            return policy_path(ran)
         return self.save_config(plans)
 
     def save_config(self, plans: Iterable[PlanName], path: Path | None = None) -> Path:
@@ -283,12 +265,12 @@ class TorchTuner(SessionEvents):
         target = path or self._selection_path(policy)
         return replace_atomically(target, policy.to_json() + "\n", overwrite=True).resolve()
 
-    def _ran(self, policy: RecomputePolicy) -> TorchTrial | None:
+    def _ran(self, policy: RecomputePolicy) -> TrialResult | None:
         """The last run at the target batch with ``policy``."""
-        batch, plans = self._plan().target_batch, set(policy.plans)
+        batch, plans = self._plan().target_batch, set(_keys(policy))
         with self._lock:
             trials = list(self._trials.values())
-        return next((t for t in reversed(trials) if t.batch == batch and set(t.policy.plans) == plans and t.ran), None)
+        return next((t for t in reversed(trials) if t.batch_size == batch and set(t.config) == plans and t.ran), None)
 
     def _selection_path(self, policy: RecomputePolicy) -> Path:
         """Where a policy no run had is saved: named by its content, so sessions sharing a runs
@@ -329,15 +311,16 @@ def _keys(policy: RecomputePolicy) -> tuple[PlanName, ...]:
     return tuple(PlanName(str(plan)) for plan in policy.plans)
 
 
-def _explained(record: TrialRecord, trial: TorchTrial, limit: float | None) -> str:
-    if trial.out_of_memory:
-        return f"trial {record.number}: out of memory at batch {trial.batch}"
-    if not trial.ran or trial.peak_bytes is None:
+def _explained(record: TrialRecord, trial: TrialResult, limit: float | None) -> str:
+    peak = trial.memory.device_peak
+    if trial.status is RunStatus.OUT_OF_MEMORY:
+        return f"trial {record.number}: out of memory at batch {trial.batch_size}"
+    if not trial.ran or peak is None:
         return f"trial {record.number} {trial.status}: {trial.error} ({trial.run_dir})"
     against = ""
     if limit is not None:
-        against = f", {'under' if trial.peak_bytes <= limit else 'over'} the limit {format_bytes(int(limit))}"
+        against = f", {'under' if peak <= limit else 'over'} the limit {format_bytes(int(limit))}"
     error = ""
     if record.predicted_bytes is not None and record.prediction_error is not None:
         error = f" (predicted {format_bytes(int(record.predicted_bytes))}, error {record.prediction_error:+.1%})"
-    return f"trial {record.number}: peak {format_bytes(trial.peak_bytes)}{against}{error}"
+    return f"trial {record.number}: peak {format_bytes(peak)}{against}{error}"

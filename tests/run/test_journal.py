@@ -29,7 +29,8 @@ from memopt.run import (
     config_key,
     parse_budget,
 )
-from memopt.run.trials import trial_key
+from memopt.run.journal import journaled_trial
+from memopt.run.trials import reusable, trial_key
 
 VERSIONS = StackVersions("1.19.2", "onnxruntime-training-cpu", "2.4.1", cuda=False)
 MiB = 2**20
@@ -71,10 +72,11 @@ def spec(batch: int = 4, config: tuple[ConfigEntry, ...] = (), **settings: Any) 
 
 
 class FakeInner:
-    """A FAKE trial runner: returns the scripted results in turn and counts its calls."""
+    """A FAKE trial runner: returns the scripted results in turn, their run folders in ``runs``
+    (the journal's, as a real runner's are), and counts its calls."""
 
-    def __init__(self, *results: TrialResult) -> None:
-        self.results = list(results)
+    def __init__(self, runs: Path, *results: TrialResult) -> None:
+        self.results = [replace(result, run_dir=str(runs / "t")) for result in results]
         self.calls: list[TrialSpec] = []
 
     def __call__(
@@ -330,12 +332,12 @@ def test_config_key_is_what_ort_reads_in_a_canonical_order() -> None:
 
 def test_every_result_is_journaled_under_the_trial_key(tmp_path: Path) -> None:
     journal = Journal(tmp_path / "j.jsonl")
-    inner = FakeInner(result(peak=900), result("out_of_memory", peak=None))
+    inner = FakeInner(tmp_path, result(peak=900 * MiB), result("out_of_memory", peak=None))
     runner = JournaledRunner(inner=inner, journal=journal, versions=VERSIONS)
-    first = run(runner, spec(), budget_bytes=800)
+    first = run(runner, spec(), budget_bytes=800 * MiB)
     second = run(runner, spec(batch=8))
     assert first.key == trial_key(spec(), VERSIONS) and second.key == trial_key(spec(batch=8), VERSIONS)
-    assert first.outcome is Outcome.OVER_BUDGET and first.budget_bytes == 800
+    assert first.outcome is Outcome.OVER_BUDGET and first.budget_bytes == 800 * MiB
     assert [(e.key, e.record["outcome"]) for e in journal.entries()] == [
         (first.key, "over_budget"),
         (second.key, "out_of_memory"),
@@ -346,7 +348,7 @@ def test_every_result_is_journaled_under_the_trial_key(tmp_path: Path) -> None:
 
 def test_without_resume_a_journaled_trial_runs_again(tmp_path: Path) -> None:
     journal = Journal(tmp_path / "j.jsonl")
-    inner = FakeInner(result())
+    inner = FakeInner(tmp_path, result())
     runner = JournaledRunner(inner=inner, journal=journal, versions=VERSIONS)
     run(runner, spec())
     again = run(runner, spec())
@@ -356,8 +358,8 @@ def test_without_resume_a_journaled_trial_runs_again(tmp_path: Path) -> None:
 
 def test_resume_reuses_the_journaled_result_without_running_it(tmp_path: Path) -> None:
     journal = Journal(tmp_path / "j.jsonl")
-    first = run(JournaledRunner(inner=FakeInner(result()), journal=journal, versions=VERSIONS), spec())
-    inner = FakeInner(result(peak=1))
+    first = run(JournaledRunner(inner=FakeInner(tmp_path, result()), journal=journal, versions=VERSIONS), spec())
+    inner = FakeInner(tmp_path, result(peak=2 * MiB))
     resumed = run(JournaledRunner(inner=inner, journal=journal, versions=VERSIONS, resume=True), spec())
     assert inner.calls == []
     assert resumed.reused
@@ -367,20 +369,21 @@ def test_resume_reuses_the_journaled_result_without_running_it(tmp_path: Path) -
 
 def test_resume_judges_the_reused_result_against_the_new_budget(tmp_path: Path) -> None:
     journal = Journal(tmp_path / "j.jsonl")
-    over = run(JournaledRunner(inner=FakeInner(result(peak=900)), journal=journal, versions=VERSIONS), spec(), 800)
+    inner = FakeInner(tmp_path, result(peak=900 * MiB))
+    over = run(JournaledRunner(inner=inner, journal=journal, versions=VERSIONS), spec(), 800 * MiB)
     assert over.outcome is Outcome.OVER_BUDGET
-    resumed = JournaledRunner(inner=FakeInner(), journal=journal, versions=VERSIONS, resume=True)
-    fits = run(resumed, spec(), budget_bytes=1000, predicted=950)
-    assert (fits.outcome, fits.budget_bytes, fits.reused) == (Outcome.OK, 1000, True)
-    assert fits.predicted_peak_bytes == 950  # this session's prediction
-    kept = run(resumed, spec(), budget_bytes=1000)
+    resumed = JournaledRunner(inner=FakeInner(tmp_path), journal=journal, versions=VERSIONS, resume=True)
+    fits = run(resumed, spec(), budget_bytes=1000 * MiB, predicted=950 * MiB)
+    assert (fits.outcome, fits.budget_bytes, fits.reused) == (Outcome.OK, 1000 * MiB, True)
+    assert fits.predicted_peak_bytes == 950 * MiB  # this session's prediction
+    kept = run(resumed, spec(), budget_bytes=1000 * MiB)
     assert kept.predicted_peak_bytes == over.predicted_peak_bytes  # none now: the journaled one
 
 
 def test_resume_only_reuses_the_same_key(tmp_path: Path) -> None:
     journal = Journal(tmp_path / "j.jsonl")
-    run(JournaledRunner(inner=FakeInner(result()), journal=journal, versions=VERSIONS), spec())
-    inner = FakeInner(result(batch_size=8))
+    run(JournaledRunner(inner=FakeInner(tmp_path, result()), journal=journal, versions=VERSIONS), spec())
+    inner = FakeInner(tmp_path, result(batch_size=8))
     other = run(JournaledRunner(inner=inner, journal=journal, versions=VERSIONS, resume=True), spec(batch=8))
     assert len(inner.calls) == 1 and not other.reused
 
@@ -388,7 +391,7 @@ def test_resume_only_reuses_the_same_key(tmp_path: Path) -> None:
 @pytest.mark.parametrize("status", ["cancelled", "crashed", "timed_out", "step_error"])
 def test_results_that_depend_on_luck_are_journaled_but_not_reused(tmp_path: Path, status: str) -> None:
     journal = Journal(tmp_path / "j.jsonl")
-    inner = FakeInner(result(status, peak=None), result())
+    inner = FakeInner(tmp_path, result(status, peak=None), result())
     runner = JournaledRunner(inner=inner, journal=journal, versions=VERSIONS, resume=True)
     first = run(runner, spec())
     assert first.status == status and not first.reused
@@ -401,7 +404,7 @@ def test_results_that_depend_on_luck_are_journaled_but_not_reused(tmp_path: Path
 
 def test_out_of_memory_is_reused_on_resume(tmp_path: Path) -> None:
     journal = Journal(tmp_path / "j.jsonl")
-    inner = FakeInner(result("out_of_memory", peak=None, oom_evidence="the kernel's OOM killer ended it"))
+    inner = FakeInner(tmp_path, result("out_of_memory", peak=None, oom_evidence="the kernel's OOM killer ended it"))
     runner = JournaledRunner(inner=inner, journal=journal, versions=VERSIONS, resume=True)
     run(runner, spec())
     again = run(runner, spec())
@@ -411,8 +414,9 @@ def test_out_of_memory_is_reused_on_resume(tmp_path: Path) -> None:
 def test_an_out_of_memory_record_without_evidence_is_run_again(tmp_path: Path) -> None:
     """A journal from a memopt that called any SIGKILL out of memory: that verdict is not reused."""
     journal = Journal(tmp_path / "j.jsonl")
-    journal.append(replace(result("out_of_memory", peak=None), key=trial_key(spec(), VERSIONS)).to_record())
-    inner = FakeInner(result())
+    older = result("out_of_memory", peak=None, run_dir=str(tmp_path / "t"))
+    journal.append(replace(older, key=trial_key(spec(), VERSIONS)).to_record())
+    inner = FakeInner(tmp_path, result())
     rerun = run(JournaledRunner(inner=inner, journal=journal, versions=VERSIONS, resume=True), spec())
     assert len(inner.calls) == 1 and not rerun.reused and rerun.outcome is Outcome.OK
 
@@ -422,7 +426,7 @@ def test_resume_skips_a_torn_journal_line(tmp_path: Path) -> None:
     journal = Journal(tmp_path / "j.jsonl")
     line = json.dumps(replace(result(), key=trial_key(spec(), VERSIONS)).to_record())
     journal.path.write_text(line[: len(line) // 2])
-    inner = FakeInner(result())
+    inner = FakeInner(tmp_path, result())
     rerun = run(JournaledRunner(inner=inner, journal=journal, versions=VERSIONS, resume=True), spec())
     assert len(inner.calls) == 1 and not rerun.reused
 
@@ -430,7 +434,9 @@ def test_resume_skips_a_torn_journal_line(tmp_path: Path) -> None:
 def test_percentage_budget_judges_a_cuda_trial_against_its_device(tmp_path: Path) -> None:
     journal = Journal(tmp_path / "j.jsonl")
     on_cuda = result(peak=600, device="cuda", cuda_total_memory=1000)
-    runner = JournaledRunner(inner=FakeInner(on_cuda), journal=journal, versions=VERSIONS, budget=parse_budget("50%"))
+    runner = JournaledRunner(
+        inner=FakeInner(tmp_path, on_cuda), journal=journal, versions=VERSIONS, budget=parse_budget("50%")
+    )
     judged = run(runner, spec())
     assert (judged.budget_bytes, judged.outcome) == (500, Outcome.OVER_BUDGET)
     explicit = run(runner, spec(), budget_bytes=700)
@@ -440,13 +446,61 @@ def test_percentage_budget_judges_a_cuda_trial_against_its_device(tmp_path: Path
 def test_percentage_budget_leaves_a_cuda_run_that_died_before_its_first_step_as_it_was(tmp_path: Path) -> None:
     journal = Journal(tmp_path / "j.jsonl")
     died = result("out_of_memory", peak=None, device="cuda", cuda_total_memory=None)
-    runner = JournaledRunner(inner=FakeInner(died), journal=journal, versions=VERSIONS, budget=parse_budget("80%"))
+    runner = JournaledRunner(
+        inner=FakeInner(tmp_path, died), journal=journal, versions=VERSIONS, budget=parse_budget("80%")
+    )
     judged = run(runner, spec())
     assert judged.outcome is Outcome.OUT_OF_MEMORY and judged.budget_bytes is None
     assert [entry.record["outcome"] for entry in journal.entries()] == ["out_of_memory"]
 
 
-def test_an_unknown_outcome_word_in_a_damaged_journal_reads_as_crashed() -> None:
+@pytest.mark.parametrize(("field", "word"), [("outcome", "exploded"), ("status", "fine")])
+def test_an_unknown_word_in_a_damaged_journal_is_reported_and_skipped(field: str, word: str) -> None:
     record = result().to_record()
-    record["outcome"] = "exploded"
-    assert read_back(record).outcome is Outcome.CRASHED
+    record[field] = word
+    with pytest.warns(DamagedRecord, match=rf"test journal line: skipped a damaged trial record \({field}: "):
+        assert TrialResult.from_record(record, "test journal line") is None
+
+
+# An ORT trial's line as the release before this one wrote it (``memopt trial gpt --size tiny
+# --batch 2 --steps 2 --runs-dir /tmp/rec-fix/ort --backend ort``, memopt at 6d43241, ORT 1.19.2, CPU).
+OLDER_ORT_LINE = (
+    '{"at_the_edge":false,"batch_size":2,"binding_phase":"steps","budget_bytes":null,"config":[],"config_value":null,'
+    '"config_warnings":[],"cuda_alloc_retries":null,"cuda_device_name":null,"cuda_ooms":null,"cuda_outside_bytes":null,'
+    '"cuda_pool":[],"cuda_reserved_bytes":null,"cuda_total_memory":null,"device":"cpu","device_peak_bytes":768278528,'
+    '"error":null,"exit_peak_bytes":null,"finished_at":1796578694.3246744,"key":"95915f24fdcbe9eca826",'
+    '"median_step_s":0.191090228500002,"memory_kind":"rss","oom_evidence":null,"options":{"size":"tiny"},'
+    '"ort_package":"onnxruntime-training-cpu","ort_version":"1.19.2","outcome":"ok","peak_bytes":768278528,'
+    '"peak_over_run_bytes":768278528,"plans_off":[],"plans_on":[],"plans_seen":10,"predicted_peak_bytes":null,'
+    '"prediction_error":null,"ranks":[],"recipe":"gpt","recomputed_nodes":0,"reused":false,'
+    '"run_dir":"/tmp/rec-fix/ort/trial-gpt-b2-20261206-173803","static_bytes":694378496,"status":"ok",'
+    '"step_times_s":[2.014428646000056,0.19394501400006448,0.18823544299993955],"steps":2,'
+    '"throughput":10.466259921814782,"torch_version":"2.4.1","wall_s":10.78897913100002,'
+    '"whole_run_peak_bytes":768278528}'
+)
+
+
+def test_an_ort_line_of_the_release_before_reads_back_as_the_trial_it_ran(tmp_path: Path) -> None:
+    older = json.loads(OLDER_ORT_LINE)
+    spec_of_it = TrialSpec(RunSettings(target=parse_runnable("gpt"), options={"size": "tiny"}, steps=2), 2, ())
+    versions = replace(VERSIONS, ort_version="1.19.2", ort_package="onnxruntime-training-cpu", torch_version="2.4.1")
+    assert trial_key(spec_of_it, versions) == older["key"]  # resumed under the same key
+    trial = read_back(older)
+    assert (trial.batch_size, trial.config, trial.status, trial.outcome, trial.torch) == (
+        2,
+        (),
+        RunStatus.OK,
+        Outcome.OK,
+        None,
+    )
+    assert (trial.memory.static_bytes, trial.memory.device_peak, trial.plans_seen) == (694378496, 768278528, 10)
+    assert trial.step_times_s == (2.014428646000056, 0.19394501400006448, 0.18823544299993955)
+    assert read_back(json.loads(json.dumps(trial.to_record()))) == trial
+    # In its journal, its run folder moved along with the runs folder: found there.
+    runs = tmp_path / "runs"
+    (runs / "trial-gpt-b2-20261206-173803").mkdir(parents=True)
+    journal = Journal.in_folder(runs)
+    journal.path.write_text(OLDER_ORT_LINE + "\n")
+    found = journaled_trial(journal, older["key"], reusable)
+    assert found is not None and found.run_dir == str(runs / "trial-gpt-b2-20261206-173803")
+    assert replace(found, run_dir=trial.run_dir) == trial

@@ -133,7 +133,7 @@ class FakeRunner:
             config_value=None,
             outcome=outcome,
             status=RunStatus(status),
-            run_dir="fake",
+            run_dir=str(spec.settings.runs_dir / "fake"),  # a real run's folder is in the runs folder
             steps=spec.settings.steps,
             device="cpu",
             ort_version=VERSIONS.ort_version,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -9,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-__all__ = ["tmpfs"]
+__all__ = ["read_only_copy", "tmpfs"]
 
 
 @contextmanager
@@ -24,3 +25,15 @@ def tmpfs(folder: Path, options: str) -> Iterator[Path]:
         yield folder
     finally:
         subprocess.run(["umount", "-l", str(folder)], check=False)
+
+
+@contextmanager
+def read_only_copy(folder: Path, source: Path) -> Iterator[Path]:
+    """A copy of the folder ``source`` on a tmpfs at the new folder ``folder``, remounted read-only
+    for the ``with`` block (root writes through a folder's mode bits, not through a read-only mount)."""
+    with tmpfs(folder, "size=256m") as mounted:
+        shutil.copytree(source, mounted, dirs_exist_ok=True)
+        remounted = subprocess.run(["mount", "-o", "remount,ro", str(mounted)], capture_output=True)
+        if remounted.returncode != 0:
+            pytest.skip(f"cannot remount a tmpfs read-only here: {remounted.stderr.decode().strip()}")
+        yield mounted

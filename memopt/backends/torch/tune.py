@@ -42,8 +42,18 @@ from memopt.backends.torch.command_scan import scan_command
 from memopt.backends.torch.predict import LinePeak, PeakLine, PeakModel, plan_saving, probe_batches
 from memopt.backends.torch.scan import NEEDS_VALUES, TorchScan, scan_recipe
 from memopt.backends.torch.simulate import SimulatedPeak
-from memopt.backends.torch.trial import TorchTrial, on_cuda, resolve_torch_budget, run_torch_trial
-from memopt.core import RecipeTarget
+from memopt.backends.torch.trial import (
+    journaled_times,
+    on_cuda,
+    policy_of,
+    policy_path,
+    resolve_torch_budget,
+    run_torch_trial,
+    trial_export_line,
+)
+from memopt.core import RecipeTarget, RunStatus
+from memopt.core.plan import plan_names
+from memopt.core.trial import TrialResult
 from memopt.errors import MemoptError, one_line
 from memopt.predict.choice import budget_limit, cheapest_cover
 from memopt.recipes import Recipe
@@ -71,8 +81,8 @@ class TorchTuneResult:
     baseline_bytes: float  # predicted peak without recompute at the target batch
     predicted_bytes: float  # with the chosen policy
     policy: RecomputePolicy
-    verify: TorchTrial | None  # the last run at the target batch
-    trials: tuple[TorchTrial, ...]
+    verify: TrialResult | None  # the last run at the target batch
+    trials: tuple[TrialResult, ...]
 
     @property
     def verified(self) -> bool:
@@ -80,13 +90,13 @@ class TorchTuneResult:
 
     @property
     def policy_path(self) -> Path | None:
-        return self.verify.policy_path if self.verify is not None else None
+        return policy_path(self.verify) if self.verify is not None else None
 
     def export_lines(self) -> list[str]:
         """What the job's shell pastes: the verified policy's file in ``MEMOPT_RECOMPUTE_POLICY``."""
         if not self.verified or self.verify is None:
             return []
-        return [f"# {self.policy}", self.verify.export_line()]
+        return [f"# {self.policy}", trial_export_line(self.verify)]
 
     def summary(self, settings: RunSettings, journal: Path) -> dict[str, Any]:
         """The result for ``--json``."""
@@ -105,19 +115,19 @@ class TorchTuneResult:
             else {
                 "plans": [str(plan) for plan in self.policy.plans],
                 "verified": self.verified,
-                "peak_bytes": self.verify.peak_bytes,
+                "peak_bytes": self.verify.memory.device_peak,
                 "median_step_s": self.verify.median_step_s,
-                "policy_file": str(self.verify.policy_path.resolve()),
+                "policy_file": str(policy_path(self.verify).resolve()),
                 "run_dir": str(self.verify.run_dir),
             },
             "export": self.export_lines(),
             "journal": str(journal),
             "trials": [
                 {
-                    "batch": trial.batch,
-                    "plans": [str(plan) for plan in trial.policy.plans],
+                    "batch": trial.batch_size,
+                    "plans": list(trial.config),
                     "status": trial.status.value,
-                    "peak_bytes": trial.peak_bytes,
+                    "peak_bytes": trial.memory.device_peak,
                     "median_step_s": trial.median_step_s,
                     "reused": trial.reused,
                     "run_dir": str(trial.run_dir),
@@ -139,7 +149,7 @@ class TorchPlan:
     model: PeakModel
     policy: RecomputePolicy
     predicted_bytes: float
-    probes: tuple[TorchTrial, ...]
+    probes: tuple[TrialResult, ...]
 
     @property
     def baseline_bytes(self) -> float:
@@ -184,7 +194,7 @@ def plan_torch(
     margin: float,
     resume: bool,
     say: Callable[[str], None],
-    run: Callable[[int], TorchTrial] | None = None,
+    run: Callable[[int], TrialResult] | None = None,
 ) -> TorchPlan:
     """Scan, the runs without recompute the peak model needs, and its choice: no run at the target batch.
 
@@ -195,7 +205,7 @@ def plan_torch(
     if run is None:
         journal = Journal.in_folder(settings.runs_dir)
 
-        def run(batch: int) -> TorchTrial:
+        def run(batch: int) -> TrialResult:
             return run_torch_trial(settings, batch, _NONE, journal=journal, resume=resume)
 
     scan_batch = min(target_batch, 2)
@@ -210,21 +220,27 @@ def plan_torch(
         batches = ", ".join(str(b) for b in range(scan_batch, scan_batch + 3))
         say(f"scan: capturing a training forward of {settings.target} at batches {batches} (short runs)")
         scanned = scan_command(settings, scan_batch)
+    scanned = journaled_times(scanned, settings, Journal.in_folder(settings.runs_dir), resume)
     say(f"scan: {len(scanned.rows)} plans; activations kept for backward: {scanned.saved or scanned.saved_bytes} bytes")
     simulated = _simulated(recipe, scanned, settings.device, (scan_batch, target_batch), say)
-    probes: list[TorchTrial] = []
+    probes: list[TrialResult] = []
     for batch in (scan_batch,) if simulated is not None else probe_batches(target_batch):
         trial = run(batch)
         say(_trial_line(trial, "probe"))
         probes.append(trial)
-        if not trial.ran or trial.peak_bytes is None:
-            raise MemoptError(f"the run at batch {batch} failed: {trial.error} (log: {trial.run_dir / LOG_NAME})")
+        if not trial.ran or trial.memory.device_peak is None:
+            raise MemoptError(f"the run at batch {batch} failed: {trial.error} (log: {Path(trial.run_dir) / LOG_NAME})")
     model: PeakModel
     if simulated is not None:
-        model = replace(simulated, anchor_bytes=float(probes[0].peak_bytes or 0))
+        model = replace(simulated, anchor_bytes=float(probes[0].memory.device_peak or 0))
     else:
         small, larger = probes
-        model = LinePeak(PeakLine(small.batch, small.peak_bytes or 0, larger.batch, larger.peak_bytes or 0), scanned)
+        model = LinePeak(
+            PeakLine(
+                small.batch_size, small.memory.device_peak or 0, larger.batch_size, larger.memory.device_peak or 0
+            ),
+            scanned,
+        )
     limit = budget_limit(budget_bytes, margin)
     say(
         f"model: peak without recompute at batch {target_batch} = {format_bytes(int(model.predict(_NONE, target_batch)))}: "
@@ -288,7 +304,7 @@ def tune_torch(
 
 
 def verify_torch(
-    plan: TorchPlan, run: Callable[[RecomputePolicy, float], TorchTrial], *, say: Callable[[str], None]
+    plan: TorchPlan, run: Callable[[RecomputePolicy, float], TrialResult], *, say: Callable[[str], None]
 ) -> TorchTuneResult:
     """The plan's choice run at the target batch (``run``, given the policy and its predicted peak),
     and once more where it is over the limit."""
@@ -315,7 +331,8 @@ def verify_torch(
         elif predicted > limit:
             say("model: the lowest-predicted policy is run once: the model's prediction is not a measurement")
         # Where the target batch is the anchor's, its run without recompute is that policy's run.
-        anchor = next((p for p in plan.probes if p.batch == plan.target_batch and p.policy == policy), None)
+        plans = plan_names(str(p) for p in policy.plans)
+        anchor = next((p for p in plan.probes if p.batch_size == plan.target_batch and p.config == plans), None)
         verify = anchor or run(policy, predicted)
         if anchor is None:
             trials.append(verify)
@@ -323,18 +340,19 @@ def verify_torch(
         result = TorchTuneResult(
             plan.target_batch, plan.budget_bytes, limit, plan.baseline_bytes, predicted, policy, verify, tuple(trials)
         )
-        ran_out = verify.out_of_memory
+        ran_out = verify.status is RunStatus.OUT_OF_MEMORY
         if ran_out:
             say(f"measurement: out of memory at batch {plan.target_batch} with {policy}: over the limit")
             continue
-        if not verify.ran or verify.peak_bytes is None:
+        peak = verify.memory.device_peak
+        if not verify.ran or peak is None:
             raise MemoptError(
-                f"the run at batch {plan.target_batch} {verify.status}: {verify.error} (log: {verify.run_dir / LOG_NAME})"
+                f"the run at batch {plan.target_batch} {verify.status}: {verify.error} (log: {Path(verify.run_dir) / LOG_NAME})"
             )
-        error = (verify.peak_bytes - predicted) / verify.peak_bytes
+        error = (peak - predicted) / peak
         verdict = "verified" if result.verified else "over the limit"
         say(
-            f"measurement: {verdict}: peak {format_bytes(verify.peak_bytes)} against the limit "
+            f"measurement: {verdict}: peak {format_bytes(peak)} against the limit "
             f"{format_bytes(int(limit))} (predicted {format_bytes(int(predicted))}, error {error:+.1%})"
         )
         if result.verified:
@@ -342,7 +360,7 @@ def verify_torch(
         # The model erred by the miss here; the second choice covers it and keeps the margin's room
         # again beyond it, as run-to-run noise on a CPU peak is tens of MiB (a plan that saves just
         # the miss would land on the limit once more).
-        miss += verify.peak_bytes - predicted + (plan.budget_bytes - limit)
+        miss += peak - predicted + (plan.budget_bytes - limit)
     assert result is not None  # the first choice always runs
     return result
 
@@ -376,8 +394,8 @@ def _choose(scanned: TorchScan, batch: int, need: float) -> tuple[RecomputePolic
     return max(every_op, largest_region, key=lambda choice: choice[1])
 
 
-def _trial_line(trial: TorchTrial, role: str) -> str:
-    peak = format_bytes(trial.peak_bytes) if trial.peak_bytes is not None else "no peak"
+def _trial_line(trial: TrialResult, role: str) -> str:
+    peak = format_bytes(trial.memory.device_peak) if trial.memory.device_peak is not None else "no peak"
     reused = ", from the journal" if trial.reused else ""
     step = f", step {trial.median_step_s:.3f} s" if trial.median_step_s is not None else ""
-    return f"run ({role}): batch {trial.batch}, {trial.policy}: {trial.status}, peak {peak}{step}{reused} ({trial.run_dir})"
+    return f"run ({role}): batch {trial.batch_size}, {policy_of(trial)}: {trial.status}, peak {peak}{step}{reused} ({trial.run_dir})"

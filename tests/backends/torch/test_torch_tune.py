@@ -38,7 +38,7 @@ def test_tune_without_onnxruntime_ends_verified_with_the_export_line(tmp_path: P
     plain = memopt("trial", *GPT, "--batch", str(BATCH), "--runs-dir", str(runs), "--json", env=env)
     assert plain.returncode == 0, plain.stderr
     assert plain.stderr.splitlines()[0].startswith("backend: torch (ORTModule cannot run here: onnxruntime-training")
-    peak = json.loads(plain.stdout)["peak_bytes"]
+    peak = json.loads(plain.stdout)["device_peak_bytes"]
     budget = peak - 300 * 2**20
     tuned = memopt(
         "tune",
@@ -64,8 +64,8 @@ def test_tune_without_onnxruntime_ends_verified_with_the_export_line(tmp_path: P
     assert policy.plans  # the budget needed recompute
     assert result["best"]["plans"] == [str(p) for p in policy.plans]
     records = [json.loads(line) for line in (runs / "journal.jsonl").read_text().splitlines()]
-    verified = [r for r in records if r["plans"] == [str(p) for p in policy.plans]]
-    assert verified and verified[-1]["peak_bytes"] <= result["limit_bytes"] < budget
+    verified = [r for r in records if r.get("config") == [str(p) for p in policy.plans]]
+    assert verified and verified[-1]["device_peak_bytes"] <= result["limit_bytes"] < budget
     # A recipe's steps play on fake tensors: one run without recompute anchors them, one verifies.
     assert [t["batch"] for t in result["trials"]] == [2, BATCH]
 
@@ -146,7 +146,7 @@ def test_a_command_applies_the_policy_itself(tmp_path: Path) -> None:
     done = memopt(*args, "--config", "blocks.*: *", "--cmd", cmd, env=without_onnxruntime(tmp_path))
     assert done.returncode == 0, done.stderr
     record = json.loads(done.stdout)
-    assert record["status"] == "ok" and record["plans"] == ["blocks.*: *"] and record["peak_bytes"] > 0
+    assert record["status"] == "ok" and record["config"] == ["blocks.*: *"] and record["device_peak_bytes"] > 0
     # A plan the script's model cannot take fails the job with the policy's own message.
     bad = memopt(*args, "--config", "layers.*: gelu", "--cmd", cmd, env=without_onnxruntime(tmp_path))
     assert bad.returncode != 0 and "no module of the model matches layers.*" in bad.stderr
@@ -199,7 +199,11 @@ def test_plan_writes_the_policy_predicted_to_fit_and_nothing_when_none_is(tmp_pa
     assert document["policy_file"] == str(out.resolve())
     assert RecomputePolicy.read(out).plans == ()
     assert document["export"] == [f"export {POLICY_ENV}={out.resolve()} MALLOC_MMAP_THRESHOLD_=131072"]
-    assert [t["batch"] for t in map(json.loads, (runs / "journal.jsonl").read_text().splitlines())] == [2]
+    records = list(map(json.loads, (runs / "journal.jsonl").read_text().splitlines()))
+    assert [(r.get("kind"), r["batch_size"] if "torch" in r else r["batch"]) for r in records] == [
+        ("torch-scan", 2),  # the scan's recompute times, for a resume
+        (None, 2),  # the run without recompute
+    ]
     tight = memopt("plan", *tiny, "--budget", "1MiB", "--out", str(tmp_path / "none.json"))
     assert tight.returncode == 3, tight.stderr
     assert "over the limit" in tight.stderr and not (tmp_path / "none.json").exists() and tight.stdout == ""
