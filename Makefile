@@ -34,7 +34,11 @@ demo: setup
 # Two workers, each test file's tests spread over both as they free up (a module's fixtures run
 # once per worker that takes one of its tests); the slowest 25 are listed at the end. `make test`
 # leaves out the long end-to-end runs (marker long) and the smoke runs of the bench/ scripts
-# (marker bench): `make test-all` runs every test, `make test-bench` the smoke runs alone. No
+# (marker bench): `make test-all` runs every test, `make test-bench` the smoke runs alone. It
+# keeps one end-to-end tune to a verified result per back end and launcher, on small models: ORT
+# recipe, --cmd (ORTTrainer, accelerate) and torchrun (test_tune.py, test_stacks.py,
+# test_command.py), torch recipe, --cmd (the README's block as pasted) and torchrun
+# (test_torch_tune.py). No
 # test of `make test` takes 20 minutes: one that does is hung, and fails with its stack before
 # CI's own limit ends everything unsaid (pyproject.toml's 40 allow for the long ones).
 TEST_WORKERS ?= 2

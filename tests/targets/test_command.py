@@ -93,8 +93,11 @@ def test_single_process_trial_replaces_an_inherited_config(command_runs: Path) -
     assert record["plans_on"] == [] and record["recomputed_nodes"] == 0
 
 
-@pytest.mark.parametrize("command", [TORCHRUN, SINGLE], ids=["torchrun", "single"])
-@pytest.mark.long
+# Under torchrun in `make test`; the single process is `long`: test_stacks.py's single-process
+# tunes of ORTTrainer and accelerate jobs already run a command in `make test`.
+@pytest.mark.parametrize(
+    "command", [TORCHRUN, pytest.param(SINGLE, marks=pytest.mark.long)], ids=["torchrun", "single"]
+)
 def test_headless_tune_of_a_command_ends_verified(command: str, tmp_path: Path) -> None:
     baseline = memopt("trial", "--cmd", command, "--batch", "8", "--json", "--runs-dir", str(tmp_path), cwd=ROOT)
     assert baseline.returncode == 0, baseline.stderr

@@ -30,7 +30,6 @@ def test_bad_input_is_one_line(tmp_path) -> None:
 
 
 @pytest.mark.ort
-@pytest.mark.long
 def test_headless_search_resumes_the_journal_and_prints_json() -> None:
     """The shared sessions' runs folder (tests/support/real_tuning.py, same budget) continued with
     --resume: finished trials come back from the journal, the search reaches the same verified config."""
