@@ -45,13 +45,13 @@ from typing import Any
 
 from bench_memory_model import DEFAULT_CASES, FRACTIONS, parse_case
 
+from memopt.backends.ort.calibrate import calibrate
+from memopt.backends.ort.config import ENV_VAR
+from memopt.backends.ort.predict.liveness import RECOMPUTED_SUFFIX
+from memopt.backends.ort.predict.planner import DEFAULT_MARGIN, choose_plans
+from memopt.backends.ort.target import load_target
 from memopt.core import RecipeTarget, parse_runnable, parse_target
-from memopt.ort.config import ENV_VAR
-from memopt.pipeline.calibrate import calibrate
-from memopt.predict.liveness import RECOMPUTED_SUFFIX
-from memopt.predict.planner import DEFAULT_MARGIN, choose_plans
 from memopt.run import RunSettings
-from memopt.run.target import load_target
 
 WARMUP_STEPS = 3
 

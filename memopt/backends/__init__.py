@@ -36,7 +36,7 @@ def choose_backend(requested: str | None) -> ChosenBackend:
         except ValueError:
             raise MemoptError(f"--backend {requested!r}: choose ort or torch") from None
     # Imported here: asking for the torch back end loads nothing of ORT's path.
-    from memopt.ort.stack import StackError, check_stack, inspect_stack
+    from memopt.backends.ort.stack import StackError, check_stack, inspect_stack
 
     try:
         check_stack(inspect_stack())

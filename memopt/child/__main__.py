@@ -16,11 +16,11 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from memopt.backends.ort.stack import StackError, check_stack, inspect_stack
 from memopt.child import PARENT_PID_VAR, PROFILE_VAR, TIMEOUT_VAR, ChildRequest
 from memopt.child.watchdog import guard
 from memopt.core import RecipeTarget, RunStatus, parse_target
 from memopt.errors import MemoptError, one_line
-from memopt.ort.stack import StackError, check_stack, inspect_stack
 from memopt.recipes import RecipeError
 
 

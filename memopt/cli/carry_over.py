@@ -12,15 +12,18 @@ from rich import box
 from rich.markup import escape
 from rich.table import Table
 
+from memopt.backends.ort.config import ConfigEntry
+from memopt.backends.ort.graph.sizes import resolve_dims
+from memopt.backends.ort.scan import ScanReport, scan_graph
+from memopt.backends.ort.stack import inspect_stack
+from memopt.backends.ort.target import load_target
+from memopt.backends.ort.trials import TrialSpec, run_trial
 from memopt.cli import console, error_console
 from memopt.cli.show import say
 from memopt.cli.tables import add_entry_column, print_table
 from memopt.core import RecipeTarget, RunnableTarget
 from memopt.core.trial import TrialResult
 from memopt.errors import MemoptError
-from memopt.graph.sizes import resolve_dims
-from memopt.ort.config import ConfigEntry
-from memopt.ort.stack import inspect_stack
 from memopt.predict.choice import DEFAULT_MARGIN, budget_limit
 from memopt.recipes import Recipe
 from memopt.run.budget import Budget
@@ -28,13 +31,10 @@ from memopt.run.files import replace_atomically
 from memopt.run.journal import Journal
 from memopt.run.launch import LOG_NAME
 from memopt.run.settings import RunSettings
-from memopt.run.target import load_target
-from memopt.run.trials import TrialSpec, run_trial
-from memopt.scan import ScanReport, scan_graph
 from memopt.units import format_bytes
 
 if TYPE_CHECKING:
-    from memopt.backends.torch.export import TorchExport
+    from memopt.pipeline.torch_export import TorchExport
 
 __all__ = ["carry_over_to_torch", "exportable", "torch_side"]
 
@@ -50,7 +50,7 @@ def exportable(target: RunnableTarget, command: str = "export --torch") -> Recip
     torch (the options check's light import) leaves transformers unable to build a model."""
     if not isinstance(target, RecipeTarget):
         raise MemoptError(f"{command} verifies in memopt's own training of a recipe, not {target}")
-    import memopt.backends.torch.export  # noqa: F401
+    import memopt.pipeline.torch_export  # noqa: F401
 
     return target
 
@@ -82,10 +82,10 @@ def carry_over_to_torch(
     target = settings.target
     # Imported here, not with the module: the torch back end loads torch, which the commands' shared
     # start-up must not carry (``exportable`` loaded it before the options were read).
-    from memopt.backends.torch.export import export_config
     from memopt.backends.torch.gradients import gradient_differences
     from memopt.backends.torch.scan import scan_recipe
     from memopt.backends.torch.trial import run_torch_trial
+    from memopt.pipeline.torch_export import export_config
 
     loaded, budget_bytes = torch_side(settings, budget)
     journal = Journal.in_folder(settings.runs_dir)

@@ -13,6 +13,13 @@ from rich.table import Table
 from rich.text import Text
 
 from memopt.backends import Backend, choose_backend
+from memopt.backends.ort.calibrate import calibrate, save_model
+from memopt.backends.ort.config import takes_json_file
+from memopt.backends.ort.predict.calibration import Calibration, learn_from_trial
+from memopt.backends.ort.predict.planner import DEFAULT_MARGIN, PlanResult, choose_plans
+from memopt.backends.ort.trials import TrialSpec, run_trial, stack_versions
+from memopt.backends.ort.tune.export import ConfigExport, plan_export, write_config
+from memopt.backends.ort.version import OrtVersion
 from memopt.cli import EXIT_DOES_NOT_FIT, app, console, error_console
 from memopt.cli.options import (
     BackendOption,
@@ -43,19 +50,12 @@ from memopt.cli.tables import add_entry_column, print_table
 from memopt.core import RunnableTarget, runnable
 from memopt.core.trial import TrialResult
 from memopt.errors import MemoptError
-from memopt.ort.config import takes_json_file
-from memopt.ort.version import OrtVersion
-from memopt.pipeline.calibrate import calibrate, save_model
-from memopt.predict.calibration import Calibration, learn_from_trial
-from memopt.predict.planner import DEFAULT_MARGIN, PlanResult, choose_plans
 from memopt.run import DEFAULT_RUNS_DIR, DEFAULT_STEPS, DEFAULT_TIMEOUT_S
 from memopt.run.budget import Budget, parse_budget, require_budget, resolve_budget
 from memopt.run.files import check_write_target, replace_atomically
 from memopt.run.journal import Journal
 from memopt.run.launch import new_run_dir
 from memopt.run.settings import RunSettings
-from memopt.run.trials import TrialSpec, run_trial, stack_versions
-from memopt.tune.export import ConfigExport, plan_export, write_config
 from memopt.units import format_bytes, format_cuda_memory, format_mib
 
 __all__ = ["plan_command"]

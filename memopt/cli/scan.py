@@ -15,6 +15,13 @@ from rich.table import Table
 from rich.text import Text
 
 from memopt.backends import Backend, choose_backend
+from memopt.backends.ort.graph.sizes import resolve_dims
+from memopt.backends.ort.scan import ProbeLevel, ScanReport, fold_layers, scan_graph
+from memopt.backends.ort.scan.parity import logged_parity
+from memopt.backends.ort.scan.patterns import Pattern, order_patterns
+from memopt.backends.ort.scan.savings import UNKNOWN_DIM_PREFIX
+from memopt.backends.ort.stack import inspect_stack
+from memopt.backends.ort.target import ProbedGraph, load_target
 from memopt.cli import app, console, error_console
 from memopt.cli.dims import parse_dims_option
 from memopt.cli.options import (
@@ -36,17 +43,10 @@ from memopt.cli.tables import add_entry_column, print_table
 from memopt.core import RecipeTarget, runnable
 from memopt.errors import MemoptError
 from memopt.graph.polynomial import Polynomial
-from memopt.graph.sizes import resolve_dims
-from memopt.ort.stack import inspect_stack
 from memopt.recipes import DEFAULT_RECIPE
 from memopt.run import DEFAULT_RUNS_DIR
 from memopt.run.files import check_write_target, replace_atomically
 from memopt.run.settings import RunSettings
-from memopt.run.target import ProbedGraph, load_target
-from memopt.scan import ProbeLevel, ScanReport, fold_layers, scan_graph
-from memopt.scan.parity import logged_parity
-from memopt.scan.patterns import Pattern, order_patterns
-from memopt.scan.savings import UNKNOWN_DIM_PREFIX
 from memopt.units import format_bytes
 
 if TYPE_CHECKING:
@@ -210,7 +210,7 @@ def scan_command(
     if plot is not None:
         if missing or unnamed:
             raise MemoptError(f"--plot needs values for {', '.join(missing or unnamed)}")
-        from memopt.scan.plot import plot_scan
+        from memopt.backends.ort.scan.plot import plot_scan
 
         replace_atomically(plot, plot_scan(report, values, _image_format(plot)))
         status.print(f"plot written to {plot}", markup=False, highlight=False)

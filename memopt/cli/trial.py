@@ -14,6 +14,17 @@ import typer
 from rich.markup import escape
 
 from memopt.backends import Backend, choose_backend
+from memopt.backends.ort.calibrate import load_saved_model, model_identity, save_model
+from memopt.backends.ort.config import ConfigEntry, PlanKey
+from memopt.backends.ort.predict.calibration import learn_from_trial
+from memopt.backends.ort.predict.memory_model import MemoryModel, ModelError
+from memopt.backends.ort.trials import (
+    TrialSpec,
+    parse_trial_config,
+    run_trial,
+    stack_versions,
+)
+from memopt.backends.ort.version import OrtVersion
 from memopt.cli import EXIT_DOES_NOT_FIT, app, console, error_console
 from memopt.cli.options import (
     BackendOption,
@@ -37,22 +48,11 @@ from memopt.cli.options import (
 from memopt.cli.show import print_trial, say
 from memopt.core import RunnableTarget, runnable
 from memopt.errors import MemoptError
-from memopt.ort.config import ConfigEntry, PlanKey
-from memopt.ort.version import OrtVersion
-from memopt.pipeline.calibrate import load_saved_model, model_identity, save_model
-from memopt.predict.calibration import learn_from_trial
-from memopt.predict.memory_model import MemoryModel, ModelError
 from memopt.run import DEFAULT_RUNS_DIR, DEFAULT_STEPS, DEFAULT_TIMEOUT_S
 from memopt.run.budget import Budget, parse_budget
 from memopt.run.journal import Journal
 from memopt.run.launch import LOG_NAME
 from memopt.run.settings import RunSettings
-from memopt.run.trials import (
-    TrialSpec,
-    parse_trial_config,
-    run_trial,
-    stack_versions,
-)
 from memopt.units import format_bytes
 
 __all__ = ["trial_command"]

@@ -1,6 +1,6 @@
 """``memopt tune``: from "OOM at the batch I need" to a verified ORTMODULE_MEMORY_OPT_CONFIG.
 
-The TUI (``memopt.tui``) by default; ``--no-tui`` runs the same search (``memopt.tune.tuner``)
+The TUI (``memopt.tui``) by default; ``--no-tui`` runs the same search (``memopt.backends.ort.tune.tuner``)
 with plain progress lines on stderr and the result (``--json``: a JSON document) on stdout.
 Either way the ``export …`` line(s) of the best verified config end up on stdout.
 """
@@ -14,6 +14,8 @@ from collections.abc import Callable
 import typer
 
 from memopt.backends import Backend, choose_backend
+from memopt.backends.ort.trials import StackVersions, stack_versions
+from memopt.backends.ort.tune.tuner import Tuner
 from memopt.cli import EXIT_DOES_NOT_FIT, app
 from memopt.cli.carry_over import carry_over_to_torch, exportable, torch_side
 from memopt.cli.options import (
@@ -45,19 +47,11 @@ from memopt.cli.show import say, stdout_kept_for_the_result
 from memopt.core import runnable
 from memopt.errors import MemoptError
 from memopt.predict import DEFAULT_MARGIN
-from memopt.run import (
-    DEFAULT_RUNS_DIR,
-    DEFAULT_STEPS,
-    DEFAULT_TIMEOUT_S,
-    StackVersions,
-    parse_budget,
-    require_budget,
-    stack_versions,
-)
+from memopt.run import DEFAULT_RUNS_DIR, DEFAULT_STEPS, DEFAULT_TIMEOUT_S, parse_budget, require_budget
 from memopt.run.budget import Budget
 from memopt.run.journal import Journal
 from memopt.run.settings import RunSettings
-from memopt.tune import DEFAULT_MAX_TRIALS, TuneEvent, Tuner, TuneSettings, event_line
+from memopt.tune import DEFAULT_MAX_TRIALS, TuneEvent, TuneSettings, event_line
 from memopt.tune.session import TuningSession
 
 __all__ = ["tune_command", "print_event"]
@@ -149,7 +143,7 @@ def tune_command(
         if no_tui:
             _headless_torch(run, target_batch, parsed_budget, margin, resume, as_json)
             return
-        from memopt.tune.torch_session import TorchTuner
+        from memopt.backends.torch.session import TorchTuner
 
         _show(TorchTuner(settings), manual)
         return

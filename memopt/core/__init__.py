@@ -12,7 +12,7 @@
 ``memory``, ``plan``, ``trial`` and ``records`` are imported by their module (``memopt.core.trial``), not
 from here: the child process imports this package, and does without pydantic.
 
-ORT's plan keys (their cells) and config entries are ORT's vocabulary and live in ``memopt.ort.config``.
+ORT's plan keys (their cells) and config entries are ORT's vocabulary and live in ``memopt.backends.ort.config``.
 """
 
 from memopt.core.status import RunStatus

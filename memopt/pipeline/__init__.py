@@ -1,38 +1,8 @@
-"""The orchestration stage: the runs that feed the pure model, and the files that keep it.
+"""The orchestration stage: what runs across back ends, above both.
 
-- ``calibrate``: probe a target and scan its graph once (``prepare_target``), run the
-  no-config calibration trials (``calibrate`` with real trials, ``calibrate_on`` any trial
-  runner) and fit the memory model and recompute costs on them and on the journal's history
-  (``fit_calibration``); the model library next to the journal (``save_model``,
-  ``load_saved_model``, keyed by ``model_identity``).
+- ``torch_export``: an ORT config carried over to plain PyTorch (ORT's scan and plan names
+  matched against the torch back end's scan).
 
-It sits above ``memopt.predict`` (the memory model, the simulators and the planner: pure,
-no runs) and ``memopt.run`` (child processes, trials, the journal); ``memopt plan``,
-``memopt trial`` and the tuner share it.
+It sits above ``memopt.backends`` (each back end's scan, model, trials and session) and
+imports them; no back end imports it.
 """
-
-from memopt.pipeline.calibrate import (
-    MODEL_FILE,
-    CalibrationRun,
-    ScannedGraph,
-    calibrate,
-    calibrate_on,
-    fit_calibration,
-    load_saved_model,
-    model_identity,
-    prepare_target,
-    save_model,
-)
-
-__all__ = [
-    "MODEL_FILE",
-    "CalibrationRun",
-    "ScannedGraph",
-    "calibrate",
-    "calibrate_on",
-    "fit_calibration",
-    "load_saved_model",
-    "model_identity",
-    "prepare_target",
-    "save_model",
-]

@@ -24,17 +24,19 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from memopt.backends.ort.calibrate import ScannedGraph, prepare_target
+from memopt.backends.ort.graph.training_graph import TrainingGraph, load_graph
+from memopt.backends.ort.predict import liveness
+from memopt.backends.ort.predict.liveness import Recompute, Timeline
+from memopt.backends.ort.rules import AnalysisOrder
+from memopt.backends.ort.target import ProbedGraph
+from memopt.backends.ort.trials import StackVersions, TrialSpec, requested_off
+from memopt.backends.ort.tune.tuner import Tuner
 from memopt.core import RunStatus, parse_runnable
 from memopt.core.memory import Memory
 from memopt.core.trial import Outcome, TrialResult
-from memopt.graph import TrainingGraph, load_graph
-from memopt.ort.rules import AnalysisOrder
-from memopt.pipeline import ScannedGraph, prepare_target
-from memopt.predict import liveness
-from memopt.predict.liveness import Recompute, Timeline
-from memopt.run import ProbedGraph, RunSettings, StackVersions, TrialSpec
-from memopt.run.trials import requested_off
-from memopt.tune import Tuner, TuneSettings
+from memopt.run import RunSettings
+from memopt.tune import TuneSettings
 
 SAMPLE_GRAPH = Path(__file__).resolve().parent.parent.parent / "sample_logs" / "graphs" / "1.19.2" / "gpt.onnx"
 VERSIONS = StackVersions("1.19.2", "onnxruntime-training-cpu", "2.4.1", cuda=False)
