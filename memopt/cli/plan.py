@@ -12,7 +12,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from memopt.backends import Backend, choose_backend
+from memopt.backends import BackendName, choose_backend
 from memopt.backends.ort.calibrate import calibrate, save_model
 from memopt.backends.ort.config import takes_json_file
 from memopt.backends.ort.predict.calibration import Calibration, learn_from_trial
@@ -103,7 +103,7 @@ def plan_command(
         check_write_target(out, overwrite=force)  # before any run: a user's file is never replaced unasked
     target = runnable(choose_target(recipe, command, default=None))
     chosen_backend = choose_backend(backend)
-    if chosen_backend.backend is Backend.TORCH:
+    if chosen_backend.name is BackendName.TORCH:
         # Loaded before the options are checked: this back end builds an hf: model in this process
         # (its scan), which transformers cannot once imported without torch for the check alone.
         import memopt.backends.torch.tune  # noqa: F401
@@ -114,7 +114,7 @@ def plan_command(
         RunOptions(steps, device, timeout, python, runs_dir),
     )
     parsed = parse_budget(budget) if budget is not None else None
-    if chosen_backend.backend is Backend.TORCH:
+    if chosen_backend.name is BackendName.TORCH:
         say(chosen_backend.line())
         _plan_torch(settings, target_batch, parsed, margin, resume, verify, out, force, as_json)
         return

@@ -14,7 +14,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from memopt.backends import Backend, choose_backend
+from memopt.backends import BackendName, choose_backend
 from memopt.backends.ort.graph.sizes import resolve_dims
 from memopt.backends.ort.scan import ProbeLevel, ScanReport, fold_layers, scan_graph
 from memopt.backends.ort.scan.parity import logged_parity
@@ -126,7 +126,7 @@ def scan_command(
         raise MemoptError("choose one of --json and --csv")
     chosen_backend = choose_backend(backend)
     chosen = choose_target(target, command)
-    if chosen_backend.backend is Backend.TORCH:
+    if chosen_backend.name is BackendName.TORCH:
         # Imported here: an ORT scan loads no torch in this process.
         from memopt.backends.torch.command_scan import scan_command as scan_job
         from memopt.backends.torch.scan import scan_recipe

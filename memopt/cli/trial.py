@@ -13,7 +13,7 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
-from memopt.backends import Backend, choose_backend
+from memopt.backends import BackendName, choose_backend
 from memopt.backends.ort.calibrate import load_saved_model, model_identity, save_model
 from memopt.backends.ort.config import ConfigEntry, PlanKey
 from memopt.backends.ort.predict.calibration import learn_from_trial
@@ -111,7 +111,7 @@ def trial_command(
         TargetOptions(seq, size, option, hf_task, target_seq),
         RunOptions(steps, device, timeout, python, runs_dir),
     )
-    if chosen_backend.backend is Backend.TORCH:
+    if chosen_backend.name is BackendName.TORCH:
         _torch_trial(settings, batch, config, parsed_budget, resume, as_json, chosen_backend.line())
         return
     options = settings.options

@@ -14,9 +14,10 @@ from __future__ import annotations
 import hashlib
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -29,7 +30,7 @@ from memopt.backends.torch.trial import (
     on_cuda,
     run_torch_trial,
 )
-from memopt.backends.torch.tune import TorchPlan, plan_torch, verify_torch
+from memopt.backends.torch.tune import TorchPlan, TorchTuneResult, plan_torch, verify_torch
 from memopt.core.memory import Memory
 from memopt.core.plan import PlanName
 from memopt.core.trial import Outcome, TrialResult, outcome_of
@@ -48,6 +49,7 @@ from memopt.tune.events import (
     TrialFinished,
     TrialRecord,
     TrialStarted,
+    TuneEvent,
     TuneResult,
 )
 from memopt.tune.session import SessionEvents
@@ -68,8 +70,8 @@ class _Prediction:
 class TorchTuner(SessionEvents):
     """One tuning session on the torch back end (a ``memopt.tune.session.TuningSession``)."""
 
-    def __init__(self, settings: TuneSettings) -> None:
-        super().__init__()
+    def __init__(self, settings: TuneSettings, on_event: Callable[[TuneEvent], None] | None = None) -> None:
+        super().__init__(on_event)
         self.settings = settings
         self.journal = Journal.in_folder(settings.run.runs_dir)
         self.ready: Ready | None = None
@@ -79,6 +81,7 @@ class TorchTuner(SessionEvents):
         self.records: list[TrialRecord] = []
         self._trials: dict[int, TorchTrial] = {}  # by record number
         self._lock = threading.Lock()
+        self._searched: TorchTuneResult | None = None  # the last auto-search's, for its summary
 
     # -- set-up -----------------------------------------------------------------------
 
@@ -217,6 +220,7 @@ class TorchTuner(SessionEvents):
                 ),
                 say=self._say,
             )
+            self._searched = result
         except TuneCancelled:
             message = "cancelled: the running trial was stopped; the journal keeps every finished trial"
             cancelled = TuneResult(SearchStatus.CANCELLED, message, self.best(), tuple(self.records))
@@ -236,6 +240,12 @@ class TorchTuner(SessionEvents):
         return finished
 
     # -- results ------------------------------------------------------------------------------
+
+    def summary(self, result: TuneResult) -> dict[str, Any]:
+        """The auto-search's result for ``--json``."""
+        if self._searched is None:
+            return {"status": str(result.status), "message": result.message, "backend": "torch"}
+        return self._searched.summary(self.settings.run, self.journal.path)
 
     def best(self) -> TrialRecord | None:
         """The cheapest run at the target batch whose peak is under the limit (by the scan's recompute times)."""

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from memopt.core import RunStatus
+from memopt.core import BackendName, RunStatus
 from memopt.errors import MemoptError
 from memopt.recompute import POLICY_ENV, RecomputePlan, RecomputePolicy
 from memopt.run.budget import CPU_ALLOCATOR_ENV, Budget, cpu_device_memory, resolve_budget
@@ -200,7 +200,7 @@ def run_torch_trial(
     policy.write(run_dir / POLICY_FILE)
     allocator = allocator_env(settings.device)
     env = {POLICY_ENV: str((run_dir / POLICY_FILE).resolve()), **allocator}
-    run = run_target(RunRequest(settings, batch, env=env, backend="torch"), run_dir, cancel)
+    run = run_target(RunRequest(settings, batch, env=env, backend=BackendName.TORCH), run_dir, cancel)
     trial = TorchTrial(
         batch, policy, run.status, run_dir, run.memory.device_peak, run.median_step_s, run.error, allocator=allocator
     )

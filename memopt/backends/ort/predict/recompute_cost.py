@@ -1,7 +1,7 @@
 """What recomputing a plan costs: the time of its subgraph's nodes, in seconds, at any dims.
 
 A recomputed node runs the same kernel on the same shapes as the forward node it clones. On
-CPU the calibration run profiles every node (``memopt.child.profile``): a node's measured
+CPU the calibration run profiles every node (``memopt.backends.ort.profile``): a node's measured
 time, scaled by its work from the calibration run's dims to the target's, is its cost.
 
 A node without a measured time (a CUDA run, a `--cmd` job, a stack whose profiler memopt cannot reach)
@@ -70,7 +70,7 @@ class RecomputeCost:
 
 
 def read_node_times(path: Path) -> dict[str, float]:
-    """The node times a profiled run wrote (``memopt.child.profile``); empty where it wrote none."""
+    """The node times a profiled run wrote (``memopt.backends.ort.profile``); empty where it wrote none."""
     try:
         seconds = json.loads(path.read_text()).get("node_seconds")
     except (OSError, ValueError, AttributeError):

@@ -26,6 +26,7 @@ _PROFILED_STEPS = """
 import os, sys
 import onnxruntime
 from onnxruntime.training.ortmodule import _graph_execution_manager as manager
+from memopt.backends.ort.child import OrtSteps
 from memopt.child.steps import run_steps
 from memopt.recipes import load_recipe
 
@@ -38,7 +39,9 @@ def profiled():
     return options
 
 manager.onnxruntime.SessionOptions = profiled
-run_steps(load_recipe("gpt", {"size": "tiny"}), 4, steps=1, device="cpu", log_level="WARNING", save_onnx=False)
+run_steps(
+    load_recipe("gpt", {"size": "tiny"}), 4, steps=1, device="cpu", log_level="WARNING", save_onnx=False, backend=OrtSteps()
+)
 """
 
 

@@ -1,4 +1,4 @@
-"""Fast unit tests of recompute cost (memopt/predict/recompute_cost.py, memopt/child/profile.py), no ORT.
+"""Fast unit tests of recompute cost (memopt/backends/ort/predict/recompute_cost.py, memopt/backends/ort/profile.py), no ORT.
 
 A node's profiled kernel time scaled by its work to the target dims; where none was measured,
 FLOPs for matrix products (2·M·N·K), bytes read and written for everything else, and one
@@ -24,7 +24,7 @@ from memopt.backends.ort.predict.recompute_cost import (
     read_node_times,
     seconds_per_unit,
 )
-from memopt.child.profile import node_seconds
+from memopt.backends.ort.profile import node_seconds
 
 F32, F16 = TensorProto.FLOAT, TensorProto.FLOAT16
 
