@@ -48,7 +48,7 @@ from memopt.core import runnable
 from memopt.errors import MemoptError
 from memopt.predict import DEFAULT_MARGIN
 from memopt.run import DEFAULT_RUNS_DIR, DEFAULT_STEPS, DEFAULT_TIMEOUT_S, parse_budget
-from memopt.tune import DEFAULT_MAX_TRIALS, TuneEvent, TuneSettings, event_line
+from memopt.tune import DEFAULT_MAX_TRIALS, OrtTuneSettings, TuneEvent, TuneSettings, event_line
 from memopt.tune.session import TuningSession
 
 __all__ = ["tune_command", "print_event"]
@@ -117,14 +117,14 @@ def tune_command(
     parsed_budget = parse_budget(budget) if budget is not None else None
     if export_torch:
         torch_side(run, parsed_budget)  # what the carry-over would refuse, refused before the tune
-    settings = TuneSettings.for_target(
-        run,
-        target_batch,
+    settings = TuneSettings(
+        run=run,
+        target_batch=target_batch,
         budget=parsed_budget,
         max_trials=max_trials,
         resume=resume,
         margin=margin,
-        calibration_batches=calibration_batches(calibrate_at),
+        ort=OrtTuneSettings(calibration_batches=calibration_batches(calibrate_at)),
     )
     # A stack, device or budget the back end refuses is refused here, not on the screen once it is open.
     session = chosen_backend.backend.tuning_session(settings, on_event=print_event if no_tui else None)

@@ -25,11 +25,12 @@ from memopt.tune.events import (
     TuneResult,
     event_line,
 )
-from memopt.tune.settings import DEFAULT_MAX_TRIALS, TuneCancelled, TuneError, TuneSettings
+from memopt.tune.settings import DEFAULT_MAX_TRIALS, OrtTuneSettings, TuneCancelled, TuneError, TuneSettings
 
 __all__ = [
     "DEFAULT_MAX_TRIALS",
     "Note",
+    "OrtTuneSettings",
     "PlanRow",
     "Purpose",
     "Ready",

@@ -36,7 +36,7 @@ from memopt.core import RunStatus, parse_runnable
 from memopt.core.memory import Memory
 from memopt.core.trial import Outcome, TrialResult
 from memopt.run import RunSettings
-from memopt.tune import TuneSettings
+from memopt.tune import OrtTuneSettings, TuneSettings
 
 SAMPLE_GRAPH = Path(__file__).resolve().parent.parent.parent / "sample_logs" / "graphs" / "1.19.2" / "gpt.onnx"
 VERSIONS = StackVersions("1.19.2", "onnxruntime-training-cpu", "2.4.1", cuda=False)
@@ -160,7 +160,7 @@ def fake_tuner(runs_dir: Path, runner: FakeRunner, budget_bytes: int, **settings
     defaults: dict[str, object] = {
         "run": RunSettings(target=parse_runnable("gpt"), options={"size": "tiny"}, runs_dir=runs_dir, device="cpu"),
         "target_batch": 16,
-        "calibration_batches": (8,),
+        "ort": OrtTuneSettings(calibration_batches=(8,)),
         "budget": Budget(f"{budget_bytes}B", bytes=budget_bytes),
         "margin": 0.0,
     }

@@ -25,7 +25,7 @@ from memopt.backends.ort.tune.tuner import Tuner
 from memopt.core import parse_runnable
 from memopt.run import RunSettings
 from memopt.run.budget import parse_budget
-from memopt.tune import TuneSettings
+from memopt.tune import OrtTuneSettings, TuneSettings
 
 RECIPE = str(Path(__file__).resolve().parent.parent / "recipes" / "wide_gpt.py")
 OPTIONS = {"n_layer": 2, "seq_len": 128}
@@ -52,7 +52,7 @@ def settings(budget: str = PLACEHOLDER_BUDGET, *, resume: bool = True) -> TuneSe
         budget=parse_budget(budget),
         max_trials=4,
         margin=0.01,
-        calibration_batches=CALIBRATION,
+        ort=OrtTuneSettings(calibration_batches=CALIBRATION),
         resume=resume,
     )
 

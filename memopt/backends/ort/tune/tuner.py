@@ -187,13 +187,13 @@ class Tuner(SessionEvents):
     @property
     def _calibration_batches(self) -> tuple[int, ...]:
         s = self.settings
-        return tuple(dict.fromkeys(s.calibration_batches or default_calibration_batches(s.target_batch)))
+        return tuple(dict.fromkeys(s.ort.calibration_batches or default_calibration_batches(s.target_batch)))
 
     @property
     def _probe_batch(self) -> int:
         """The graph probe runs at the first calibration batch (unless told otherwise): it is that
         calibration run too, so a search needs the probe and its verifying trials only."""
-        return self.settings.probe_batch or self._calibration_batches[0]
+        return self.settings.ort.probe_batch or self._calibration_batches[0]
 
     def _prepare_target(self) -> ScannedGraph:
         try:
