@@ -9,9 +9,13 @@ for anything loads nothing of ORT's path, and the reverse.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Protocol
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
 
 from memopt.core.backend import BackendName
+from memopt.run.budget import Budget
+from memopt.run.settings import RunSettings
 
 if TYPE_CHECKING:
     from memopt.child.steps import StepsBackend
@@ -19,7 +23,43 @@ if TYPE_CHECKING:
     from memopt.tune.session import TuningSession
     from memopt.tune.settings import TuneSettings
 
-__all__ = ["Backend"]
+__all__ = ["Backend", "Progress", "TrialReport", "TrialRequest"]
+
+
+class Progress(Protocol):
+    """How a back end's command work tells the person running it where it is (the command's view)."""
+
+    def checked(self) -> None:
+        """The request passed the back end's checks: the command's first line, its back end, goes out.
+        Bad input is refused before it, with one error line."""
+        ...
+
+    def say(self, line: str) -> None:
+        """One line of progress."""
+        ...
+
+    def working(self, what: str) -> AbstractContextManager[object]:
+        """Shows ``what`` while the block runs."""
+        ...
+
+
+@dataclass(frozen=True)
+class TrialRequest:
+    """``memopt trial``: one config at one batch size, run as a user would, journaled."""
+
+    settings: RunSettings
+    batch: int
+    config: str  # as the user gave it, in the back end's syntax (``none``: no recompute)
+    budget: Budget | None
+    resume: bool  # reuse a finished trial of the journal with the same key
+
+
+class TrialReport(Protocol):
+    """What a trial found, as its back end reports it."""
+
+    def record(self) -> dict[str, Any]:
+        """The journal's record of the trial (``--json``)."""
+        ...
 
 
 class Backend(Protocol):
@@ -43,6 +83,10 @@ class Backend(Protocol):
 
     def child_steps(self) -> StepsBackend:
         """Its part in the child process's measured steps (the model as it trains)."""
+        ...
+
+    def trial(self, request: TrialRequest, progress: Progress) -> TrialReport:
+        """One trial: its config checked, run, journaled (and learnt from, where the back end keeps a model)."""
         ...
 
     def tuning_session(

@@ -9,11 +9,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from memopt.backends.base import Progress, TrialRequest
 from memopt.core.backend import BackendName
 from memopt.errors import MemoptError
 
 if TYPE_CHECKING:
     from memopt.backends.ort.child import OrtSteps
+    from memopt.backends.ort.commands import OrtTrialReport
     from memopt.backends.ort.tune.tuner import Tuner
     from memopt.tune.events import TuneEvent
     from memopt.tune.settings import TuneSettings
@@ -41,6 +43,11 @@ class OrtBackend:
         from memopt.backends.ort.child import OrtSteps
 
         return OrtSteps()
+
+    def trial(self, request: TrialRequest, progress: Progress) -> OrtTrialReport:
+        from memopt.backends.ort.commands import ort_trial
+
+        return ort_trial(request, progress)
 
     def tuning_session(self, settings: TuneSettings, on_event: Callable[[TuneEvent], None] | None = None) -> Tuner:
         from memopt.backends.ort.trials import stack_versions

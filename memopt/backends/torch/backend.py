@@ -10,10 +10,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from memopt.backends.base import Progress, TrialRequest
 from memopt.core.backend import BackendName
 
 if TYPE_CHECKING:
     from memopt.backends.torch.child import TorchSteps
+    from memopt.backends.torch.commands import TorchTrialReport
     from memopt.backends.torch.session import TorchTuner
     from memopt.tune.events import TuneEvent
     from memopt.tune.settings import TuneSettings
@@ -37,6 +39,11 @@ class TorchBackend:
         from memopt.backends.torch.child import TorchSteps
 
         return TorchSteps()
+
+    def trial(self, request: TrialRequest, progress: Progress) -> TorchTrialReport:
+        from memopt.backends.torch.commands import torch_trial
+
+        return torch_trial(request, progress)
 
     def tuning_session(self, settings: TuneSettings, on_event: Callable[[TuneEvent], None] | None = None) -> TorchTuner:
         from memopt.backends.torch.session import TorchTuner

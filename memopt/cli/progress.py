@@ -1,0 +1,32 @@
+"""What a back end's command work shows while it runs (``memopt.backends.base.Progress``): the
+back end's line once the request is checked, progress lines on stderr, a spinner while it works."""
+
+from __future__ import annotations
+
+from contextlib import AbstractContextManager
+
+from rich.console import Console
+from rich.markup import escape
+
+from memopt.backends import ChosenBackend
+from memopt.cli import console
+from memopt.cli.show import say
+
+__all__ = ["CommandProgress"]
+
+
+class CommandProgress:
+    """``status``: where the spinner goes (stderr where stdout carries ``--json``)."""
+
+    def __init__(self, chosen: ChosenBackend, status: Console = console) -> None:
+        self.chosen = chosen
+        self.status = status
+
+    def checked(self) -> None:
+        say(self.chosen.line())
+
+    def say(self, line: str) -> None:
+        say(line)
+
+    def working(self, what: str) -> AbstractContextManager[object]:
+        return self.status.status(escape(what))
