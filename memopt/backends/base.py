@@ -11,19 +11,20 @@ from __future__ import annotations
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from memopt.core.backend import BackendName
-from memopt.run.budget import Budget
-from memopt.run.settings import RunSettings
 
 if TYPE_CHECKING:
     from memopt.child.steps import StepsBackend
+    from memopt.run.budget import Budget
+    from memopt.run.settings import RunSettings
     from memopt.tune.events import TuneEvent
     from memopt.tune.session import TuningSession
     from memopt.tune.settings import TuneSettings
 
-__all__ = ["Backend", "Progress", "TrialReport", "TrialRequest"]
+__all__ = ["Backend", "PlanReport", "PlanRequest", "Progress", "TrialReport", "TrialRequest"]
 
 
 class Progress(Protocol):
@@ -36,6 +37,14 @@ class Progress(Protocol):
 
     def say(self, line: str) -> None:
         """One line of progress."""
+        ...
+
+    def warn(self, line: str) -> None:
+        """A warning: the work goes on."""
+        ...
+
+    def result_kept(self) -> AbstractContextManager[object]:
+        """Keeps stdout for the command's result while the block runs (libraries' C code prints there)."""
         ...
 
     def working(self, what: str) -> AbstractContextManager[object]:
@@ -52,6 +61,29 @@ class TrialRequest:
     config: str  # as the user gave it, in the back end's syntax (``none``: no recompute)
     budget: Budget | None
     resume: bool  # reuse a finished trial of the journal with the same key
+
+
+@dataclass(frozen=True)
+class PlanRequest:
+    """``memopt plan``: the cheapest recompute predicted to fit, written where a job reads it."""
+
+    settings: TuneSettings  # the target batch, budget, margin, resume and the back end's own section
+    verify: bool  # run the answer once at the target batch
+    out: Path | None  # where the answer goes (None: in the runs folder)
+    force: bool  # replace ``out`` if it is a regular file
+
+
+class PlanReport(Protocol):
+    """A plan's answer, as its back end reports it."""
+
+    @property
+    def fits(self) -> bool:
+        """Predicted to fit (and, where it was run, measured to)."""
+        ...
+
+    def summary(self) -> dict[str, Any]:
+        """The answer for ``--json``."""
+        ...
 
 
 class TrialReport(Protocol):
@@ -85,12 +117,16 @@ class Backend(Protocol):
         """Its part in the child process's measured steps (the model as it trains)."""
         ...
 
+    def plan(self, request: PlanRequest, progress: Progress) -> PlanReport:
+        """The plan predicted to fit at least cost, written where a job reads it (``verify``: run once)."""
+        ...
+
     def trial(self, request: TrialRequest, progress: Progress) -> TrialReport:
         """One trial: its config checked, run, journaled (and learnt from, where the back end keeps a model)."""
         ...
 
     def tuning_session(
-        self, settings: TuneSettings, on_event: Callable[[TuneEvent], None] | None = None
+        self, settings: TuneSettings, progress: Progress, on_event: Callable[[TuneEvent], None] | None = None
     ) -> TuningSession:
         """The session that tunes ``settings`` (the TUI's and ``--no-tui``'s alike), after the
         checks that refuse what it cannot run here (a missing stack, a budget the device lacks)."""

@@ -9,8 +9,8 @@ from rich.console import Console
 from rich.markup import escape
 
 from memopt.backends import ChosenBackend
-from memopt.cli import console
-from memopt.cli.show import say
+from memopt.cli import console, error_console
+from memopt.cli.show import say, stdout_kept_for_the_result
 
 __all__ = ["CommandProgress"]
 
@@ -27,6 +27,12 @@ class CommandProgress:
 
     def say(self, line: str) -> None:
         say(line)
+
+    def warn(self, line: str) -> None:
+        error_console.print(f"[yellow]warning:[/] {escape(line)}", highlight=False, soft_wrap=True)
+
+    def result_kept(self) -> AbstractContextManager[object]:
+        return stdout_kept_for_the_result()
 
     def working(self, what: str) -> AbstractContextManager[object]:
         return self.status.status(escape(what))

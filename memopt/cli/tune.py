@@ -43,6 +43,7 @@ from memopt.cli.options import (
     choose_target,
     run_settings,
 )
+from memopt.cli.progress import CommandProgress
 from memopt.cli.show import say, stdout_kept_for_the_result
 from memopt.core import runnable
 from memopt.errors import MemoptError
@@ -127,11 +128,11 @@ def tune_command(
         ort=OrtTuneSettings(calibration_batches=calibration_batches(calibrate_at)),
     )
     # A stack, device or budget the back end refuses is refused here, not on the screen once it is open.
-    session = chosen_backend.backend.tuning_session(settings, on_event=print_event if no_tui else None)
-    carry_over = _carry_over_to_torch(recipe or "") if export_torch else None
     if not no_tui:
         _needs_terminal()
-    say(chosen_backend.line())
+    progress = CommandProgress(chosen_backend)
+    session = chosen_backend.backend.tuning_session(settings, progress, on_event=print_event if no_tui else None)
+    carry_over = _carry_over_to_torch(recipe or "") if export_torch else None
     if no_tui:
         _headless(session, as_json, carry_over)
         return

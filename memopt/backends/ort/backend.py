@@ -9,13 +9,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from memopt.backends.base import Progress, TrialRequest
+from memopt.backends.base import PlanRequest, Progress, TrialRequest
 from memopt.core.backend import BackendName
 from memopt.errors import MemoptError
 
 if TYPE_CHECKING:
     from memopt.backends.ort.child import OrtSteps
-    from memopt.backends.ort.commands import OrtTrialReport
+    from memopt.backends.ort.commands import OrtPlanReport, OrtTrialReport
     from memopt.backends.ort.tune.tuner import Tuner
     from memopt.tune.events import TuneEvent
     from memopt.tune.settings import TuneSettings
@@ -44,12 +44,19 @@ class OrtBackend:
 
         return OrtSteps()
 
+    def plan(self, request: PlanRequest, progress: Progress) -> OrtPlanReport:
+        from memopt.backends.ort.commands import ort_plan
+
+        return ort_plan(request, progress)
+
     def trial(self, request: TrialRequest, progress: Progress) -> OrtTrialReport:
         from memopt.backends.ort.commands import ort_trial
 
         return ort_trial(request, progress)
 
-    def tuning_session(self, settings: TuneSettings, on_event: Callable[[TuneEvent], None] | None = None) -> Tuner:
+    def tuning_session(
+        self, settings: TuneSettings, progress: Progress, on_event: Callable[[TuneEvent], None] | None = None
+    ) -> Tuner:
         from memopt.backends.ort.trials import stack_versions
         from memopt.backends.ort.tune.tuner import Tuner
         from memopt.run.budget import require_budget
@@ -58,6 +65,7 @@ class OrtBackend:
         if versions.ort_version is None:
             raise MemoptError("the ORT training stack cannot run: onnxruntime-training is not installed")
         require_budget(settings.budget, settings.run.device, versions.cuda)
+        progress.checked()
         return Tuner(settings, on_event, versions=versions)
 
 

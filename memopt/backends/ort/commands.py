@@ -1,4 +1,4 @@
-"""The ORT back end's part in the commands that run trials: what ``memopt trial`` does under ORTModule."""
+"""The ORT back end's part in the commands: what ``memopt trial`` and ``memopt plan`` do under ORTModule."""
 
 from __future__ import annotations
 
@@ -7,19 +7,22 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from memopt.backends.base import Progress, TrialRequest
-from memopt.backends.ort.calibrate import load_saved_model, model_identity, save_model
-from memopt.backends.ort.config import ConfigEntry, PlanKey
-from memopt.backends.ort.predict.calibration import learn_from_trial
+from memopt.backends.base import PlanRequest, Progress, TrialRequest
+from memopt.backends.ort.calibrate import calibrate, load_saved_model, model_identity, save_model
+from memopt.backends.ort.config import ConfigEntry, PlanKey, takes_json_file
+from memopt.backends.ort.predict.calibration import Calibration, learn_from_trial
 from memopt.backends.ort.predict.memory_model import MemoryModel, ModelError
+from memopt.backends.ort.predict.planner import PlanResult, choose_plans
 from memopt.backends.ort.trials import TrialSpec, parse_trial_config, run_trial, stack_versions
+from memopt.backends.ort.tune.export import ConfigExport, plan_export, write_config
 from memopt.backends.ort.version import OrtVersion
 from memopt.core.trial import TrialResult
 from memopt.errors import MemoptError
+from memopt.run.budget import require_budget, resolve_budget
 from memopt.run.journal import Journal
 from memopt.run.launch import LOG_NAME
 
-__all__ = ["OrtTrialReport", "ort_trial"]
+__all__ = ["OrtPlanReport", "OrtTrialReport", "ort_plan", "ort_trial"]
 
 
 @dataclass(frozen=True)
@@ -71,6 +74,140 @@ def ort_trial(request: TrialRequest, progress: Progress) -> OrtTrialReport:
     if learnt is not None:
         save_model(settings.runs_dir, identity, learnt)
     return OrtTrialReport(result, tuple(dict.fromkeys((*validated.warnings, *result.config_warnings))))
+
+
+@dataclass(frozen=True)
+class OrtPlanReport:
+    request: PlanRequest
+    calibration: Calibration
+    result: PlanResult
+    export: ConfigExport | None  # None: no config is predicted to fit, so none is written or exported
+    config_file: Path | None  # where the config went, where its release reads one from a file
+    trial: TrialResult | None  # ``verify``'s run of it
+
+    @property
+    def fits(self) -> bool:
+        return self.result.feasible and (self.trial is None or not self.trial.outcome.does_not_fit)
+
+    def summary(self) -> dict[str, Any]:
+        result, cal, export, trial = self.result, self.calibration, self.export, self.trial
+        model = cal.model
+        return {
+            "recipe_graph": cal.graph_source,
+            "device": cal.device,
+            "ort_version": str(cal.ort_version),
+            "target_batch": result.target_batch,
+            "budget_bytes": result.budget_bytes,
+            "limit_bytes": round(result.limit_bytes),
+            "baseline_bytes": round(result.baseline_bytes),
+            "predicted_bytes": round(result.predicted_bytes),
+            "feasible": result.feasible,
+            "needs_recompute": result.needs_recompute,
+            "cost_s": result.cost_s,
+            "baseline_step_s": result.baseline_step_s,
+            "overhead": result.overhead,
+            "solver": result.solver,
+            "max_batch_all_plans": result.max_batch_all_plans,
+            "max_batch_no_plans": result.max_batch_no_plans,
+            "plans": [
+                {
+                    "key": c.key,
+                    "count": c.count,
+                    "frequency": c.frequency,
+                    "saving_bytes": c.saving_bytes,
+                    "cost_s": c.cost_s,
+                }
+                for c in result.choices
+            ],
+            "config": [str(e) for e in result.entries],
+            "refused": list(cal.refused),
+            "config_value": export.value if export is not None else None,
+            "export": export.lines[0] if export is not None else None,
+            "config_file": str(self.config_file) if self.config_file is not None else None,
+            "model": {
+                "description": model.describe(),
+                "cost_source": cal.cost_source,
+                "arena_check": cal.arena_check or None,
+                "fixed_bytes": round(model.static_bytes),
+                "activation_scale": model.activation_scale,
+                "outside_bytes": round(model.outside_bytes),
+                "on_card": dict(
+                    zip(
+                        ("allocated_bytes", "reserved_bytes", "outside_bytes"),
+                        (round(part) for part in model.on_card(result.target_batch, result.plans, result.counts)),
+                    )
+                )
+                if model.simulated and cal.device == "cuda"
+                else None,
+                "peak_at": model.timeline(result.target_batch, result.plans).where() if model.simulated else None,
+            },
+            "verification": trial.to_record() if trial is not None else None,
+        }
+
+
+def ort_plan(request: PlanRequest, progress: Progress) -> OrtPlanReport:
+    """Calibrate (a graph probe and no-config trials, or the journal's), choose the cheapest plans
+    predicted to fit, write their config; with ``verify``, run it once and learn from the run."""
+    settings = request.settings
+    run, target_batch, out = settings.run, settings.target_batch, request.out
+    versions = stack_versions(run.python, run.timeout_s)
+    if (
+        out is not None
+        and versions.ort_version is not None
+        and not takes_json_file(OrtVersion.parse(versions.ort_version))
+    ):
+        raise MemoptError(f"ORT {versions.ort_version} takes the config string itself; --out is for 1.19 JSON files")
+    require_budget(settings.budget, run.device, versions.cuda)
+    progress.checked()
+    with progress.result_kept(), progress.working(f"Calibrating {run.target}: graph probe and no-config trials…"):
+        cal = calibrate(
+            run,
+            target_batch,
+            calibration_batches=settings.ort.calibration_batches,
+            resume=settings.resume,
+            versions=versions,
+        )
+    for line in cal.refused:
+        progress.warn(line)
+    budget_bytes = resolve_budget(settings.budget, cal.device, cal.device_total)
+    with progress.result_kept():
+        result = choose_plans(
+            cal.model,
+            cal.costs_s,
+            target_batch,
+            budget_bytes,
+            cal.ort_version,
+            margin=settings.margin,
+            baseline_step_s=cal.baseline_step_s,
+        )
+    # A config that is not predicted to fit is no answer: nothing is written or exported.
+    export, config_file = _write_config(result, cal, request) if result.feasible else (None, None)
+    trial = None
+    if request.verify and result.feasible:
+        with progress.working(f"Verifying at batch {target_batch}…"):
+            trial = run_trial(
+                TrialSpec(run, target_batch, result.entries),
+                run.runs_dir,
+                journal=Journal.in_folder(run.runs_dir),
+                budget_bytes=budget_bytes,
+                predicted_peak_bytes=int(result.predicted_bytes),
+                versions=versions,
+            )
+        learnt = learn_from_trial(cal.model, trial, result.plans, result.counts)
+        if learnt is not None:
+            save_model(run.runs_dir, cal.identity, learnt)
+    return OrtPlanReport(request, cal, result, export, config_file, trial)
+
+
+def _write_config(result: PlanResult, cal: Calibration, request: PlanRequest) -> tuple[ConfigExport, Path | None]:
+    """The config of a feasible plan and the file written for it, where ORT 1.19 reads one.
+    With ``--out`` the file is written even when no recompute is needed: it gets the empty
+    config, so a job that exports it runs as with no config, never with an older config."""
+    version, run, out = cal.ort_version, request.settings.run, request.out
+    export = plan_export(result.entries, version, run.runs_dir, run.target, result.target_batch, out, kind="plan")
+    if takes_json_file(version) and (result.entries or out is not None):
+        return export, write_config(export, overwrite=out is None or request.force)
+    return export, None
 
 
 def _plan_keys(model: MemoryModel, entries: Sequence[ConfigEntry]) -> tuple[PlanKey, ...]:

@@ -10,12 +10,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from memopt.backends.base import Progress, TrialRequest
+from memopt.backends.base import PlanRequest, Progress, TrialRequest
 from memopt.core.backend import BackendName
 
 if TYPE_CHECKING:
     from memopt.backends.torch.child import TorchSteps
-    from memopt.backends.torch.commands import TorchTrialReport
+    from memopt.backends.torch.commands import TorchPlanReport, TorchTrialReport
     from memopt.backends.torch.session import TorchTuner
     from memopt.tune.events import TuneEvent
     from memopt.tune.settings import TuneSettings
@@ -40,15 +40,23 @@ class TorchBackend:
 
         return TorchSteps()
 
+    def plan(self, request: PlanRequest, progress: Progress) -> TorchPlanReport:
+        from memopt.backends.torch.commands import torch_plan
+
+        return torch_plan(request, progress)
+
     def trial(self, request: TrialRequest, progress: Progress) -> TorchTrialReport:
         from memopt.backends.torch.commands import torch_trial
 
         return torch_trial(request, progress)
 
-    def tuning_session(self, settings: TuneSettings, on_event: Callable[[TuneEvent], None] | None = None) -> TorchTuner:
+    def tuning_session(
+        self, settings: TuneSettings, progress: Progress, on_event: Callable[[TuneEvent], None] | None = None
+    ) -> TorchTuner:
         from memopt.backends.torch.session import TorchTuner
         from memopt.backends.torch.trial import resolve_torch_budget
 
+        progress.checked()
         resolve_torch_budget(settings.budget, settings.run.device)
         return TorchTuner(settings, on_event)
 

@@ -1,4 +1,4 @@
-"""The torch back end's part in the commands that run trials: what ``memopt trial`` does in plain PyTorch.
+"""The torch back end's part in the commands: what ``memopt trial`` and ``memopt plan`` do in plain PyTorch.
 
 Imported by the commands of either back end: torch (about 600 MiB of RSS, which an ORT command's
 parent process, counted in the same memory cgroup as its runs, must not carry) loads inside.
@@ -7,16 +7,20 @@ parent process, counted in the same memory cgroup as its runs, must not carry) l
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from memopt.backends.base import Progress, TrialRequest
+from memopt.backends.base import PlanRequest, Progress, TrialRequest
+from memopt.run.files import replace_atomically
 from memopt.run.journal import Journal
+from memopt.run.launch import new_run_dir
 
 if TYPE_CHECKING:
     from memopt.backends.torch.trial import TorchTrial
+    from memopt.backends.torch.tune import TorchPlan
     from memopt.recompute import RecomputePolicy
 
-__all__ = ["TorchTrialReport", "torch_trial"]
+__all__ = ["TorchPlanReport", "TorchTrialReport", "torch_plan", "torch_trial"]
 
 
 @dataclass(frozen=True)
@@ -45,3 +49,70 @@ def torch_trial(request: TrialRequest, progress: Progress) -> TorchTrialReport:
     if request.budget is not None and trial.peak_bytes is not None:
         budget_bytes = resolve_torch_budget(request.budget, settings.device)
     return TorchTrialReport(trial, policy, trial_key(settings, batch, policy), budget_bytes)
+
+
+@dataclass(frozen=True)
+class TorchPlanReport:
+    plan: TorchPlan
+    written: Path | None  # the policy file; None where no policy is predicted to fit
+    trial: TorchTrial | None  # ``verify``'s run of it
+    export: tuple[str, ...]  # the line a job's shell pastes
+
+    @property
+    def fits(self) -> bool:
+        return self.plan.feasible and (self.trial is None or self.trial.within(int(self.plan.limit_bytes)))
+
+    @property
+    def status(self) -> str:
+        return "does_not_fit" if not self.fits else "predicted" if self.trial is None else "verified"
+
+    def summary(self) -> dict[str, Any]:
+        plan, trial = self.plan, self.trial
+        return {
+            "status": self.status,
+            "backend": "torch",
+            "feasible": plan.feasible,
+            "target_batch": plan.target_batch,
+            "budget_bytes": plan.budget_bytes,
+            "limit_bytes": int(plan.limit_bytes),
+            "predicted_without_recompute_bytes": int(plan.baseline_bytes),
+            "predicted_bytes": int(plan.predicted_bytes),
+            "plans": [str(p) for p in plan.policy.plans],
+            "policy_file": str(self.written.resolve()) if self.written is not None else None,
+            "export": list(self.export),
+            "verify": None if trial is None else {"status": trial.status.value, "peak_bytes": trial.peak_bytes},
+        }
+
+
+def torch_plan(request: PlanRequest, progress: Progress) -> TorchPlanReport:
+    """Tune's scan, probes and choice, without its verifying run (``verify`` adds that one run);
+    the policy file written where a job reads it."""
+    from memopt.backends.torch.trial import POLICY_FILE, allocator_env, export_line, run_torch_trial
+    from memopt.backends.torch.tune import plan_torch
+    from memopt.units import format_bytes
+
+    settings = request.settings
+    run, target_batch, out = settings.run, settings.target_batch, request.out
+    progress.checked()
+    with progress.result_kept():
+        plan = plan_torch(
+            run, target_batch, settings.budget, margin=settings.margin, resume=settings.resume, say=progress.say
+        )
+    written = None
+    if plan.feasible:  # a policy not predicted to fit is no answer: nothing is written
+        path = out or new_run_dir(run.runs_dir, f"torch-plan-{run.target.label}-b{target_batch}") / POLICY_FILE
+        written = replace_atomically(path, plan.policy.to_json() + "\n", overwrite=out is None or request.force)
+    trial = None
+    if request.verify and plan.feasible:
+        trial = run_torch_trial(run, target_batch, plan.policy, journal=Journal.in_folder(run.runs_dir))
+        peak = "out of memory" if trial.out_of_memory else f"peak {format_bytes(trial.peak_bytes or 0)}"
+        verdict = "within" if trial.within(int(plan.limit_bytes)) else "OVER"
+        progress.say(
+            f"measurement: {peak} against the limit {format_bytes(int(plan.limit_bytes))}: {verdict} "
+            f"({trial.status.value}, {trial.run_dir})"
+        )
+    export: tuple[str, ...] = ()
+    if written is not None:
+        ran_with = trial.allocator if trial is not None else allocator_env(run.device)
+        export = (export_line(written, ran_with),)
+    return TorchPlanReport(plan, written, trial, export)
