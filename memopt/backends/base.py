@@ -8,9 +8,9 @@ for anything loads nothing of ORT's path, and the reverse.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -18,13 +18,24 @@ from memopt.core.backend import BackendName
 
 if TYPE_CHECKING:
     from memopt.child.steps import StepsBackend
+    from memopt.core.target import Target
     from memopt.run.budget import Budget
     from memopt.run.settings import RunSettings
     from memopt.tune.events import TuneEvent
     from memopt.tune.session import TuningSession
     from memopt.tune.settings import TuneSettings
 
-__all__ = ["Backend", "PlanReport", "PlanRequest", "Progress", "TrialReport", "TrialRequest"]
+__all__ = [
+    "Backend",
+    "OrtScanOptions",
+    "PlanReport",
+    "PlanRequest",
+    "Progress",
+    "ScanRequest",
+    "TorchScanOptions",
+    "TrialReport",
+    "TrialRequest",
+]
 
 
 class Progress(Protocol):
@@ -50,6 +61,44 @@ class Progress(Protocol):
     def working(self, what: str) -> AbstractContextManager[object]:
         """Shows ``what`` while the block runs."""
         ...
+
+    def interpreter(self, target: Target, batch: int) -> str | None:
+        """Says what a run of ``target`` at ``batch`` will not do as asked; the interpreter to run it with."""
+        ...
+
+
+@dataclass(frozen=True)
+class OrtScanOptions:
+    """What only ORT's scan reads."""
+
+    seq: int | None = None  # the sequence length savings are evaluated at (second dim of token inputs)
+    target_seq: int | None = None  # the decoder's, where it differs (default ``seq``)
+    dims: Mapping[str, int] = field(default_factory=dict)  # exact dim values by the graph's names
+    ort_version: str | None = None  # the release whose rules apply (None: the graph's, else the installed one)
+    basic: bool = False  # probe level Basic (cheap ops only) instead of ORTModule's Advanced
+    layerwise: bool = False  # analyse with transformer layer boundaries, as ORTMODULE_MEMORY_OPT_LEVEL=1/2
+    loss: str = "outside"  # a forward-only ONNX file's loss: outside, cross-entropy or mse
+
+
+@dataclass(frozen=True)
+class TorchScanOptions:
+    """What only the torch back end's scan reads."""
+
+    fake: bool = False  # capture a recipe's step on fake tensors (no memory; recompute times not measured)
+
+
+@dataclass(frozen=True)
+class ScanRequest:
+    """``memopt scan``: the activations a training step keeps for backward, grouped into its back
+    end's recompute plans, with their savings."""
+
+    target: Target
+    options: Mapping[str, Any]  # a recipe's keyword options
+    batch: int | None  # the batch savings are evaluated at (None: the back end's own)
+    probe_batch: int  # the batch of the short run that builds or captures the step
+    runs_dir: Path
+    ort: OrtScanOptions = field(default_factory=OrtScanOptions)
+    torch: TorchScanOptions = field(default_factory=TorchScanOptions)
 
 
 @dataclass(frozen=True)
@@ -115,6 +164,10 @@ class Backend(Protocol):
 
     def child_steps(self) -> StepsBackend:
         """Its part in the child process's measured steps (the model as it trains)."""
+        ...
+
+    def scan(self, request: ScanRequest, progress: Progress) -> object:
+        """The target's recompute plans and their savings (a report its command prints)."""
         ...
 
     def plan(self, request: PlanRequest, progress: Progress) -> PlanReport:

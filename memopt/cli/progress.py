@@ -10,17 +10,21 @@ from rich.markup import escape
 
 from memopt.backends import ChosenBackend
 from memopt.cli import console, error_console
+from memopt.cli.options import command_notes
 from memopt.cli.show import say, stdout_kept_for_the_result
+from memopt.core import Target
 
 __all__ = ["CommandProgress"]
 
 
 class CommandProgress:
-    """``status``: where the spinner goes (stderr where stdout carries ``--json``)."""
+    """``status``: where the spinner goes (stderr where stdout carries ``--json``); ``python``: the
+    interpreter ``--python`` names, for a run of the target (``interpreter``)."""
 
-    def __init__(self, chosen: ChosenBackend, status: Console = console) -> None:
+    def __init__(self, chosen: ChosenBackend, status: Console = console, python: str | None = None) -> None:
         self.chosen = chosen
         self.status = status
+        self.python = python
 
     def checked(self) -> None:
         say(self.chosen.line())
@@ -36,3 +40,6 @@ class CommandProgress:
 
     def working(self, what: str) -> AbstractContextManager[object]:
         return self.status.status(escape(what))
+
+    def interpreter(self, target: Target, batch: int) -> str | None:
+        return command_notes(target, self.python, batch)

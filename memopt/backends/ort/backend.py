@@ -9,13 +9,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from memopt.backends.base import PlanRequest, Progress, TrialRequest
+from memopt.backends.base import PlanRequest, Progress, ScanRequest, TrialRequest
 from memopt.core.backend import BackendName
 from memopt.errors import MemoptError
 
 if TYPE_CHECKING:
     from memopt.backends.ort.child import OrtSteps
-    from memopt.backends.ort.commands import OrtPlanReport, OrtTrialReport
+    from memopt.backends.ort.commands import OrtPlanReport, OrtScanReport, OrtTrialReport
     from memopt.backends.ort.tune.tuner import Tuner
     from memopt.tune.events import TuneEvent
     from memopt.tune.settings import TuneSettings
@@ -43,6 +43,11 @@ class OrtBackend:
         from memopt.backends.ort.child import OrtSteps
 
         return OrtSteps()
+
+    def scan(self, request: ScanRequest, progress: Progress) -> OrtScanReport:
+        from memopt.backends.ort.commands import ort_scan
+
+        return ort_scan(request, progress)
 
     def plan(self, request: PlanRequest, progress: Progress) -> OrtPlanReport:
         from memopt.backends.ort.commands import ort_plan

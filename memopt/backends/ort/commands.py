@@ -1,18 +1,25 @@
-"""The ORT back end's part in the commands: what ``memopt trial`` and ``memopt plan`` do under ORTModule."""
+"""The ORT back end's part in the commands: what ``memopt scan``, ``trial`` and ``plan`` do under ORTModule."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from memopt.backends.base import PlanRequest, Progress, TrialRequest
+from memopt.backends.base import PlanRequest, Progress, ScanRequest, TrialRequest
 from memopt.backends.ort.calibrate import calibrate, load_saved_model, model_identity, save_model
 from memopt.backends.ort.config import ConfigEntry, PlanKey, takes_json_file
+from memopt.backends.ort.graph.sizes import resolve_dims
 from memopt.backends.ort.predict.calibration import Calibration, learn_from_trial
 from memopt.backends.ort.predict.memory_model import MemoryModel, ModelError
 from memopt.backends.ort.predict.planner import PlanResult, choose_plans
+from memopt.backends.ort.scan import ProbeLevel, ScanReport, scan_graph
+from memopt.backends.ort.scan.parity import logged_parity
+from memopt.backends.ort.scan.patterns import order_patterns
+from memopt.backends.ort.scan.savings import UNKNOWN_DIM_PREFIX
+from memopt.backends.ort.stack import inspect_stack
+from memopt.backends.ort.target import ProbedGraph, load_target
 from memopt.backends.ort.trials import TrialSpec, parse_trial_config, run_trial, stack_versions
 from memopt.backends.ort.tune.export import ConfigExport, plan_export, write_config
 from memopt.backends.ort.version import OrtVersion
@@ -22,7 +29,80 @@ from memopt.run.budget import require_budget, resolve_budget
 from memopt.run.journal import Journal
 from memopt.run.launch import LOG_NAME
 
-__all__ = ["OrtPlanReport", "OrtTrialReport", "ort_plan", "ort_trial"]
+__all__ = ["OrtPlanReport", "OrtScanReport", "OrtTrialReport", "ort_plan", "ort_scan", "ort_trial"]
+
+
+@dataclass(frozen=True)
+class OrtScanReport:
+    report: ScanReport  # its plans ordered by their saving at ``values``
+    loaded: ProbedGraph  # the graph scanned, and the probe that built it
+    version: str  # the ORT release whose rules applied
+    values: dict[str, int]  # the dims' values savings are evaluated at
+    differences: tuple[str, ...]  # where the scan differs from the Plan table ORT printed in the probe
+    missing: tuple[str, ...]  # dims with no value: the savings naming them stay symbolic
+    unnamed: tuple[str, ...]  # dims ORT's shape inference left unnamed
+
+
+def ort_scan(request: ScanRequest, progress: Progress) -> OrtScanReport:
+    """The target's training graph (a probe run of a recipe or command, or an ONNX file) and the
+    stashed activations ORT could recompute in it, grouped into ORT's plans."""
+    target, o = request.target, request.ort
+    python = progress.interpreter(target, request.probe_batch)
+    with progress.working(f"Building the training graph of {target} (ORTModule export and session, once)…"):
+        loaded = load_target(
+            target,
+            options=request.options,
+            runs_dir=request.runs_dir,
+            probe_batch=request.probe_batch,
+            python=python,
+            loss=o.loss,
+        )
+    version = o.ort_version or loaded.ort_version or inspect_stack().ort_version
+    if version is None:
+        raise MemoptError("no ORT installed to take rules from; give --ort-version")
+    level = ProbeLevel.BASIC if o.basic else ProbeLevel.ADVANCED
+    report = scan_graph(loaded.graph, version, level=level, layer_boundary=o.layerwise)
+    values = resolve_dims(
+        report.inputs,
+        report.symbols,
+        batch=request.batch,
+        seq=o.seq,
+        target_seq=o.target_seq,
+        explicit=o.dims,
+        defaults=loaded.logged_dims,
+    )
+    # Said once the input is known good (the target loads, its ORT release has rules, its dims
+    # are known names), so that bad input stays one error line.
+    progress.checked()
+    report = replace(report, patterns=order_patterns(report.patterns, values))
+    # ORT names a dim its shape inference cannot tell empty_dim_param<k>, with no value anywhere:
+    # the plans that name one stay symbolic, as in ORT's own table; the others get bytes.
+    unnamed = sorted(s for s in report.symbols - set(values) if s.startswith(UNKNOWN_DIM_PREFIX))
+    missing = sorted(report.symbols - set(values) - set(unnamed))
+    differences = _differences_from_probe(report, loaded, version, level)
+    for warning in (*report.warnings, *differences):
+        progress.warn(warning)
+    if not report.patterns and report.analysis.yield_order is None:
+        raise MemoptError(f"{target}: {report.warnings[0] if report.warnings else 'nothing to scan'}")
+    if missing:
+        progress.warn(f"no value for {', '.join(missing)}: savings stay symbolic (give --batch/--seq or --dims)")
+    if unnamed:
+        progress.warn(
+            f"ORT knows no size for {', '.join(unnamed)} (a dim its shape inference leaves unnamed): "
+            "the plans naming it stay symbolic, as ORT prints them"
+        )
+    return OrtScanReport(report, loaded, version, values, tuple(differences), tuple(missing), tuple(unnamed))
+
+
+def _differences_from_probe(report: ScanReport, loaded: ProbedGraph, version: str, level: ProbeLevel) -> list[str]:
+    """One line per row where the scan differs from the Plan table ORT printed in the probe
+    that built the graph (compared only where both analysed alike: same release, ORTModule's
+    probe level, no layer boundaries)."""
+    alike = loaded.ort_version == version and level is ProbeLevel.ADVANCED and not report.layer_boundary
+    parity = logged_parity(report.patterns, loaded.log_path) if loaded.log_path is not None and alike else None
+    if parity is None:
+        return []
+    return [f"differs from ORT's Plan table in the probe ({loaded.log_path}): {line}" for line in parity.differences()]
 
 
 @dataclass(frozen=True)

@@ -10,12 +10,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from memopt.backends.base import PlanRequest, Progress, TrialRequest
+from memopt.backends.base import PlanRequest, Progress, ScanRequest, TrialRequest
 from memopt.core.backend import BackendName
 
 if TYPE_CHECKING:
     from memopt.backends.torch.child import TorchSteps
-    from memopt.backends.torch.commands import TorchPlanReport, TorchTrialReport
+    from memopt.backends.torch.commands import TorchPlanReport, TorchScanReport, TorchTrialReport
     from memopt.backends.torch.session import TorchTuner
     from memopt.tune.events import TuneEvent
     from memopt.tune.settings import TuneSettings
@@ -39,6 +39,11 @@ class TorchBackend:
         from memopt.backends.torch.child import TorchSteps
 
         return TorchSteps()
+
+    def scan(self, request: ScanRequest, progress: Progress) -> TorchScanReport:
+        from memopt.backends.torch.commands import torch_scan
+
+        return torch_scan(request, progress)
 
     def plan(self, request: PlanRequest, progress: Progress) -> TorchPlanReport:
         from memopt.backends.torch.commands import torch_plan

@@ -1,4 +1,4 @@
-"""The torch back end's part in the commands: what ``memopt trial`` and ``memopt plan`` do in plain PyTorch.
+"""The torch back end's part in the commands: what ``memopt scan``, ``trial`` and ``plan`` do in plain PyTorch.
 
 Imported by the commands of either back end: torch (about 600 MiB of RSS, which an ORT command's
 parent process, counted in the same memory cgroup as its runs, must not carry) loads inside.
@@ -10,17 +10,50 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from memopt.backends.base import PlanRequest, Progress, TrialRequest
+from memopt.backends.base import PlanRequest, Progress, ScanRequest, TrialRequest
+from memopt.core import RecipeTarget, runnable
+from memopt.errors import MemoptError
 from memopt.run.files import replace_atomically
 from memopt.run.journal import Journal
 from memopt.run.launch import new_run_dir
+from memopt.run.settings import RunSettings
 
 if TYPE_CHECKING:
+    from memopt.backends.torch.scan import TorchScan
     from memopt.backends.torch.trial import TorchTrial
     from memopt.backends.torch.tune import TorchPlan
     from memopt.recompute import RecomputePolicy
 
-__all__ = ["TorchPlanReport", "TorchTrialReport", "torch_plan", "torch_trial"]
+__all__ = ["TorchPlanReport", "TorchScanReport", "TorchTrialReport", "torch_plan", "torch_scan", "torch_trial"]
+
+
+@dataclass(frozen=True)
+class TorchScanReport:
+    scanned: TorchScan
+    label: str  # the target as the table's title names it
+    fake: bool  # captured on fake tensors: no recompute times
+
+
+def torch_scan(request: ScanRequest, progress: Progress) -> TorchScanReport:
+    """A recipe's step captured in this process at a few sizes, or a command's forward in three
+    short runs of it, grouped into ``memopt.recompute``'s plans."""
+    from memopt.backends.torch.command_scan import scan_command
+    from memopt.backends.torch.scan import scan_recipe
+
+    target, fake = request.target, request.torch.fake
+    if fake and not isinstance(target, RecipeTarget):
+        raise MemoptError("--fake scans a recipe in this process; a command's model is captured in its own run")
+    progress.checked()
+    batch = request.batch or request.probe_batch
+    if isinstance(target, RecipeTarget):
+        with progress.working(f"Capturing a training step of {target} at a few sizes…"):
+            scanned = scan_recipe(target.load(request.options), batch, timed=not fake)
+    else:
+        runs = runnable(target)
+        settings = RunSettings(target=runs, python=progress.interpreter(runs, batch), runs_dir=request.runs_dir)
+        with progress.working(f"Capturing a training forward of {target} in three short runs…"):
+            scanned = scan_command(settings, batch)
+    return TorchScanReport(scanned, str(target), fake)
 
 
 @dataclass(frozen=True)
