@@ -12,7 +12,7 @@ from memopt.backends.ort.stack import inspect_stack
 from memopt.backends.ort.trials import parse_trial_config
 from memopt.backends.ort.version import OrtVersion
 from memopt.cli import EXIT_DOES_NOT_FIT, app
-from memopt.cli.carry_over import carry_over_to_torch, exportable
+from memopt.cli.carry_over import carry_over_to_torch
 from memopt.cli.options import (
     BudgetOption,
     DeviceOption,
@@ -31,6 +31,7 @@ from memopt.cli.options import (
 )
 from memopt.core import runnable
 from memopt.errors import MemoptError
+from memopt.pipeline.carry_over import exportable
 from memopt.predict import DEFAULT_MARGIN
 from memopt.run import DEFAULT_RUNS_DIR, DEFAULT_STEPS, DEFAULT_TIMEOUT_S
 from memopt.run.budget import parse_budget

@@ -117,7 +117,7 @@ def plan_command(
         ort=OrtTuneSettings(calibration_batches=calibration_batches(calibrate_at)),
     )
     request = PlanRequest(settings, verify=verify, out=out, force=force)
-    report = chosen_backend.backend.plan(request, CommandProgress(chosen_backend))
+    report = chosen_backend.backend.plan(request, CommandProgress(chosen_backend.line()))
     if as_json:
         print(json.dumps(report.summary(), indent=2, default=str))
     else:

@@ -8,7 +8,6 @@ from contextlib import AbstractContextManager
 from rich.console import Console
 from rich.markup import escape
 
-from memopt.backends import ChosenBackend
 from memopt.cli import console, error_console
 from memopt.cli.options import command_notes
 from memopt.cli.show import say, stdout_kept_for_the_result
@@ -18,16 +17,18 @@ __all__ = ["CommandProgress"]
 
 
 class CommandProgress:
-    """``status``: where the spinner goes (stderr where stdout carries ``--json``); ``python``: the
-    interpreter ``--python`` names, for a run of the target (``interpreter``)."""
+    """``line``: the command's first line, once its request is checked (its back end; None: the
+    command said it already); ``status``: where the spinner goes (stderr where stdout carries
+    ``--json``); ``python``: the interpreter ``--python`` names, for a run of the target."""
 
-    def __init__(self, chosen: ChosenBackend, status: Console = console, python: str | None = None) -> None:
-        self.chosen = chosen
+    def __init__(self, line: str | None, status: Console = console, python: str | None = None) -> None:
+        self.line = line
         self.status = status
         self.python = python
 
     def checked(self) -> None:
-        say(self.chosen.line())
+        if self.line is not None:
+            say(self.line)
 
     def say(self, line: str) -> None:
         say(line)

@@ -149,7 +149,7 @@ def scan_command(
         torch=TorchScanOptions(fake=fake),
     )
     status = error_console if as_json or as_csv else console
-    scanned = chosen_backend.backend.scan(request, CommandProgress(chosen_backend, status, python))
+    scanned = chosen_backend.backend.scan(request, CommandProgress(chosen_backend.line(), status, python))
     _show(scanned, _View(as_json, as_csv, details, plot, status))
 
 

@@ -103,7 +103,7 @@ def trial_command(
         RunOptions(steps, device, timeout, python, runs_dir),
     )
     request = TrialRequest(settings, batch, config, parsed_budget, resume)
-    _show(chosen_backend.backend.trial(request, CommandProgress(chosen_backend)), as_json)
+    _show(chosen_backend.backend.trial(request, CommandProgress(chosen_backend.line())), as_json)
 
 
 @singledispatch

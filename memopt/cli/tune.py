@@ -17,7 +17,7 @@ import typer
 from memopt.backends import BackendName, choose_backend
 from memopt.backends.ort.tune.tuner import Tuner
 from memopt.cli import EXIT_DOES_NOT_FIT, app
-from memopt.cli.carry_over import carry_over_to_torch, exportable, torch_side
+from memopt.cli.carry_over import carry_over_to_torch
 from memopt.cli.options import (
     BackendOption,
     BudgetOption,
@@ -47,6 +47,7 @@ from memopt.cli.progress import CommandProgress
 from memopt.cli.show import say, stdout_kept_for_the_result
 from memopt.core import runnable
 from memopt.errors import MemoptError
+from memopt.pipeline.carry_over import exportable, torch_side
 from memopt.predict import DEFAULT_MARGIN
 from memopt.run import DEFAULT_RUNS_DIR, DEFAULT_STEPS, DEFAULT_TIMEOUT_S, parse_budget
 from memopt.tune import DEFAULT_MAX_TRIALS, OrtTuneSettings, TuneEvent, TuneSettings, event_line
@@ -102,7 +103,7 @@ def tune_command(
     if export_torch and chosen_backend.name is not BackendName.ORT:
         raise MemoptError(
             f"--export-torch carries an ORT config over, and the {chosen_backend.name.value} back end "
-            f"({chosen_backend.line()}) already ends with its own"
+            f"({chosen_backend.line()}) already ends with the {chosen_backend.name.value} policy"
         )
     chosen_backend.backend.prepare()
     if export_torch:
@@ -130,7 +131,7 @@ def tune_command(
     # A stack, device or budget the back end refuses is refused here, not on the screen once it is open.
     if not no_tui:
         _needs_terminal()
-    progress = CommandProgress(chosen_backend)
+    progress = CommandProgress(chosen_backend.line())
     session = chosen_backend.backend.tuning_session(settings, progress, on_event=print_event if no_tui else None)
     carry_over = _carry_over_to_torch(recipe or "") if export_torch else None
     if no_tui:
