@@ -19,9 +19,9 @@ import sys
 import tempfile
 from pathlib import Path
 
+from memopt.backends.ort.trials import TrialSpec, run_trial, stack_versions
 from memopt.core import command_target, parse_runnable
 from memopt.core.trial import TrialResult
-from memopt.run import TrialSpec, run_trial, stack_versions
 from memopt.run.settings import RunSettings
 
 ROOT = Path(__file__).resolve().parent.parent

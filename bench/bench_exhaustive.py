@@ -23,12 +23,12 @@ from pathlib import Path
 from bench_memory_model import parse_case, tune_case
 from bench_recompute_cost import measure_in_child
 
+from memopt.backends.ort.calibrate import calibrate
+from memopt.backends.ort.trials import TrialSpec, parse_trial_config, run_trial
 from memopt.core import parse_runnable
 from memopt.core.trial import TrialResult
-from memopt.pipeline.calibrate import calibrate
 from memopt.run import RunSettings
 from memopt.run.journal import Journal
-from memopt.run.trials import TrialSpec, parse_trial_config, run_trial
 
 
 def main() -> int:

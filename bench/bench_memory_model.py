@@ -30,13 +30,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+from memopt.backends.ort.calibrate import calibrate
+from memopt.backends.ort.predict.planner import DEFAULT_MARGIN, choose_plans
+from memopt.backends.ort.trials import TrialSpec, run_trial
 from memopt.core import parse_runnable
-from memopt.pipeline.calibrate import calibrate
-from memopt.predict.planner import DEFAULT_MARGIN, choose_plans
 from memopt.recipes import parse_option_value
 from memopt.run import RunSettings
 from memopt.run.journal import Journal
-from memopt.run.trials import TrialSpec, run_trial
 
 FRACTIONS = (0.80, 0.90, 0.95)
 DEFAULT_CASES = (

@@ -7,14 +7,14 @@ one markdown row per release, model and scenario: plans memopt reproduces exactl
 key and type, same frequency, savings ORT could print for memopt's plan) out of all plans
 either side has (``hf-*``: tiny Hugging Face models, sample_logs/hf_tiny.py; ``*-lossonly``:
 the same models with ``forward`` returning only the loss, on 1.17.3–1.19.2).
-tests/scan/test_scan_releases.py asserts the same; tests/scan/test_loss_only.py the rows at the loss.
+tests/backends/ort/scan/test_scan_releases.py asserts the same; tests/backends/ort/scan/test_loss_only.py the rows at the loss.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from memopt.scan.parity import captured_cases, captured_parity
+from memopt.backends.ort.scan.parity import captured_cases, captured_parity
 
 SAMPLES = Path(__file__).parent.parent / "sample_logs"
 

@@ -8,7 +8,7 @@ releases, all formats) until the size is reached, so the summaries found grow wi
 its session (graph-transformer lines), so it holds two summaries whatever its size: what a
 long training run's log looks like.
 
-In-process it times ``memopt.logparse.parse_file`` (median of --repeats runs, min-max; wall
+In-process it times ``memopt.backends.ort.logparse.parse_file`` (median of --repeats runs, min-max; wall
 clock and the process's CPU time, which a busy machine inflates less) and measures peak
 Python memory with tracemalloc. Through the CLI it runs ``python -m memopt parse LOG`` (table
 output to /dev/null) and reports the wall time and the child's CPU time (user + system),
@@ -29,7 +29,7 @@ import time
 import tracemalloc
 from pathlib import Path
 
-from memopt.logparse import parse_file
+from memopt.backends.ort.logparse import parse_file
 
 SAMPLES = Path(__file__).parent.parent / "sample_logs"
 

@@ -36,11 +36,11 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from memopt.backends.ort.trials import TrialSpec, run_trial
 from memopt.core import parse_runnable
 from memopt.recipes import parse_option_value
 from memopt.run.journal import Journal
 from memopt.run.settings import RunSettings
-from memopt.run.trials import TrialSpec, run_trial
 
 DEPTHS = (8, 16, 32, 48, 96)  # both families at each: 32 and 96 are the issue's goals' depths
 DEFAULT_CASES = ",".join(

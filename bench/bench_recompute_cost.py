@@ -45,13 +45,13 @@ from typing import Any
 
 from bench_memory_model import DEFAULT_CASES, FRACTIONS, parse_case
 
+from memopt.backends.ort.calibrate import calibrate
+from memopt.backends.ort.config import ENV_VAR
+from memopt.backends.ort.predict.liveness import RECOMPUTED_SUFFIX
+from memopt.backends.ort.predict.planner import DEFAULT_MARGIN, choose_plans
+from memopt.backends.ort.target import load_target
 from memopt.core import RecipeTarget, parse_runnable, parse_target
-from memopt.ort.config import ENV_VAR
-from memopt.pipeline.calibrate import calibrate
-from memopt.predict.liveness import RECOMPUTED_SUFFIX
-from memopt.predict.planner import DEFAULT_MARGIN, choose_plans
 from memopt.run import RunSettings
-from memopt.run.target import load_target
 
 WARMUP_STEPS = 3
 
@@ -73,9 +73,8 @@ def _measure(
     configs: list[list[str]],
     rounds: int,
 ) -> dict[str, Any]:
-    from onnxruntime.training.ortmodule import DebugOptions, LogLevel
-
-    from memopt.child.profile import end_profile, profile_sessions
+    from memopt.backends.ort.child import OrtSteps
+    from memopt.backends.ort.profile import end_profile, profile_sessions
     from memopt.child.steps import TrainingStep
 
     target = parse_target(recipe)
@@ -93,7 +92,7 @@ def _measure(
             path = Path(tempfile.mkdtemp(dir=scratch)) / "config.json"
             path.write_text(json.dumps(entries))
             os.environ[ENV_VAR] = str(path)
-        step = TrainingStep(loaded, batch, "cpu", DebugOptions(log_level=LogLevel.WARNING))
+        step = TrainingStep(loaded, batch, "cpu", lambda model: OrtSteps().wrap(model, "WARNING", False))
         for _ in range(WARMUP_STEPS):  # the first builds the session, with the config in the environment
             step()
         return step
@@ -118,8 +117,8 @@ def _measure(
             increases[k].append(with_config - (before + after) / 2)
             baseline_times.append(after)
             before = after
-    baseline_kernels = sum(end_profile(baseline.ort_model).values())
-    kernels = [end_profile(step.ort_model) for step in steps]
+    baseline_kernels = sum(end_profile(baseline.model).values())
+    kernels = [end_profile(step.model) for step in steps]
     if not baseline_kernels or not all(kernels):
         raise RuntimeError("ORT's profiler recorded no kernels for a session")
     return {

@@ -11,7 +11,7 @@ not on widths), then times on the same graph:
     memory-optimizer analysis alone (``get_serialized_ortmodule_memory_stat``).
 It checks memopt's plans against ORT's for every graph and prints markdown tables, a
 linear fit of scan time against node count, and writes scan_speed.png.
-Parity against every release's real logs is in tests/scan/test_scan_releases.py.
+Parity against every release's real logs is in tests/backends/ort/scan/test_scan_releases.py.
 """
 
 from __future__ import annotations
@@ -29,11 +29,11 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 
+from memopt.backends.ort.graph.ort_reference import ort_reference
+from memopt.backends.ort.graph.training_graph import load_graph
+from memopt.backends.ort.scan import scan_graph
 from memopt.graph.expr import parse_expression
-from memopt.graph.ort_reference import ort_reference
 from memopt.graph.polynomial import Polynomial
-from memopt.graph.training_graph import load_graph
-from memopt.scan import scan_graph
 
 
 def probe_graph(layers: int, runs: Path) -> Path:

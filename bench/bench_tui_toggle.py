@@ -23,13 +23,14 @@ import time
 from pathlib import Path
 from typing import Any
 
+from memopt.backends.ort.tune.tuner import Tuner
 from memopt.core import parse_runnable
 from memopt.recipes import parse_option_value
 from memopt.run.budget import parse_budget
 from memopt.run.settings import RunSettings
 from memopt.tui.app import TuneApp
 from memopt.tui.widgets import PlansTable
-from memopt.tune import Tuner, TuneSettings
+from memopt.tune import TuneSettings
 
 SIZE = (130, 40)
 

@@ -43,19 +43,20 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
+from memopt.backends.ort.calibrate import prepare_target
+from memopt.backends.ort.config import ENV_VAR
+from memopt.backends.ort.logparse import parse_file
+from memopt.backends.ort.logparse.model import Plan
+from memopt.backends.ort.scan.patterns import Pattern
+from memopt.backends.ort.trials import LEVEL_VAR, TrialSpec, parse_trial_config, run_trial
+from memopt.backends.ort.tune.tuner import Tuner
+from memopt.backends.ort.version import OrtVersion
 from memopt.core import parse_runnable
 from memopt.core.trial import TrialResult
-from memopt.logparse import parse_file
-from memopt.logparse.model import Plan
-from memopt.ort.config import ENV_VAR
-from memopt.ort.version import OrtVersion
-from memopt.pipeline import prepare_target
 from memopt.run.budget import Budget
 from memopt.run.launch import LOG_NAME, RunRequest, launch, new_run_dir
 from memopt.run.settings import RunSettings
-from memopt.run.trials import LEVEL_VAR, TrialSpec, parse_trial_config, run_trial
-from memopt.scan.patterns import Pattern
-from memopt.tune import StageFinished, TuneEvent, Tuner, TuneSettings, event_line
+from memopt.tune import StageFinished, TuneEvent, TuneSettings, event_line
 
 LEVEL1 = "level1"  # the config label of an ORTMODULE_MEMORY_OPT_LEVEL=1 run
 MIB = 2**20

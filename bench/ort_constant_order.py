@@ -10,7 +10,7 @@ request (the first is the constant saved first); then how often each first const
 each list of region sizes came up. Different first requests across processes show the
 order is not the graph's: ``SaveInitializedTensors`` walks a hash map whose seed changes
 per process, which is why the arena check compares those regions on their sizes alone
-(``memopt.logparse.growth_parts_at``).
+(``memopt.backends.ort.logparse.growth_parts_at``).
 """
 
 from __future__ import annotations

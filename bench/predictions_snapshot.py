@@ -23,12 +23,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from memopt.graph.training_graph import load_graph
-from memopt.ort import OrtVersion
-from memopt.predict.calibration import plan_savings, require_batch_dim, simulator_for
-from memopt.predict.memory_model import MemoryModel, Observation, fit_memory_model
-from memopt.predict.planner import choose_plans
-from memopt.scan import scan_graph
+from memopt.backends.ort import OrtVersion
+from memopt.backends.ort.graph.training_graph import load_graph
+from memopt.backends.ort.predict.calibration import plan_savings, require_batch_dim, simulator_for
+from memopt.backends.ort.predict.memory_model import MemoryModel, Observation, fit_memory_model
+from memopt.backends.ort.predict.planner import choose_plans
+from memopt.backends.ort.scan import scan_graph
 
 BATCHES = (1, 7, 32, 128)
 TARGET_BATCH = 32

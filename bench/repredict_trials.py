@@ -15,8 +15,8 @@ import json
 import statistics
 from pathlib import Path
 
-from memopt.ort.config import PlanKey
-from memopt.predict.memory_model import MemoryModel, fit_memory_model
+from memopt.backends.ort.config import PlanKey
+from memopt.backends.ort.predict.memory_model import MemoryModel, fit_memory_model
 
 MIB = 2**20
 

@@ -1,5 +1,5 @@
 """The line each process of a run prints as a training step ends: written by memopt's child and
-a job's start-up hook, read back from the run's log (``memopt.logparse``). Standard library
+a job's start-up hook, read back from the run's log (``memopt.backends.ort.logparse``). Standard library
 only, so that the hook inside a user's job stays light."""
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ import pytest
 from support import fake_tuning
 from support.cli import CliRun, memopt
 
-from memopt.predict import liveness
+from memopt.backends.ort.predict import liveness
 
 
 @pytest.fixture(scope="session")

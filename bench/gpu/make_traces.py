@@ -26,11 +26,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from memopt.backends.ort.graph.training_graph import load_graph
+from memopt.backends.ort.predict.calibration import require_batch_dim
+from memopt.backends.ort.predict.liveness import simulate
+from memopt.backends.ort.scan import scan_graph
 from memopt.cuda_caching import AllocatorSettings, CudaCachingAllocator, CudaOutOfMemoryError, CudaSetup, PoolLayout
-from memopt.graph.training_graph import load_graph
-from memopt.predict.calibration import require_batch_dim
-from memopt.predict.liveness import simulate
-from memopt.scan import scan_graph
 
 HERE = Path(__file__).parent
 TRACES = HERE / "traces.json.gz"

@@ -14,6 +14,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from memopt.core.backend import BackendName
+
 __all__ = [
     "CHILD_MODULE",
     "ChildRequest",
@@ -45,7 +47,11 @@ class ChildRequest:
     log_level: str
     save_onnx: bool
     options: Mapping[str, Any] = field(default_factory=dict)
-    backend: str = "ort"  # or "torch": plain PyTorch with memopt.recompute's policy
+    backend: BackendName = BackendName.ORT  # the back end whose steps the child runs
+
+    def __post_init__(self) -> None:
+        # Read back from JSON, the back end is its name: typed again here, once.
+        object.__setattr__(self, "backend", BackendName(self.backend))
 
 
 # What the parent tells the child through its environment: whom to watch and how long it may

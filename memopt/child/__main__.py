@@ -1,7 +1,8 @@
 """Child-process entry point: ``python -m memopt.child REQUEST.json RESULT.json``.
 
-Runs one recipe under ORTModule and writes a result whatever happens, so the parent
-can tell a recipe problem from a broken stack, an out-of-memory step or a crash.
+Runs one recipe as the requested back end trains it (its ``StepsBackend``: ORTModule, or plain
+PyTorch with the recompute policy) and writes a result whatever happens, so the parent can tell a
+recipe problem from a broken stack, an out-of-memory step or a crash.
 Its stdout/stderr are the run's log.
 """
 
@@ -16,11 +17,11 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from memopt.backends import backend_for
 from memopt.child import PARENT_PID_VAR, PROFILE_VAR, TIMEOUT_VAR, ChildRequest
 from memopt.child.watchdog import guard
 from memopt.core import RecipeTarget, RunStatus, parse_target
 from memopt.errors import MemoptError, one_line
-from memopt.ort.stack import StackError, check_stack, inspect_stack
 from memopt.recipes import RecipeError
 
 
@@ -28,8 +29,12 @@ def main(request_path: str, result_path: str) -> int:
     if os.environ.get(PARENT_PID_VAR, "").isdigit():
         guard(int(os.environ[PARENT_PID_VAR]), float(os.environ.get(TIMEOUT_VAR) or 0) or None)
     request = ChildRequest(**json.loads(Path(request_path).read_text()))
-    stack = inspect_stack()
-    result: dict[str, Any] = {"status": RunStatus.RUNNING, "stack": asdict(stack), "python": platform.python_version()}
+    backend = backend_for(request.backend).child_steps()
+    result: dict[str, Any] = {
+        "status": RunStatus.RUNNING,
+        "stack": backend.stack_record(),
+        "python": platform.python_version(),
+    }
 
     def write(**update: Any) -> None:
         result.update(update)
@@ -38,11 +43,9 @@ def main(request_path: str, result_path: str) -> int:
         os.replace(temporary, result_path)
 
     write()
-    torch_backend = request.backend == "torch"
     try:
-        if not torch_backend:
-            check_stack(stack)
-    except StackError as err:
+        backend.check()
+    except MemoptError as err:
         return _fail(write, RunStatus.STACK_ERROR, err)
     try:
         from memopt.child.steps import StepFailure, is_out_of_memory, pick_device, run_steps
@@ -57,7 +60,7 @@ def main(request_path: str, result_path: str) -> int:
             (Path(result_path).parent / name).write_text(text)
         for note in recipe.notes:
             print(f"[memopt] {request.recipe}: {note}", file=sys.stderr, flush=True)
-        device = pick_device(request.device, ort_has_cuda=torch_backend or stack.ort_cuda_version is not None)
+        device = pick_device(request.device, has_cuda=backend.has_cuda())
         write(device=device)
         print(f"[memopt] {request.recipe} batch {request.batch_size} on {device}", file=sys.stderr, flush=True)
         run_steps(
@@ -69,10 +72,8 @@ def main(request_path: str, result_path: str) -> int:
             save_onnx=request.save_onnx,
             on_step=lambda report: write(steps=asdict(report)),
             profile_to=Path(result_path).parent if os.environ.get(PROFILE_VAR) == "1" else None,
-            backend=request.backend,
+            backend=backend,
         )
-    except StackError as err:
-        return _fail(write, RunStatus.STACK_ERROR, err)
     except RecipeError as err:
         return _fail(write, RunStatus.RECIPE_ERROR, err)
     except StepFailure as err:

@@ -1,7 +1,10 @@
-"""Training steps under ORTModule, or in plain PyTorch with a recompute policy, measured: runs
-inside the child process only.
+"""A recipe's training steps, measured: runs inside the child process only.
 
-This module imports torch, and ORT where the back end is ORT; the parent process never imports it.
+What a back end adds to the steps (its model wrapper, a check of its stack, work after the
+measured steps) is its ``StepsBackend`` (ORT: the model under ORTModule; plain PyTorch: the
+recompute policy applied), which the child's entry point takes from the back end it was asked for.
+
+This module imports torch; the parent process never imports it.
 """
 
 from __future__ import annotations
@@ -12,14 +15,13 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 from torch import nn
 
-from memopt.child import ONNX_PREFIX, OOM_MARKERS
+from memopt.child import OOM_MARKERS
 from memopt.child.memory import cuda_figures, proc_status_bytes, reset_rss_peak
-from memopt.child.profile import profile_sessions, write_node_times
 from memopt.cuda_caching import AllocatorSettings, PoolLayout
 from memopt.errors import MemoptError, one_line
 from memopt.recipes import Recipe, RecipeError
@@ -27,16 +29,14 @@ from memopt.recipes.defaults import default_loss, make_optimizer
 from memopt.step_lines import step_line
 
 __all__ = [
-    "PROFILED_STEPS",
     "StepFailure",
     "StepReport",
+    "StepsBackend",
     "TrainingStep",
     "is_out_of_memory",
     "pick_device",
     "run_steps",
 ]
-
-PROFILED_STEPS = 3  # steps of the profiled session after its own warm-up
 
 
 class StepFailure(Exception):
@@ -74,9 +74,33 @@ class StepReport:
     cuda_pool: list[dict[str, Any]] | None = None
 
 
-def pick_device(requested: str, ort_has_cuda: bool) -> str:
+class StepsBackend(Protocol):
+    """A back end's part in the child's measured steps."""
+
+    def check(self) -> None:
+        """Raise a ``MemoptError`` saying why this back end cannot train in this interpreter."""
+        ...
+
+    def stack_record(self) -> dict[str, Any]:
+        """The installed stack, as the run's result records it."""
+        ...
+
+    def has_cuda(self) -> bool:
+        """Whether it trains on CUDA here where torch sees a device (``--device auto`` then picks it)."""
+        ...
+
+    def wrap(self, model: nn.Module, log_level: str, save_onnx: bool) -> nn.Module:
+        """The model as this back end trains it."""
+        ...
+
+    def after_steps(self, recipe: Recipe, batch_size: int, device: str, folder: Path) -> None:
+        """Work after the measured steps whose files go to the run's ``folder`` (ORT: node times)."""
+        ...
+
+
+def pick_device(requested: str, has_cuda: bool) -> str:
     if requested == "auto":
-        return "cuda" if ort_has_cuda and torch.cuda.is_available() else "cpu"
+        return "cuda" if has_cuda and torch.cuda.is_available() else "cpu"
     if requested == "cuda" and not torch.cuda.is_available():
         raise RecipeError("--device cuda was asked for but torch sees no CUDA device")
     return requested
@@ -89,9 +113,10 @@ def is_out_of_memory(err: BaseException) -> bool:
 
 
 class TrainingStep:
-    """A recipe's model under ORTModule, with its batch and optimizer: call it to run one step."""
+    """A recipe's model as its back end trains it (``wrap``), with its batch and optimizer: call it
+    to run one step."""
 
-    def __init__(self, recipe: Recipe, batch_size: int, device: str, debug_options: Any, backend: str = "ort") -> None:
+    def __init__(self, recipe: Recipe, batch_size: int, device: str, wrap: Callable[[nn.Module], nn.Module]) -> None:
         model = _call_recipe("build_model", recipe.model)
         if not isinstance(model, nn.Module):
             raise RecipeError(f"build_model() returned {type(model).__name__}; expected a torch.nn.Module")
@@ -111,8 +136,8 @@ class TrainingStep:
                 )
             self.target = None
             self.loss_fn, self.loss_name = _returned_loss, "the model's returned loss"
-        self.ort_model = _wrapped(model.to(device), backend, debug_options)
-        self.optimizer = _call_recipe("optimizer", lambda: make_optimizer(recipe, self.ort_model.parameters()))
+        self.model = wrap(model.to(device))
+        self.optimizer = _call_recipe("optimizer", lambda: make_optimizer(recipe, self.model.parameters()))
         # A training loop's variables hold the last step's output and loss until the next
         # forward returns; ORT's arena places that step's tensors around them, so a trial
         # holds them too.
@@ -122,7 +147,7 @@ class TrainingStep:
         """One training step; its loss."""
         try:
             inputs = self.inputs
-            output = self.ort_model(**inputs) if isinstance(inputs, dict) else self.ort_model(*inputs)
+            output = self.model(**inputs) if isinstance(inputs, dict) else self.model(*inputs)
             self.previous = None
             loss = _compute_loss(self.loss_fn, output, self.target, self.loss_name)
             loss.backward()
@@ -148,14 +173,13 @@ def run_steps(
     save_onnx: bool,
     on_step: Callable[[StepReport], None] = lambda report: None,
     profile_to: Path | None = None,
-    backend: str = "ort",
+    backend: StepsBackend,
 ) -> StepReport:
-    """Build the recipe's model under ORTModule and run one warm-up step plus ``steps`` more.
+    """Build the recipe's model as ``backend`` trains it and run one warm-up step plus ``steps`` more.
 
     ``step_times_s[0]`` is the warm-up step (export and session build included). With
-    ``profile_to`` (a folder), a CPU run then profiles the model in a session of its own and
-    writes each node's kernel time there (``_profile``). With ``backend`` ``torch`` the model
-    trains in plain PyTorch with the policy of ``MEMOPT_RECOMPUTE_POLICY`` (``memopt.recompute``).
+    ``profile_to`` (a folder), the back end's work after the steps writes its files there
+    (``StepsBackend.after_steps``).
     """
     report = StepReport(device=device, memory_kind="cuda_allocated" if device == "cuda" else "rss")
     if device == "cuda":
@@ -165,7 +189,7 @@ def run_steps(
             raise RecipeError(str(err)) from None
         report.cuda_device_name = torch.cuda.get_device_name()
         report.cuda_total_memory = torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory
-    step = TrainingStep(recipe, batch_size, device, _debug_options(backend, log_level, save_onnx), backend)
+    step = TrainingStep(recipe, batch_size, device, lambda model: backend.wrap(model, log_level, save_onnx))
     report.static_bytes = _memory_now(device)
 
     for index in range(steps + 1):
@@ -181,49 +205,10 @@ def run_steps(
             report.cuda_pool = _pool_layout(step).to_json()
         on_step(report)
         print(step_line(0, index + 1, steps + 1, report.step_times_s[-1]), file=sys.stderr, flush=True)
-    if profile_to is not None and device == "cpu" and backend == "ort":
-        del step  # its session and arena go before the profiled one is built
-        _profile(recipe, batch_size, device, profile_to)
+    if profile_to is not None:
+        del step  # its model, and ORT's session and arena, go before the back end builds another
+        backend.after_steps(recipe, batch_size, device, profile_to)
     return report
-
-
-def _debug_options(backend: str, log_level: str, save_onnx: bool) -> Any:
-    if backend != "ort":
-        return None
-    from onnxruntime.training.ortmodule import DebugOptions, LogLevel
-
-    return DebugOptions(log_level=LogLevel[log_level], save_onnx=save_onnx, onnx_prefix=ONNX_PREFIX)
-
-
-def _wrapped(model: nn.Module, backend: str, debug_options: Any) -> nn.Module:
-    """The model as the back end trains it: under ORTModule, or with the recompute policy applied."""
-    if backend == "torch":
-        from memopt.recompute import apply
-
-        return apply(model)
-    from onnxruntime.training.ortmodule import ORTModule
-
-    return ORTModule(model, debug_options)
-
-
-def _profile(recipe: Recipe, batch_size: int, device: str, folder: Path) -> None:
-    """Each node's median kernel time over ``PROFILED_STEPS`` steps, from a second session
-    built after the measured steps: the profiler's events (megabytes a step) would add to
-    their memory, and steps added before them would move them later in the arena's drift.
-
-    Best effort: the trial has measured what it ran for, and without node times the recompute
-    cost falls back to the graph's work."""
-    from onnxruntime.training.ortmodule import DebugOptions, LogLevel
-
-    if not profile_sessions(folder):
-        return
-    try:
-        step = TrainingStep(recipe, batch_size, device, DebugOptions(log_level=LogLevel.WARNING))
-        for _ in range(PROFILED_STEPS + 1):  # the first builds the session
-            step()
-        write_node_times(step.ort_model, folder)
-    except Exception as err:  # whatever went wrong, the measured steps stand
-        print(f"[memopt] profiling the kernels failed ({one_line(err)}); costs fall back to FLOPs", file=sys.stderr)
 
 
 class LossOnly(nn.Module):

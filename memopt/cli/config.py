@@ -6,12 +6,7 @@ from pathlib import Path
 
 import typer
 
-from memopt.cli import app, console, error_console
-from memopt.cli.dims import config_version
-from memopt.cli.show import print_config, print_validated
-from memopt.errors import MemoptError
-from memopt.logparse import Summary, parse_file, require_summaries
-from memopt.ort.config import (
+from memopt.backends.ort.config import (
     ENV_VAR,
     PlanKey,
     export_line,
@@ -20,6 +15,11 @@ from memopt.ort.config import (
     refuse_unknown_entries,
     takes_json_file,
 )
+from memopt.backends.ort.logparse import Summary, parse_file, require_summaries
+from memopt.cli import app, console, error_console
+from memopt.cli.dims import config_version
+from memopt.cli.show import print_config, print_validated
+from memopt.errors import MemoptError
 from memopt.run.files import check_write_target
 
 __all__ = ["config_app", "print_config"]

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+from memopt.backends.ort.logparse import Summary
+from memopt.backends.ort.version import OrtVersion
 from memopt.errors import MemoptError
-from memopt.logparse import Summary
-from memopt.ort.version import OrtVersion
 
 __all__ = ["config_version", "parse_dims_option"]
 

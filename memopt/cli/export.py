@@ -8,8 +8,11 @@ from typing import Annotated
 
 import typer
 
+from memopt.backends.ort.stack import inspect_stack
+from memopt.backends.ort.trials import parse_trial_config
+from memopt.backends.ort.version import OrtVersion
 from memopt.cli import EXIT_DOES_NOT_FIT, app
-from memopt.cli.carry_over import carry_over_to_torch, exportable
+from memopt.cli.carry_over import carry_over_to_torch
 from memopt.cli.options import (
     BudgetOption,
     DeviceOption,
@@ -28,13 +31,11 @@ from memopt.cli.options import (
 )
 from memopt.core import runnable
 from memopt.errors import MemoptError
-from memopt.ort.stack import inspect_stack
-from memopt.ort.version import OrtVersion
+from memopt.pipeline.carry_over import exportable
 from memopt.predict import DEFAULT_MARGIN
 from memopt.run import DEFAULT_RUNS_DIR, DEFAULT_STEPS, DEFAULT_TIMEOUT_S
 from memopt.run.budget import parse_budget
 from memopt.run.files import check_write_target
-from memopt.run.trials import parse_trial_config
 
 __all__ = ["export_command"]
 

@@ -11,19 +11,12 @@ from typing import Annotated, Any
 import typer
 from rich.markup import escape
 
+from memopt.backends.ort.trials import inherited_config_note
 from memopt.cli import error_console
 from memopt.core import Command, HfConfig, RecipeTarget, RunnableTarget, Target, command_target, parse_target
 from memopt.errors import MemoptError
 from memopt.recipes import DEFAULT_RECIPE, parse_option_value
-from memopt.run import (
-    DEFAULT_RUNS_DIR,
-    DEFAULT_STEPS,
-    DEFAULT_TIMEOUT_S,
-    RunSettings,
-    check_count,
-    check_options,
-    inherited_config_note,
-)
+from memopt.run import DEFAULT_RUNS_DIR, DEFAULT_STEPS, DEFAULT_TIMEOUT_S, RunSettings, check_count, check_options
 
 __all__ = [
     "BudgetOption",

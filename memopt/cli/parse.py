@@ -17,12 +17,8 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from memopt.cli import app, console, error_console
-from memopt.cli.dims import config_version, parse_dims_option
-from memopt.cli.tables import add_entry_column, print_table
-from memopt.errors import MemoptError
-from memopt.graph.expr import Expression, ExpressionError
-from memopt.logparse import (
+from memopt.backends.ort.config import parse_config_string
+from memopt.backends.ort.logparse import (
     STEP_MEMORY_COLUMNS,
     ParseResult,
     Plan,
@@ -33,7 +29,11 @@ from memopt.logparse import (
     require_summaries,
     step_memory_dataframe,
 )
-from memopt.ort.config import parse_config_string
+from memopt.cli import app, console, error_console
+from memopt.cli.dims import config_version, parse_dims_option
+from memopt.cli.tables import add_entry_column, print_table
+from memopt.errors import MemoptError
+from memopt.graph.expr import Expression, ExpressionError
 from memopt.units import format_bytes
 
 __all__ = ["parse_command"]

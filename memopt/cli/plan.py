@@ -1,19 +1,26 @@
-"""``memopt plan``: the cheapest recompute config (ORT) or policy (torch) predicted to fit a target batch in a budget."""
+"""``memopt plan``: the cheapest recompute predicted to fit a target batch in a budget (``Backend.plan``:
+ORT's config, or plain PyTorch's policy file), written where a job reads it."""
 
 from __future__ import annotations
 
 import json
 import sys
+from functools import singledispatch
 from pathlib import Path
-from typing import Any
 
 import typer
 from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from memopt.backends import Backend, choose_backend
-from memopt.cli import EXIT_DOES_NOT_FIT, app, console, error_console
+from memopt.backends import choose_backend
+from memopt.backends.base import PlanReport, PlanRequest
+from memopt.backends.ort.commands import OrtPlanReport
+from memopt.backends.ort.predict.calibration import Calibration
+from memopt.backends.ort.predict.planner import PlanResult
+from memopt.backends.ort.tune.export import ConfigExport
+from memopt.backends.torch.commands import TorchPlanReport
+from memopt.cli import EXIT_DOES_NOT_FIT, app, console
 from memopt.cli.options import (
     BackendOption,
     BudgetOption,
@@ -38,24 +45,15 @@ from memopt.cli.options import (
     choose_target,
     run_settings,
 )
-from memopt.cli.show import print_trial, say, stdout_kept_for_the_result
+from memopt.cli.progress import CommandProgress
+from memopt.cli.show import print_trial
 from memopt.cli.tables import add_entry_column, print_table
-from memopt.core import RunnableTarget, RunStatus, runnable
-from memopt.core.trial import TrialResult
-from memopt.errors import MemoptError
-from memopt.ort.config import takes_json_file
-from memopt.ort.version import OrtVersion
-from memopt.pipeline.calibrate import calibrate, save_model
-from memopt.predict.calibration import Calibration, learn_from_trial
-from memopt.predict.planner import DEFAULT_MARGIN, PlanResult, choose_plans
+from memopt.core import RunnableTarget, runnable
+from memopt.predict import DEFAULT_MARGIN
 from memopt.run import DEFAULT_RUNS_DIR, DEFAULT_STEPS, DEFAULT_TIMEOUT_S
-from memopt.run.budget import Budget, parse_budget, require_budget, resolve_budget
-from memopt.run.files import check_write_target, replace_atomically
-from memopt.run.journal import Journal
-from memopt.run.launch import new_run_dir
-from memopt.run.settings import RunSettings
-from memopt.run.trials import TrialSpec, run_trial, stack_versions
-from memopt.tune.export import ConfigExport, plan_export, write_config
+from memopt.run.budget import parse_budget
+from memopt.run.files import check_write_target
+from memopt.tune import OrtTuneSettings, TuneSettings
 from memopt.units import format_bytes, format_cuda_memory, format_mib
 
 __all__ = ["plan_command"]
@@ -108,157 +106,56 @@ def plan_command(
         check_write_target(out, overwrite=force)  # before any run: a user's file is never replaced unasked
     target = runnable(choose_target(recipe, command, default=None))
     chosen_backend = choose_backend(backend)
-    if chosen_backend.backend is Backend.TORCH:
-        # Loaded before the options are checked: this back end builds an hf: model in this process
-        # (its scan), which transformers cannot once imported without torch for the check alone.
-        import memopt.backends.torch.tune  # noqa: F401
-    settings = run_settings(
+    chosen_backend.backend.prepare()
+    run = run_settings(
         target,
         target_batch,
         TargetOptions(seq, size, option, hf_task, target_seq),
         RunOptions(steps, device, timeout, python, runs_dir),
     )
-    parsed = parse_budget(budget) if budget is not None else None
-    if chosen_backend.backend is Backend.TORCH:
-        say(chosen_backend.line())
-        _plan_torch(settings, target_batch, parsed, margin, resume, verify, out, force, as_json)
-        return
-    batches = calibration_batches(calibrate_at)
-    versions = stack_versions(settings.python, settings.timeout_s)
-    if (
-        out is not None
-        and versions.ort_version is not None
-        and not takes_json_file(OrtVersion.parse(versions.ort_version))
-    ):
-        raise MemoptError(f"ORT {versions.ort_version} takes the config string itself; --out is for 1.19 JSON files")
-    require_budget(parsed, device, versions.cuda)
-    say(chosen_backend.line())
-    with (
-        stdout_kept_for_the_result(),
-        console.status(f"Calibrating {escape(str(target))}: graph probe and no-config trials…"),
-    ):
-        cal = calibrate(settings, target_batch, calibration_batches=batches, resume=resume, versions=versions)
-    for line in cal.refused:
-        error_console.print(f"[yellow]warning:[/] {escape(line)}", highlight=False, soft_wrap=True)
-    budget_bytes = resolve_budget(parsed, cal.device, cal.device_total)
-    with stdout_kept_for_the_result():
-        result = choose_plans(
-            cal.model,
-            cal.costs_s,
-            target_batch,
-            budget_bytes,
-            cal.ort_version,
-            margin=margin,
-            baseline_step_s=cal.baseline_step_s,
-        )
-    # A config that is not predicted to fit is no answer: nothing is written or exported.
-    export, config_file = _write_config(result, cal, runs_dir, target, out, force) if result.feasible else (None, None)
-    trial = None
-    if verify and result.feasible:
-        predicted = int(result.predicted_bytes)
-        with console.status(f"Verifying at batch {target_batch}…"):
-            trial = run_trial(
-                TrialSpec(settings, target_batch, result.entries),
-                runs_dir,
-                journal=Journal.in_folder(runs_dir),
-                budget_bytes=budget_bytes,
-                predicted_peak_bytes=predicted,
-                versions=versions,
-            )
-        learnt = learn_from_trial(cal.model, trial, result.plans, result.counts)
-        if learnt is not None:
-            save_model(runs_dir, cal.identity, learnt)
+    settings = TuneSettings(
+        run=run,
+        target_batch=target_batch,
+        budget=parse_budget(budget) if budget is not None else None,
+        resume=resume,
+        margin=margin,
+        ort=OrtTuneSettings(calibration_batches=calibration_batches(calibrate_at)),
+    )
+    request = PlanRequest(settings, verify=verify, out=out, force=force)
+    report = chosen_backend.backend.plan(request, CommandProgress(chosen_backend.line()))
     if as_json:
-        print(json.dumps(_as_json(result, cal, export, config_file, trial), indent=2, default=str))
+        print(json.dumps(report.summary(), indent=2, default=str))
     else:
-        _print(result, cal, export, target, out)
-        if trial is not None:
-            print_trial(trial)
-    if not result.feasible or (trial is not None and trial.outcome.does_not_fit):
+        _show(report)
+    if not report.fits:
         sys.exit(EXIT_DOES_NOT_FIT)
 
 
-def _plan_torch(
-    settings: RunSettings,
-    target_batch: int,
-    budget: Budget | None,
-    margin: float,
-    resume: bool,
-    verify: bool,
-    out: Path | None,
-    force: bool,
-    as_json: bool,
-) -> None:
-    """The torch back end's plan: tune's scan, probes and choice, without its verifying run
-    (``--verify`` adds that one run); the policy file written where a job reads it."""
-    # Imported here: the torch back end loads torch, which an ORT plan's process must not carry.
-    from memopt.backends.torch.trial import POLICY_FILE, allocator_env, export_line, run_torch_trial
-    from memopt.backends.torch.tune import plan_torch
-
-    with stdout_kept_for_the_result():
-        plan = plan_torch(settings, target_batch, budget, margin=margin, resume=resume, say=say)
-    written = None
-    if plan.feasible:  # a policy not predicted to fit is no answer: nothing is written
-        path = (
-            out or new_run_dir(settings.runs_dir, f"torch-plan-{settings.target.label}-b{target_batch}") / POLICY_FILE
-        )
-        written = replace_atomically(path, plan.policy.to_json() + "\n", overwrite=out is None or force)
-    trial = None
-    if verify and plan.feasible:
-        trial = run_torch_trial(settings, target_batch, plan.policy, journal=Journal.in_folder(settings.runs_dir))
-        out_of_memory = trial.status is RunStatus.OUT_OF_MEMORY
-        peak = "out of memory" if out_of_memory else f"peak {format_bytes(trial.memory.device_peak or 0)}"
-        verdict = "within" if trial.within(int(plan.limit_bytes)) else "OVER"
-        say(
-            f"measurement: {peak} against the limit {format_bytes(int(plan.limit_bytes))}: {verdict} "
-            f"({trial.status.value}, {trial.run_dir})"
-        )
-    fits = plan.feasible and (trial is None or trial.within(int(plan.limit_bytes)))
-    status = "does_not_fit" if not fits else "predicted" if trial is None else "verified"
-    export = []
-    if written is not None:
-        ran_with = trial.torch.allocator if trial is not None and trial.torch else allocator_env(settings.device)
-        export = [export_line(written, ran_with)]
-    if as_json:
-        document = {
-            "status": status,
-            "backend": "torch",
-            "feasible": plan.feasible,
-            "target_batch": target_batch,
-            "budget_bytes": plan.budget_bytes,
-            "limit_bytes": int(plan.limit_bytes),
-            "predicted_without_recompute_bytes": int(plan.baseline_bytes),
-            "predicted_bytes": int(plan.predicted_bytes),
-            "plans": [str(p) for p in plan.policy.plans],
-            "policy_file": str(written.resolve()) if written is not None else None,
-            "export": export,
-            "verify": None if trial is None else {"status": trial.status.value, "peak_bytes": trial.memory.device_peak},
-        }
-        print(json.dumps(document, indent=2))
-    elif written is not None:
-        predicted = f"predicted {format_bytes(int(plan.predicted_bytes))}"
-        said = {
-            "predicted": "not verified (memopt tune verifies it)",
-            "verified": "verified by one run",
-            "does_not_fit": "over the limit when run",
-        }[status]
-        print(f"# {plan.policy}: {predicted}, {said}")
-        print(export[0])
-    if not fits:
-        sys.exit(EXIT_DOES_NOT_FIT)
+@singledispatch
+def _show(report: PlanReport) -> None:
+    """The answer as a person reads it."""
+    raise TypeError(f"no view of {type(report).__name__}")
 
 
-def _write_config(
-    result: PlanResult, cal: Calibration, runs_dir: Path, target: RunnableTarget, out: Path | None, force: bool
-) -> tuple[ConfigExport, Path | None]:
-    """The config of a feasible plan and the file written for it, where ORT 1.19 reads one.
-    With ``--out`` the file is written even when no recompute is needed: it gets the empty
-    config, so a job that exports it runs as with no config, never with an older config."""
-    version = cal.ort_version
-    export = plan_export(result.entries, version, runs_dir, target, result.target_batch, out, kind="plan")
-    if takes_json_file(version) and (result.entries or out is not None):
-        return export, write_config(export, overwrite=out is None or force)
-    return export, None
+@_show.register
+def _(report: OrtPlanReport) -> None:
+    _print(report.result, report.calibration, report.export, report.request.settings.run.target, report.request.out)
+    if report.trial is not None:
+        print_trial(report.trial)
+
+
+@_show.register
+def _(report: TorchPlanReport) -> None:
+    if report.written is None:
+        return
+    plan = report.plan
+    said = {
+        "predicted": "not verified (memopt tune verifies it)",
+        "verified": "verified by one run",
+        "does_not_fit": "over the limit when run",
+    }[report.status]
+    print(f"# {plan.policy}: predicted {format_bytes(int(plan.predicted_bytes))}, {said}")
+    print(report.export[0])
 
 
 def _print(
@@ -346,64 +243,3 @@ def _what_fits(result: PlanResult) -> str:
         f"predicted to fit: batch {result.max_batch_all_plans} with every plan, "
         f"{result.max_batch_no_plans or 'none'} without"
     )
-
-
-def _as_json(
-    result: PlanResult,
-    cal: Calibration,
-    export: ConfigExport | None,
-    config_file: Path | None,
-    trial: TrialResult | None,
-) -> dict[str, Any]:
-    config_value = export.value if export is not None else None
-    return {
-        "recipe_graph": cal.graph_source,
-        "device": cal.device,
-        "ort_version": str(cal.ort_version),
-        "target_batch": result.target_batch,
-        "budget_bytes": result.budget_bytes,
-        "limit_bytes": round(result.limit_bytes),
-        "baseline_bytes": round(result.baseline_bytes),
-        "predicted_bytes": round(result.predicted_bytes),
-        "feasible": result.feasible,
-        "needs_recompute": result.needs_recompute,
-        "cost_s": result.cost_s,
-        "baseline_step_s": result.baseline_step_s,
-        "overhead": result.overhead,
-        "solver": result.solver,
-        "max_batch_all_plans": result.max_batch_all_plans,
-        "max_batch_no_plans": result.max_batch_no_plans,
-        "plans": [
-            {
-                "key": c.key,
-                "count": c.count,
-                "frequency": c.frequency,
-                "saving_bytes": c.saving_bytes,
-                "cost_s": c.cost_s,
-            }
-            for c in result.choices
-        ],
-        "config": [str(e) for e in result.entries],
-        "refused": list(cal.refused),
-        "config_value": config_value,
-        "export": export.lines[0] if export is not None else None,
-        "config_file": str(config_file) if config_file is not None else None,
-        "model": {
-            "description": cal.model.describe(),
-            "cost_source": cal.cost_source,
-            "arena_check": cal.arena_check or None,
-            "fixed_bytes": round(cal.model.static_bytes),
-            "activation_scale": cal.model.activation_scale,
-            "outside_bytes": round(cal.model.outside_bytes),
-            "on_card": dict(
-                zip(
-                    ("allocated_bytes", "reserved_bytes", "outside_bytes"),
-                    (round(part) for part in cal.model.on_card(result.target_batch, result.plans, result.counts)),
-                )
-            )
-            if cal.model.simulated and cal.device == "cuda"
-            else None,
-            "peak_at": cal.model.timeline(result.target_batch, result.plans).where() if cal.model.simulated else None,
-        },
-        "verification": trial.to_record() if trial is not None else None,
-    }

@@ -8,6 +8,7 @@ from pathlib import Path
 import typer
 from rich.markup import escape
 
+from memopt.backends.ort.logparse import parse_file
 from memopt.cli import app, console
 from memopt.cli.options import (
     BatchOption,
@@ -30,7 +31,6 @@ from memopt.cli.options import (
 )
 from memopt.core import Target, runnable
 from memopt.errors import MemoptError
-from memopt.logparse import parse_file
 from memopt.run import DEFAULT_RUNS_DIR, DEFAULT_STEPS, DEFAULT_TIMEOUT_S
 from memopt.run.probe import ProbeResult, probe
 from memopt.units import format_bytes

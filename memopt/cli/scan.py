@@ -1,22 +1,28 @@
-"""``memopt scan``: what recompute could save, plan by plan, at any size: ORT's plans from the
-training graph alone (``--backend ort``), or plain PyTorch's per module pattern and aten op from
-a captured training forward (``--backend torch``)."""
+"""``memopt scan``: a training step's recompute plans with their savings (``Backend.scan``): ORT's from
+the training graph alone, at any size; plain PyTorch's from a captured step."""
 
 from __future__ import annotations
 
 import json
 import sys
-from dataclasses import replace
+from dataclasses import dataclass, replace
+from functools import singledispatch
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import typer
 from rich import box
+from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from memopt.backends import Backend, choose_backend
+from memopt.backends import choose_backend
+from memopt.backends.base import OrtScanOptions, ScanRequest, TorchScanOptions
+from memopt.backends.ort.commands import OrtScanReport
+from memopt.backends.ort.scan import ScanReport, fold_layers
+from memopt.backends.ort.scan.patterns import Pattern
+from memopt.backends.torch.commands import TorchScanReport
 from memopt.cli import app, console, error_console
 from memopt.cli.dims import parse_dims_option
 from memopt.cli.options import (
@@ -31,24 +37,15 @@ from memopt.cli.options import (
     TargetSeqOption,
     checked_count,
     choose_target,
-    command_notes,
 )
-from memopt.cli.show import say
+from memopt.cli.progress import CommandProgress
 from memopt.cli.tables import add_entry_column, print_table
-from memopt.core import RecipeTarget, runnable
+from memopt.core import RecipeTarget
 from memopt.errors import MemoptError
 from memopt.graph.polynomial import Polynomial
-from memopt.graph.sizes import resolve_dims
-from memopt.ort.stack import inspect_stack
 from memopt.recipes import DEFAULT_RECIPE
 from memopt.run import DEFAULT_RUNS_DIR
 from memopt.run.files import check_write_target, replace_atomically
-from memopt.run.settings import RunSettings
-from memopt.run.target import ProbedGraph, load_target
-from memopt.scan import ProbeLevel, ScanReport, fold_layers, scan_graph
-from memopt.scan.parity import logged_parity
-from memopt.scan.patterns import Pattern, order_patterns
-from memopt.scan.savings import UNKNOWN_DIM_PREFIX
 from memopt.units import format_bytes
 
 if TYPE_CHECKING:
@@ -134,94 +131,74 @@ def scan_command(
         raise MemoptError("choose one of --json and --csv")
     chosen_backend = choose_backend(backend)
     chosen = choose_target(target, command)
-    if chosen_backend.backend is Backend.TORCH:
-        # Imported here: an ORT scan loads no torch in this process.
-        from memopt.backends.torch.command_scan import scan_command as scan_job
-        from memopt.backends.torch.scan import scan_recipe
-
-        options = TargetOptions(seq, size, option, hf_task, target_seq).options_for(chosen)
-        if fake and not isinstance(chosen, RecipeTarget):
-            raise MemoptError("--fake scans a recipe in this process; a command's model is captured in its own run")
-        say(chosen_backend.line())
-        if not isinstance(chosen, RecipeTarget):
-            settings = RunSettings(
-                target=runnable(chosen), python=command_notes(chosen, python, batch or probe_batch), runs_dir=runs_dir
-            )
-            with console.status(f"Capturing a training forward of {escape(str(chosen))} in three short runs…"):
-                scanned = scan_job(settings, batch or probe_batch)
-        else:
-            with console.status(f"Capturing a training step of {escape(str(chosen))} at a few sizes…"):
-                scanned = scan_recipe(chosen.load(options), batch or probe_batch, timed=not fake)
-        _print_torch_scan(scanned, str(chosen), fake)
-        return
-    python = command_notes(chosen, python, probe_batch)
     # A recipe's batch is built at --seq; an ONNX file or a command has no recipe to pass it to.
-    recipe = isinstance(chosen, RecipeTarget)
     given = TargetOptions(seq, size, option, hf_task, target_seq)
-    options = (given if recipe else replace(given, seq=None, target_seq=None)).options_for(chosen)
-    explicit_dims = parse_dims_option(dims)
-    if plot is not None:
-        _check_plot_path(plot)  # before the scan, not after it
-    status = error_console if as_json or as_csv else console
-    with status.status(f"Building the training graph of {escape(str(chosen))} (ORTModule export and session, once)…"):
-        loaded = load_target(
-            chosen, options=options, runs_dir=runs_dir, probe_batch=probe_batch, python=python, loss=loss
-        )
-    version = ort_version or loaded.ort_version or inspect_stack().ort_version
-    if version is None:
-        raise MemoptError("no ORT installed to take rules from; give --ort-version")
-    level = ProbeLevel.BASIC if basic else ProbeLevel.ADVANCED
-    report = scan_graph(loaded.graph, version, level=level, layer_boundary=layerwise)
-    values = resolve_dims(
-        report.inputs,
-        report.symbols,
-        batch=batch,
+    recipe = isinstance(chosen, RecipeTarget)
+    ort = OrtScanOptions(
         seq=seq,
         target_seq=target_seq,
-        explicit=explicit_dims,
-        defaults=loaded.logged_dims,
+        dims=parse_dims_option(dims),
+        ort_version=ort_version,
+        basic=basic,
+        layerwise=layerwise,
+        loss=loss,
     )
-    # Said once the input is known good (the target loads, its ORT release has rules, its dims
-    # are known names), so that bad input stays one error line.
-    say(chosen_backend.line())
-    report = replace(report, patterns=order_patterns(report.patterns, values))
-    # ORT names a dim its shape inference cannot tell empty_dim_param<k>, with no value anywhere:
-    # the plans that name one stay symbolic, as in ORT's own table; the others get bytes.
-    unnamed = sorted(s for s in report.symbols - set(values) if s.startswith(UNKNOWN_DIM_PREFIX))
-    missing = sorted(report.symbols - set(values) - set(unnamed))
-    differences = _differences_from_probe(report, loaded, version, level)
-    for warning in (*report.warnings, *differences):
-        error_console.print(f"[yellow]warning:[/] {escape(warning)}", highlight=False, soft_wrap=True)
-    if not report.patterns and report.analysis.yield_order is None:
-        raise MemoptError(f"{chosen}: {report.warnings[0] if report.warnings else 'nothing to scan'}")
-    if missing:
-        error_console.print(
-            f"[yellow]warning:[/] no value for {escape(', '.join(missing))}: savings stay symbolic "
-            "(give --batch/--seq or --dims)",
-            highlight=False,
-            soft_wrap=True,
-        )
-    if unnamed:
-        error_console.print(
-            f"[yellow]warning:[/] ORT knows no size for {escape(', '.join(unnamed))} (a dim its shape inference "
-            "leaves unnamed): the plans naming it stay symbolic, as ORT prints them",
-            highlight=False,
-            soft_wrap=True,
-        )
-    frame = plans_frame(report, values if not missing else None)
-    if as_json:
-        sys.stdout.write(json.dumps(_json(report, values, loaded.description, version, differences), indent=2) + "\n")
-    elif as_csv:
+    if plot is not None:
+        _check_plot_path(plot)  # before the scan, not after it
+    request = ScanRequest(
+        target=chosen,
+        options=(given if recipe else replace(given, seq=None, target_seq=None)).options_for(chosen),
+        batch=batch,
+        probe_batch=probe_batch,
+        runs_dir=runs_dir,
+        ort=ort,
+        torch=TorchScanOptions(fake=fake),
+    )
+    status = error_console if as_json or as_csv else console
+    scanned = chosen_backend.backend.scan(request, CommandProgress(chosen_backend.line(), status, python))
+    _show(scanned, _View(as_json, as_csv, details, plot, status))
+
+
+@dataclass(frozen=True)
+class _View:
+    """How the command prints a scan: ``--json``, ``--csv``, the table (``--details``), ``--plot``."""
+
+    as_json: bool
+    as_csv: bool
+    details: bool
+    plot: Path | None
+    status: Console  # where lines beside the result go
+
+
+@singledispatch
+def _show(scanned: object, view: _View) -> None:
+    raise TypeError(f"no view of {type(scanned).__name__}")
+
+
+@_show.register
+def _(scanned: OrtScanReport, view: _View) -> None:
+    report, values, version, differences = scanned.report, scanned.values, scanned.version, scanned.differences
+    frame = plans_frame(report, values if not scanned.missing else None)
+    description = scanned.loaded.description
+    if view.as_json:
+        sys.stdout.write(json.dumps(_json(report, values, description, version, list(differences)), indent=2) + "\n")
+    elif view.as_csv:
         sys.stdout.write(frame.to_csv(index=False))
     else:
-        _print_table(report, frame, values, loaded.description, version, details)
-    if plot is not None:
-        if missing or unnamed:
-            raise MemoptError(f"--plot needs values for {', '.join(missing or unnamed)}")
-        from memopt.scan.plot import plot_scan
+        _print_table(report, frame, values, description, version, view.details)
+    if view.plot is not None:
+        unknown = scanned.missing or scanned.unnamed
+        if unknown:
+            raise MemoptError(f"--plot needs values for {', '.join(unknown)}")
+        from memopt.backends.ort.scan.plot import plot_scan
 
-        replace_atomically(plot, plot_scan(report, values, _image_format(plot)))
-        status.print(f"plot written to {plot}", markup=False, highlight=False)
+        replace_atomically(view.plot, plot_scan(report, values, _image_format(view.plot)))
+        view.status.print(f"plot written to {view.plot}", markup=False, highlight=False)
+
+
+@_show.register
+def _(scanned: TorchScanReport, view: _View) -> None:
+    _print_torch_scan(scanned.scanned, scanned.label, scanned.fake)
 
 
 def _print_torch_scan(scanned: TorchScan, label: str, fake: bool) -> None:
@@ -248,17 +225,6 @@ def _print_torch_scan(scanned: TorchScan, label: str, fake: bool) -> None:
         markup=False,
         highlight=False,
     )
-
-
-def _differences_from_probe(report: ScanReport, loaded: ProbedGraph, version: str, level: ProbeLevel) -> list[str]:
-    """One line per row where the scan differs from the Plan table ORT printed in the probe
-    that built the graph (compared only where both analysed alike: same release, ORTModule's
-    probe level, no layer boundaries)."""
-    alike = loaded.ort_version == version and level is ProbeLevel.ADVANCED and not report.layer_boundary
-    parity = logged_parity(report.patterns, loaded.log_path) if loaded.log_path is not None and alike else None
-    if parity is None:
-        return []
-    return [f"differs from ORT's Plan table in the probe ({loaded.log_path}): {line}" for line in parity.differences()]
 
 
 def _check_plot_path(plot: Path) -> None:

@@ -13,11 +13,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.text import Text
 
-from memopt.cli import console as default_console
-from memopt.cli import error_console
-from memopt.core.trial import TrialResult
-from memopt.errors import MemoptError
-from memopt.ort import (
+from memopt.backends.ort import (
     ConfigEntry,
     OrtVersion,
     ValidatedConfig,
@@ -27,6 +23,10 @@ from memopt.ort import (
     takes_json_file,
     validate_entries,
 )
+from memopt.cli import console as default_console
+from memopt.cli import error_console
+from memopt.core.trial import TrialResult
+from memopt.errors import MemoptError
 from memopt.run.files import replace_atomically
 from memopt.units import format_bytes, format_cuda_memory, format_mib
 

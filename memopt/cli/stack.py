@@ -7,13 +7,13 @@ import sys
 
 import typer
 
-from memopt.cli import app, console
-from memopt.ort.stack import (
+from memopt.backends.ort.stack import (
     EXTENSIONS_INSTALL_COMMAND,
     StackError,
     check_stack,
     inspect_stack,
 )
+from memopt.cli import app, console
 
 __all__ = ["stack_command"]
 

@@ -1,4 +1,5 @@
-"""``memopt trial``: one config or policy, one batch size, real training steps (ORTModule or plain PyTorch), journaled."""
+"""``memopt trial``: one config, one batch size, real training steps (ORTModule, or plain PyTorch with a
+recompute policy: ``Backend.trial``), journaled."""
 
 from __future__ import annotations
 
@@ -6,14 +7,17 @@ import json
 import os
 import shlex
 import sys
-from collections.abc import Sequence
+from functools import singledispatch
 from pathlib import Path
 from typing import Annotated
 
 import typer
 from rich.markup import escape
 
-from memopt.backends import Backend, choose_backend
+from memopt.backends import choose_backend
+from memopt.backends.base import TrialReport, TrialRequest
+from memopt.backends.ort.commands import OrtTrialReport
+from memopt.backends.torch.commands import TorchTrialReport
 from memopt.cli import EXIT_DOES_NOT_FIT, app, console, error_console
 from memopt.cli.options import (
     BackendOption,
@@ -34,26 +38,14 @@ from memopt.cli.options import (
     choose_target,
     run_settings,
 )
-from memopt.cli.show import print_trial, say
+from memopt.cli.progress import CommandProgress
+from memopt.cli.show import print_trial
 from memopt.core import RunnableTarget, RunStatus, runnable
 from memopt.core.trial import Outcome
 from memopt.errors import MemoptError
-from memopt.ort.config import ConfigEntry, PlanKey
-from memopt.ort.version import OrtVersion
-from memopt.pipeline.calibrate import load_saved_model, model_identity, save_model
-from memopt.predict.calibration import learn_from_trial
-from memopt.predict.memory_model import MemoryModel, ModelError
 from memopt.run import DEFAULT_RUNS_DIR, DEFAULT_STEPS, DEFAULT_TIMEOUT_S
-from memopt.run.budget import Budget, parse_budget
-from memopt.run.journal import Journal
+from memopt.run.budget import parse_budget
 from memopt.run.launch import LOG_NAME
-from memopt.run.settings import RunSettings
-from memopt.run.trials import (
-    TrialSpec,
-    parse_trial_config,
-    run_trial,
-    stack_versions,
-)
 from memopt.units import format_bytes
 
 __all__ = ["trial_command"]
@@ -116,50 +108,23 @@ def trial_command(
         TargetOptions(seq, size, option, hf_task, target_seq),
         RunOptions(steps, device, timeout, python, runs_dir),
     )
-    if chosen_backend.backend is Backend.TORCH:
-        _torch_trial(settings, batch, config, parsed_budget, resume, as_json, chosen_backend.line())
-        return
-    options = settings.options
-    versions = stack_versions(settings.python, settings.timeout_s)
-    if versions.ort_version is None:
-        raise MemoptError("the ORT training stack cannot run: onnxruntime-training is not installed")
-    validated = parse_trial_config(config, OrtVersion.parse(versions.ort_version))
-    say(chosen_backend.line())
-    spec = TrialSpec(settings, batch, validated.entries)
+    request = TrialRequest(settings, batch, config, parsed_budget, resume)
+    _show(chosen_backend.backend.trial(request, CommandProgress(chosen_backend.line())), as_json)
 
-    identity_device = "cuda" if versions.cuda and device != "cpu" else "cpu"
-    identity = model_identity(target, options, versions, identity_device)
-    model = load_saved_model(runs_dir, identity)
-    plan_keys = _plan_keys(model, validated.entries) if model else ()
-    predicted = None
-    if model is not None:
-        try:
-            predicted = int(model.predict(batch, plan_keys).peak_bytes)
-        except ModelError:
-            predicted = None
-    with console.status(
-        f"Trial of {escape(str(target))} at batch {batch} ({len(validated.entries)} config entries, {steps + 1} steps)…"
-    ):
-        result = run_trial(
-            spec,
-            runs_dir,
-            journal=Journal.in_folder(runs_dir),
-            resume=resume,
-            budget=parsed_budget,
-            predicted_peak_bytes=predicted,
-            versions=versions,
-        )
-    if result.status.fatal:
-        raise MemoptError(
-            f"{result.status.failure(target.noun)}: {result.error} (log: {Path(result.run_dir) / LOG_NAME})"
-        )
-    learnt = learn_from_trial(model, result, plan_keys) if model is not None and not result.reused else None
-    if learnt is not None:
-        save_model(runs_dir, identity, learnt)
+
+@singledispatch
+def _show(report: TrialReport, as_json: bool) -> None:
+    """The trial's record (``--json``) or its summary, and the exit status its verdict gives."""
+    raise TypeError(f"no view of {type(report).__name__}")
+
+
+@_show.register
+def _(report: OrtTrialReport, as_json: bool) -> None:
+    result = report.result
     if as_json:
-        print(json.dumps(result.to_record(), indent=2, default=str))
+        print(json.dumps(report.record(), indent=2, default=str))
     else:
-        for warning in dict.fromkeys((*validated.warnings, *result.config_warnings)):
+        for warning in report.warnings:
             console.print(f"[yellow]warning:[/] {escape(warning)}", highlight=False, soft_wrap=True)
         print_trial(result)
     if result.outcome.does_not_fit:
@@ -168,27 +133,13 @@ def trial_command(
         sys.exit(1)
 
 
-def _torch_trial(
-    settings: RunSettings,
-    batch: int,
-    config: str,
-    budget: Budget | None,
-    resume: bool,
-    as_json: bool,
-    backend_line: str,
-) -> None:
-    # Imported here: the torch back end loads torch (about 600 MiB of RSS), which an ORT trial's
-    # parent process, counted in the same memory cgroup as its job, must not carry.
-    from memopt.backends.torch.trial import read_policy, resolve_torch_budget, run_torch_trial, trial_export_line
+@_show.register
+def _(report: TorchTrialReport, as_json: bool) -> None:
+    from memopt.backends.torch.trial import trial_export_line
 
-    policy = read_policy(config)  # bad input stays one error line, before the back end's line
-    say(backend_line)
-    with console.status(f"Trial of {escape(str(settings.target))} at batch {batch} in plain PyTorch ({policy})…"):
-        trial = run_torch_trial(settings, batch, policy, journal=Journal.in_folder(settings.runs_dir), resume=resume)
-    if budget is not None and trial.ran:
-        trial = trial.judged(resolve_torch_budget(budget, settings.device))
+    trial, policy, batch = report.trial, report.policy, report.trial.batch_size
     if as_json:
-        print(json.dumps(trial.to_record(), indent=2, default=str))
+        print(json.dumps(report.record(), indent=2, default=str))
     peak = trial.memory.device_peak
     if trial.status is RunStatus.OUT_OF_MEMORY:
         error_console.print(f"out of memory at batch {batch} with {policy} ({trial.run_dir})", markup=False)
@@ -216,8 +167,3 @@ def _target(words: list[str], command: str | None) -> RunnableTarget:
 
 def _is_program(word: str) -> bool:
     return not word.endswith(".py") and os.path.isfile(word) and os.access(word, os.X_OK)
-
-
-def _plan_keys(model: MemoryModel, entries: Sequence[ConfigEntry]) -> tuple[PlanKey, ...]:
-    enabled = {e.cell for e in entries if int(e.optimization)}
-    return tuple(p.key for p in model.plans if enabled and set(p.entries) <= enabled)

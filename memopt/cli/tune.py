@@ -1,10 +1,10 @@
 """``memopt tune``: from "OOM at the batch I need" to a verified recompute config: an
-ORTMODULE_MEMORY_OPT_CONFIG for ORTModule (``--backend ort``, ``memopt.tune.tuner``), or a
-recompute policy for plain PyTorch (``--backend torch``, ``memopt.tune.torch_session``).
+ORTMODULE_MEMORY_OPT_CONFIG for ORTModule, or a recompute policy for plain PyTorch.
 
-The TUI (``memopt.tui``) by default; ``--no-tui`` runs the search with plain progress lines on
-stderr and the result (``--json``: a JSON document) on stdout. Either way the ``export …``
-line(s) of the best verified config end up on stdout.
+The TUI (``memopt.tui``) by default; ``--no-tui`` runs the same session of the same back end
+(``Backend.tuning_session``: ORT's ``Tuner``, plain PyTorch's ``TorchTuner``) with its events printed
+as plain lines on stderr and the result (``--json``: a JSON document) on stdout.
+Either way the ``export …`` line(s) of the best verified config end up on stdout.
 """
 
 from __future__ import annotations
@@ -15,9 +15,10 @@ from collections.abc import Callable
 
 import typer
 
-from memopt.backends import Backend, choose_backend
+from memopt.backends import BackendName, choose_backend
+from memopt.backends.ort.tune.tuner import Tuner
 from memopt.cli import EXIT_DOES_NOT_FIT, app
-from memopt.cli.carry_over import carry_over_to_torch, exportable, torch_side
+from memopt.cli.carry_over import carry_over_to_torch
 from memopt.cli.options import (
     BackendOption,
     BudgetOption,
@@ -43,23 +44,14 @@ from memopt.cli.options import (
     choose_target,
     run_settings,
 )
+from memopt.cli.progress import CommandProgress
 from memopt.cli.show import say, stdout_kept_for_the_result
 from memopt.core import runnable
 from memopt.errors import MemoptError
+from memopt.pipeline.carry_over import exportable, torch_side
 from memopt.predict import DEFAULT_MARGIN
-from memopt.run import (
-    DEFAULT_RUNS_DIR,
-    DEFAULT_STEPS,
-    DEFAULT_TIMEOUT_S,
-    StackVersions,
-    parse_budget,
-    require_budget,
-    stack_versions,
-)
-from memopt.run.budget import Budget
-from memopt.run.journal import Journal
-from memopt.run.settings import RunSettings
-from memopt.tune import DEFAULT_MAX_TRIALS, TuneEvent, Tuner, TuneSettings, event_line
+from memopt.run import DEFAULT_RUNS_DIR, DEFAULT_STEPS, DEFAULT_TIMEOUT_S, parse_budget
+from memopt.tune import DEFAULT_MAX_TRIALS, OrtTuneSettings, TuneEvent, TuneSettings, event_line
 from memopt.tune.session import TuningSession
 
 __all__ = ["tune_command", "print_event"]
@@ -113,15 +105,12 @@ def tune_command(
         raise MemoptError("--json needs --no-tui")
     chosen_backend = choose_backend(backend)
     target = runnable(choose_target(recipe, command))
-    if chosen_backend.backend is Backend.TORCH:
-        if export_torch:
-            raise MemoptError(
-                f"--export-torch carries an ORT config over, and the torch back end ({chosen_backend.line()}) "
-                "already ends with the torch policy"
-            )
-        # Loaded before the options are checked: this back end builds an hf: model in this process
-        # (its scan), which transformers cannot once imported without torch for the check alone.
-        import memopt.backends.torch.tune  # noqa: F401
+    if export_torch and chosen_backend.name is not BackendName.ORT:
+        raise MemoptError(
+            f"--export-torch carries an ORT config over, and the {chosen_backend.name.value} back end "
+            f"({chosen_backend.line()}) already ends with the {chosen_backend.name.value} policy"
+        )
+    chosen_backend.backend.prepare()
     if export_torch:
         if as_json:
             raise MemoptError("--export-torch prints the carried-over policy's lines after tune's: drop --json")
@@ -135,44 +124,26 @@ def tune_command(
     parsed_budget = parse_budget(budget) if budget is not None else None
     if export_torch:
         torch_side(run, parsed_budget)  # what the carry-over would refuse, refused before the tune
-    settings = TuneSettings.for_target(
-        run,
-        target_batch,
+    settings = TuneSettings(
+        run=run,
+        target_batch=target_batch,
         budget=parsed_budget,
         max_trials=max_trials,
         resume=resume,
         margin=margin,
-        calibration_batches=calibration_batches(calibrate_at),
+        ort=OrtTuneSettings(calibration_batches=calibration_batches(calibrate_at)),
     )
-    if chosen_backend.backend is Backend.TORCH:
-        from memopt.backends.torch.trial import resolve_torch_budget
-
-        if not no_tui:
-            _needs_terminal()
-        say(chosen_backend.line())
-        # A device or budget the back end refuses is refused here, not on the screen once it is open.
-        resolve_torch_budget(parsed_budget, run.device)
-        if no_tui:
-            _headless_torch(run, target_batch, parsed_budget, margin, resume, as_json)
-            return
-        from memopt.tune.torch_session import TorchTuner
-
-        _show(TorchTuner(settings), manual)
-        return
-    versions = stack_versions(run.python, run.timeout_s)
-    if versions.ort_version is None:
-        raise MemoptError("the ORT training stack cannot run: onnxruntime-training is not installed")
-    require_budget(settings.budget, run.device, versions.cuda)
-    carry_over = _carry_over_to_torch(recipe or "") if export_torch else None
+    # A stack, device or budget the back end refuses is refused here, not on the screen once it is open.
     if not no_tui:
         _needs_terminal()
-    say(chosen_backend.line())
+    progress = CommandProgress(chosen_backend.line())
+    session = chosen_backend.backend.tuning_session(settings, progress, on_event=print_event if no_tui else None)
+    carry_over = _carry_over_to_torch(recipe or "") if export_torch else None
     if no_tui:
-        _headless(settings, versions, as_json, carry_over)
+        _headless(session, as_json, carry_over)
         return
-    tuner = Tuner(settings, versions=versions)
-    _show(tuner, manual)
-    if carry_over is not None and not carry_over(tuner):
+    _show(session, manual)
+    if carry_over is not None and not carry_over(session):
         sys.exit(EXIT_DOES_NOT_FIT)
 
 
@@ -193,10 +164,8 @@ def _show(tuner: TuningSession, manual: bool) -> None:
         raise MemoptError(tune_app.error)
 
 
-def _headless(
-    settings: TuneSettings, versions: StackVersions, as_json: bool, carry_over: Callable[[Tuner], bool] | None
-) -> None:
-    tuner = Tuner(settings, on_event=print_event, versions=versions)
+def _headless(tuner: TuningSession, as_json: bool, carry_over: Callable[[TuningSession], bool] | None) -> None:
+    """The session's auto-search, its events printed as they come (``print_event``)."""
     try:
         with stdout_kept_for_the_result():
             result = tuner.auto_search()
@@ -217,11 +186,12 @@ def _headless(
         sys.exit(EXIT_DOES_NOT_FIT)
 
 
-def _carry_over_to_torch(recipe: str) -> Callable[[Tuner], bool]:
-    """What ``--export-torch`` does once the tuner is done: the verified ORT config carried over
+def _carry_over_to_torch(recipe: str) -> Callable[[TuningSession], bool]:
+    """What ``--export-torch`` does once ORT's tuner is done: the verified ORT config carried over
     to plain PyTorch at the target batch and budget (False: no verified config, or the policy misses)."""
 
-    def carry_over(tuner: Tuner) -> bool:
+    def carry_over(tuner: TuningSession) -> bool:
+        assert isinstance(tuner, Tuner)  # --export-torch is refused on any other back end
         best = tuner.best()
         if best is None:
             say("--export-torch: no verified ORT config to carry over")
@@ -246,26 +216,6 @@ def _carry_over_to_torch(recipe: str) -> Callable[[Tuner], bool]:
         )
 
     return carry_over
-
-
-def _headless_torch(
-    settings: RunSettings, target_batch: int, budget: Budget | None, margin: float, resume: bool, as_json: bool
-) -> None:
-    # Imported here: the torch back end loads torch (about 600 MiB of RSS), which an ORT
-    # tune's parent process, counted in the same memory cgroup as its runs, must not carry.
-    from memopt.backends.torch.tune import tune_torch
-
-    with stdout_kept_for_the_result():
-        result = tune_torch(settings, target_batch, budget, margin=margin, resume=resume, say=say)
-    journal = Journal.in_folder(settings.runs_dir).path
-    if as_json:
-        print(json.dumps(result.summary(settings, journal), indent=2))
-    else:
-        for line in result.export_lines():
-            print(line)
-        print(f"# journal: {journal}")
-    if not result.verified:
-        sys.exit(EXIT_DOES_NOT_FIT)
 
 
 def print_event(event: TuneEvent) -> None:

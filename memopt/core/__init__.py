@@ -1,5 +1,6 @@
 """The vocabulary every stage speaks: what a target is, how a run ended, and what it measured.
 
+- ``backend``: ``BackendName``, a training back end by name, the same from ``--backend`` to the child.
 - ``target``: ``Target`` and one class per kind (built-in recipe, recipe file or module,
   Hugging Face config, the user's command, an ONNX graph file), parsed once by ``parse_target``.
 - ``status``: ``RunStatus``, a run's end as the child, the run folder and the journal write it.
@@ -12,9 +13,10 @@
 ``memory``, ``plan``, ``trial`` and ``records`` are imported by their module (``memopt.core.trial``), not
 from here: the child process imports this package, and does without pydantic.
 
-ORT's plan keys (their cells) and config entries are ORT's vocabulary and live in ``memopt.ort.config``.
+ORT's plan keys (their cells) and config entries are ORT's vocabulary and live in ``memopt.backends.ort.config``.
 """
 
+from memopt.core.backend import BackendName
 from memopt.core.status import RunStatus
 from memopt.core.target import (
     BATCH_PLACEHOLDER,
@@ -38,6 +40,7 @@ __all__ = [
     "BATCH_PLACEHOLDER",
     "COMMAND_PREFIX",
     "HF_PREFIX",
+    "BackendName",
     "BuiltinRecipe",
     "Command",
     "GraphFile",

@@ -1,38 +1,9 @@
-"""The orchestration stage: the runs that feed the pure model, and the files that keep it.
+"""The orchestration stage: what runs across back ends, above both.
 
-- ``calibrate``: probe a target and scan its graph once (``prepare_target``), run the
-  no-config calibration trials (``calibrate`` with real trials, ``calibrate_on`` any trial
-  runner) and fit the memory model and recompute costs on them and on the journal's history
-  (``fit_calibration``); the model library next to the journal (``save_model``,
-  ``load_saved_model``, keyed by ``model_identity``).
+- ``carry_over``: an ORT config carried over to plain PyTorch and verified there (``map_config``,
+  then ``verify_mapped``): what ``memopt export --torch`` and ``tune --export-torch`` run.
+- ``torch_export``: the matching itself, ORT's scan and plan names against the torch back end's scan.
 
-It sits above ``memopt.predict`` (the memory model, the simulators and the planner: pure,
-no runs) and ``memopt.run`` (child processes, trials, the journal); ``memopt plan``,
-``memopt trial`` and the tuner share it.
+It sits above ``memopt.backends`` (each back end's scan, model, trials and session) and
+imports them; no back end imports it.
 """
-
-from memopt.pipeline.calibrate import (
-    MODEL_FILE,
-    CalibrationRun,
-    ScannedGraph,
-    calibrate,
-    calibrate_on,
-    fit_calibration,
-    load_saved_model,
-    model_identity,
-    prepare_target,
-    save_model,
-)
-
-__all__ = [
-    "MODEL_FILE",
-    "CalibrationRun",
-    "ScannedGraph",
-    "calibrate",
-    "calibrate_on",
-    "fit_calibration",
-    "load_saved_model",
-    "model_identity",
-    "prepare_target",
-    "save_model",
-]

@@ -1,11 +1,10 @@
 """Running the user's target, each run in a child process of its own (under ORTModule or plain PyTorch).
 
-- ``target``: a target's training graph, from a short probe run or an ONNX file.
 - ``launch``: run folders and child processes (``launch``, cancellable with an event).
 - ``command``: the user's own training command as a target, every rank measured.
 - ``probe``: one no-config run that saves the graphs ORTModule builds.
-- ``trials``: one config at one batch size, measured (``memopt.core.trial.TrialResult``);
-  ``journal``: every finished trial.
+- ``journal``: every finished trial (``memopt.core.trial.TrialResult``); each back end's trials
+  are its own (``memopt.backends.ort.trials``, ``memopt.backends.torch.trial``).
 - ``budget``: memory budgets as people write them, resolved against the device;
   ``cgroup``: the memory cgroup's limit; ``oom``: the kernel's record of an OOM kill.
 - ``stops``: the stretches memopt or a run was stopped in, left out of step times.
@@ -61,25 +60,8 @@ if TYPE_CHECKING:
         check_steps,
         check_timeout,
     )
-    from memopt.run.target import CONFIG_VARIABLES, ProbedGraph, graph_of_run, load_target
-    from memopt.run.trials import (
-        LEVEL_VAR,
-        REUSABLE_STATUSES,
-        JournaledRunner,
-        RealTrialRunner,
-        StackVersions,
-        TrialError,
-        TrialRunner,
-        TrialSpec,
-        config_key,
-        inherited_config_note,
-        parse_trial_config,
-        run_trial,
-        stack_versions,
-    )
 
-# Imported on first use: the torch back end takes its processes, budgets and journal from here
-# without ORT's trials and targets (they load the training graph and the log parser).
+# Imported on first use: a command loads only the machinery it runs.
 _LAZY = {
     "memopt.run.budget": (
         "DEFAULT_FRACTION",
@@ -116,28 +98,11 @@ _LAZY = {
         "check_steps",
         "check_timeout",
     ),
-    "memopt.run.target": ("CONFIG_VARIABLES", "ProbedGraph", "graph_of_run", "load_target"),
-    "memopt.run.trials": (
-        "LEVEL_VAR",
-        "REUSABLE_STATUSES",
-        "JournaledRunner",
-        "RealTrialRunner",
-        "StackVersions",
-        "TrialError",
-        "TrialRunner",
-        "TrialSpec",
-        "config_key",
-        "inherited_config_note",
-        "parse_trial_config",
-        "run_trial",
-        "stack_versions",
-    ),
 }
 __getattr__ = lazy_exports(__name__, _LAZY)
 
 
 __all__ = [
-    "CONFIG_VARIABLES",
     "DEFAULT_FRACTION",
     "DEFAULT_RUNS_DIR",
     "DEFAULT_STEPS",
@@ -145,48 +110,32 @@ __all__ = [
     "DEVICES",
     "GRAPH_KINDS",
     "JOURNAL_NAME",
-    "LEVEL_VAR",
     "LOG_NAME",
     "ONNX_DIR",
     "ONNX_PREFIX",
     "RECORD_NAME",
-    "REUSABLE_STATUSES",
     "Budget",
     "BudgetError",
     "Journal",
     "JournalEntry",
-    "JournaledRunner",
     "ProbeResult",
-    "RealTrialRunner",
     "RunRequest",
     "RunResult",
     "RunSettings",
-    "ProbedGraph",
-    "graph_of_run",
-    "StackVersions",
-    "TrialError",
-    "TrialRunner",
-    "TrialSpec",
     "check_batch",
     "check_count",
     "check_device",
     "check_options",
     "check_steps",
     "check_timeout",
-    "config_key",
     "end_all_runs",
-    "inherited_config_note",
     "launch",
-    "load_target",
     "new_run_dir",
     "parse_budget",
-    "parse_trial_config",
     "probe",
     "require_budget",
     "resolve_budget",
     "run_label",
     "run_target",
-    "run_trial",
-    "stack_versions",
     "cpu_device_memory",
 ]

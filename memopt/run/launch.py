@@ -29,7 +29,7 @@ from typing import Any
 import memopt
 from memopt.child import CHILD_MODULE, ONNX_PREFIX, PARENT_PID_VAR, PROFILE_VAR, RUN_DIR_VAR, TIMEOUT_VAR, ChildRequest
 from memopt.child.memory import proc_status_bytes
-from memopt.core import RunStatus
+from memopt.core import BackendName, RunStatus
 from memopt.core.memory import Memory
 from memopt.errors import MemoptError, write_failure
 from memopt.run.marked import end_marked, marked_pids
@@ -105,7 +105,7 @@ class RunRequest:
     env: Mapping[str, str] = field(default_factory=dict)
     unset_env: tuple[str, ...] = ()  # caller's variables the run must not see
     cuda: bool = False
-    backend: str = "ort"  # a recipe's child trains under ORTModule, or ("torch") in plain PyTorch
+    backend: BackendName = BackendName.ORT  # the back end a recipe's child trains with
 
     def __post_init__(self) -> None:
         check_batch(self.batch_size)  # the rest was checked as the settings were made
@@ -140,7 +140,7 @@ class RunRequest:
             "python": settings.interpreter,
             "timeout_s": settings.timeout_s,
             "cuda": self.cuda,
-            "backend": self.backend,
+            "backend": self.backend.value,
         }
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from memopt.core.plan import PlanName
 from memopt.run.journal import Journal
@@ -95,6 +95,10 @@ class TuningSession(Protocol):
     def cost_of(self, plans: Iterable[PlanName]) -> float: ...
 
     def best(self) -> TrialRecord | None: ...
+
+    def summary(self, result: TuneResult) -> dict[str, Any]:
+        """The auto-search's ``result`` for ``--json``."""
+        ...
 
     def export_lines(self, plans: Iterable[PlanName] | None = None) -> list[str]: ...
 

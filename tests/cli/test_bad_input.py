@@ -16,7 +16,7 @@ import pytest
 from support import RECIPES
 from support.cli import CliRun, assert_one_line_error, memopt
 
-from memopt.ort.stack import inspect_stack
+from memopt.backends.ort.stack import inspect_stack
 
 TORCH_2_13_WHEEL = next(Path("/opt/wheels").glob("torch-2.13.*.whl"), None) if Path("/opt/wheels").is_dir() else None
 

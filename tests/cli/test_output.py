@@ -11,11 +11,11 @@ from io import StringIO
 import pytest
 from rich.console import Console
 
+from memopt.backends.ort import OrtVersion
+from memopt.backends.ort.trials import parse_trial_config
 from memopt.cli.show import print_trial
 from memopt.core import RunStatus, parse_target
 from memopt.core.trial import Outcome, TrialResult
-from memopt.ort import OrtVersion
-from memopt.run import parse_trial_config
 
 ERROR = "make_batch() ran out of memory: RuntimeError: [enforce fail at alloc_cpu.cpp:117] err == 0 [/x] [bold]"
 

@@ -9,9 +9,9 @@ from pathlib import Path
 from rich.console import Console
 from support.results import MiB, measured
 
+from memopt.backends.ort import OrtVersion
 from memopt.cli.show import print_trial
 from memopt.core import parse_runnable
-from memopt.ort import OrtVersion
 from memopt.tune import Purpose, Ready, TrialStarted, event_line
 
 

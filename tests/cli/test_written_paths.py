@@ -22,14 +22,14 @@ from support.cli import assert_one_line_error, memopt
 from support.logsamples import PLAIN_LOG
 from support.mounts import tmpfs
 
+from memopt.backends.ort import ConfigEntry, ConfigError, OptimizationType, OrtVersion
+from memopt.backends.ort.logparse import parse_file
+from memopt.backends.ort.trials import parse_trial_config
+from memopt.backends.ort.tune.export import ConfigExport, write_config
 from memopt.errors import MemoptError
-from memopt.logparse import parse_file
-from memopt.ort import ConfigEntry, ConfigError, OptimizationType, OrtVersion
 from memopt.recipes import RecipeError, check_recipe, load_recipe
 from memopt.run import Journal
 from memopt.run.files import replace_atomically
-from memopt.run.trials import parse_trial_config
-from memopt.tune import ConfigExport, write_config
 
 ROOT = Path(__file__).resolve().parents[2]
 V1_19 = OrtVersion.parse("1.19.2")

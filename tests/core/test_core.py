@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from memopt.backends.ort.trials import TrialSpec
 from memopt.core import (
     BuiltinRecipe,
     Command,
@@ -20,7 +21,7 @@ from memopt.core import (
 from memopt.core.memory import Memory
 from memopt.errors import MemoptError
 from memopt.recipes import recipe_source
-from memopt.run import RunRequest, RunSettings, TrialSpec
+from memopt.run import RunRequest, RunSettings
 from memopt.tune import TuneSettings
 
 

@@ -14,18 +14,18 @@ import pytest
 from rich.console import Console
 from support.results import with_memory
 
+from memopt.backends.ort import OrtVersion
+from memopt.backends.ort.graph.training_graph import load_graph
+from memopt.backends.ort.predict.calibration import cuda_setup, observation_of, plan_savings, simulator_for
+from memopt.backends.ort.predict.memory_model import MemoryModel, Observation, fit_memory_model
+from memopt.backends.ort.scan import scan_graph
+from memopt.backends.ort.tune.tuner import _cuda_fields
 from memopt.cli.show import print_trial
 from memopt.core.memory import Memory
 from memopt.core.trial import Outcome, TrialResult
 from memopt.cuda_caching import AllocatorSettingsNotModelled, BlockUse, CudaSetup, PoolLayout
 from memopt.errors import DamagedRecord, MemoptError
-from memopt.graph.training_graph import load_graph
-from memopt.ort import OrtVersion
-from memopt.predict.calibration import cuda_setup, observation_of, plan_savings, simulator_for
-from memopt.predict.memory_model import MemoryModel, Observation, fit_memory_model
-from memopt.scan import scan_graph
 from memopt.tui.state import _peak_cell
-from memopt.tune.tuner import _cuda_fields
 
 MiB = 2**20
 GPT = Path(__file__).parents[2] / "sample_logs" / "graphs" / "1.19.2" / "gpt.onnx"

@@ -12,12 +12,12 @@ from pathlib import Path
 import pytest
 from test_reliability import small_model
 
+from memopt.backends.ort.calibrate import MODEL_FILE, load_saved_model, save_model
 from memopt.core import RunStatus, parse_target
 from memopt.core.memory import Memory
 from memopt.core.records import checked_calibration_record
 from memopt.core.trial import Outcome, TrialResult
 from memopt.errors import DamagedRecord
-from memopt.pipeline.calibrate import MODEL_FILE, load_saved_model, save_model
 from memopt.run import Journal
 
 MiB = 2**20

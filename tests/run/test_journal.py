@@ -14,23 +14,21 @@ from typing import Any
 import pytest
 from support.results import trial_result
 
-from memopt.core import RunStatus, parse_runnable
-from memopt.core.trial import Outcome, TrialResult
-from memopt.errors import DamagedRecord
-from memopt.ort.config import ConfigEntry, OptimizationType
-from memopt.run import (
-    JOURNAL_NAME,
+from memopt.backends.ort.config import ConfigEntry, OptimizationType
+from memopt.backends.ort.trials import (
     REUSABLE_STATUSES,
-    Journal,
     JournaledRunner,
-    RunSettings,
     StackVersions,
     TrialSpec,
     config_key,
-    parse_budget,
+    reusable,
+    trial_key,
 )
+from memopt.core import RunStatus, parse_runnable
+from memopt.core.trial import Outcome, TrialResult
+from memopt.errors import DamagedRecord
+from memopt.run import JOURNAL_NAME, Journal, RunSettings, parse_budget
 from memopt.run.journal import journaled_trial
-from memopt.run.trials import reusable, trial_key
 
 VERSIONS = StackVersions("1.19.2", "onnxruntime-training-cpu", "2.4.1", cuda=False)
 MiB = 2**20

@@ -21,16 +21,17 @@ import pytest
 from support.fake_tuning import FakeRunner, MiB, fake_tuner, prepared_gpt
 from support.processes import running
 
+from memopt.backends.ort import ConfigEntry, OptimizationType, OrtVersion
+from memopt.backends.ort.calibrate import MODEL_FILE, load_saved_model, save_model
+from memopt.backends.ort.predict.memory_model import MemoryModel, Observation, PlanSavings, fit_memory_model
+from memopt.backends.ort.trials import TrialSpec
+from memopt.backends.ort.tune.export import ConfigExport, write_config
 from memopt.core import parse_runnable
 from memopt.errors import MemoptError
 from memopt.graph import Polynomial
-from memopt.ort import ConfigEntry, OptimizationType, OrtVersion
-from memopt.pipeline.calibrate import MODEL_FILE, load_saved_model, save_model
-from memopt.predict import MemoryModel, Observation, PlanSavings, fit_memory_model
-from memopt.run import Journal, RunRequest, RunSettings, TrialSpec, check_timeout
+from memopt.run import Journal, RunRequest, RunSettings, check_timeout
 from memopt.run.files import replace_atomically
 from memopt.run.launch import _CHILD_BOOT, PACKAGE_ROOT
-from memopt.tune import ConfigExport, write_config
 
 WRITERS = 6  # threads or processes writing at once
 PROCESSES = 2  # of the writers; the rest are threads (a process takes seconds to import memopt)

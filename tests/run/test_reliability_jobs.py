@@ -22,11 +22,11 @@ from support.cli import CliRun, assert_one_line_error, memopt
 from support.mounts import tmpfs
 from support.processes import running
 
+from memopt.backends.ort import ConfigEntry, OptimizationType, OrtVersion
+from memopt.backends.ort.tune.export import ConfigExport, write_config
 from memopt.errors import MemoptError
-from memopt.ort import ConfigEntry, OptimizationType, OrtVersion
 from memopt.run import Journal
 from memopt.run.output import HEAD_BYTES, TAIL_BYTES
-from memopt.tune import ConfigExport, write_config
 
 pytestmark = pytest.mark.subprocess
 

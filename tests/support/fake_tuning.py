@@ -24,17 +24,19 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from memopt.backends.ort.calibrate import ScannedGraph, prepare_target
+from memopt.backends.ort.graph.training_graph import TrainingGraph, load_graph
+from memopt.backends.ort.predict import liveness
+from memopt.backends.ort.predict.liveness import Recompute, Timeline
+from memopt.backends.ort.rules import AnalysisOrder
+from memopt.backends.ort.target import ProbedGraph
+from memopt.backends.ort.trials import StackVersions, TrialSpec, requested_off
+from memopt.backends.ort.tune.tuner import Tuner
 from memopt.core import RunStatus, parse_runnable
 from memopt.core.memory import Memory
 from memopt.core.trial import Outcome, TrialResult
-from memopt.graph import TrainingGraph, load_graph
-from memopt.ort.rules import AnalysisOrder
-from memopt.pipeline import ScannedGraph, prepare_target
-from memopt.predict import liveness
-from memopt.predict.liveness import Recompute, Timeline
-from memopt.run import ProbedGraph, RunSettings, StackVersions, TrialSpec
-from memopt.run.trials import requested_off
-from memopt.tune import Tuner, TuneSettings
+from memopt.run import RunSettings
+from memopt.tune import OrtTuneSettings, TuneSettings
 
 SAMPLE_GRAPH = Path(__file__).resolve().parent.parent.parent / "sample_logs" / "graphs" / "1.19.2" / "gpt.onnx"
 VERSIONS = StackVersions("1.19.2", "onnxruntime-training-cpu", "2.4.1", cuda=False)
@@ -158,7 +160,7 @@ def fake_tuner(runs_dir: Path, runner: FakeRunner, budget_bytes: int, **settings
     defaults: dict[str, object] = {
         "run": RunSettings(target=parse_runnable("gpt"), options={"size": "tiny"}, runs_dir=runs_dir, device="cpu"),
         "target_batch": 16,
-        "calibration_batches": (8,),
+        "ort": OrtTuneSettings(calibration_batches=(8,)),
         "budget": Budget(f"{budget_bytes}B", bytes=budget_bytes),
         "margin": 0.0,
     }

@@ -12,9 +12,8 @@ from collections.abc import Mapping, Sequence
 import onnx
 from onnx import TensorProto, helper
 
-from memopt.graph import TrainingGraph, graph_from_model
-from memopt.graph.training_graph import Node, TensorInfo
-from memopt.scan import ScanReport
+from memopt.backends.ort.graph.training_graph import Node, TensorInfo, TrainingGraph, graph_from_model
+from memopt.backends.ort.scan import ScanReport
 
 __all__ = [
     "FLOAT",

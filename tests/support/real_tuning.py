@@ -19,12 +19,13 @@ import functools
 import tempfile
 from pathlib import Path
 
+from memopt.backends.ort.calibrate import ScannedGraph
+from memopt.backends.ort.trials import TrialSpec, parse_trial_config, run_trial
+from memopt.backends.ort.tune.tuner import Tuner
 from memopt.core import parse_runnable
-from memopt.pipeline import ScannedGraph
 from memopt.run import RunSettings
 from memopt.run.budget import parse_budget
-from memopt.run.trials import TrialSpec, parse_trial_config, run_trial
-from memopt.tune import Tuner, TuneSettings
+from memopt.tune import OrtTuneSettings, TuneSettings
 
 RECIPE = str(Path(__file__).resolve().parent.parent / "recipes" / "wide_gpt.py")
 OPTIONS = {"n_layer": 2, "seq_len": 128}
@@ -51,7 +52,7 @@ def settings(budget: str = PLACEHOLDER_BUDGET, *, resume: bool = True) -> TuneSe
         budget=parse_budget(budget),
         max_trials=4,
         margin=0.01,
-        calibration_batches=CALIBRATION,
+        ort=OrtTuneSettings(calibration_batches=CALIBRATION),
         resume=resume,
     )
 

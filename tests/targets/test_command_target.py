@@ -21,10 +21,10 @@ import pytest
 from support.cli import assert_one_line_error, memopt
 from support.processes import assert_gone
 
+from memopt.backends.ort.predict.memory_model import Observation, fit_memory_model
 from memopt.core import RunStatus, command_target
 from memopt.core.trial import Outcome, TrialResult
 from memopt.errors import MemoptError
-from memopt.predict.memory_model import Observation, fit_memory_model
 from memopt.run.command import run_target
 from memopt.run.launch import RunRequest, new_run_dir
 from memopt.run.settings import RunSettings

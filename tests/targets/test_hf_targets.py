@@ -16,15 +16,16 @@ from support.cli import assert_one_line_error, memopt
 from support.graphs import stashed_gelu
 from support.logsamples import PLAIN_LOG
 
+from memopt.backends.ort.config import ConfigEntry, ConfigError, OptimizationType, refuse_unknown_entries
+from memopt.backends.ort.graph.sizes import resolve_dims, sequence_symbols
+from memopt.backends.ort.graph.training_graph import TensorInfo
+from memopt.backends.ort.predict.calibration import keep_ort_plans
+from memopt.backends.ort.scan import scan_graph
+from memopt.backends.ort.trials import requested_off
 from memopt.core import RunStatus, parse_target
-from memopt.graph import TensorInfo, resolve_dims, sequence_symbols
-from memopt.ort.config import ConfigEntry, ConfigError, OptimizationType, refuse_unknown_entries
-from memopt.predict.calibration import keep_ort_plans
 from memopt.recipes import RecipeError, check_hf_recipe, load_hf_recipe
 from memopt.recipes.defaults import default_loss
 from memopt.recipes.hf import PRESETS, resolve_hf_target
-from memopt.run.trials import requested_off
-from memopt.scan import scan_graph
 
 TINY = {"size": "tiny", "seq_len": 16}
 
@@ -257,8 +258,8 @@ def test_requested_entries_orts_table_did_not_report_on() -> None:
 
 
 def test_the_tuner_hands_back_only_what_ort_applied() -> None:
+    from memopt.backends.ort.applied import applied_plans, plans_left_off
     from memopt.core.trial import Outcome, TrialResult
-    from memopt.ort.applied import applied_plans, plans_left_off
     from memopt.tune.events import Purpose, TrialRecord
 
     result = TrialResult(

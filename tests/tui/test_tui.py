@@ -10,10 +10,10 @@ import pytest
 from support import real_tuning
 from support.screens import assert_snapshot, drawn_screen, screen_text, wait_for
 
-from memopt.ort.config import ENV_VAR
+from memopt.backends.ort.config import ENV_VAR
+from memopt.backends.ort.tune.tuner import Tuner
 from memopt.tui.app import TuneApp
 from memopt.tui.widgets import PlansTable
-from memopt.tune import Tuner
 
 pytestmark = pytest.mark.ort  # real ORTModule runs or ORT sessions
 

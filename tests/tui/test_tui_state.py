@@ -10,11 +10,11 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from memopt.backends.ort import OptimizationType, PlanKey, plan_keys
 from memopt.core import RunStatus, parse_runnable
 from memopt.core.memory import Memory
 from memopt.core.plan import PlanName
 from memopt.core.trial import Outcome, TrialResult
-from memopt.ort import OptimizationType, PlanKey, plan_keys
 from memopt.tui.render import gauge, trials_chart
 from memopt.tui.state import SORT_KEYS, Selection, plan_cells, short_plans, sort_rows, trial_cells
 from memopt.tune import PlanRow, Purpose, TrialRecord

@@ -12,6 +12,7 @@ import psutil
 import pytest
 from support.screens import screen_text, wait_for
 
+from memopt.backends.torch.session import TorchTuner
 from memopt.core import parse_runnable
 from memopt.recompute import POLICY_ENV, RecomputePolicy
 from memopt.run.budget import CPU_ALLOCATOR_ENV, Budget
@@ -19,7 +20,6 @@ from memopt.run.settings import RunSettings
 from memopt.tui.app import TuneApp
 from memopt.tui.widgets import PlansTable
 from memopt.tune import Purpose, TuneSettings
-from memopt.tune.torch_session import TorchTuner
 
 pytestmark = pytest.mark.torch
 

@@ -11,7 +11,7 @@ computed outside the model, is not captured: what it keeps is no module's and no
 from __future__ import annotations
 
 from memopt.backends.torch.scan import TorchScan, plans_of
-from memopt.core import Command
+from memopt.core import BackendName, Command
 from memopt.errors import MemoptError
 from memopt.recompute import POLICY_ENV
 from memopt.recompute.capture import CAPTURE_FILE_ENV, CapturedModel
@@ -45,7 +45,7 @@ def _capture_run(settings: RunSettings, batch: int) -> CapturedModel:
     captured = (run_dir / CAPTURE_FILE).resolve()
     # A policy exported in the user's shell would be applied before the capture: the scan is of the model as it is.
     request = RunRequest(
-        settings, batch, env={CAPTURE_FILE_ENV: str(captured)}, unset_env=(POLICY_ENV,), backend="torch"
+        settings, batch, env={CAPTURE_FILE_ENV: str(captured)}, unset_env=(POLICY_ENV,), backend=BackendName.TORCH
     )
     run = run_target(request, run_dir)
     if not captured.is_file():

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import TypeAdapter
 
-from memopt.core import RunStatus
+from memopt.core import BackendName, RunStatus
 from memopt.core.plan import plan_names
 from memopt.core.records import Positive, Seconds, checked_record, record_type, report_damaged
 from memopt.core.trial import Outcome, TorchTrialDetails, TrialResult, outcome_of
@@ -290,7 +290,7 @@ def run_torch_trial(
     policy.write(run_dir / POLICY_FILE)
     allocator = allocator_env(settings.device)
     env = {POLICY_ENV: str((run_dir / POLICY_FILE).resolve()), **allocator}
-    run = run_target(RunRequest(settings, batch, env=env, backend="torch"), run_dir, cancel)
+    run = run_target(RunRequest(settings, batch, env=env, backend=BackendName.TORCH), run_dir, cancel)
     trial = TrialResult(
         key=key,
         target=settings.target,

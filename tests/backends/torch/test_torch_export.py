@@ -14,15 +14,15 @@ import pytest
 import torch
 from support.cli import assert_one_line_error, memopt
 
-from memopt.backends.torch.export import TorchExport, export_config
+from memopt.backends.ort.config import ConfigEntry, OptimizationType, PlanKey
+from memopt.backends.ort.scan.patterns import Occurrence, Pattern
+from memopt.backends.ort.torch_counterparts import CounterpartKind, Fidelity, counterpart, entry_op
 from memopt.backends.torch.gradients import gradient_differences
 from memopt.backends.torch.scan import TorchScan, scan_recipe
 from memopt.graph.polynomial import Polynomial
-from memopt.ort.config import ConfigEntry, OptimizationType, PlanKey
-from memopt.ort.torch_counterparts import CounterpartKind, Fidelity, counterpart, entry_op
+from memopt.pipeline.torch_export import TorchExport, export_config
 from memopt.recipes import Recipe, load_hf_recipe, load_recipe
 from memopt.recompute import RecomputePlan, RecomputePolicy
-from memopt.scan.patterns import Occurrence, Pattern
 
 GPT_OPTIONS = {"size": "tiny", "seq_len": 16}
 BATCH, SEQ = 2, 16

@@ -127,7 +127,7 @@ def test_the_commands_load_torch_only_where_the_torch_back_end_runs() -> None:
     "modules",
     [
         "memopt.backends.torch.tune, memopt.backends.torch.simulate, memopt.backends.torch.trial",
-        "memopt.tune.torch_session, memopt.tui.app",  # the torch tuning session and the TUI over it
+        "memopt.backends.torch.session, memopt.tui.app",  # the torch tuning session and the TUI over it
     ],
     ids=["back-end", "session-and-tui"],
 )
@@ -137,19 +137,19 @@ def test_the_torch_back_end_loads_nothing_of_orts_path(modules: str) -> None:
     the TUI over it load none of ORT's releases, analysis, logs, training graph, memory model,
     trials, search or tuner, nor onnx."""
     ort_path = (
-        "memopt.ort",
-        "memopt.scan",
-        "memopt.logparse",
-        "memopt.graph.training_graph",
-        "memopt.graph.gradient",
-        "memopt.predict.memory_model",
-        "memopt.predict.planner",
-        "memopt.run.trials",
-        "memopt.run.target",
+        "memopt.backends.ort",
+        "memopt.backends.ort.scan",
+        "memopt.backends.ort.logparse",
+        "memopt.backends.ort.graph.training_graph",
+        "memopt.backends.ort.graph.gradient",
+        "memopt.backends.ort.predict.memory_model",
+        "memopt.backends.ort.predict.planner",
+        "memopt.backends.ort.trials",
+        "memopt.backends.ort.target",
         "memopt.pipeline",
-        "memopt.tune.tuner",
-        "memopt.tune.policy",
-        "memopt.tune.export",
+        "memopt.backends.ort.tune.tuner",
+        "memopt.backends.ort.tune.policy",
+        "memopt.backends.ort.tune.export",
         "memopt.child.steps",
         "onnx",
         "onnxruntime",

@@ -1,0 +1,502 @@
+"""The search policy, a pure function of what is known: ``next_step(state)``.
+
+    first: the planner's cheapest selection predicted to fit (else the lowest predicted peak, to check)
+    after a fit: a cheaper selection still predicted to fit, else stop verified
+    after an overshoot (over budget, out of memory, crashed): a selection predicted to
+    save more, else stop (nothing fits: the largest batch predicted to fit is said)
+
+A trial fits when its whole run (start-up and the job's exit included) is within the budget;
+it is verified only when that peak is under the limit (the budget less the margin) by more
+than the run-to-run spread measured for the phase that bound it (``Room``). A fit with less
+room than that is within the noise: more recompute is tried where the steps bound; where the
+start-up or the exit bound, which recompute cannot lower, the search says so and stops.
+Predictions and advice use the whole run: the memory model's steps and the measured peaks of
+the start-up and the exit (``FixedPeaks``).
+
+Plans ORT left OFF in a trial (its Plan table says so) are dropped from later selections:
+ORT ignores them, so they cannot lower the peak. No process, file or clock is touched
+here, so every rule is tested with a hand-made model and scripted outcomes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, replace
+
+from memopt.backends.ort import OrtVersion, PlanKey, plan_keys
+from memopt.backends.ort.predict.memory_model import MemoryModel
+from memopt.backends.ort.predict.planner import PlanResult, choose_plans
+from memopt.core.memory import Phase
+from memopt.core.trial import Outcome
+from memopt.predict import FixedPeaks, RunSpread, budget_limit
+from memopt.tune.events import SearchStatus
+from memopt.units import format_mib
+
+__all__ = [
+    "Attempt",
+    "BestVerified",
+    "Room",
+    "SearchState",
+    "Stop",
+    "TryPlans",
+    "best_verified",
+    "names",
+    "next_step",
+]
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """A finished trial at the target batch, as the policy sees it."""
+
+    plans: tuple[PlanKey, ...]
+    outcome: Outcome
+    step_s: float | None = None
+    left_off: tuple[PlanKey, ...] = ()  # enabled, but ORT's Plan table reported them OFF
+    error: str | None = None
+    number: int = 0  # the trial's number in the session
+    step_times: tuple[float, ...] = ()  # the measured steps' seconds (warm-up left out)
+    fixed_bytes: int | None = None  # what the start-up or the exit alone holds, when it peaked above the steps
+    whole_run_bytes: int | None = None  # what a hard limit sees; None: unknown, the outcome alone decides
+    fixed_phase: Phase = Phase.START_UP  # which phase holds ``fixed_bytes``
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "plans", plan_keys(self.plans))  # keys read back from text are PlanKeys again
+        object.__setattr__(self, "left_off", plan_keys(self.left_off))
+
+    @property
+    def binding_phase(self) -> Phase:
+        return self.fixed_phase if self.fixed_bytes is not None else Phase.STEPS
+
+
+@dataclass(frozen=True)
+class Room:
+    """How far a fitting trial's whole-run peak is under the limit, against the run-to-run
+    spread of the phase that bound it: verified only with more room than that spread (where
+    the phase has run once, nothing is measured and the peak need only be under the limit)."""
+
+    under_limit_bytes: float  # negative: over the limit
+    limit_bytes: float
+    phase: Phase
+    spread_bytes: float
+    spread_line: str
+
+    @property
+    def verified(self) -> bool:
+        return self.under_limit_bytes > self.spread_bytes if self.spread_bytes else self.under_limit_bytes >= 0
+
+    def describe(self) -> str:
+        if self.under_limit_bytes >= 0:
+            where = f"{format_mib(self.under_limit_bytes)} under the limit {format_mib(self.limit_bytes)}"
+        else:
+            where = f"{format_mib(-self.under_limit_bytes)} over the limit {format_mib(self.limit_bytes)}"
+        binds = "the steps bind" if self.phase.lowered_by_recompute else f"the {self.phase} binds"
+        return f"{where} at the whole run's peak ({binds}); {self.spread_line}"
+
+    @property
+    def verdict(self) -> str:
+        """Why a fit is not verified, in a few words; empty where it is."""
+        if self.verified:
+            return ""
+        if self.under_limit_bytes < 0:
+            return "over the limit, not verified"
+        return "within the run-to-run spread of the limit, not verified"
+
+
+@dataclass(frozen=True)
+class SearchState:
+    """Everything the policy decides on. ``attempts``: every trial at the target batch so far
+    (manual ones too, oldest first); ``trials_used``: search trials of this search."""
+
+    model: MemoryModel
+    costs_s: Mapping[PlanKey, float]
+    target_batch: int
+    budget_bytes: int
+    margin: float
+    ort_version: OrtVersion
+    max_trials: int
+    baseline_step_s: float | None = None
+    attempts: tuple[Attempt, ...] = ()
+    trials_used: int = 0
+    fixed_peaks: FixedPeaks = (
+        FixedPeaks()
+    )  # the start-up's and the exit's peaks where they bound, every run of the session
+    spread: RunSpread = RunSpread()  # each phase's run-to-run spread, from every run of the session
+
+    @property
+    def limit_bytes(self) -> float:
+        return budget_limit(self.budget_bytes, self.margin)
+
+    def room(self, attempt: Attempt) -> Room | None:
+        """How far ``attempt``'s whole run is under the limit; None where its peak is unknown."""
+        if attempt.whole_run_bytes is None:
+            return None
+        phase = attempt.binding_phase
+        spread = self.spread.of(phase)
+        return Room(
+            self.limit_bytes - attempt.whole_run_bytes,
+            self.limit_bytes,
+            phase,
+            self.spread.bytes_of(phase),
+            spread.describe(phase) if spread else f"spread of the {phase} not measured yet (one run of it)",
+        )
+
+    def verified(self, attempt: Attempt) -> bool:
+        """Fits, and with more room under the limit than the run-to-run spread of its binding phase."""
+        room = self.room(attempt)
+        return attempt.outcome.fits and (room is None or room.verified)
+
+    def whole_run(self, steps_bytes: float, batch_size: int | None = None) -> tuple[float, Phase]:
+        """The whole run's predicted peak where the steps are predicted at ``steps_bytes``, and
+        the phase that binds: the start-up or the exit binds where its measured peak is higher."""
+        fixed = self.fixed_peaks.at(batch_size or self.target_batch)
+        if fixed is not None and fixed > steps_bytes:
+            return fixed, self.fixed_peaks.phase
+        return steps_bytes, Phase.STEPS
+
+    def reachable_floor(self, attempt: Attempt) -> float | None:
+        """The lowest whole-run peak more recompute could reach from ``attempt`` where a fixed phase
+        bound it: the start-up's as measured (it ends before the first step); the exit's less what
+        every useful plan is predicted to take off the steps, since the exit begins where the
+        steps left the process (ORT's arena keeps its high-water mark), and the exit's lifetime
+        peak (``ru_maxrss``) holds the steps' own."""
+        if attempt.fixed_bytes is None:
+            return None
+        if attempt.fixed_phase is not Phase.EXIT:
+            return float(attempt.fixed_bytes)
+        heaviest = tuple(dict.fromkeys((*attempt.plans, *self.useful_plans())))
+        reducible = max(0.0, self.predict(attempt.plans) - self.predict(heaviest))
+        return attempt.fixed_bytes - reducible
+
+    def budget_for(self, whole_run_bytes: float, phase: Phase) -> float:
+        """The smallest budget that would verify a run peaking at ``whole_run_bytes``: its limit
+        above the peak by the phase's run-to-run spread."""
+        return (whole_run_bytes + self.spread.bytes_of(phase)) / (1.0 - self.margin)
+
+    @property
+    def left_off(self) -> frozenset[PlanKey]:
+        return frozenset(key for attempt in self.attempts for key in attempt.left_off)
+
+    def predict(self, plans: Iterable[PlanKey]) -> float:
+        return self.model.predict(self.target_batch, tuple(plans)).peak_bytes
+
+    def cost_of(self, plans: Iterable[PlanKey]) -> float:
+        return sum(self.costs_s.get(key, 0.0) for key in plans)
+
+    def useful_plans(self) -> tuple[PlanKey, ...]:
+        """Plans expected to lower the peak at the target batch, largest saving first."""
+        raw = {p.key: self.model.raw_saving(p.key, self.target_batch) for p in self.model.plans}
+        ranked = sorted(raw, key=lambda key: (-raw[key], key))
+        ignored = self.left_off
+        return tuple(key for key in ranked if self.model.factor(key) * raw[key] > 0 and key not in ignored)
+
+    def largest_below_target(self, plans: Iterable[PlanKey]) -> int:
+        """The largest batch below the target whose whole run is predicted to verify with
+        ``plans`` (0: not even batch 1): what fits instead (a larger batch can fit where the
+        target does not: the allocator's placement). Each phase keeps its spread under the limit."""
+        limit = self.limit_bytes
+        fixed_spread = self.spread.bytes_of(self.fixed_peaks.phase)
+        ceiling = self.fixed_peaks.largest_batch(limit - fixed_spread, self.target_batch - 1)
+        if ceiling < 1:
+            return 0
+        return self.model.max_batch(limit - self.spread.bytes_of(Phase.STEPS), plans, ceiling=ceiling)
+
+    def plan(self) -> PlanResult:
+        """The planner's choice among the plans ORT has not ignored."""
+        model = self.model
+        if self.left_off:
+            model = _without(model, self.left_off)
+        return choose_plans(
+            model,
+            self.costs_s,
+            self.target_batch,
+            self.budget_bytes,
+            self.ort_version,
+            margin=self.margin,
+            baseline_step_s=self.baseline_step_s,
+        )
+
+    def tried(self) -> frozenset[frozenset[PlanKey]]:
+        return frozenset(frozenset(a.plans) for a in self.attempts)
+
+
+@dataclass(frozen=True)
+class TryPlans:
+    """Run a trial of ``plans`` at the target batch, for ``reason``."""
+
+    plans: tuple[PlanKey, ...]
+    reason: str
+
+
+@dataclass(frozen=True)
+class Stop:
+    """The search ends: how, a line saying why, and (when nothing fits) the largest batch that would."""
+
+    status: SearchStatus
+    message: str
+    largest_batch: int | None = None
+
+
+def next_step(state: SearchState) -> TryPlans | Stop:
+    """What the search does next, given everything it knows."""
+    if state.trials_used == 0:
+        return _first(state)
+    last = state.attempts[-1]
+    if last.outcome.fatal:
+        return Stop(SearchStatus.FAILED, f"the trial could not run: {last.error}")
+    if last.outcome.fits and not state.verified(last):
+        step = _within_noise(state, last)
+    else:
+        step = _lighter(state, last) if last.outcome.fits else _heavier(state, last)
+    if isinstance(step, Stop):
+        return step
+    if state.trials_used >= state.max_trials:
+        return _stop(state, SearchStatus.MAX_TRIALS, f"stopped after --max-trials {state.max_trials} search trials")
+    return step
+
+
+@dataclass(frozen=True)
+class BestVerified:
+    """The verified config and the rule that chose it among those that fit."""
+
+    attempt: Attempt
+    rule: str
+
+
+def best_verified(state: SearchState) -> BestVerified | None:
+    """Of the trials verified (``SearchState.verified``), the one the cost model ranks cheapest (then fewer plans, then
+    first); a measured trial overrules it only when every one of its steps ran faster than
+    every step of the model's choice: two medians closer than their own spread are noise."""
+    fitting = [a for a in state.attempts if state.verified(a)]
+    if not fitting:
+        return None
+    modelled = min(fitting, key=lambda a: (state.cost_of(a.plans), len(a.plans), a.number))
+    faster = [
+        a for a in fitting if a.step_times and modelled.step_times and max(a.step_times) < min(modelled.step_times)
+    ]
+    if faster:
+        measured = min(faster, key=lambda a: (a.step_s if a.step_s is not None else float("inf"), a.number))
+        return BestVerified(
+            measured,
+            f"measured faster than trial {modelled.number}, the cost model's choice, beyond both trials' spread",
+        )
+    if len(fitting) == 1:
+        return BestVerified(modelled, "the only config that fits")
+    return BestVerified(
+        modelled,
+        f"the cost model's cheapest of {len(fitting)} that fit (~{state.cost_of(modelled.plans) * 1000:.0f} ms/step); "
+        "measured step times within their spread",
+    )
+
+
+def _first(state: SearchState) -> TryPlans | Stop:
+    limit = state.limit_bytes
+    plan = state.plan()
+    whole, phase = state.whole_run(plan.predicted_bytes)
+    if plan.feasible and (phase is Phase.STEPS or whole + state.spread.bytes_of(phase) <= limit):
+        if plan.plans:
+            return TryPlans(
+                plan.plans,
+                f"planner: {names(plan.plans)} predicted {format_mib(plan.predicted_bytes)} ≤ "
+                f"limit {format_mib(limit)} (no config {format_mib(plan.baseline_bytes)}) "
+                f"for ~{plan.cost_s * 1000:.0f} ms/step",
+            )
+        return TryPlans(
+            (), f"planner: no config predicted {format_mib(plan.baseline_bytes)} ≤ limit {format_mib(limit)}; verifying"
+        )
+    return TryPlans(plan.plans or state.useful_plans(), f"{_floor_line(state, plan)}; trying it once to check")
+
+
+def _floor_line(state: SearchState, plan: PlanResult) -> str:
+    """The lowest whole-run peak any selection is predicted at when the limit is below it, and
+    what would fit instead: a budget, or a smaller batch (or not even batch 1)."""
+    floor, phase = state.whole_run(plan.predicted_bytes)
+    steps = f"{names(plan.plans) or 'no config'}; no config {format_mib(plan.baseline_bytes)}"
+    if not phase.lowered_by_recompute:
+        what = (
+            f"{format_mib(floor)}, the {phase}'s (measured; recompute cannot lower it; the steps "
+            f"{format_mib(plan.predicted_bytes)} with {steps})"
+        )
+    else:
+        what = f"{format_mib(floor)} ({steps})"
+    spread = state.spread.of(phase)
+    whose = "the steps'" if phase.lowered_by_recompute else f"the {phase}'s"
+    noise = f" and {whose} run-to-run spread {format_mib(spread.bytes)}" if spread else ""
+    return (
+        f"planner: no selection is predicted to fit; the lowest peak at batch {state.target_batch} is {what}, above "
+        f"the limit {format_mib(state.limit_bytes)} (budget {format_mib(state.budget_bytes)} less the "
+        f"{state.margin:.0%} margin{noise}): {_advice(state, floor, phase)}"
+    )
+
+
+def _advice(state: SearchState, whole_run_bytes: float, phase: Phase) -> str:
+    """What would verify instead, from the whole-run model: a budget, or a smaller batch."""
+    budget = f"a budget of {format_mib(state.budget_for(whole_run_bytes, phase))} or more"
+    largest = state.largest_below_target(state.useful_plans())
+    if largest < 1:
+        return f"{budget} is predicted to fit; not even batch 1 is predicted to fit in this budget"
+    return f"{budget}, or batch {largest}, is predicted to fit"
+
+
+def _within_noise(state: SearchState, last: Attempt) -> TryPlans | Stop:
+    """A fit (within the budget) that is over the limit, or under it by less than its binding
+    phase's run-to-run spread: a re-run may go over. More recompute gives the steps room; the
+    start-up's peak it cannot lower."""
+    room = state.room(last)
+    assert room is not None and last.whole_run_bytes is not None  # else the outcome alone decides
+    over = room.under_limit_bytes < 0
+    # The start-up alone over the limit: no recompute can help (on CUDA the steps' segments may
+    # have made the rest of what runs out, and more recompute may take some away).
+    if over and (state.reachable_floor(last) or 0) > state.limit_bytes:
+        return _fixed_phase_binds(state, last, "limit")
+    if last.binding_phase.lowered_by_recompute or over:
+        step = _heavier(state, last, f"trial {last.number} fits the budget but is {room.describe()}: {room.verdict}; ")
+        if isinstance(step, TryPlans) or over:
+            return step
+    message = (
+        f"the budget is within the run-to-run noise of what is reachable: trial {last.number} "
+        f"({names(last.plans) or 'no config'}) is {room.describe()}"
+        + (
+            "; every plan is on"
+            if last.binding_phase.lowered_by_recompute
+            else f"; recompute cannot lower the {last.binding_phase}"
+        )
+        + f"; a budget of {format_mib(state.budget_for(last.whole_run_bytes, last.binding_phase))} or more would verify"
+    )
+    verified = best_verified(state) is not None
+    return Stop(SearchStatus.VERIFIED if verified else SearchStatus.WITHIN_NOISE, message)
+
+
+def _lighter(state: SearchState, last: Attempt) -> TryPlans | Stop:
+    """After a fit: a cheaper selection still predicted to fit, or why there is none."""
+    selection, tried, limit = last.plans, state.tried(), state.limit_bytes
+    if not selection:
+        return _stop(state, SearchStatus.VERIFIED, "no recompute needed at this batch")
+    plan = state.plan()
+    if plan.feasible and frozenset(plan.plans) not in tried and state.cost_of(plan.plans) < state.cost_of(selection):
+        return TryPlans(
+            plan.plans,
+            f"fits; recalibrated planner: {names(plan.plans) or 'no config'} is cheaper and "
+            f"predicted {format_mib(plan.predicted_bytes)} ≤ limit {format_mib(limit)}",
+        )
+    costliest = max(selection, key=lambda key: (state.costs_s.get(key, 0.0), key))
+    lighter = tuple(key for key in selection if key != costliest)
+    predicted = state.predict(lighter)
+    if predicted <= limit and frozenset(lighter) not in tried:
+        return TryPlans(
+            lighter,
+            f"fits; trying without the costliest plan {costliest.short} "
+            f"(predicted {format_mib(predicted)} ≤ limit {format_mib(limit)})",
+        )
+    why = (
+        "already tried"
+        if frozenset(lighter) in tried
+        else f"predicted {format_mib(predicted)} > limit {format_mib(limit)}"
+    )
+    return _stop(state, SearchStatus.VERIFIED, f"nothing lighter to try (without {costliest.short}: {why})")
+
+
+def _heavier(state: SearchState, last: Attempt, prefix: str = "") -> TryPlans | Stop:
+    """After an overshoot (or a fit within the noise, ``prefix`` saying so): a selection
+    predicted to save more, or why there is none."""
+    # Over budget with the start-up alone over it (on CPU the one implies the other; on CUDA the
+    # verdict is on reserved segments the steps may have added to): no recompute can help.
+    if last.outcome is Outcome.OVER_BUDGET and (state.reachable_floor(last) or 0) > state.budget_bytes:
+        return _fixed_phase_binds(state, last)
+    tried, limit, useful = state.tried(), state.limit_bytes, state.useful_plans()
+    selection = tuple(key for key in last.plans if key not in state.left_off)
+    if not prefix:
+        if last.left_off:
+            prefix = f"ORT left {names(last.left_off)} OFF (it ignores them): dropped; "
+        elif not last.outcome.does_not_fit:
+            prefix = f"trial {last.number} {last.outcome.label}; trying another selection; "
+        prefix += "over; "
+    plan = state.plan()
+    if plan.feasible and frozenset(plan.plans) not in tried and set(plan.plans) != set(selection):
+        return TryPlans(
+            plan.plans,
+            f"{prefix}recalibrated planner: {names(plan.plans)} predicted "
+            f"{format_mib(plan.predicted_bytes)} ≤ limit {format_mib(limit)}",
+        )
+    candidate = list(selection)
+    for key in useful:  # largest saving first
+        if key in candidate:
+            continue
+        candidate.append(key)
+        if frozenset(candidate) in tried:
+            continue
+        predicted = state.predict(candidate)
+        if predicted <= limit or len(candidate) == len(useful):
+            return TryPlans(
+                tuple(candidate),
+                f"{prefix}adding {key.short}: {names(candidate)} predicted "
+                f"{format_mib(predicted)} vs limit {format_mib(limit)}",
+            )
+    return _stop(state, SearchStatus.IMPOSSIBLE, "every plan is on")
+
+
+_WHAT_HOLDS = {
+    Phase.START_UP: "the start-up (ONNX export, session build, warm-up step)",
+    Phase.EXIT: "the job's exit (unwinding, atexit, the interpreter's finalization)",
+}
+
+
+def _fixed_phase_binds(state: SearchState, last: Attempt, over: str = "budget") -> Stop:
+    """Over budget (or over the limit: ``over``) at start-up or at the job's exit, and more than
+    recompute can reach: it lowers the training steps, not what those phases add to them."""
+    fixed_bytes = last.fixed_bytes or 0
+    floor = state.reachable_floor(last) or fixed_bytes
+    bound = state.budget_bytes if over == "budget" else state.limit_bytes
+    message = (
+        f"{_WHAT_HOLDS[last.fixed_phase]} peaks at {format_mib(fixed_bytes)} > "
+        f"{over} {format_mib(bound)}; recompute cannot lower it{' enough' if floor < fixed_bytes else ''}: "
+        "the lowest reachable peak is about "
+        f"{format_mib(floor)}; {_advice(state, floor, last.fixed_phase)}"
+    )
+    verified = best_verified(state) is not None
+    return Stop(SearchStatus.VERIFIED if verified else SearchStatus.IMPOSSIBLE, message)
+
+
+def _stop(state: SearchState, status: SearchStatus, message: str) -> Stop:
+    """The stop as the user sees it: verified only when some trial fits."""
+    verified = best_verified(state) is not None
+    if status is SearchStatus.IMPOSSIBLE:
+        useful = state.useful_plans()
+        largest = state.largest_below_target(useful)
+        # With no plan predicted to save, "even with every plan" would claim plans were tried.
+        how = "even with every plan" if useful else "and no plan is predicted to lower its peak"
+        fits = f"batch {largest}{' with every plan' if useful else ''}" if largest else "not even batch 1"
+        message = (
+            f"batch {state.target_batch} does not fit in {format_mib(state.budget_bytes)} {how}; predicted to "
+            f"fit: {fits}; {_plans_line(state)}"
+        )
+        return Stop(SearchStatus.VERIFIED if verified else SearchStatus.IMPOSSIBLE, message, largest)
+    if not verified:
+        return Stop(
+            SearchStatus.FAILED if status is SearchStatus.VERIFIED else status, f"{message}; no verified config"
+        )
+    return Stop(status, message)
+
+
+def _plans_line(state: SearchState) -> str:
+    """Which plans the search tried and which it left out, with why."""
+    ignored = state.left_off
+    tried = {key for attempt in state.attempts for key in attempt.plans if key not in ignored}
+    useful = set(state.useful_plans())
+    left = [p.key for p in state.model.plans if p.key not in tried]
+    reasons = {
+        key: "ORT left them OFF" if key in ignored else "not tried" if key in useful else "they save nothing here"
+        for key in left
+    }
+    parts = [f"tried {len(tried)} of {len(state.model.plans)} plans: {names(sorted(tried)) or 'none'}"]
+    for reason in dict.fromkeys(reasons.values()):
+        parts.append(f"left out ({reason}): {names(key for key in left if reasons[key] == reason)}")
+    return "; ".join(parts)
+
+
+def _without(model: MemoryModel, keys: frozenset[PlanKey]) -> MemoryModel:
+    return replace(model, plans=tuple(p for p in model.plans if p.key not in keys))
+
+
+def names(plans: Iterable[str]) -> str:
+    return ", ".join(p.short for p in plan_keys(plans))

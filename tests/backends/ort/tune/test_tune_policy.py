@@ -1,0 +1,461 @@
+"""The search policy and the tuning loop, without ORT.
+
+``next_step`` is tested on a hand-made memory model; the ``Tuner`` runs over a FAKE trial
+runner (tests/support/fake_tuning.py) on a real ORT 1.19.2 training graph, so calibration, the
+planner, the journal, cancellation and resume run for real in well under a second each.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+
+import pytest
+from support.fake_tuning import FakeRunner, MiB, fake_tuner, prepared_gpt
+
+from memopt.backends.ort import OrtVersion
+from memopt.backends.ort.predict.memory_model import MemoryModel, Observation, PlanSavings, fit_memory_model
+from memopt.backends.ort.tune.policy import Attempt, SearchState, Stop, TryPlans, best_verified, next_step
+from memopt.core.memory import Phase
+from memopt.core.trial import Outcome
+from memopt.graph import Polynomial
+from memopt.predict import FixedPeaks, PhaseSpread, RunSpread
+from memopt.run import Journal
+from memopt.tune import Purpose, SearchStatus
+
+# A model with static 1000 MiB + 100 MiB/sample and three plans saving 40, 20, 10 MiB/sample.
+SAVINGS = {"A+:1:-1": 40, "B+:1:-1": 20, "C+:1:-1": 10}
+COSTS = {"A+:1:-1": 0.03, "B+:1:-1": 0.01, "C+:1:-1": 0.005}
+A, B, C = SAVINGS
+
+pytestmark = pytest.mark.usefixtures("simulate_sample_once")
+
+
+def model() -> MemoryModel:
+    plans = [
+        PlanSavings(key, (key.rsplit(":", 1)[0],), 1, Polynomial.symbol("batch") * Polynomial.constant(mib * MiB))
+        for key, mib in SAVINGS.items()
+    ]
+    observations = [Observation(2, (), 1200 * MiB), Observation(4, (), 1400 * MiB)]
+    return fit_memory_model(observations, plans, ("batch",), {})
+
+
+def state(
+    budget_mib: float,
+    *attempts: Attempt,
+    max_trials: int = 6,
+    margin: float = 0.0,
+    fixed_peaks: FixedPeaks = FixedPeaks(),
+    spread: RunSpread = RunSpread(),
+) -> SearchState:
+    return SearchState(
+        model=model(),
+        costs_s=COSTS,
+        target_batch=16,
+        budget_bytes=int(budget_mib * MiB),
+        margin=margin,
+        ort_version=OrtVersion.parse("1.19.2"),
+        max_trials=max_trials,
+        attempts=attempts,
+        trials_used=len(attempts),
+        fixed_peaks=fixed_peaks,
+        spread=spread,
+    )
+
+
+def test_first_step_is_the_cheapest_selection_predicted_to_fit() -> None:
+    # no config: 2600 MiB; 2400 MiB needs 200 MiB: B alone saves 320 MiB at the least cost
+    step = next_step(state(2400))
+    assert step == TryPlans((B,), step.reason) and "planner" in step.reason
+
+
+def test_fits_first_time_then_stops_verified() -> None:
+    step = next_step(state(2400, Attempt((B,), Outcome.OK, 0.5, number=1)))
+    assert isinstance(step, Stop) and step.status is SearchStatus.VERIFIED
+    assert "nothing lighter" in step.message
+
+
+def test_fits_with_room_then_tries_a_cheaper_selection() -> None:
+    fitted = state(2500, Attempt((A, B), Outcome.OK, 0.5, number=1))
+    step = next_step(fitted)
+    assert isinstance(step, TryPlans) and fitted.cost_of(step.plans) < fitted.cost_of((A, B))
+    assert fitted.predict(step.plans) <= fitted.limit_bytes
+
+
+@pytest.mark.parametrize("outcome", [Outcome.OVER_BUDGET, Outcome.OUT_OF_MEMORY, Outcome.CRASHED])
+def test_over_budget_or_out_of_memory_adds_plans(outcome: Outcome) -> None:
+    step = next_step(state(2400, Attempt((B,), outcome, number=1)))
+    assert isinstance(step, TryPlans) and B in step.plans and len(step.plans) > 1
+
+
+def test_a_plan_ort_left_off_is_dropped_from_later_selections() -> None:
+    step = next_step(state(2400, Attempt((B,), Outcome.OVER_BUDGET, left_off=(B,), number=1)))
+    assert isinstance(step, TryPlans) and B not in step.plans and step.plans
+    assert "OFF" in step.reason
+    assert B not in state(2400, Attempt((B,), Outcome.OVER_BUDGET, left_off=(B,))).useful_plans()
+
+
+def test_nothing_fits_suggests_the_largest_batch_predicted_to_fit() -> None:
+    # every plan saves 70 MiB/sample: 1000 + 30·b ≤ 1400 MiB up to batch 13
+    first = next_step(state(1400))
+    assert isinstance(first, TryPlans) and set(first.plans) == {A, B, C}
+    # before any search trial: the lowest peak the plans reach, the budget that would do, the batch that fits
+    assert "the lowest peak at batch 16 is 1,480.0 MiB (A+, B+, C+; no config 2,600.0 MiB)" in first.reason
+    assert "a budget of 1,480.0 MiB or more, or batch 13, is predicted to fit" in first.reason
+    stop = next_step(state(1400, Attempt((A, B, C), Outcome.OVER_BUDGET, number=1)))
+    assert isinstance(stop, Stop) and stop.status is SearchStatus.IMPOSSIBLE
+    assert stop.largest_batch == 13 and "batch 13" in stop.message
+    assert "tried 3 of 3 plans: A+, B+, C+" in stop.message
+
+
+def test_impossible_without_a_plan_that_saves_does_not_claim_every_plan() -> None:
+    stop = next_step(state(1400, Attempt((A, B, C), Outcome.OVER_BUDGET, left_off=(A, B, C), number=1)))
+    assert isinstance(stop, Stop) and stop.status is SearchStatus.IMPOSSIBLE, stop
+    assert "and no plan is predicted to lower its peak" in stop.message and "every plan" not in stop.message
+    assert "tried 0 of 3 plans: none; left out (ORT left them OFF): A+, B+, C+" in stop.message
+
+
+def test_impossible_names_the_plans_left_out_and_why() -> None:
+    stop = next_step(state(1400, Attempt((A, B, C), Outcome.OVER_BUDGET, left_off=(A,), number=1)))
+    assert isinstance(stop, Stop) and stop.status is SearchStatus.IMPOSSIBLE, stop
+    assert "tried 2 of 3 plans: B+, C+; left out (ORT left them OFF): A+" in stop.message
+
+
+def test_a_broken_recipe_stops_the_search() -> None:
+    stop = next_step(state(2400, Attempt((B,), Outcome.RECIPE_ERROR, error="no make_batch", number=1)))
+    assert isinstance(stop, Stop) and stop.status is SearchStatus.FAILED and "no make_batch" in stop.message
+
+
+def test_max_trials_ends_the_search_without_a_verified_config() -> None:
+    stop = next_step(state(2400, Attempt((B,), Outcome.OVER_BUDGET, number=1), max_trials=1))
+    assert isinstance(stop, Stop) and stop.status is SearchStatus.MAX_TRIALS and "no verified config" in stop.message
+
+
+def test_best_is_the_cost_models_cheapest_when_step_times_overlap() -> None:
+    # A costs 30 ms, B 10 ms: A's median is lower, but its steps overlap B's
+    attempts = (
+        Attempt((A,), Outcome.OK, 0.60, number=1, step_times=(0.50, 0.70)),
+        Attempt((B,), Outcome.OK, 0.64, number=2, step_times=(0.62, 0.66)),
+        Attempt((), Outcome.OVER_BUDGET, 0.3, number=3, step_times=(0.3, 0.3)),
+    )
+    best = best_verified(state(2400, *attempts))
+    assert best is not None and best.attempt == attempts[1] and "cost model" in best.rule
+
+
+def test_a_measurement_beyond_the_spread_overrules_the_cost_model() -> None:
+    attempts = (
+        Attempt((A,), Outcome.OK, 0.41, number=1, step_times=(0.40, 0.42)),
+        Attempt((B,), Outcome.OK, 0.64, number=2, step_times=(0.62, 0.66)),
+    )
+    best = best_verified(state(2400, *attempts))
+    assert best is not None and best.attempt == attempts[0] and "measured faster than trial 2" in best.rule
+    assert best_verified(state(2400)) is None
+
+
+def test_over_budget_at_start_up_stops_the_search() -> None:
+    # the steps fit (B predicted within the budget), the export and session build do not
+    over = Attempt((B,), Outcome.OVER_BUDGET, number=1, fixed_bytes=2500 * MiB)
+    stop = next_step(state(2400, over))
+    assert isinstance(stop, Stop) and stop.status is SearchStatus.IMPOSSIBLE
+    assert "start-up" in stop.message and "2,500.0 MiB" in stop.message
+
+
+def test_over_budget_at_the_jobs_exit_beyond_what_recompute_reaches_stops_the_search() -> None:
+    # The exit peaked at 2,500 MiB with B (steps predicted 2,280 MiB); every plan takes a
+    # further 800 MiB off the steps, so the exit can come down to 1,700 MiB at best: over 1,600.
+    over = Attempt((B,), Outcome.OVER_BUDGET, number=1, fixed_bytes=2500 * MiB, fixed_phase=Phase.EXIT)
+    stop = next_step(state(1600, over))
+    assert isinstance(stop, Stop) and stop.status is SearchStatus.IMPOSSIBLE
+    assert "the job's exit" in stop.message and "2,500.0 MiB" in stop.message and "start-up" not in stop.message
+    assert "recompute cannot lower it enough: the lowest reachable peak is about 1,700.0 MiB" in stop.message
+
+
+def test_over_budget_at_the_jobs_exit_tries_more_recompute_where_it_could_reach() -> None:
+    # The exit's peak is the process's lifetime peak: it begins where the steps left the process,
+    # so taking more off the steps (up to 800 MiB here) can bring it under 2,400 MiB.
+    over = Attempt((B,), Outcome.OVER_BUDGET, number=1, fixed_bytes=2500 * MiB, fixed_phase=Phase.EXIT)
+    step = next_step(state(2400, over))
+    assert isinstance(step, TryPlans) and B in step.plans and len(step.plans) > 1, step
+
+
+def test_a_fit_over_the_limit_by_an_exit_a_hair_above_the_steps_tries_more_recompute() -> None:
+    # Measured on the demo's GPT: the steps peaked at 1,018.5 MiB, the exit's lifetime peak at
+    # 1,018.8 MiB, within the budget, over the limit: the steps' level, which recompute lowers.
+    fit = Attempt(
+        (B,), Outcome.OK, number=1, fixed_bytes=2390 * MiB, whole_run_bytes=2390 * MiB, fixed_phase=Phase.EXIT
+    )
+    step = next_step(state(2400, fit, margin=0.02))
+    assert isinstance(step, TryPlans) and B in step.plans and len(step.plans) > 1, step
+
+
+def test_over_budget_on_cuda_with_a_start_up_under_it_adds_plans() -> None:
+    # On CUDA the verdict is on reserved + outside: the start-up peaked above the steps in
+    # allocated bytes, but alone it fits; the steps' segments made the run over, and more
+    # recompute may take some away.
+    over = Attempt((B,), Outcome.OVER_BUDGET, number=1, fixed_bytes=2000 * MiB)
+    step = next_step(state(2400, over))
+    assert isinstance(step, TryPlans) and B in step.plans and len(step.plans) > 1
+
+
+# -- verdicts against the limit and the run-to-run spread ---------------------------------------
+
+# The start-up (export, session build) measured at 1,090 MiB in runs at batch 8 and 16, 12 MiB apart.
+START_UP = FixedPeaks(((8, 1084 * MiB), (16, 1096 * MiB)))
+START_UP_SPREAD = RunSpread(start_up=PhaseSpread(12 * MiB, 2))
+
+
+def test_a_fit_under_the_budget_but_over_the_limit_is_not_verified() -> None:
+    # budget 2,400 MiB less 2%: limit 2,352 MiB; the steps peaked at 2,380 MiB, within the budget
+    fit = Attempt((B,), Outcome.OK, 0.5, number=1, whole_run_bytes=2380 * MiB)
+    searched = state(2400, fit, margin=0.02)
+    assert not searched.verified(fit) and best_verified(searched) is None
+    step = next_step(searched)
+    assert isinstance(step, TryPlans) and B in step.plans and len(step.plans) > 1
+    assert "28.0 MiB over the limit 2,352.0 MiB" in step.reason and "not verified" in step.reason
+
+
+def test_a_start_up_fit_within_its_spread_of_the_limit_says_so_instead_of_verified() -> None:
+    # limit 1,078.0 MiB (1,100 MiB less 2%); the start-up peaked at 1,070 MiB: 8 MiB of room, 12 MiB of spread
+    fit = Attempt((B,), Outcome.OK, number=1, fixed_bytes=1070 * MiB, whole_run_bytes=1070 * MiB)
+    searched = state(1100, fit, margin=0.02, fixed_peaks=START_UP, spread=START_UP_SPREAD)
+    room = searched.room(fit)
+    assert room is not None and room.phase is Phase.START_UP and not room.verified
+    stop = next_step(searched)
+    assert isinstance(stop, Stop) and stop.status is SearchStatus.WITHIN_NOISE, stop
+    assert "within the run-to-run noise of what is reachable" in stop.message
+    assert "8.0 MiB under the limit 1,078.0 MiB" in stop.message and "spread of the start-up 12.0 MiB" in stop.message
+    assert "recompute cannot lower the start-up" in stop.message
+    # verified needs 1,070 + 12 MiB under the limit: 1,082 / 0.98
+    assert "a budget of 1,104.1 MiB or more would verify" in stop.message
+    assert best_verified(searched) is None
+
+
+def test_a_start_up_fit_over_the_limit_is_not_called_noise() -> None:
+    # within the budget (1,090 ≤ 1,100 MiB) but over the limit 1,078 MiB: recompute cannot help
+    fit = Attempt((B,), Outcome.OK, number=1, fixed_bytes=1090 * MiB, whole_run_bytes=1090 * MiB)
+    stop = next_step(state(1100, fit, margin=0.02, fixed_peaks=START_UP, spread=START_UP_SPREAD))
+    assert isinstance(stop, Stop) and stop.status is SearchStatus.IMPOSSIBLE, stop
+    assert "peaks at 1,090.0 MiB > limit 1,078.0 MiB; recompute cannot lower it" in stop.message
+
+
+def test_every_plan_on_and_still_over_the_limit_does_not_fit() -> None:
+    fit = Attempt((A, B, C), Outcome.OK, number=1, whole_run_bytes=1395 * MiB)
+    stop = next_step(state(1400, fit, margin=0.02))
+    assert isinstance(stop, Stop) and stop.status is SearchStatus.IMPOSSIBLE, stop
+
+
+def test_a_fit_with_more_room_than_the_spread_is_verified_and_says_how_much() -> None:
+    fit = Attempt((B,), Outcome.OK, number=1, fixed_bytes=1060 * MiB, whole_run_bytes=1060 * MiB)
+    searched = state(1100, fit, margin=0.02, fixed_peaks=START_UP, spread=START_UP_SPREAD)
+    room = searched.room(fit)
+    assert room is not None and room.verified
+    assert room.describe() == (
+        "18.0 MiB under the limit 1,078.0 MiB at the whole run's peak (the start-up binds); "
+        "run-to-run spread of the start-up 12.0 MiB (2 runs)"
+    )
+    best = best_verified(searched)
+    assert best is not None and best.attempt == fit
+
+
+def test_a_phase_run_once_has_no_spread_and_needs_only_the_limit() -> None:
+    fit = Attempt((B,), Outcome.OK, number=1, whole_run_bytes=2350 * MiB)
+    searched = state(2400, fit, margin=0.02)
+    room = searched.room(fit)
+    assert room is not None and room.verified and "not measured yet" in room.describe()
+
+
+def test_advice_counts_the_start_up_and_never_says_batch_0() -> None:
+    # every plan brings the steps to 1,480 MiB at batch 16, under the limit 1,568 MiB (1,600 MiB
+    # less 2%); the start-up was measured at 1,590 MiB at batch 8 and 1,602 MiB at batch 16
+    start_up = FixedPeaks(((8, 1590 * MiB), (16, 1602 * MiB)))
+    first = next_step(state(1600, margin=0.02, fixed_peaks=start_up, spread=START_UP_SPREAD))
+    assert isinstance(first, TryPlans)
+    assert "the lowest peak at batch 16 is 1,602.0 MiB, the start-up's (measured; recompute cannot lower it" in (
+        first.reason
+    ), first.reason
+    # the start-up at batch 16 plus its spread, over 0.98; no batch's start-up is under the limit
+    assert "a budget of 1,646.9 MiB or more is predicted to fit; not even batch 1" in first.reason
+    assert "batch 0" not in first.reason
+
+
+def test_nothing_fitting_at_any_batch_says_not_even_batch_1() -> None:
+    stop = next_step(state(800, Attempt((A, B, C), Outcome.OVER_BUDGET, number=1)))
+    assert isinstance(stop, Stop) and stop.status is SearchStatus.IMPOSSIBLE
+    assert "predicted to fit: not even batch 1" in stop.message and "batch 0" not in stop.message
+    assert next_step(state(800)).reason.endswith(
+        "not even batch 1 is predicted to fit in this budget; trying it once to check"
+    )
+
+
+def test_start_up_predicted_by_batch_and_its_spread_from_repeats() -> None:
+    start_up = FixedPeaks(((4, 1000 * MiB), (8, 1010 * MiB)))
+    assert start_up.at(16) == pytest.approx(1030 * MiB)
+    assert start_up.largest_batch(1021 * MiB, 15) == 12 and start_up.largest_batch(900 * MiB, 15) == 0
+    assert FixedPeaks(((8, 1000 * MiB), (4, 1010 * MiB))).at(16) == pytest.approx(
+        1005 * MiB
+    )  # never falls with the batch
+    assert FixedPeaks().at(16) is None and FixedPeaks().largest_batch(1, 15) == 15
+
+
+# -- the tuning loop over the fake runner ------------------------------------------------------
+
+
+def budget_between(runner: FakeRunner, fraction: float = 0.5) -> int:
+    """A budget ``fraction`` of the way from the every-plan peak to the no-config peak at batch 16."""
+    every = tuple(p.key for p in runner.prepared.report.patterns)
+    low, high = runner.peak(16, every), runner.peak(16, ())
+    return int(low + fraction * (high - low))
+
+
+def test_tuner_verifies_a_config_in_one_search_trial_when_the_model_is_right(tmp_path: Path) -> None:
+    runner = FakeRunner(prepared_gpt())
+    budget = budget_between(runner)
+    tuner = fake_tuner(tmp_path, runner, budget)
+    result = tuner.auto_search()
+    assert result.status is SearchStatus.VERIFIED, result.message
+    search = [r for r in result.trials if r.purpose is Purpose.SEARCH]
+    assert search[0].fits and search[0].peak_bytes is not None and search[0].peak_bytes <= budget
+    error = search[0].prediction_error
+    assert error is not None and abs(error) < 0.01  # the fake measures what the model predicts
+    assert [r.purpose for r in result.trials] == [Purpose.CALIBRATION, Purpose.SEARCH]  # two runs
+    assert tuner.export_lines()[0].startswith("export ORTMODULE_MEMORY_OPT_CONFIG=")
+    assert len(list(Journal.in_folder(tmp_path).entries())) == len(result.trials)
+
+
+def test_tuner_says_how_much_room_the_verified_config_leaves(tmp_path: Path) -> None:
+    runner = FakeRunner(prepared_gpt())
+    tuner = fake_tuner(tmp_path, runner, budget_between(runner), margin=0.02)
+    result = tuner.auto_search()
+    assert result.status is SearchStatus.VERIFIED and result.best is not None, result.message
+    assert "MiB under the limit" in result.message and "spread of the steps not measured yet" in result.message
+    best = tuner.summary(result)["best"]
+    assert best["room_bytes"] == tuner.limit_bytes - best["whole_run_peak_bytes"] >= 0
+    assert best["spread_bytes"] == 0.0
+
+
+def test_tuner_learns_what_the_allocator_adds_when_the_first_guess_misses(tmp_path: Path) -> None:
+    runner = FakeRunner(prepared_gpt(), allocator_scale=1.6)
+    tuner = fake_tuner(tmp_path, runner, budget_between(runner, 0.3))
+    result = tuner.auto_search()
+    assert result.status is SearchStatus.VERIFIED, result.message
+    search = [r for r in result.trials if r.purpose is Purpose.SEARCH]
+    assert len(search) >= 2 and not search[0].fits  # the first guess overshoots; the model recalibrates
+    assert tuner.model is not None and tuner.model.activation_scale > 1.0
+
+
+def test_tuner_drops_a_plan_ort_leaves_off(tmp_path: Path) -> None:
+    prepared = prepared_gpt()
+    runner = FakeRunner(prepared)
+    planning = fake_tuner(tmp_path / "plan", runner, budget_between(runner))
+    planning.setup()
+    first = next_step(planning.search_state())
+    assert isinstance(first, TryPlans) and first.plans
+    ignored = frozenset(first.plans[:1])
+    runner = FakeRunner(prepared, ignored=ignored)
+    tuner = fake_tuner(tmp_path / "run", runner, budget_between(runner))
+    result = tuner.auto_search()
+    later = [r for r in result.trials if r.purpose is Purpose.SEARCH][1:]
+    assert later and all(not (ignored & set(r.plans)) for r in later)
+
+
+def test_tune_json_carries_what_ort_ran_on_and_left_off(tmp_path: Path) -> None:
+    prepared = prepared_gpt()
+    planning = fake_tuner(tmp_path / "plan", FakeRunner(prepared), budget_between(FakeRunner(prepared)))
+    planning.setup()
+    first = next_step(planning.search_state())
+    assert isinstance(first, TryPlans) and first.plans
+    ignored = first.plans[0]
+    runner = FakeRunner(prepared, ignored=frozenset({ignored}))
+    tuner = fake_tuner(tmp_path / "run", runner, budget_between(runner))
+    summary = json.loads(json.dumps(tuner.summary(tuner.auto_search()), default=str))
+    trials = summary["trials"]
+    assert all("plans_on" in t and "plans_off" in t for t in trials)
+    assert trials[0]["plans_on"] == trials[0]["plans_off"] == []  # the no-config calibration
+    search = trials[1]
+    assert ignored not in search["plans_on"] and any(ignored in entry for entry in search["plans_off"])
+    assert set(search["plans_on"]) == set(search["plans"]) - {ignored}
+    best = summary["best"]
+    assert best is not None and best["plans_on"] == best["plans"] and best["plans_off"] == []
+
+
+def test_tuner_says_which_batch_fits_when_none_does(tmp_path: Path) -> None:
+    runner = FakeRunner(prepared_gpt())
+    every = tuple(p.key for p in runner.prepared.report.patterns)
+    # Between batch 4 and batch 8 with every plan on: batch 16 fits with no selection (every plan
+    # at once is not always the lowest: some selections leave the arena's placement worse).
+    tuner = fake_tuner(tmp_path, runner, int((runner.peak(8, every) + runner.peak(4, every)) / 2), max_trials=3)
+    result = tuner.auto_search()
+    assert result.status is SearchStatus.IMPOSSIBLE and not result.verified
+    assert result.largest_batch is not None and 0 < result.largest_batch < 16
+    assert f"batch {result.largest_batch}" in result.message
+
+
+def test_cancel_mid_trial_ends_the_search_and_keeps_the_journal(tmp_path: Path) -> None:
+    runner = FakeRunner(prepared_gpt(), pause_on=2)  # the first search trial
+    tuner = fake_tuner(tmp_path, runner, budget_between(runner))
+    runner.on_call = lambda number: number == 2 and threading.Timer(0.1, tuner.cancel).start()
+    result = tuner.auto_search()
+    assert result.status is SearchStatus.CANCELLED
+    assert len(runner.calls) == 2 and result.trials[-1].outcome is Outcome.CANCELLED
+    statuses = [entry.record["status"] for entry in Journal.in_folder(tmp_path).entries()]
+    assert statuses == ["ok", "cancelled"]
+
+
+def test_resume_reuses_finished_trials_and_reaches_the_same_config(tmp_path: Path) -> None:
+    runner = FakeRunner(prepared_gpt())
+    budget = budget_between(runner)
+    first = fake_tuner(tmp_path, runner, budget).auto_search()
+    again = FakeRunner(runner.prepared)
+    second = fake_tuner(tmp_path, again, budget, resume=True).auto_search()
+    assert again.calls == []  # every trial came from the journal
+    assert all(r.result.reused for r in second.trials)
+    assert first.best is not None and second.best is not None and second.best.plans == first.best.plans
+
+
+def test_resume_after_a_cancel_makes_the_decisions_of_an_uninterrupted_search(tmp_path: Path) -> None:
+    def search_steps(result: object) -> list[tuple[str, ...]]:
+        return [r.plans for r in result.trials if r.purpose is Purpose.SEARCH and r.outcome is not Outcome.CANCELLED]  # type: ignore[attr-defined]
+
+    reference = FakeRunner(prepared_gpt(), allocator_scale=1.6)
+    budget = budget_between(reference, 0.3)
+    whole = fake_tuner(tmp_path / "whole", reference, budget).auto_search()
+    assert len(search_steps(whole)) >= 2  # the model had to learn: there is something to repeat
+
+    interrupted = FakeRunner(
+        reference.prepared, allocator_scale=1.6, pause_on=3
+    )  # the second search trial (after one calibration run)
+    tuner = fake_tuner(tmp_path / "resumed", interrupted, budget)
+    interrupted.on_call = lambda number: number == 3 and threading.Timer(0.1, tuner.cancel).start()
+    assert tuner.auto_search().status is SearchStatus.CANCELLED
+    for _ in range(2):  # a second resume continues exactly as the first did
+        resumed = fake_tuner(
+            tmp_path / "resumed", FakeRunner(reference.prepared, allocator_scale=1.6), budget, resume=True
+        )
+        result = resumed.auto_search()
+        assert search_steps(result) == search_steps(whole)
+        assert result.best is not None and whole.best is not None and result.best.plans == whole.best.plans
+
+
+def test_tuner_adds_plans_after_an_out_of_memory_trial(tmp_path: Path) -> None:
+    runner = FakeRunner(prepared_gpt(), allocator_scale=1.6)
+    budget = budget_between(runner, 0.3)
+    runner.oom_above = budget  # the device itself fails above the budget: no measurement
+    result = fake_tuner(tmp_path, runner, budget).auto_search()
+    search = [r for r in result.trials if r.purpose is Purpose.SEARCH]
+    assert search[0].outcome is Outcome.OUT_OF_MEMORY and search[0].peak_bytes is None
+    assert len(search[1].plans) > len(search[0].plans)
+    assert result.status is SearchStatus.VERIFIED, result.message
+
+
+def test_final_config_leaves_out_what_ort_left_off(tmp_path: Path) -> None:
+    runner = FakeRunner(prepared_gpt())
+    every = tuple(p.key for p in runner.prepared.report.patterns)
+    smallest = min(every, key=lambda key: runner.peak(16, tuple(k for k in every if k != key)))
+    runner = FakeRunner(runner.prepared, ignored=frozenset({smallest}))
+    tuner = fake_tuner(tmp_path, runner, budget_between(runner))
+    record = tuner.run_trial(every)  # fits although ORT leaves one entry OFF
+    assert record.fits and record.left_off == (smallest,)
+    best = tuner.best()
+    assert best is not None and best.plans == tuple(k for k in every if k != smallest)
+    assert all(smallest.split(":")[0] not in line for line in tuner.export_lines())
