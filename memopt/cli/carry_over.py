@@ -14,7 +14,6 @@ from rich.markup import escape
 from rich.table import Table
 
 from memopt.backends.ort.config import ConfigEntry
-from memopt.backends.torch.trial import trial_export_line
 from memopt.cli import console, error_console
 from memopt.cli.progress import CommandProgress
 from memopt.cli.show import say
@@ -48,6 +47,8 @@ def carry_over_to_torch(
     gradients, and run it at ``batch``. Prints the mapping, the figures and either the export line
     (True: the measured peak of its one run is under the limit, the budget less ``margin``) or the torch back end's own tune to run (False).
     ``recipe`` is the target as the user typed it, for that command."""
+    from memopt.backends.torch.trial import trial_export_line  # loads torch, which ORT's commands must not carry
+
     progress = CommandProgress(None, error_console)
     mapped = map_config(entries, settings, batch, budget, margin=margin, progress=progress)
     _print_mapping(mapped.exported, str(settings.target), mapped.ort_version)
