@@ -1,0 +1,59 @@
+"""The torch back end's command line says what went wrong in one line that speaks of plain
+PyTorch, names the file at fault, and keeps its tables copyable. Real ``memopt`` processes,
+real recipes, real files."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from support import RECIPES
+from support.cli import CliRun, memopt
+
+
+def assert_error_line(run: CliRun, *fragments: str) -> str:
+    """Exit 2, no traceback, and one ``error:`` line, the last on stderr, holding every fragment.
+    (Lines before it are notices: the ``backend:`` line, torch's own start-up notices.)"""
+    assert run.returncode == 2, (run.stdout, run.stderr)
+    assert "Traceback" not in run.stdout + run.stderr, run.stderr
+    errors = [line for line in run.stderr.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1 and run.stderr.strip().splitlines()[-1] == errors[0], run.stderr
+    for fragment in fragments:
+        assert fragment in errors[0], errors[0]
+    return errors[0]
+
+
+def torch_command(*args: str, tmp_path: Path) -> CliRun:
+    return memopt(*args, "--backend", "torch", "--runs-dir", str(tmp_path / "runs"), cwd=tmp_path)
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("scan", "gpt", "--size", "tiny", "--seq", "65"),
+        ("plan", "gpt", "--size", "tiny", "--seq", "65", "--target-batch", "2", "--budget", "1GiB"),
+        ("tune", "gpt", "--size", "tiny", "--seq", "65", "--target-batch", "2", "--budget", "1GiB", "--no-tui"),
+    ],
+)
+@pytest.mark.subprocess
+def test_a_recipe_that_raises_in_this_process_is_one_line(tmp_path: Path, args: tuple[str, ...]) -> None:
+    """scan, plan and tune capture a recipe's step in memopt's own process: what the recipe
+    raises there is said as a trial says it, not as a traceback."""
+    run = torch_command(*args, tmp_path=tmp_path)
+    assert_error_line(run, "make_batch() failed: ValueError: seq_len 65 exceeds the model's 64 positions")
+
+
+@pytest.mark.subprocess
+def test_scan_refuses_a_loss_that_is_not_a_scalar_as_trial_does(tmp_path: Path) -> None:
+    run = torch_command("scan", str(RECIPES / "vector_loss.py"), tmp_path=tmp_path)
+    assert_error_line(run, "loss() returned [2]; expected a scalar tensor")
+
+
+@pytest.mark.subprocess
+def test_the_scan_table_keeps_plans_whole_when_piped_narrow(tmp_path: Path) -> None:
+    """A plan is what the user copies into --config: each stays on one line at any width."""
+    run = memopt("scan", "gpt", "--size", "tiny", "--fake", "--backend", "torch", cwd=tmp_path, env={"COLUMNS": "40"})
+    assert run.returncode == 0, run.stderr
+    lines = run.stdout.splitlines()
+    for plan in ("blocks.*.attn.resid_drop: *", "blocks.*.ln1: native_layer_norm", "blocks.*.mlp.act: gelu"):
+        assert any(line.split()[: len(plan.split())] == plan.split() for line in lines), run.stdout
