@@ -119,7 +119,7 @@ def carry_over_to_torch(
     with error_console.status(f"Trial at batch {batch} in plain PyTorch ({escape(str(policy))})…"):
         trial = run_torch_trial(settings, batch, policy, journal=journal)
     if not trial.out_of_memory and (not trial.ran or trial.peak_bytes is None):
-        raise MemoptError(f"the trial {trial.status}: {trial.error} (log: {trial.run_dir / LOG_NAME})")
+        raise MemoptError(f"{trial.status.failure(target.noun)}: {trial.error} (log: {trial.run_dir / LOG_NAME})")
     if out is not None:
         replace_atomically(out, policy.to_json() + "\n", overwrite=force)
     policy_path = out if out is not None else trial.policy_path
@@ -168,7 +168,7 @@ def _against_ort(ort_trial: TrialResult, torch_peak: int) -> str:
     where = "the journal's" if ort_trial.reused else ort_trial.run_dir
     ort_peak = ort_trial.memory.whole_run_peak
     if not ort_trial.fits or ort_peak is None:
-        return f"ORT's trial of the config {ort_trial.status}, {where}: no peak to compare with"
+        return f"ORT's trial of the config: {ort_trial.outcome.label}, {where}: no peak to compare with"
     change = (torch_peak - ort_peak) / ort_peak
     return f"{change:+.1%} against ORT's {format_bytes(ort_peak)} under the config, {where}"
 

@@ -201,12 +201,15 @@ def _plan_torch(
     trial = None
     if verify and plan.feasible:
         trial = run_torch_trial(settings, target_batch, plan.policy, journal=Journal.in_folder(settings.runs_dir))
-        peak = "out of memory" if trial.out_of_memory else f"peak {format_bytes(trial.peak_bytes or 0)}"
-        verdict = "within" if trial.within(int(plan.limit_bytes)) else "OVER"
-        say(
-            f"measurement: {peak} against the limit {format_bytes(int(plan.limit_bytes))}: {verdict} "
-            f"({trial.status.value}, {trial.run_dir})"
+        peak = (
+            "out of memory"
+            if trial.out_of_memory
+            else f"peak {format_bytes(trial.peak_bytes or 0)}"
+            if trial.ran
+            else trial.status.failure(settings.target.noun)
         )
+        verdict = "within" if trial.within(int(plan.limit_bytes)) else "OVER"
+        say(f"measurement: {peak} against the limit {format_bytes(int(plan.limit_bytes))}: {verdict} ({trial.run_dir})")
     fits = plan.feasible and (trial is None or trial.within(int(plan.limit_bytes)))
     status = "does_not_fit" if not fits else "predicted" if trial is None else "verified"
     export = []

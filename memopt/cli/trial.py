@@ -186,7 +186,9 @@ def _torch_trial(
         error_console.print(f"out of memory at batch {batch} with {policy} ({trial.run_dir})", markup=False)
         sys.exit(EXIT_DOES_NOT_FIT)
     if not trial.ran:
-        raise MemoptError(f"the trial {trial.status}: {trial.error} (log: {trial.run_dir / LOG_NAME})")
+        raise MemoptError(
+            f"{trial.status.failure(settings.target.noun)}: {trial.error} (log: {trial.run_dir / LOG_NAME})"
+        )
     if not as_json:
         peak = format_bytes(trial.peak_bytes) if trial.peak_bytes is not None else "unknown"
         step = f"{trial.median_step_s:.3f} s" if trial.median_step_s is not None else "unknown"

@@ -333,7 +333,7 @@ def _explained(record: TrialRecord, trial: TorchTrial, limit: float | None) -> s
     if trial.out_of_memory:
         return f"trial {record.number}: out of memory at batch {trial.batch}"
     if not trial.ran or trial.peak_bytes is None:
-        return f"trial {record.number} {trial.status}: {trial.error} ({trial.run_dir})"
+        return f"trial {record.number}: {trial.status.failure('target')}: {trial.error} ({trial.run_dir})"
     against = ""
     if limit is not None:
         against = f", {'under' if trial.peak_bytes <= limit else 'over'} the limit {format_bytes(int(limit))}"

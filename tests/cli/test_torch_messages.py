@@ -4,6 +4,8 @@ real recipes, real files."""
 
 from __future__ import annotations
 
+import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -57,3 +59,65 @@ def test_the_scan_table_keeps_plans_whole_when_piped_narrow(tmp_path: Path) -> N
     lines = run.stdout.splitlines()
     for plan in ("blocks.*.attn.resid_drop: *", "blocks.*.ln1: native_layer_norm", "blocks.*.mlp.act: gelu"):
         assert any(line.split()[: len(plan.split())] == plan.split() for line in lines), run.stdout
+
+
+@pytest.mark.parametrize(
+    ("recipe", "extra", "said"),
+    [
+        ("vector_loss.py", (), "the recipe is broken: loss() returned [2]; expected a scalar tensor"),
+        ("crashes_in_step.py", (), "the training step failed: ValueError: labels are missing"),
+        ("vector_loss.py", ("--timeout", "1"), "the run timed out: killed after 1 s"),
+    ],
+)
+@pytest.mark.torch
+def test_a_failed_trial_says_what_failed_in_words(
+    tmp_path: Path, recipe: str, extra: tuple[str, ...], said: str
+) -> None:
+    """Not the status's code word (recipe_error, step_error, timed_out)."""
+    run = torch_command("trial", str(RECIPES / recipe), "-b", "2", *extra, tmp_path=tmp_path)
+    line = assert_error_line(run, said)
+    assert not any(word in line for word in ("recipe_error", "step_error", "timed_out"))
+
+
+NEVER_APPLIES = """\
+import torch
+
+model = torch.nn.Linear(4, 2)
+optimizer = torch.optim.AdamW(model.parameters())
+for _ in range(5):
+    model(torch.randn(2, 4)).sum().backward()
+    optimizer.step()
+    optimizer.zero_grad()
+print("trained without memopt")
+"""
+
+
+@pytest.mark.torch
+def test_a_command_that_never_calls_apply_is_told_so(tmp_path: Path) -> None:
+    """The torch back end counts steps from a model passed to memopt.recompute.apply: a job that
+    trains without one is told that, not about ORTModule."""
+    (tmp_path / "train.py").write_text(NEVER_APPLIES)
+    run = torch_command("trial", "--cmd", f"{sys.executable} train.py", "-b", "2", tmp_path=tmp_path)
+    line = assert_error_line(
+        run,
+        "no training step of a model passed to memopt.recompute.apply seen",
+        "the script must pass the model it trains to memopt.recompute.apply",
+        "its last output: ",
+        "trained without memopt",
+    )
+    assert "ORTModule" not in line
+
+
+APPLIES = NEVER_APPLIES.replace("import torch\n", "import torch\nimport memopt.recompute\n").replace(
+    "model = torch.nn.Linear(4, 2)", "model = memopt.recompute.apply(torch.nn.Linear(4, 2))"
+)
+
+
+@pytest.mark.torch
+def test_a_torch_job_s_first_training_forward_is_named_for_its_back_end(tmp_path: Path) -> None:
+    (tmp_path / "train.py").write_text(APPLIES)
+    run = torch_command("trial", "--cmd", f"{sys.executable} train.py", "-b", "2", tmp_path=tmp_path)
+    assert run.returncode == 0, run.stderr
+    policy = Path(run.stdout.split("MEMOPT_RECOMPUTE_POLICY=")[1].split()[0])
+    events = [json.loads(line)["event"] for line in (policy.parent / "steps.jsonl").read_text().splitlines()]
+    assert events[0] == "recompute.apply" and "ortmodule" not in events, events

@@ -59,6 +59,7 @@ __all__ = ["TorchPlan", "TorchTuneResult", "plan_torch", "tune_torch", "verify_t
 _NONE = RecomputePolicy(())
 # Runs at the target batch: the model's choice, and once more with what it measured above the prediction.
 _VERIFYING_RUNS = 2
+_TARGET = "target"  # what a run's failure calls a recipe or command (RunStatus.failure)
 # Choices the peak model predicts before it settles (each one two steps played on fake tensors).
 _CHOICES = 6
 
@@ -329,7 +330,7 @@ def verify_torch(
             continue
         if not verify.ran or verify.peak_bytes is None:
             raise MemoptError(
-                f"the run at batch {plan.target_batch} {verify.status}: {verify.error} (log: {verify.run_dir / LOG_NAME})"
+                f"the run at batch {plan.target_batch}: {verify.status.failure(_TARGET)}: {verify.error} (log: {verify.run_dir / LOG_NAME})"
             )
         error = (verify.peak_bytes - predicted) / verify.peak_bytes
         verdict = "verified" if result.verified else "over the limit"
@@ -380,4 +381,5 @@ def _trial_line(trial: TorchTrial, role: str) -> str:
     peak = format_bytes(trial.peak_bytes) if trial.peak_bytes is not None else "no peak"
     reused = ", from the journal" if trial.reused else ""
     step = f", step {trial.median_step_s:.3f} s" if trial.median_step_s is not None else ""
-    return f"run ({role}): batch {trial.batch}, {trial.policy}: {trial.status}, peak {peak}{step}{reused} ({trial.run_dir})"
+    outcome = "ok" if trial.ran else trial.status.failure(_TARGET)
+    return f"run ({role}): batch {trial.batch}, {trial.policy}: {outcome}, peak {peak}{step}{reused} ({trial.run_dir})"
