@@ -56,7 +56,7 @@ from memopt.run.launch import new_run_dir
 from memopt.run.settings import RunSettings
 from memopt.run.trials import TrialSpec, run_trial, stack_versions
 from memopt.tune.export import ConfigExport, plan_export, write_config
-from memopt.units import format_bytes, format_cuda_memory, format_mib
+from memopt.units import format_bytes, format_compared, format_cuda_memory, format_mib
 
 __all__ = ["plan_command"]
 
@@ -201,15 +201,16 @@ def _plan_torch(
     trial = None
     if verify and plan.feasible:
         trial = run_torch_trial(settings, target_batch, plan.policy, journal=Journal.in_folder(settings.runs_dir))
+        measured, limit = format_compared(trial.peak_bytes or 0, plan.limit_bytes)
         peak = (
             "out of memory"
             if trial.out_of_memory
-            else f"peak {format_bytes(trial.peak_bytes or 0)}"
+            else f"peak {measured}"
             if trial.ran
             else trial.status.failure(settings.target.noun)
         )
         verdict = "within" if trial.within(int(plan.limit_bytes)) else "OVER"
-        say(f"measurement: {peak} against the limit {format_bytes(int(plan.limit_bytes))}: {verdict} ({trial.run_dir})")
+        say(f"measurement: {peak} against the limit {limit}: {verdict} ({trial.run_dir})")
     fits = plan.feasible and (trial is None or trial.within(int(plan.limit_bytes)))
     status = "does_not_fit" if not fits else "predicted" if trial is None else "verified"
     export = []

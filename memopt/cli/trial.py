@@ -53,7 +53,7 @@ from memopt.run.trials import (
     run_trial,
     stack_versions,
 )
-from memopt.units import format_bytes
+from memopt.units import format_bytes, format_compared
 
 __all__ = ["trial_command"]
 
@@ -103,6 +103,8 @@ def trial_command(
 ) -> None:
     """Run RECIPE (or your command) at --batch with --config applied as a user would; record memory, time and ORT's plans."""
     chosen_backend = choose_backend(backend)
+    if not config.strip():  # an unset shell variable, most likely: never taken for "no recompute"
+        raise MemoptError("--config is empty: give plans, a config file, or --config none for no recompute")
     target = _target(words or [], command)
     parsed_budget = parse_budget(budget) if budget is not None else None
     settings = run_settings(
@@ -197,9 +199,8 @@ def _torch_trial(
     if budget is not None and trial.peak_bytes is not None:
         budget_bytes = resolve_torch_budget(budget, settings.device)
         if trial.peak_bytes > budget_bytes:
-            error_console.print(
-                f"over budget: {format_bytes(trial.peak_bytes)} > {format_bytes(budget_bytes)}", markup=False
-            )
+            peak, budget_shown = format_compared(trial.peak_bytes, budget_bytes)
+            error_console.print(f"over budget: {peak} > {budget_shown}", markup=False)
             sys.exit(EXIT_DOES_NOT_FIT)
 
 

@@ -105,6 +105,8 @@ def tune_command(
     """Find, verify and print the cheapest recompute config that fits --target-batch in --budget."""
     if as_json and not no_tui:
         raise MemoptError("--json needs --no-tui")
+    if manual and no_tui:
+        raise MemoptError("--manual is the TUI's: without it (--no-tui) the search runs by itself; choose one")
     chosen_backend = choose_backend(backend)
     target = runnable(choose_target(recipe, command))
     if chosen_backend.backend is Backend.TORCH:

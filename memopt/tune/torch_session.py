@@ -52,7 +52,7 @@ from memopt.tune.events import (
 )
 from memopt.tune.session import SessionEvents
 from memopt.tune.settings import TuneCancelled, TuneError, TuneSettings
-from memopt.units import format_bytes
+from memopt.units import format_bytes, format_compared
 
 __all__ = ["TorchTuner"]
 
@@ -222,14 +222,14 @@ class TorchTuner(SessionEvents):
             cancelled = TuneResult(SearchStatus.CANCELLED, message, self.best(), tuple(self.records))
             self._emit(SearchFinished(cancelled))
             return cancelled
-        limit = format_bytes(int(plan.limit_bytes))
         best = self.best()  # the search's run, or a trial of the user's that fits at less cost
         if result.verified and result.verify is not None:
-            message = (
-                f"{result.policy} peaked at {format_bytes(result.verify.peak_bytes or 0)}, under the limit {limit}"
-            )
+            peak, limit = format_compared(result.verify.peak_bytes or 0, plan.limit_bytes)
+            message = f"{result.policy} peaked at {peak}, under the limit {limit}"
         else:
-            message = f"no policy the model chose brought batch {plan.target_batch} under {limit}"
+            message = (
+                f"no policy the model chose brought batch {plan.target_batch} under {format_bytes(plan.limit_bytes)}"
+            )
         status = SearchStatus.VERIFIED if best is not None else SearchStatus.IMPOSSIBLE
         finished = TuneResult(status, message, best, tuple(self.records))
         self._emit(SearchFinished(finished))
@@ -334,10 +334,11 @@ def _explained(record: TrialRecord, trial: TorchTrial, limit: float | None) -> s
         return f"trial {record.number}: out of memory at batch {trial.batch}"
     if not trial.ran or trial.peak_bytes is None:
         return f"trial {record.number}: {trial.status.failure('target')}: {trial.error} ({trial.run_dir})"
-    against = ""
+    peak, against = format_bytes(trial.peak_bytes), ""
     if limit is not None:
-        against = f", {'under' if trial.peak_bytes <= limit else 'over'} the limit {format_bytes(int(limit))}"
+        peak, limit_shown = format_compared(trial.peak_bytes, limit)
+        against = f", {'under' if trial.peak_bytes <= limit else 'over'} the limit {limit_shown}"
     error = ""
     if record.predicted_bytes is not None and record.prediction_error is not None:
         error = f" (predicted {format_bytes(int(record.predicted_bytes))}, error {record.prediction_error:+.1%})"
-    return f"trial {record.number}: peak {format_bytes(trial.peak_bytes)}{against}{error}"
+    return f"trial {record.number}: peak {peak}{against}{error}"

@@ -5,6 +5,7 @@ real recipes, real files."""
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -121,3 +122,66 @@ def test_a_torch_job_s_first_training_forward_is_named_for_its_back_end(tmp_path
     policy = Path(run.stdout.split("MEMOPT_RECOMPUTE_POLICY=")[1].split()[0])
     events = [json.loads(line)["event"] for line in (policy.parent / "steps.jsonl").read_text().splitlines()]
     assert events[0] == "recompute.apply" and "ortmodule" not in events, events
+
+
+@pytest.mark.parametrize("kind", ["missing", "folder", "fifo"])
+@pytest.mark.subprocess
+def test_a_config_naming_no_policy_file_names_the_file(tmp_path: Path, kind: str) -> None:
+    """Not ``plan '…' is not 'MODULE: OP'``: the file the user meant, and what is wrong with it."""
+    config = tmp_path / "policy.json"
+    if kind == "folder":
+        config.mkdir()
+    elif kind == "fifo":
+        os.mkfifo(config)
+    run = torch_command("trial", "gpt", "--size", "tiny", "-b", "2", "--config", str(config), tmp_path=tmp_path)
+    said = {"missing": "does not exist", "folder": "is a folder", "fifo": "is a FIFO (named pipe)"}[kind]
+    line = assert_error_line(run, f"the config file {config} {said}" if kind == "missing" else f"{config} {said}")
+    assert "MODULE: OP" not in line
+    assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize("backend", ["torch", "ort"])
+@pytest.mark.subprocess
+def test_an_empty_config_is_refused_not_run_without_recompute(tmp_path: Path, backend: str) -> None:
+    run = memopt("trial", "gpt", "-b", "2", "--config", "", "--backend", backend, "--runs-dir", str(tmp_path / "runs"))
+    assert_error_line(run, "--config is empty", "--config none for no recompute")
+    assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.subprocess
+def test_manual_without_the_tui_is_refused(tmp_path: Path) -> None:
+    args = ("tune", "gpt", "--target-batch", "2", "--budget", "1GiB", "--no-tui", "--manual")
+    assert_error_line(torch_command(*args, tmp_path=tmp_path), "--manual", "--no-tui")
+    assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("trial", "gpt", "-b", "2", "--budget", "80", "--backend", "torch"),
+        ("plan", "gpt", "--target-batch", "2", "--budget", "80", "--backend", "torch"),
+        ("tune", "gpt", "--target-batch", "2", "--budget", "80", "--no-tui", "--backend", "ort"),
+    ],
+)
+@pytest.mark.subprocess
+def test_a_budget_without_a_unit_asks_for_one(tmp_path: Path, args: tuple[str, ...]) -> None:
+    """``--budget 80`` was 80 bytes, planned against "the limit 78 B"."""
+    run = memopt(*args, "--runs-dir", str(tmp_path / "runs"), cwd=tmp_path)
+    assert_error_line(run, "--budget 80 has no unit: write it as 80GiB, 80MiB or 80%", "or 80B for bytes")
+    assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.torch
+def test_an_over_budget_verdict_shows_the_figures_apart(tmp_path: Path) -> None:
+    """A peak a few KiB over its budget: both figures at one decimal read alike and hide the verdict."""
+    first = torch_command("trial", "mlp", "--size", "tiny", "-b", "2", "--json", tmp_path=tmp_path)
+    assert first.returncode == 0, first.stderr
+    peak = json.loads(first.stdout)["peak_bytes"]
+    budget = peak - 20 * 1024
+    again = ("trial", "mlp", "--size", "tiny", "-b", "2", "--resume", "--budget", f"{budget}B")
+    run = torch_command(*again, tmp_path=tmp_path)
+    assert run.returncode == 3, run.stderr
+    line = run.stderr.strip().splitlines()[-1]
+    assert line.startswith("over budget: "), run.stderr
+    shown_peak, shown_budget = line.removeprefix("over budget: ").split(" > ")
+    assert shown_peak != shown_budget, line

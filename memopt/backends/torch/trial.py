@@ -23,6 +23,7 @@ from typing import Any
 
 from memopt.core import RunStatus
 from memopt.errors import MemoptError
+from memopt.ort.config import config_file_argument
 from memopt.recompute import POLICY_ENV, RecomputePlan, RecomputePolicy
 from memopt.run.budget import CPU_ALLOCATOR_ENV, Budget, cpu_device_memory, resolve_budget
 from memopt.run.command import run_target
@@ -131,8 +132,9 @@ def read_policy(text: str) -> RecomputePolicy:
     """``--config`` for the torch back end: ``none``, a policy file, or plans separated by ``;``."""
     if text.strip().lower() == "none":
         return RecomputePolicy(())
-    path = Path(text)
-    if path.is_file():
+    # Named as ORT's config files are: a missing .json, a folder or a FIFO is refused by its name.
+    path = config_file_argument(text)
+    if path is not None:
         return RecomputePolicy.read(path)
     return RecomputePolicy(tuple(RecomputePlan.parse(plan) for plan in text.split(";") if plan.strip()))
 

@@ -52,7 +52,7 @@ from memopt.run.budget import Budget
 from memopt.run.journal import Journal
 from memopt.run.launch import LOG_NAME
 from memopt.run.settings import RunSettings
-from memopt.units import format_bytes
+from memopt.units import format_bytes, format_compared
 
 __all__ = ["TorchPlan", "TorchTuneResult", "plan_torch", "tune_torch", "verify_torch"]
 
@@ -334,9 +334,9 @@ def verify_torch(
             )
         error = (verify.peak_bytes - predicted) / verify.peak_bytes
         verdict = "verified" if result.verified else "over the limit"
+        peak, limit_shown = format_compared(verify.peak_bytes, limit)
         say(
-            f"measurement: {verdict}: peak {format_bytes(verify.peak_bytes)} against the limit "
-            f"{format_bytes(int(limit))} (predicted {format_bytes(int(predicted))}, error {error:+.1%})"
+            f"measurement: {verdict}: peak {peak} against the limit {limit_shown} (predicted {format_bytes(int(predicted))}, error {error:+.1%})"
         )
         if result.verified:
             break
