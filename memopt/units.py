@@ -20,9 +20,12 @@ def format_bytes(value: float | None) -> str:
 
 
 def format_compared(value: float, other: float, unit: Unit | None = None) -> tuple[str, str]:
-    """Two figures a verdict compares (a peak and its limit) in one unit (``unit``, else the
-    larger's), with as many decimals as unequal figures need to read unequal: one decimal hides
-    the verdict of a peak 0.01 GiB over its limit."""
+    """Two figures a verdict compares (a peak and its limit), with as many decimals as unequal
+    figures need to read unequal: one decimal hides the verdict of a peak 0.01 GiB over its
+    limit. Each in its own unit where that tells them apart, else both in ``unit`` (default:
+    the larger's)."""
+    if unit is None and (value == other or format_bytes(value) != format_bytes(other)):
+        return format_bytes(value), format_bytes(other)
     chosen = unit or _unit_of(max(abs(value), abs(other)))
     scale = _scale(chosen)
     for decimals in range(0 if chosen == "B" else 1, _MOST_DECIMALS + 1):
