@@ -378,9 +378,8 @@ def _image_size(config: Any) -> tuple[int, int] | None:
     """Height and width of the config's images (``image_size``: one side, or both); None where it names none."""
     size = getattr(config, "image_size", None)
     sides = list(size) if isinstance(size, (list, tuple)) else [size, size]
-    if len(sides) == 2 and all(isinstance(s, int) and not isinstance(s, bool) and s > 0 for s in sides):
-        return sides[0], sides[1]
-    return None
+    whole = [side for side in sides if isinstance(side, int) and not isinstance(side, bool) and side > 0]
+    return (whole[0], whole[1]) if len(whole) == len(sides) == 2 else None
 
 
 def _model_class(spec: str, config: Any, task: str | None, transformers: Any) -> tuple[str, str]:
