@@ -4,6 +4,7 @@ real recipes, real files."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -12,6 +13,7 @@ from pathlib import Path
 import pytest
 from support import RECIPES
 from support.cli import CliRun, memopt
+from support.mounts import tmpfs
 
 
 def assert_error_line(run: CliRun, *fragments: str) -> str:
@@ -185,3 +187,16 @@ def test_an_over_budget_verdict_shows_the_figures_apart(tmp_path: Path) -> None:
     assert line.startswith("over budget: "), run.stderr
     shown_peak, shown_budget = line.removeprefix("over budget: ").split(" > ")
     assert shown_peak != shown_budget, line
+
+
+@pytest.mark.subprocess
+def test_a_full_disk_names_the_file_it_could_not_write(tmp_path: Path) -> None:
+    """A real tmpfs filled to its last byte: the trial's first file in its run folder is named."""
+    with tmpfs(tmp_path / "disk", "size=64k") as disk:
+        with contextlib.suppress(OSError), (disk / "filler").open("wb", buffering=0) as filler:
+            while True:
+                filler.write(b"\0" * 4096)
+        runs = disk / "runs"
+        run = memopt("trial", "mlp", "--size", "tiny", "-b", "2", "--backend", "torch", "--runs-dir", str(runs))
+        line = assert_error_line(run, "the disk is full: cannot write ", str(runs))
+        assert line.endswith("recompute-policy.json"), line

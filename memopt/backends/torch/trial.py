@@ -28,7 +28,7 @@ from memopt.recompute import POLICY_ENV, RecomputePlan, RecomputePolicy
 from memopt.run.budget import CPU_ALLOCATOR_ENV, Budget, cpu_device_memory, resolve_budget
 from memopt.run.command import run_target
 from memopt.run.journal import Journal
-from memopt.run.launch import RunRequest, new_run_dir
+from memopt.run.launch import RunRequest, new_run_dir, write_new
 from memopt.run.settings import RunSettings
 
 __all__ = [
@@ -199,7 +199,7 @@ def run_torch_trial(
         if reused is not None:
             return reused
     run_dir = new_run_dir(settings.runs_dir, f"torch-{settings.target.label}-b{batch}")
-    policy.write(run_dir / POLICY_FILE)
+    write_new(run_dir / POLICY_FILE, policy.to_json() + "\n")  # a full disk names the file
     allocator = allocator_env(settings.device)
     env = {POLICY_ENV: str((run_dir / POLICY_FILE).resolve()), **allocator}
     run = run_target(RunRequest(settings, batch, env=env, backend="torch"), run_dir, cancel)
