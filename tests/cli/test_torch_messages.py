@@ -200,3 +200,14 @@ def test_a_full_disk_names_the_file_it_could_not_write(tmp_path: Path) -> None:
         run = memopt("trial", "mlp", "--size", "tiny", "-b", "2", "--backend", "torch", "--runs-dir", str(runs))
         line = assert_error_line(run, "the disk is full: cannot write ", str(runs))
         assert line.endswith("recompute-policy.json"), line
+
+
+@pytest.mark.subprocess
+def test_a_library_s_warning_is_said_once_as_the_library_s(tmp_path: Path) -> None:
+    """torch's checkpoint warns of its own deprecated autocast call each time Python's warning
+    filters change between two recomputes: one line, named as torch's, not several of memopt's."""
+    run = memopt("scan", str(RECIPES / "torch_warns_twice.py"), "--fake", "--backend", "torch", cwd=tmp_path)
+    assert run.returncode == 0, run.stderr
+    warned = [line for line in run.stderr.splitlines() if line.startswith("warning: ")]
+    assert warned == [f"warning: torch says: {warned[0].split('torch says: ', 1)[-1]}"], run.stderr
+    assert "is deprecated" in warned[0]
