@@ -26,7 +26,7 @@ from memopt.recipes import Recipe
 from memopt.run.budget import Budget
 from memopt.run.files import replace_atomically
 from memopt.run.journal import Journal
-from memopt.run.launch import LOG_NAME
+from memopt.run.launch import TORCH_LOG_NAME
 from memopt.run.settings import RunSettings
 from memopt.run.target import load_target
 from memopt.run.trials import TrialSpec, run_trial
@@ -119,7 +119,7 @@ def carry_over_to_torch(
     with error_console.status(f"Trial at batch {batch} in plain PyTorch ({escape(str(policy))})…"):
         trial = run_torch_trial(settings, batch, policy, journal=journal)
     if not trial.out_of_memory and (not trial.ran or trial.peak_bytes is None):
-        raise MemoptError(f"{trial.status.failure(target.noun)}: {trial.error} (log: {trial.run_dir / LOG_NAME})")
+        raise MemoptError(f"{trial.status.failure(target.noun)}: {trial.error} (log: {trial.run_dir / TORCH_LOG_NAME})")
     if out is not None:
         replace_atomically(out, policy.to_json() + "\n", overwrite=force)
     policy_path = out if out is not None else trial.policy_path

@@ -45,7 +45,7 @@ from memopt.predict.memory_model import MemoryModel, ModelError
 from memopt.run import DEFAULT_RUNS_DIR, DEFAULT_STEPS, DEFAULT_TIMEOUT_S
 from memopt.run.budget import Budget, parse_budget
 from memopt.run.journal import Journal
-from memopt.run.launch import LOG_NAME
+from memopt.run.launch import LOG_NAME, TORCH_LOG_NAME
 from memopt.run.settings import RunSettings
 from memopt.run.trials import (
     TrialSpec,
@@ -189,7 +189,7 @@ def _torch_trial(
         sys.exit(EXIT_DOES_NOT_FIT)
     if not trial.ran:
         raise MemoptError(
-            f"{trial.status.failure(settings.target.noun)}: {trial.error} (log: {trial.run_dir / LOG_NAME})"
+            f"{trial.status.failure(settings.target.noun)}: {trial.error} (log: {trial.run_dir / TORCH_LOG_NAME})"
         )
     if not as_json:
         peak = format_bytes(trial.peak_bytes) if trial.peak_bytes is not None else "unknown"

@@ -41,7 +41,6 @@ from memopt.core import Command, RunStatus
 from memopt.core.memory import Memory
 from memopt.run.explain import explain_failure
 from memopt.run.launch import (
-    LOG_NAME,
     ONNX_DIR,
     PACKAGE_ROOT,
     RECORD_NAME,
@@ -80,7 +79,8 @@ def _run_command(request: RunRequest, run_dir: Path, cancel: threading.Event | N
     assert isinstance(settings.target, Command)
     steps_file = run_dir / STEPS_FILE
     command = settings.target.render(request.batch_size)
-    write_new(run_dir / LOG_NAME, f"[memopt] $ {command}\n")
+    log = run_dir / request.log_name
+    write_new(log, f"[memopt] $ {command}\n")
     if request.save_onnx:
         (run_dir / ONNX_DIR).mkdir(exist_ok=True)
     wanted = settings.steps + 1
@@ -92,10 +92,11 @@ def _run_command(request: RunRequest, run_dir: Path, cancel: threading.Event | N
         cancel=cancel,
         done=lambda: _all_ranks_done(_read_steps(steps_file), wanted),
         cwd=Path.cwd(),
+        log_name=request.log_name,
     )
     records = _read_steps(steps_file)
-    status, error, oom = _status(records, wanted, end, run_dir / LOG_NAME, settings.timeout_s, request.backend)
-    result = replace(_result(records, status, error, run_dir, end), oom_evidence=oom)
+    status, error, oom = _status(records, wanted, end, log, settings.timeout_s, request.backend)
+    result = replace(_result(records, status, error, run_dir, end), oom_evidence=oom, log_name=request.log_name)
     if status.ran and end.ending is Ending.EXITED:
         result = replace(result, memory=result.memory.with_exit_peak(end.max_rss_bytes))
     elif status.ran:
@@ -103,6 +104,7 @@ def _run_command(request: RunRequest, run_dir: Path, cancel: threading.Event | N
             run_dir,
             "[memopt] the job did not end by itself after its last step: memopt ended it, so its exit "
             "(atexit, finalizers) is not measured\n",
+            request.log_name,
         )
     write_new(
         run_dir / RECORD_NAME,

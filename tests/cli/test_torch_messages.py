@@ -117,13 +117,23 @@ APPLIES = NEVER_APPLIES.replace("import torch\n", "import torch\nimport memopt.r
 
 
 @pytest.mark.torch
-def test_a_torch_job_s_first_training_forward_is_named_for_its_back_end(tmp_path: Path) -> None:
+def test_a_torch_job_s_first_training_forward_and_log_are_named_for_its_back_end(tmp_path: Path) -> None:
     (tmp_path / "train.py").write_text(APPLIES)
     run = torch_command("trial", "--cmd", f"{sys.executable} train.py", "-b", "2", tmp_path=tmp_path)
     assert run.returncode == 0, run.stderr
     policy = Path(run.stdout.split("MEMOPT_RECOMPUTE_POLICY=")[1].split()[0])
     events = [json.loads(line)["event"] for line in (policy.parent / "steps.jsonl").read_text().splitlines()]
     assert events[0] == "recompute.apply" and "ortmodule" not in events, events
+    # What the job printed is kept in a log named for the back end too.
+    assert "[memopt] $ " in (policy.parent / "torch.log").read_text()
+    assert not (policy.parent / "ort.log").exists()
+
+
+@pytest.mark.torch
+def test_a_recipe_s_torch_run_keeps_a_torch_log(tmp_path: Path) -> None:
+    run = torch_command("trial", str(RECIPES / "vector_loss.py"), "-b", "2", tmp_path=tmp_path)
+    line = assert_error_line(run, "/torch.log)")
+    assert "Traceback" in Path(line.rsplit("(log: ", 1)[1].rstrip(")")).read_text()  # the detail is kept there
 
 
 @pytest.mark.parametrize("kind", ["missing", "folder", "fifo"])

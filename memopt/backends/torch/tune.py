@@ -50,7 +50,7 @@ from memopt.recipes import Recipe
 from memopt.recompute import RecomputePolicy
 from memopt.run.budget import Budget
 from memopt.run.journal import Journal
-from memopt.run.launch import LOG_NAME
+from memopt.run.launch import TORCH_LOG_NAME
 from memopt.run.settings import RunSettings
 from memopt.units import format_bytes, format_compared
 
@@ -219,7 +219,7 @@ def plan_torch(
         say(_trial_line(trial, "probe"))
         probes.append(trial)
         if not trial.ran or trial.peak_bytes is None:
-            raise MemoptError(f"the run at batch {batch} failed: {trial.error} (log: {trial.run_dir / LOG_NAME})")
+            raise MemoptError(f"the run at batch {batch} failed: {trial.error} (log: {trial.run_dir / TORCH_LOG_NAME})")
     model: PeakModel
     if simulated is not None:
         model = replace(simulated, anchor_bytes=float(probes[0].peak_bytes or 0))
@@ -330,7 +330,7 @@ def verify_torch(
             continue
         if not verify.ran or verify.peak_bytes is None:
             raise MemoptError(
-                f"the run at batch {plan.target_batch}: {verify.status.failure(_TARGET)}: {verify.error} (log: {verify.run_dir / LOG_NAME})"
+                f"the run at batch {plan.target_batch}: {verify.status.failure(_TARGET)}: {verify.error} (log: {verify.run_dir / TORCH_LOG_NAME})"
             )
         error = (verify.peak_bytes - predicted) / verify.peak_bytes
         verdict = "verified" if result.verified else "over the limit"
