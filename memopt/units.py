@@ -2,20 +2,46 @@
 
 from __future__ import annotations
 
-__all__ = ["format_bytes", "format_cuda_memory", "format_mib"]
+from typing import Literal
 
-_UNITS = ("B", "KiB", "MiB", "GiB", "TiB")
+__all__ = ["format_bytes", "format_compared", "format_cuda_memory", "format_mib"]
+
+Unit = Literal["B", "KiB", "MiB", "GiB", "TiB"]
+_UNITS: tuple[Unit, ...] = ("B", "KiB", "MiB", "GiB", "TiB")
+# Past this many decimals two figures that still read alike are shown in bytes.
+_MOST_DECIMALS = 3
 
 
 def format_bytes(value: float | None) -> str:
     if value is None:
         return "n/a"
-    size = float(value)
-    for unit in _UNITS:
-        if abs(size) < 1024 or unit == _UNITS[-1]:
-            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
-        size /= 1024
-    raise AssertionError("unreachable")
+    unit = _unit_of(value)
+    return f"{value:.0f} B" if unit == "B" else f"{value / _scale(unit):.1f} {unit}"
+
+
+def format_compared(value: float, other: float, unit: Unit | None = None) -> tuple[str, str]:
+    """Two figures a verdict compares (a peak and its limit), with as many decimals as unequal
+    figures need to read unequal: one decimal hides the verdict of a peak 0.01 GiB over its
+    limit. Each in its own unit where that tells them apart, else both in ``unit`` (default:
+    the larger's)."""
+    if unit is None and (value == other or format_bytes(value) != format_bytes(other)):
+        return format_bytes(value), format_bytes(other)
+    chosen = unit or _unit_of(max(abs(value), abs(other)))
+    scale = _scale(chosen)
+    for decimals in range(0 if chosen == "B" else 1, _MOST_DECIMALS + 1):
+        shown = f"{value / scale:,.{decimals}f} {chosen}", f"{other / scale:,.{decimals}f} {chosen}"
+        if value == other or shown[0] != shown[1]:
+            return shown
+    return f"{value:,.0f} B", f"{other:,.0f} B"
+
+
+def _unit_of(value: float) -> Unit:
+    """The largest unit in which ``value`` is at least 1 (bytes below 1 KiB)."""
+    return next((unit for unit in reversed(_UNITS) if abs(value) >= _scale(unit)), "B")
+
+
+def _scale(unit: Unit) -> int:
+    return int(1024 ** _UNITS.index(unit))
 
 
 def format_mib(value: float | None) -> str:

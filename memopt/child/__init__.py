@@ -31,6 +31,7 @@ __all__ = [
     "PROFILE_VAR",
     "RUN_DIR_VAR",
     "TIMEOUT_VAR",
+    "TRAINING_EVENTS",
 ]
 
 CHILD_MODULE = "memopt.child"
@@ -74,6 +75,9 @@ JOB_STEPS_VAR = "MEMOPT_JOB_STEPS"  # measured steps after the warm-up step
 JOB_SAVE_ONNX_VAR = "MEMOPT_JOB_SAVE_ONNX"  # "1": rank 0's ORTModule saves its graphs
 JOB_PACKAGE_ROOT_VAR = "MEMOPT_PACKAGE_ROOT"  # where the hook imports memopt from
 HOOK_DIR = "hook"  # memopt/child/hook: put first on the job's PYTHONPATH
+# The steps file's event for a job's first training forward, named for what the back end wraps:
+# an ORTModule, or a model passed to ``memopt.recompute.apply``.
+TRAINING_EVENTS = {"ort": "ortmodule", "torch": "recompute.apply"}
 
 # Words in an error or a log that mean an allocation failed.
 OOM_MARKERS = (

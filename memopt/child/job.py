@@ -25,6 +25,7 @@ hand-written update without ``torch.optim`` is never seen); ``python -S``/``-I``
 
 from __future__ import annotations
 
+import functools
 import importlib
 import importlib.abc
 import importlib.machinery
@@ -38,7 +39,14 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from memopt.child import JOB_SAVE_ONNX_VAR, JOB_STEPS_FILE_VAR, JOB_STEPS_VAR, ONNX_PREFIX, PARENT_PID_VAR
+from memopt.child import (
+    JOB_SAVE_ONNX_VAR,
+    JOB_STEPS_FILE_VAR,
+    JOB_STEPS_VAR,
+    ONNX_PREFIX,
+    PARENT_PID_VAR,
+    TRAINING_EVENTS,
+)
 from memopt.child.memory import cuda_figures, proc_status_bytes, reset_rss_peak
 from memopt.step_lines import step_line
 
@@ -89,7 +97,7 @@ def _patch_ortmodule(module: ModuleType) -> None:
 
     def __init__(self: Any, wrapped: Any, debug_options: Any = None) -> None:
         original_init(self, wrapped, _debug_options(debug_options))
-        self.register_forward_pre_hook(_on_forward)
+        self.register_forward_pre_hook(functools.partial(_on_forward, TRAINING_EVENTS["ort"]))
 
     ortmodule_class.__init__ = __init__
 
@@ -104,7 +112,7 @@ def _patch_recompute(module: ModuleType) -> None:
         from memopt.recompute.capture import capture_second_forward
 
         model = original_apply(model, policy)
-        model.register_forward_pre_hook(_on_forward)
+        model.register_forward_pre_hook(functools.partial(_on_forward, TRAINING_EVENTS["torch"]))
         capture_second_forward(model)  # where memopt started the job to scan it
         return model
 
@@ -136,7 +144,7 @@ class _Steps:
 _STEPS: _Steps | None = None
 
 
-def _on_forward(module: Any, inputs: Any) -> None:
+def _on_forward(event: str, module: Any, inputs: Any) -> None:
     global _STEPS
     if _STEPS is not None or not module.training:
         return
@@ -146,7 +154,7 @@ def _on_forward(module: Any, inputs: Any) -> None:
     _STEPS.static_bytes = _memory_now(_cuda_in_use())
     _STEPS.last_end = time.monotonic()
     register_optimizer_step_post_hook(_on_optimizer_step)
-    _write({"event": "ortmodule"})
+    _write({"event": event})
 
 
 def _on_optimizer_step(optimizer: Any, args: Any, kwargs: Any) -> None:

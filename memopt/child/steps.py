@@ -25,7 +25,7 @@ from memopt.child.memory import cuda_figures, proc_status_bytes, reset_rss_peak
 from memopt.cuda_caching import AllocatorSettings, PoolLayout
 from memopt.errors import MemoptError, one_line
 from memopt.recipes import Recipe, RecipeError
-from memopt.recipes.defaults import default_loss, make_optimizer
+from memopt.recipes.defaults import check_loss, default_loss, make_optimizer
 from memopt.step_lines import step_line
 
 __all__ = [
@@ -248,8 +248,7 @@ def _compute_loss(loss_fn: Callable[[Any, Any], Any], output: Any, target: Any, 
         if is_out_of_memory(err):
             raise
         raise RecipeError(f"{name} failed on the model's output: {one_line(err)}") from err
-    _check_loss(loss)
-    return loss
+    return check_loss(loss)
 
 
 def _call_recipe(name: str, call: Callable[[], Any], *, sized: bool = False) -> Any:
@@ -292,12 +291,6 @@ def _to_device(inputs: tuple[torch.Tensor, ...] | dict[str, torch.Tensor], devic
     if isinstance(inputs, dict):
         return {key: value.to(device) for key, value in inputs.items()}
     return tuple(value.to(device) for value in inputs)
-
-
-def _check_loss(loss: Any) -> None:
-    if not isinstance(loss, torch.Tensor) or loss.dim() != 0:
-        shape = list(loss.shape) if isinstance(loss, torch.Tensor) else type(loss).__name__
-        raise RecipeError(f"loss() returned {shape}; expected a scalar tensor")
 
 
 def _memory_now(device: str) -> int:

@@ -15,6 +15,7 @@ import importlib
 import signal
 import sys
 import warnings
+from pathlib import Path
 from types import FrameType
 
 import typer
@@ -141,9 +142,20 @@ def _stopped() -> None:
     sys.exit(128 + _stopped_by[0])
 
 
-def _show_warning(message: Warning | str, category: type[Warning], *_: object, **__: object) -> None:
-    """Python's warnings (a damaged record skipped, ...) as memopt's own one-line warnings."""
-    _say(Text.assemble(("warning: ", "yellow"), str(message)))
+_warned: set[str] = set()  # each warning's text, said once however often it is raised
+
+
+def _show_warning(message: Warning | str, category: type[Warning], filename: str, *_: object, **__: object) -> None:
+    """Python's warnings (a damaged record skipped, ...) as one-line warnings, each once; one
+    raised inside a library (torch's own deprecations) is said as that library's."""
+    text = str(message)
+    if text in _warned:
+        return
+    _warned.add(text)
+    parts = Path(filename).parts
+    library = parts[parts.index("site-packages") + 1].removesuffix(".py") if "site-packages" in parts[:-1] else None
+    said_by = f"{library} says: " if library not in (None, "memopt") else ""
+    _say(Text.assemble(("warning: ", "yellow"), said_by, text))
 
 
 def _say(line: Text) -> None:

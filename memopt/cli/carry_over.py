@@ -86,7 +86,7 @@ def _against_ort(ort_trial: TrialResult, torch_peak: int) -> str:
     where = "the journal's" if ort_trial.reused else ort_trial.run_dir
     ort_peak = ort_trial.memory.whole_run_peak
     if not ort_trial.fits or ort_peak is None:
-        return f"ORT's trial of the config {ort_trial.status}, {where}: no peak to compare with"
+        return f"ORT's trial of the config: {ort_trial.outcome.label}, {where}: no peak to compare with"
     change = (torch_peak - ort_peak) / ort_peak
     return f"{change:+.1%} against ORT's {format_bytes(ort_peak)} under the config, {where}"
 

@@ -102,7 +102,7 @@ HfTaskOption = Annotated[
     str | None,
     typer.Option(
         "--hf-task",
-        help="hf: targets whose config names no architecture: causal-lm, masked-lm, seq2seq or sequence-classification.",
+        help="hf: targets whose config names no architecture: causal-lm, masked-lm, seq2seq, sequence-classification or image-classification.",
     ),
 ]
 TargetSeqOption = Annotated[

@@ -205,20 +205,26 @@ def _print_torch_scan(scanned: TorchScan, label: str, fake: bool) -> None:
     at = (
         f"batch {scanned.batch}" + (f", seq {scanned.seq}" if scanned.seq else "") + (" (fake tensors)" if fake else "")
     )
-    table = Table(title=f"{label}: recompute plans for plain PyTorch at {at}", box=box.SIMPLE_HEAD)
-    for column in ("plan", "tensors", "modules", "saving", "saving (bytes)", "recompute (ms)"):
-        wide = column in ("plan", "saving (bytes)")
-        table.add_column(column, justify="left" if wide else "right", overflow="fold" if wide else "ellipsis")
-    for row in scanned.rows:
-        formula = str(row.saving) if row.saving is not None else "not a polynomial in batch, seq"
-        table.add_row(
-            escape(str(row.plan)),
+    rows = [
+        (
+            str(row.plan),
             str(row.tensors),
             str(row.modules),
             format_bytes(row.saving_bytes),
-            formula,
             "not measured" if fake else f"{row.recompute_seconds * 1e3:.2f}",
+            str(row.saving) if row.saving is not None else "not a polynomial in batch, seq",
         )
+        for row in scanned.rows
+    ]
+    # As ORT's table: plans and figures whole on one line, so a plan copies whole; only the formula folds.
+    table = Table(title=f"{label}: recompute plans for plain PyTorch at {at}", box=box.SIMPLE_HEAD)
+    add_entry_column(table, "plan", (row[0] for row in rows))
+    for index, header in enumerate(("tensors", "modules", "saving", "recompute (ms)"), start=1):
+        width = max(len(header), *(len(row[index]) for row in rows)) if rows else len(header)
+        table.add_column(header, justify="right", no_wrap=True, min_width=width)
+    table.add_column("saving (bytes)", overflow="fold", min_width=12)
+    for row in rows:
+        table.add_row(*(Text(cell) for cell in row))
     print_table(table)
     console.print(
         f"activations kept for backward: {format_bytes(scanned.saved_bytes)} = {scanned.saved or 'no polynomial'} bytes",

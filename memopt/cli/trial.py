@@ -45,8 +45,8 @@ from memopt.core.trial import Outcome
 from memopt.errors import MemoptError
 from memopt.run import DEFAULT_RUNS_DIR, DEFAULT_STEPS, DEFAULT_TIMEOUT_S
 from memopt.run.budget import parse_budget
-from memopt.run.launch import LOG_NAME
-from memopt.units import format_bytes
+from memopt.run.launch import TORCH_LOG_NAME
+from memopt.units import format_bytes, format_compared
 
 __all__ = ["trial_command"]
 
@@ -100,6 +100,8 @@ def trial_command(
     applied; with --backend torch, a recompute policy handed over in MEMOPT_RECOMPUTE_POLICY.
     """
     chosen_backend = choose_backend(backend)
+    if not config.strip():  # an unset shell variable, most likely: never taken for "no recompute"
+        raise MemoptError("--config is empty: give plans, a config file, or --config none for no recompute")
     target = _target(words or [], command)
     parsed_budget = parse_budget(budget) if budget is not None else None
     settings = run_settings(
@@ -145,14 +147,17 @@ def _(report: TorchTrialReport, as_json: bool) -> None:
         error_console.print(f"out of memory at batch {batch} with {policy} ({trial.run_dir})", markup=False)
         sys.exit(EXIT_DOES_NOT_FIT)
     if not trial.ran:
-        raise MemoptError(f"the trial {trial.status}: {trial.error} (log: {Path(trial.run_dir) / LOG_NAME})")
+        raise MemoptError(
+            f"{trial.status.failure(trial.target.noun)}: {trial.error} (log: {Path(trial.run_dir) / TORCH_LOG_NAME})"
+        )
     if not as_json:
         shown = format_bytes(peak) if peak is not None else "unknown"
         step = f"{trial.median_step_s:.3f} s" if trial.median_step_s is not None else "unknown"
         console.print(f"batch {batch}, {policy}: peak {shown}, median step {step}", markup=False, highlight=False)
         console.print(trial_export_line(trial), markup=False, highlight=False)
     if trial.outcome is Outcome.OVER_BUDGET and peak is not None and trial.budget_bytes is not None:
-        error_console.print(f"over budget: {format_bytes(peak)} > {format_bytes(trial.budget_bytes)}", markup=False)
+        shown, budget_shown = format_compared(peak, trial.budget_bytes)
+        error_console.print(f"over budget: {shown} > {budget_shown}", markup=False)
         sys.exit(EXIT_DOES_NOT_FIT)
 
 

@@ -103,6 +103,8 @@ def tune_command(
     """
     if as_json and not no_tui:
         raise MemoptError("--json needs --no-tui")
+    if manual and no_tui:
+        raise MemoptError("--manual is the TUI's: without it (--no-tui) the search runs by itself; choose one")
     chosen_backend = choose_backend(backend)
     target = runnable(choose_target(recipe, command))
     if export_torch and chosen_backend.name is not BackendName.ORT:

@@ -24,7 +24,7 @@ from memopt.recipes import Recipe
 from memopt.run.budget import Budget
 from memopt.run.files import replace_atomically
 from memopt.run.journal import Journal
-from memopt.run.launch import LOG_NAME
+from memopt.run.launch import TORCH_LOG_NAME
 from memopt.run.settings import RunSettings
 from memopt.units import format_bytes
 
@@ -145,7 +145,9 @@ def verify_mapped(mapped: MappedConfig, *, out: Path | None, force: bool, progre
     with progress.working(f"Trial at batch {batch} in plain PyTorch ({policy})…"):
         trial = run_torch_trial(settings, batch, policy, journal=Journal.in_folder(settings.runs_dir))
     if trial.status is not RunStatus.OUT_OF_MEMORY and (not trial.ran or trial.memory.device_peak is None):
-        raise MemoptError(f"the trial {trial.status}: {trial.error} (log: {Path(trial.run_dir) / LOG_NAME})")
+        raise MemoptError(
+            f"{trial.status.failure(settings.target.noun)}: {trial.error} (log: {Path(trial.run_dir) / TORCH_LOG_NAME})"
+        )
     if out is not None:
         replace_atomically(out, policy.to_json() + "\n", overwrite=force)
     return CarriedOver(trial, out if out is not None else policy_path(trial))

@@ -15,7 +15,7 @@ from torch.optim.optimizer import Optimizer
 
 from memopt.recipes import Recipe, RecipeError
 
-__all__ = ["default_loss", "make_optimizer"]
+__all__ = ["check_loss", "default_loss", "make_optimizer"]
 
 
 def default_loss(output: Any, target: torch.Tensor | None) -> torch.Tensor:
@@ -51,6 +51,14 @@ def default_loss(output: Any, target: torch.Tensor | None) -> torch.Tensor:
     if target.dtype.is_floating_point:
         return F.mse_loss(output, target)
     return F.cross_entropy(output.reshape(-1, output.shape[-1]), target.reshape(-1))
+
+
+def check_loss(loss: Any) -> torch.Tensor:
+    """``loss`` if it is a scalar tensor (backward needs one), else a RecipeError."""
+    if not isinstance(loss, torch.Tensor) or loss.dim() != 0:
+        shape = list(loss.shape) if isinstance(loss, torch.Tensor) else type(loss).__name__
+        raise RecipeError(f"loss() returned {shape}; expected a scalar tensor")
+    return loss
 
 
 def make_optimizer(recipe: Recipe, parameters: Any) -> Optimizer:

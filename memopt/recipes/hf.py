@@ -3,7 +3,8 @@
 The model is built from the config alone with random weights (peak memory does not depend
 on weight values; nothing is downloaded, the hub is kept offline), with eager attention,
 the one ORTModule exports. The batch is what a ``Trainer`` gets from a padding tokenizer:
-``input_ids``, ``attention_mask`` (ones) and ``labels``; the loss is the model's own.
+``input_ids``, ``attention_mask`` (ones) and ``labels``; for an image classifier, random
+``pixel_values`` at the config's image size and ``labels``; the loss is the model's own.
 
 Options: ``size`` (a preset's ``tiny`` or ``base``), ``seq_len`` (tokens per row),
 ``target_seq`` (seq2seq decoder labels, default ``seq_len``), ``hf_task`` (when the config
@@ -12,6 +13,7 @@ names no architecture) and any config field (``-o n_layer=4``).
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import sys
@@ -39,7 +41,17 @@ HF_TASKS: dict[str, str] = {
     "masked-lm": "AutoModelForMaskedLM",
     "seq2seq": "AutoModelForSeq2SeqLM",
     "sequence-classification": "AutoModelForSequenceClassification",
+    "image-classification": "AutoModelForImageClassification",
 }
+# Each task's auto class maps these model types (transformers' table, read without torch).
+_TASK_MODEL_TYPES = {
+    "causal-lm": "MODEL_FOR_CAUSAL_LM_MAPPING_NAMES",
+    "masked-lm": "MODEL_FOR_MASKED_LM_MAPPING_NAMES",
+    "seq2seq": "MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES",
+    "sequence-classification": "MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES",
+    "image-classification": "MODEL_FOR_IMAGE_CLASSIFICATION_MAPPING_NAMES",
+}
+_IMAGES = "image-classification"  # the one task whose batch is pixels, not tokens
 
 ATTENTION_LIMIT = (
     "ORTModule cannot export Hugging Face's {name} attention (its torch.onnx export of "
@@ -151,6 +163,7 @@ _CLASS_TASKS = (  # the model class's name ending -> the task its batch needs
     ("ForConditionalGeneration", "seq2seq"),
     ("ForSeq2SeqLM", "seq2seq"),
     ("ForSequenceClassification", "sequence-classification"),
+    ("ForImageClassification", _IMAGES),
 )
 _POSITION_FIELDS = ("max_position_embeddings", "n_positions")
 
@@ -182,6 +195,12 @@ class HfModelSpec:
         import torch
 
         generator = torch.Generator().manual_seed(0)
+        image_size = _image_size(self.config)
+        if image_size is not None and self.task == _IMAGES:
+            height, width = image_size
+            shape = (batch_size, int(self.config.num_channels), height, width)
+            labels = torch.randint(0, int(self.config.num_labels), (batch_size,), generator=generator)
+            return {"pixel_values": torch.randn(shape, generator=generator), "labels": labels}, None
         vocab = int(self.config.vocab_size)
         input_ids = torch.randint(0, vocab, (batch_size, self.seq_len), generator=generator)
         batch: dict[str, Any] = {"input_ids": input_ids, "attention_mask": torch.ones_like(input_ids)}
@@ -233,6 +252,14 @@ def resolve_hf_target(spec: str, options: Mapping[str, Any], *, models: bool = T
         setattr(config, key, value)
     notes = _default_training_fields(config, options)
     model_class, task = _model_class(spec, config, task, transformers)
+    config._attn_implementation = "eager"
+    display = f"{name} ({size})" if name in PRESETS else name
+    if task == _IMAGES:
+        if seq_len is not None or target_seq is not None:
+            raise HFError(f"{spec} classifies images: its batch is sized by its config's image_size, not --seq")
+        if _image_size(config) is None:
+            raise HFError(f"{spec}: its config's image_size is {config.image_size!r}, not a size in pixels")
+        return HfModelSpec(display, config, model_class, task, 0, 0, tuple(notes))
     if task == "sequence-classification" and config.pad_token_id is None:
         config.pad_token_id = config.eos_token_id if config.eos_token_id is not None else 0
         notes.append(f"pad_token_id unset: {config.pad_token_id} (classification of batches needs a pad token)")
@@ -243,8 +270,6 @@ def resolve_hf_target(spec: str, options: Mapping[str, Any], *, models: bool = T
     target = int(target_seq or seq)
     if target_seq is not None and task != "seq2seq":
         raise HFError(f"--target-seq applies to seq2seq models, and {spec} is {task}")
-    config._attn_implementation = "eager"
-    display = f"{name} ({size})" if name in PRESETS else name
     return HfModelSpec(display, config, model_class, task, seq, target, tuple(notes))
 
 
@@ -343,8 +368,30 @@ def _default_training_fields(config: Any, overridden: Mapping[str, Any]) -> list
     return notes
 
 
+def _tasks_of(model_type: str) -> list[str]:
+    """The tasks whose auto class builds a model of ``model_type``."""
+    tables = importlib.import_module("transformers.models.auto.modeling_auto")
+    return [task for task, table in _TASK_MODEL_TYPES.items() if model_type in getattr(tables, table)]
+
+
+def _image_size(config: Any) -> tuple[int, int] | None:
+    """Height and width of the config's images (``image_size``: one side, or both); None where it names none."""
+    size = getattr(config, "image_size", None)
+    sides = list(size) if isinstance(size, (list, tuple)) else [size, size]
+    whole = [side for side in sides if isinstance(side, int) and not isinstance(side, bool) and side > 0]
+    return (whole[0], whole[1]) if len(whole) == len(sides) == 2 else None
+
+
 def _model_class(spec: str, config: Any, task: str | None, transformers: Any) -> tuple[str, str]:
     if task is not None:
+        # Refused here, in one line: the auto class would fail inside the run, in a traceback.
+        tasks = _tasks_of(config.model_type)
+        if task not in tasks:
+            takes = f"it takes --hf-task {' or '.join(tasks)}" if tasks else "memopt builds it for no task"
+            raise HFError(
+                f"{spec}: --hf-task {task} cannot build a {config.model_type} model ({HF_TASKS[task]} of "
+                f"transformers {transformers.__version__} has none); {takes}"
+            )
         return HF_TASKS[task], task
     for architecture in config.architectures or ():
         if not hasattr(transformers, architecture):

@@ -77,7 +77,10 @@ class Budget:
 
 
 def parse_budget(text: str) -> Budget:
-    """``2.5GiB``/``2500MB``/``1.5G``/``123456789`` (bytes) or ``80%``; anything else is an error."""
+    """``2.5GiB``/``2500MB``/``1.5G``/``123456789B`` or ``80%``; anything else is an error.
+
+    A number without a unit is refused, not read as bytes: ``80`` reads as 80 GiB or 80% to
+    most people, and a budget of 80 bytes is never what they meant; bytes take ``B``."""
     percent = _PERCENT.match(text)
     if percent:
         value = float(percent.group(1))
@@ -90,7 +93,13 @@ def parse_budget(text: str) -> Budget:
         raise BudgetError(
             f"--budget {text!r} is not a size like 2.5GiB, 2500MB or 80% (units: B, KB, MB, GB, TB, KiB, MiB, GiB, TiB)"
         )
-    value = int(Decimal(size.group(1)) * _UNITS.get(unit, 1))  # exact, whatever the length
+    if unit == "":
+        number = size.group(1) if len(size.group(1)) <= 20 else "N"
+        raise BudgetError(
+            f"--budget {number} has no unit: write it as {number}GiB, {number}MiB or {number}% (of the device), "
+            f"or {number}B for bytes"
+        )
+    value = int(Decimal(size.group(1)) * _UNITS[unit])  # exact, whatever the length
     if value <= 0:
         raise BudgetError(f"--budget {text!r} must be more than zero")
     if value > _MOST_BYTES:

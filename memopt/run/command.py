@@ -35,12 +35,12 @@ from memopt.child import (
     PARENT_PID_VAR,
     RUN_DIR_VAR,
     TIMEOUT_VAR,
+    TRAINING_EVENTS,
 )
 from memopt.core import Command, RunStatus
 from memopt.core.memory import Memory
 from memopt.run.explain import explain_failure
 from memopt.run.launch import (
-    LOG_NAME,
     ONNX_DIR,
     PACKAGE_ROOT,
     RECORD_NAME,
@@ -79,7 +79,8 @@ def _run_command(request: RunRequest, run_dir: Path, cancel: threading.Event | N
     assert isinstance(settings.target, Command)
     steps_file = run_dir / STEPS_FILE
     command = settings.target.render(request.batch_size)
-    write_new(run_dir / LOG_NAME, f"[memopt] $ {command}\n")
+    log = run_dir / request.log_name
+    write_new(log, f"[memopt] $ {command}\n")
     if request.save_onnx:
         (run_dir / ONNX_DIR).mkdir(exist_ok=True)
     wanted = settings.steps + 1
@@ -91,10 +92,11 @@ def _run_command(request: RunRequest, run_dir: Path, cancel: threading.Event | N
         cancel=cancel,
         done=lambda: _all_ranks_done(_read_steps(steps_file), wanted),
         cwd=Path.cwd(),
+        log_name=request.log_name,
     )
     records = _read_steps(steps_file)
-    status, error, oom = _status(records, wanted, end, run_dir / LOG_NAME, settings.timeout_s)
-    result = replace(_result(records, status, error, run_dir, end), oom_evidence=oom)
+    status, error, oom = _status(records, wanted, end, log, settings.timeout_s, request.backend)
+    result = replace(_result(records, status, error, run_dir, end), oom_evidence=oom, log_name=request.log_name)
     if status.ran and end.ending is Ending.EXITED:
         result = replace(result, memory=result.memory.with_exit_peak(end.max_rss_bytes))
     elif status.ran:
@@ -102,6 +104,7 @@ def _run_command(request: RunRequest, run_dir: Path, cancel: threading.Event | N
             run_dir,
             "[memopt] the job did not end by itself after its last step: memopt ended it, so its exit "
             "(atexit, finalizers) is not measured\n",
+            request.log_name,
         )
     write_new(
         run_dir / RECORD_NAME,
@@ -191,8 +194,19 @@ def _all_ranks_done(records: list[dict[str, Any]], wanted: int) -> bool:
     return len(finished) >= world
 
 
+# What each back end waits for in a job, as its messages say it: the first training step, and
+# what a job that never trained did not do.
+_NO_STEP = {
+    "ort": ("no ORTModule training step seen", "before ORTModule trained"),
+    "torch": (
+        "no training step of a model passed to memopt.recompute.apply seen",
+        "without training one (the script must pass the model it trains to memopt.recompute.apply)",
+    ),
+}
+
+
 def _status(
-    records: list[dict[str, Any]], wanted: int, end: ProcessEnd, log: Path, timeout_s: float
+    records: list[dict[str, Any]], wanted: int, end: ProcessEnd, log: Path, timeout_s: float, backend: str
 ) -> tuple[RunStatus, str | None, str | None]:
     """The job's status, its error, and (out of memory) the evidence: the kernel's OOM record, or
     the job's own failure (an exit status above 0) with an allocator's error in what it said. A
@@ -206,9 +220,10 @@ def _status(
         return RunStatus.CANCELLED, "cancelled: the job's process group was ended", None
     tail = _tail(log)
     said = _failure(log) or tail
-    seen = any(r.get("event") == "ortmodule" for r in records)
+    seen = any(r.get("event") == TRAINING_EVENTS[backend] for r in records)
     reached = max((int(r.get("step") or 0) for r in steps), default=0)
-    progress = f"reached step {reached} of {wanted}" if seen else "no ORTModule training step seen"
+    no_step, never_trained = _NO_STEP[backend]
+    progress = f"reached step {reached} of {wanted}" if seen else no_step
     if ending is Ending.NOT_STARTED:
         return RunStatus.RECIPE_ERROR, f"the command could not start: {tail}", None
     if ending is Ending.TIMED_OUT:
@@ -223,11 +238,9 @@ def _status(
     if returncode in (-signal.SIGKILL, 128 + signal.SIGKILL) or "signal 9 (sigkill)" in tail.lower():
         return RunStatus.CRASHED, f"the job was killed by signal 9 (SIGKILL) ({progress}): {tail}", None
     if not seen:
-        return (
-            RunStatus.RECIPE_ERROR,
-            f"{progress}: the job {_exit_words(returncode)} before ORTModule trained: {said}",
-            None,
-        )
+        # A job that ended by itself failed at nothing: its last output is quoted as that, not as a cause.
+        cause = f"; its last output: {said}" if returncode == 0 else f": {said}"
+        return RunStatus.RECIPE_ERROR, f"{progress}: the job {_exit_words(returncode)} {never_trained}{cause}", None
     if returncode == 0:
         return (
             RunStatus.RECIPE_ERROR,

@@ -26,7 +26,7 @@ from pathlib import Path
 
 from memopt.errors import MemoptError, path_kind, write_failure
 
-__all__ = ["check_write_target", "exclusive_lock", "replace_atomically", "unwritable_folder"]
+__all__ = ["check_write_target", "config_file_argument", "exclusive_lock", "replace_atomically", "unwritable_folder"]
 
 
 def check_write_target(target: Path, *, overwrite: bool) -> None:
@@ -136,3 +136,29 @@ def _link_without_overwriting(temporary: Path, path: Path) -> None:
         # A file system without hard links: check, then rename.
         check_write_target(path, overwrite=False)
         os.replace(temporary, path)
+
+
+def config_file_argument(text: str, error: type[MemoptError] = MemoptError) -> Path | None:
+    """The config file a command-line config argument names, or None when ``text`` is the
+    config itself (a config string, or plan keys such as ``Gelu+``).
+
+    A name ending in ``.json`` or holding a ``/`` names a file, as does any other existing
+    path whose last part holds no ``:`` (every config string holds one). That file must be a
+    regular one, or a symlink to one: a folder, a device or a FIFO is refused (as ``error``),
+    never read as the name of a plan. Both back ends' ``--config`` take their files so."""
+    path = Path(text)
+    names_a_file = text.endswith(".json") or "/" in text
+    if not names_a_file and ":" in path.name:
+        return None
+    try:
+        mode = path.stat().st_mode
+    except (OSError, ValueError) as err:
+        # Missing, or text no file could be named (too long, a NUL): a config string, unless it names a file.
+        if not names_a_file:
+            return None
+        if isinstance(err, (FileNotFoundError, NotADirectoryError)):
+            raise error(f"the config file {text} does not exist") from None
+        raise error(f"cannot read the config file {text}: {getattr(err, 'strerror', None) or err}") from None
+    if not stat.S_ISREG(mode):
+        raise error(f"the config {text} is {path_kind(mode)}, not a config file")
+    return path

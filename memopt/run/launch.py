@@ -67,12 +67,16 @@ __all__ = [
     "note_in_log",
     "write_new",
     "LOG_NAME",
+    "TORCH_LOG_NAME",
     "RECORD_NAME",
     "ONNX_DIR",
     "ONNX_PREFIX",
 ]
 
+# Everything a run printed, named for its back end: ORT's logs are the parsed part of an ORT run's.
 LOG_NAME = "ort.log"
+TORCH_LOG_NAME = "torch.log"
+_LOG_NAMES = {"ort": LOG_NAME, "torch": TORCH_LOG_NAME}
 RECORD_NAME = "run.json"
 ONNX_DIR = "onnx"
 PACKAGE_ROOT = str(Path(memopt.__file__).resolve().parent.parent)
@@ -109,6 +113,11 @@ class RunRequest:
 
     def __post_init__(self) -> None:
         check_batch(self.batch_size)  # the rest was checked as the settings were made
+
+    @property
+    def log_name(self) -> str:
+        """The run folder's log of everything the run printed, named for the back end."""
+        return _LOG_NAMES[self.backend]
 
     def child_request(self) -> ChildRequest:
         """What the child reads (``memopt.child``): this request less what only the parent uses."""
@@ -169,6 +178,7 @@ class RunResult:
     # What says an out-of-memory run died of memory: its own error message or the kernel's OOM record.
     oom_evidence: str | None = None
     stopped_s: float = 0.0  # how long memopt or the run was stopped (SIGSTOP): left out of the step times
+    log_name: str = LOG_NAME  # the run folder's log (RunRequest.log_name)
 
     @property
     def ran(self) -> bool:
@@ -176,7 +186,7 @@ class RunResult:
 
     @property
     def log_path(self) -> Path:
-        return self.run_dir / LOG_NAME
+        return self.run_dir / self.log_name
 
     @property
     def median_step_s(self) -> float | None:
@@ -239,7 +249,13 @@ def launch(request: RunRequest, run_dir: Path, cancel: threading.Event | None = 
     argv = [request.settings.interpreter, "-c", _CHILD_BOOT, str(request_path), str(result_path)]
     try:
         outcome = _run_child(
-            argv, run_dir, _child_env(request, run_dir), None, cancel, request.settings.timeout_s, "wb"
+            argv,
+            run_dir / request.log_name,
+            _child_env(request, run_dir),
+            None,
+            cancel,
+            request.settings.timeout_s,
+            "wb",
         )
         oom = None
         stopped: tuple[tuple[float, float], ...] = ()
@@ -295,6 +311,7 @@ def run_process(
     cancel: threading.Event | None = None,
     done: Callable[[], bool] | None = None,
     cwd: Path | None = None,
+    log_name: str = LOG_NAME,
 ) -> ProcessEnd:
     """Run ``argv`` as is, in a process group of its own, its output into the folder's log.
 
@@ -305,9 +322,9 @@ def run_process(
     """
     started = time.monotonic()
     try:
-        outcome = _run_child(list(argv), run_dir, dict(env), cwd, cancel, timeout_s, "ab", done, gentle=True)
+        outcome = _run_child(list(argv), run_dir / log_name, dict(env), cwd, cancel, timeout_s, "ab", done, gentle=True)
     except OSError as err:
-        note_in_log(run_dir, f"{err}\n")
+        note_in_log(run_dir, f"{err}\n", log_name)
         return ProcessEnd(None, Ending.NOT_STARTED, time.monotonic() - started)
     if outcome is None:
         return ProcessEnd(None, Ending.CANCELLED, 0.0)
@@ -317,7 +334,7 @@ def run_process(
 
 def _run_child(
     argv: list[str],
-    run_dir: Path,
+    log_path: Path,
     env: dict[str, str],
     cwd: Path | None,
     cancel: threading.Event | None,
@@ -333,7 +350,7 @@ def _run_child(
     how it ended, the kernel's record of an OOM kill in its memory cgroup (``OomWatch``) and
     when memopt or the run was stopped (``StopWatch``), its peak RSS as the kernel accounted it at
     its reaping (``_Process``); None: cancelled first."""
-    with open(run_dir / LOG_NAME, log_mode, buffering=0) as log:  # the pump's writes, each to disk as is
+    with open(log_path, log_mode, buffering=0) as log:  # the pump's writes, each to disk as is
         child = _start_registered(argv, env, cwd, cancel)
         if child is None:
             return None
@@ -354,7 +371,7 @@ def _run_child(
             pump.close()
             child.stdout.close()
             if pump.write_error is not None:
-                raise MemoptError(write_failure(run_dir / LOG_NAME, pump.write_error))
+                raise MemoptError(write_failure(log_path, pump.write_error))
 
 
 @dataclass(frozen=True)
@@ -398,9 +415,9 @@ def write_new(path: Path, text: str) -> None:
         raise MemoptError(write_failure(path, err)) from None
 
 
-def note_in_log(run_dir: Path, text: str) -> None:
+def note_in_log(run_dir: Path, text: str, log_name: str = LOG_NAME) -> None:
     """Append ``text`` to the run's log where it can; a log that cannot be written loses only the note."""
-    with contextlib.suppress(OSError), open(run_dir / LOG_NAME, "a") as log:
+    with contextlib.suppress(OSError), open(run_dir / log_name, "a") as log:
         log.write(text)
 
 
@@ -593,7 +610,7 @@ def _collect(
     elif status in (RunStatus.RUNNING, RunStatus.CRASHED) and error is None and oom is not None:
         status, error = RunStatus.OUT_OF_MEMORY, oom
     elif status in (RunStatus.RUNNING, RunStatus.CRASHED) and error is None:
-        status, error = RunStatus.CRASHED, _crash_reason(run_dir / LOG_NAME, returncode or 0)
+        status, error = RunStatus.CRASHED, _crash_reason(run_dir / request.log_name, returncode or 0)
     elif status is RunStatus.OUT_OF_MEMORY:
         oom = f"its own error: {error}"
     return RunResult(
@@ -612,6 +629,7 @@ def _collect(
         returncode=returncode,
         oom_evidence=oom if status is RunStatus.OUT_OF_MEMORY else None,
         stopped_s=sum(end - start for start, end in stopped),
+        log_name=request.log_name,
     )
 
 

@@ -133,7 +133,7 @@ def test_timeout_kills_the_run(runs_dir: Path) -> None:
         (("trial", "gpt", "-b", "2", "--timeout", "inf"), "--timeout must be a finite number of seconds above zero"),
         (("probe", "gpt", "--timeout", "0"), "--timeout must be a finite number of seconds above zero"),
         (("tune", "gpt", "--target-batch", "8", "--budget", "1GiB", "--no-tui", "--timeout", "-5"), "--timeout"),
-        (("trial", "gpt", "-b", "2", "--budget", "9" * 400), "more memory than any device has"),
+        (("trial", "gpt", "-b", "2", "--budget", "9" * 400 + "B"), "more memory than any device has"),
         (("scan", "gpt", "--dims", "x=-5"), "--dims x=-5: a dim is a size, at least 1"),
         (("scan", "gpt", "--plot", "/missing/dir/p.png"), "the folder /missing/dir does not exist"),
         (("trial", "gpt", "-b", "2", "--python", "/bin/false"), "--python /bin/false is not a Python"),

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import re
 import shlex
-import stat
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from enum import IntEnum
@@ -20,7 +19,7 @@ from typing import NewType
 
 from memopt.backends.ort.version import OrtVersion
 from memopt.core.plan import PlanName
-from memopt.errors import MemoptError, path_kind
+from memopt.errors import MemoptError
 
 __all__ = [
     "CONFIG_VARIABLES",
@@ -33,7 +32,6 @@ __all__ = [
     "PlanKey",
     "ValidatedConfig",
     "cell_subgraph",
-    "config_file_argument",
     "export_line",
     "format_config_string",
     "parse_config_json",
@@ -149,32 +147,6 @@ def read_config_file(path: str | Path, version: OrtVersion, known_plans: Collect
     except (OSError, UnicodeDecodeError) as err:
         raise ConfigError(f"ORT 1.19 cannot read {path}: {getattr(err, 'strerror', None) or err}") from None
     return parse_config_json(text, version, known_plans)
-
-
-def config_file_argument(text: str) -> Path | None:
-    """The config file a command-line config argument names, or None when ``text`` is the
-    config itself (a config string, or plan keys such as ``Gelu+``).
-
-    A name ending in ``.json`` or holding a ``/`` names a file, as does any other existing
-    path whose last part holds no ``:`` (every config string holds one). That file must be a
-    regular one, or a symlink to one: a folder, a device or a FIFO is refused, never read
-    as the name of a plan."""
-    path = Path(text)
-    names_a_file = text.endswith(".json") or "/" in text
-    if not names_a_file and ":" in path.name:
-        return None
-    try:
-        mode = path.stat().st_mode
-    except (OSError, ValueError) as err:
-        # Missing, or text no file could be named (too long, a NUL): a config string, unless it names a file.
-        if not names_a_file:
-            return None
-        if isinstance(err, (FileNotFoundError, NotADirectoryError)):
-            raise ConfigError(f"the config file {text} does not exist") from None
-        raise ConfigError(f"cannot read the config file {text}: {getattr(err, 'strerror', None) or err}") from None
-    if not stat.S_ISREG(mode):
-        raise ConfigError(f"the config {text} is {path_kind(mode)}, not a config file")
-    return path
 
 
 def validate_entries(

@@ -29,7 +29,6 @@ from memopt.backends.ort.config import (
     ConfigError,
     PlanKey,
     ValidatedConfig,
-    config_file_argument,
     format_config_string,
     parse_config_json,
     parse_config_string,
@@ -47,7 +46,7 @@ from memopt.core.trial import trial_key as core_trial_key
 from memopt.errors import MemoptError
 from memopt.run.budget import Budget, cpu_device_memory
 from memopt.run.command import run_target
-from memopt.run.files import replace_atomically
+from memopt.run.files import config_file_argument, replace_atomically
 from memopt.run.journal import Journal, journaled_trial
 from memopt.run.launch import PACKAGE_ROOT, RunRequest, RunResult, new_run_dir, run_helper
 from memopt.run.settings import DEFAULT_TIMEOUT_S, RunSettings, check_batch
@@ -151,7 +150,7 @@ def parse_trial_config(text: str, version: OrtVersion) -> ValidatedConfig:
     text = text.strip()
     if text.lower() in ("", "none", "off"):
         return ValidatedConfig((), ())
-    path = config_file_argument(text)
+    path = config_file_argument(text, ConfigError)
     if path is not None:
         try:
             content = path.read_text(encoding="utf-8")

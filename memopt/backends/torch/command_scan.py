@@ -16,7 +16,7 @@ from memopt.errors import MemoptError
 from memopt.recompute import POLICY_ENV
 from memopt.recompute.capture import CAPTURE_FILE_ENV, CapturedModel
 from memopt.run.command import run_target
-from memopt.run.launch import LOG_NAME, RunRequest, new_run_dir
+from memopt.run.launch import RunRequest, new_run_dir
 from memopt.run.settings import RunSettings
 
 __all__ = ["CAPTURE_FILE", "scan_command"]
@@ -52,6 +52,6 @@ def _capture_run(settings: RunSettings, batch: int) -> CapturedModel:
         why = run.error or str(run.status)
         raise MemoptError(
             f"the job at batch {batch} ended before memopt could capture its model's second training forward "
-            f"({why}; log: {run_dir / LOG_NAME}): does the script pass its model to memopt.recompute.apply?"
+            f"({why}; log: {run.log_path}): does the script pass its model to memopt.recompute.apply?"
         )
     return CapturedModel.from_json(captured.read_text())

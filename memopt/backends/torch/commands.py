@@ -119,7 +119,7 @@ def torch_plan(request: PlanRequest, progress: Progress) -> TorchPlanReport:
     the policy file written where a job reads it."""
     from memopt.backends.torch.trial import POLICY_FILE, allocator_env, export_line, run_torch_trial
     from memopt.backends.torch.tune import plan_torch
-    from memopt.units import format_bytes
+    from memopt.units import format_compared
 
     settings = request.settings
     run, target_batch, out = settings.run, settings.target_batch, request.out
@@ -135,13 +135,16 @@ def torch_plan(request: PlanRequest, progress: Progress) -> TorchPlanReport:
     trial = None
     if request.verify and plan.feasible:
         trial = run_torch_trial(run, target_batch, plan.policy, journal=Journal.in_folder(run.runs_dir))
-        out_of_memory = trial.status is RunStatus.OUT_OF_MEMORY
-        peak = "out of memory" if out_of_memory else f"peak {format_bytes(trial.memory.device_peak or 0)}"
-        verdict = "within" if trial.within(int(plan.limit_bytes)) else "OVER"
-        progress.say(
-            f"measurement: {peak} against the limit {format_bytes(int(plan.limit_bytes))}: {verdict} "
-            f"({trial.status.value}, {trial.run_dir})"
+        measured, limit = format_compared(trial.memory.device_peak or 0, plan.limit_bytes)
+        peak = (
+            "out of memory"
+            if trial.status is RunStatus.OUT_OF_MEMORY
+            else f"peak {measured}"
+            if trial.ran
+            else trial.status.failure(run.target.noun)
         )
+        verdict = "within" if trial.within(int(plan.limit_bytes)) else "OVER"
+        progress.say(f"measurement: {peak} against the limit {limit}: {verdict} ({trial.run_dir})")
     export: tuple[str, ...] = ()
     if written is not None:
         ran_with = trial.torch.allocator if trial is not None and trial.torch else allocator_env(run.device)

@@ -17,8 +17,9 @@ Modules holding batch norm get no whole-module plan: its rerun would update the 
 
 from __future__ import annotations
 
+import contextlib
 import functools
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from fractions import Fraction
 from typing import Any
@@ -33,10 +34,10 @@ from torch._subclasses.fake_tensor import (
     UnsupportedOperatorException,
 )
 
-from memopt.errors import MemoptError
+from memopt.errors import MemoptError, one_line
 from memopt.graph.polynomial import Monomial, Polynomial
-from memopt.recipes import Recipe
-from memopt.recipes.defaults import default_loss
+from memopt.recipes import Recipe, RecipeError
+from memopt.recipes.defaults import check_loss, default_loss
 from memopt.recompute.capture import CapturedStep, capture_step, module_pattern, plannable
 from memopt.recompute.policy import OpName, RecomputePlan
 
@@ -202,9 +203,22 @@ def _with_times(step: CapturedStep, timed: CapturedStep, scale: float) -> Captur
     )
 
 
+@contextlib.contextmanager
+def _recipe_code(what: str) -> Iterator[None]:
+    """The recipe's own code failing (its functions, its model's forward) is the recipe's error,
+    one line as a trial says it; what fake tensors cannot answer goes on to the real capture."""
+    try:
+        yield
+    except (MemoptError, *NEEDS_VALUES):
+        raise
+    except Exception as err:  # the recipe may raise anything
+        raise RecipeError(f"{what} failed: {one_line(err)}") from err
+
+
 def _model(recipe: Recipe) -> nn.Module:
     torch.manual_seed(0)
-    model = recipe.model()
+    with _recipe_code("build_model()"):
+        model = recipe.model()
     if not isinstance(model, nn.Module):
         raise MemoptError(f"build_model() returned {type(model).__name__}; expected a torch.nn.Module")
     return model.train()
@@ -224,17 +238,20 @@ def recipe_forward(
     options = dict(recipe.options) | ({"seq_len": seq} if seq is not None else {})
     sized = replace(recipe, options=options)
     model = _model(sized)
-    inputs, target = sized.batch(batch)
+    with _recipe_code("make_batch()"):
+        inputs, target = sized.batch(batch)
     loss_fn = sized.loss or default_loss
 
     def forward_and_loss() -> tuple[Any, torch.Tensor]:
-        if isinstance(inputs, dict):
-            output = model(**inputs)
-        elif isinstance(inputs, tuple):
-            output = model(*inputs)
-        else:
-            output = model(inputs)
-        return output, loss_fn(output, target)
+        with _recipe_code("the model's forward"):
+            if isinstance(inputs, dict):
+                output = model(**inputs)
+            elif isinstance(inputs, tuple):
+                output = model(*inputs)
+            else:
+                output = model(inputs)
+        with _recipe_code("loss()" if sized.loss else "the default loss"):
+            return output, check_loss(loss_fn(output, target))
 
     return model, forward_and_loss
 

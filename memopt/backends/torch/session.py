@@ -55,7 +55,7 @@ from memopt.tune.events import (
 )
 from memopt.tune.session import SessionEvents
 from memopt.tune.settings import TuneCancelled, TuneError, TuneSettings
-from memopt.units import format_bytes
+from memopt.units import format_bytes, format_compared
 
 __all__ = ["TorchTuner"]
 
@@ -210,12 +210,14 @@ class TorchTuner(SessionEvents):
             cancelled = TuneResult(SearchStatus.CANCELLED, message, self.best(), tuple(self.records))
             self._emit(SearchFinished(cancelled))
             return cancelled
-        limit = format_bytes(int(plan.limit_bytes))
         best = self.best()  # the search's run, or a trial of the user's that fits at less cost
         if result.verified and result.verify is not None:
-            message = f"{result.policy} peaked at {format_bytes(result.verify.memory.device_peak or 0)}, under the limit {limit}"
+            peak, limit = format_compared(result.verify.memory.device_peak or 0, plan.limit_bytes)
+            message = f"{result.policy} peaked at {peak}, under the limit {limit}"
         else:
-            message = f"no policy the model chose brought batch {plan.target_batch} under {limit}"
+            message = (
+                f"no policy the model chose brought batch {plan.target_batch} under {format_bytes(plan.limit_bytes)}"
+            )
         status = SearchStatus.VERIFIED if best is not None else SearchStatus.IMPOSSIBLE
         finished = TuneResult(status, message, best, tuple(self.records))
         self._emit(SearchFinished(finished))
@@ -322,15 +324,16 @@ def _keys(policy: RecomputePolicy) -> tuple[PlanName, ...]:
 
 
 def _explained(record: TrialRecord, trial: TrialResult, limit: float | None) -> str:
-    peak = trial.memory.device_peak
+    measured = trial.memory.device_peak
     if trial.status is RunStatus.OUT_OF_MEMORY:
         return f"trial {record.number}: out of memory at batch {trial.batch_size}"
-    if not trial.ran or peak is None:
-        return f"trial {record.number} {trial.status}: {trial.error} ({trial.run_dir})"
-    against = ""
+    if not trial.ran or measured is None:
+        return f"trial {record.number}: {trial.status.failure('target')}: {trial.error} ({trial.run_dir})"
+    peak, against = format_bytes(measured), ""
     if limit is not None:
-        against = f", {'under' if peak <= limit else 'over'} the limit {format_bytes(int(limit))}"
+        peak, limit_shown = format_compared(measured, limit)
+        against = f", {'under' if measured <= limit else 'over'} the limit {limit_shown}"
     error = ""
     if record.predicted_bytes is not None and record.prediction_error is not None:
         error = f" (predicted {format_bytes(int(record.predicted_bytes))}, error {record.prediction_error:+.1%})"
-    return f"trial {record.number}: peak {format_bytes(peak)}{against}{error}"
+    return f"trial {record.number}: peak {peak}{against}{error}"

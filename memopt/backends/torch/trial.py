@@ -32,8 +32,9 @@ from memopt.errors import MemoptError
 from memopt.recompute import POLICY_ENV, RecomputePlan, RecomputePolicy
 from memopt.run.budget import CPU_ALLOCATOR_ENV, Budget, cpu_device_memory, resolve_budget
 from memopt.run.command import run_target
+from memopt.run.files import config_file_argument
 from memopt.run.journal import Journal, JournalEntry, journaled_trial
-from memopt.run.launch import RunRequest, new_run_dir
+from memopt.run.launch import RunRequest, new_run_dir, write_new
 from memopt.run.settings import RunSettings
 
 if TYPE_CHECKING:  # the scan loads torch's fake tensors, which a trial's reader does without
@@ -97,8 +98,9 @@ def read_policy(text: str) -> RecomputePolicy:
     """``--config`` for the torch back end: ``none``, a policy file, or plans separated by ``;``."""
     if text.strip().lower() == "none":
         return RecomputePolicy(())
-    path = Path(text)
-    if path.is_file():
+    # Named as ORT's config files are: a missing .json, a folder or a FIFO is refused by its name.
+    path = config_file_argument(text)
+    if path is not None:
         return RecomputePolicy.read(path)
     return RecomputePolicy(tuple(RecomputePlan.parse(plan) for plan in text.split(";") if plan.strip()))
 
@@ -287,7 +289,7 @@ def run_torch_trial(
             return reused
     journal.check_writable()  # refused before the trial runs, not after its result is lost
     run_dir = new_run_dir(settings.runs_dir, f"torch-{settings.target.label}-b{batch}")
-    policy.write(run_dir / POLICY_FILE)
+    write_new(run_dir / POLICY_FILE, policy.to_json() + "\n")  # a full disk names the file
     allocator = allocator_env(settings.device)
     env = {POLICY_ENV: str((run_dir / POLICY_FILE).resolve()), **allocator}
     run = run_target(RunRequest(settings, batch, env=env, backend=BackendName.TORCH), run_dir, cancel)

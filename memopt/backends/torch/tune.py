@@ -60,15 +60,16 @@ from memopt.recipes import Recipe
 from memopt.recompute import RecomputePolicy
 from memopt.run.budget import Budget
 from memopt.run.journal import Journal
-from memopt.run.launch import LOG_NAME
+from memopt.run.launch import TORCH_LOG_NAME
 from memopt.run.settings import RunSettings
-from memopt.units import format_bytes
+from memopt.units import format_bytes, format_compared
 
 __all__ = ["TorchPlan", "TorchTuneResult", "plan_torch", "tune_torch", "verify_torch"]
 
 _NONE = RecomputePolicy(())
 # Runs at the target batch: the model's choice, and once more with what it measured above the prediction.
 _VERIFYING_RUNS = 2
+_TARGET = "target"  # what a run's failure calls a recipe or command (RunStatus.failure)
 # Choices the peak model predicts before it settles (each one two steps played on fake tensors).
 _CHOICES = 6
 
@@ -229,7 +230,9 @@ def plan_torch(
         say(_trial_line(trial, "probe"))
         probes.append(trial)
         if not trial.ran or trial.memory.device_peak is None:
-            raise MemoptError(f"the run at batch {batch} failed: {trial.error} (log: {Path(trial.run_dir) / LOG_NAME})")
+            raise MemoptError(
+                f"the run at batch {batch}: {trial.status.failure(_TARGET)}: {trial.error} (log: {Path(trial.run_dir) / TORCH_LOG_NAME})"
+            )
     model: PeakModel
     if simulated is not None:
         model = replace(simulated, anchor_bytes=float(probes[0].memory.device_peak or 0))
@@ -347,13 +350,14 @@ def verify_torch(
         peak = verify.memory.device_peak
         if not verify.ran or peak is None:
             raise MemoptError(
-                f"the run at batch {plan.target_batch} {verify.status}: {verify.error} (log: {Path(verify.run_dir) / LOG_NAME})"
+                f"the run at batch {plan.target_batch}: {verify.status.failure(_TARGET)}: {verify.error} (log: {Path(verify.run_dir) / TORCH_LOG_NAME})"
             )
         error = (peak - predicted) / peak
         verdict = "verified" if result.verified else "over the limit"
+        peak_shown, limit_shown = format_compared(peak, limit)
         say(
-            f"measurement: {verdict}: peak {format_bytes(peak)} against the limit "
-            f"{format_bytes(int(limit))} (predicted {format_bytes(int(predicted))}, error {error:+.1%})"
+            f"measurement: {verdict}: peak {peak_shown} against the limit {limit_shown} "
+            f"(predicted {format_bytes(int(predicted))}, error {error:+.1%})"
         )
         if result.verified:
             break
@@ -398,4 +402,5 @@ def _trial_line(trial: TrialResult, role: str) -> str:
     peak = format_bytes(trial.memory.device_peak) if trial.memory.device_peak is not None else "no peak"
     reused = ", from the journal" if trial.reused else ""
     step = f", step {trial.median_step_s:.3f} s" if trial.median_step_s is not None else ""
-    return f"run ({role}): batch {trial.batch_size}, {policy_of(trial)}: {trial.status}, peak {peak}{step}{reused} ({trial.run_dir})"
+    outcome = "ok" if trial.ran else trial.status.failure(_TARGET)
+    return f"run ({role}): batch {trial.batch_size}, {policy_of(trial)}: {outcome}, peak {peak}{step}{reused} ({trial.run_dir})"

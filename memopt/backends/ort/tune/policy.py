@@ -30,7 +30,7 @@ from memopt.core.memory import Phase
 from memopt.core.trial import Outcome
 from memopt.predict import FixedPeaks, RunSpread, budget_limit
 from memopt.tune.events import SearchStatus
-from memopt.units import format_mib
+from memopt.units import format_compared, format_mib
 
 __all__ = [
     "Attempt",
@@ -297,13 +297,11 @@ def _first(state: SearchState) -> TryPlans | Stop:
         if plan.plans:
             return TryPlans(
                 plan.plans,
-                f"planner: {names(plan.plans)} predicted {format_mib(plan.predicted_bytes)} ≤ "
-                f"limit {format_mib(limit)} (no config {format_mib(plan.baseline_bytes)}) "
+                f"planner: {names(plan.plans)} predicted {_against(plan.predicted_bytes, limit, '≤')} "
+                f"(no config {format_mib(plan.baseline_bytes)}) "
                 f"for ~{plan.cost_s * 1000:.0f} ms/step",
             )
-        return TryPlans(
-            (), f"planner: no config predicted {format_mib(plan.baseline_bytes)} ≤ limit {format_mib(limit)}; verifying"
-        )
+        return TryPlans((), f"planner: no config predicted {_against(plan.baseline_bytes, limit, '≤')}; verifying")
     return TryPlans(plan.plans or state.useful_plans(), f"{_floor_line(state, plan)}; trying it once to check")
 
 
@@ -377,7 +375,7 @@ def _lighter(state: SearchState, last: Attempt) -> TryPlans | Stop:
         return TryPlans(
             plan.plans,
             f"fits; recalibrated planner: {names(plan.plans) or 'no config'} is cheaper and "
-            f"predicted {format_mib(plan.predicted_bytes)} ≤ limit {format_mib(limit)}",
+            f"predicted {_against(plan.predicted_bytes, limit, '≤')}",
         )
     costliest = max(selection, key=lambda key: (state.costs_s.get(key, 0.0), key))
     lighter = tuple(key for key in selection if key != costliest)
@@ -385,14 +383,9 @@ def _lighter(state: SearchState, last: Attempt) -> TryPlans | Stop:
     if predicted <= limit and frozenset(lighter) not in tried:
         return TryPlans(
             lighter,
-            f"fits; trying without the costliest plan {costliest.short} "
-            f"(predicted {format_mib(predicted)} ≤ limit {format_mib(limit)})",
+            f"fits; trying without the costliest plan {costliest.short} (predicted {_against(predicted, limit, '≤')})",
         )
-    why = (
-        "already tried"
-        if frozenset(lighter) in tried
-        else f"predicted {format_mib(predicted)} > limit {format_mib(limit)}"
-    )
+    why = "already tried" if frozenset(lighter) in tried else f"predicted {_against(predicted, limit, '>')}"
     return _stop(state, SearchStatus.VERIFIED, f"nothing lighter to try (without {costliest.short}: {why})")
 
 
@@ -415,8 +408,7 @@ def _heavier(state: SearchState, last: Attempt, prefix: str = "") -> TryPlans | 
     if plan.feasible and frozenset(plan.plans) not in tried and set(plan.plans) != set(selection):
         return TryPlans(
             plan.plans,
-            f"{prefix}recalibrated planner: {names(plan.plans)} predicted "
-            f"{format_mib(plan.predicted_bytes)} ≤ limit {format_mib(limit)}",
+            f"{prefix}recalibrated planner: {names(plan.plans)} predicted {_against(plan.predicted_bytes, limit, '≤')}",
         )
     candidate = list(selection)
     for key in useful:  # largest saving first
@@ -429,8 +421,7 @@ def _heavier(state: SearchState, last: Attempt, prefix: str = "") -> TryPlans | 
         if predicted <= limit or len(candidate) == len(useful):
             return TryPlans(
                 tuple(candidate),
-                f"{prefix}adding {key.short}: {names(candidate)} predicted "
-                f"{format_mib(predicted)} vs limit {format_mib(limit)}",
+                f"{prefix}adding {key.short}: {names(candidate)} predicted {_against(predicted, limit, 'vs')}",
             )
     return _stop(state, SearchStatus.IMPOSSIBLE, "every plan is on")
 
@@ -500,3 +491,9 @@ def _without(model: MemoryModel, keys: frozenset[PlanKey]) -> MemoryModel:
 
 def names(plans: Iterable[str]) -> str:
     return ", ".join(p.short for p in plan_keys(plans))
+
+
+def _against(predicted: float, limit: float, relation: str) -> str:
+    """``PREDICTED RELATION limit LIMIT`` in MiB, with the decimals that tell the two apart."""
+    shown, limit_shown = format_compared(predicted, limit, "MiB")
+    return f"{shown} {relation} limit {limit_shown}"

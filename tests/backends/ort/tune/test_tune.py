@@ -41,7 +41,7 @@ def test_headless_search_resumes_the_journal_and_prints_json() -> None:
         "--target-batch",
         str(real_tuning.TARGET),
         "--budget",
-        str(budget),
+        f"{budget}B",
         "-o",
         "n_layer=2",
         "-o",
