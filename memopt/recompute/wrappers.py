@@ -13,6 +13,8 @@ Two mechanisms, one per kind of plan (``policy``):
   activation checkpointing: the listed ops' outputs are cached (``create_selective_checkpoint_contexts``
   from torch 2.5, the private ``_pt2_selective_checkpoint_context_fn_gen`` in 2.4). Eager SAC caches
   an op's whole output whether autograd saves it or not: keep only ops whose outputs are saved.
+* ``MODULE: chunked-loss`` — the model's forward, called with labels, computes its loss over that
+  head a chunk of tokens at a time (``memopt.recompute.loss``).
 
 Only torch and the standard library are imported here.
 """
@@ -32,6 +34,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten, tree_unflatten
 from torch.utils.weak import WeakTensorKeyDictionary
 
+from memopt.recompute.loss import chunked_loss_forward
 from memopt.recompute.policy import OpName, RecomputePlan, RecomputePolicy, RecomputePolicyError
 
 __all__ = ["AppliedPolicy", "apply_policy"]
@@ -187,19 +190,22 @@ def apply_policy(model: nn.Module, policy: RecomputePolicy) -> AppliedPolicy:
         raise RecomputePolicyError(
             f"no module of the model matches {', '.join(unmatched)} (its modules: {sample or 'none'})"
         )
-    applied = AppliedPolicy(policy, modules, {plan: 0 for plan in policy.plans if not plan.whole_module})
+    applied = AppliedPolicy(policy, modules, {plan: 0 for plan in policy.plans if plan.op is not None})
     by_path: dict[str, list[RecomputePlan]] = {}
     for plan, matched in modules.items():
         for path in matched:
             by_path.setdefault(path, []).append(plan)
     for path, plans in by_path.items():
         module = model.get_submodule(path)
-        op_plans = [plan for plan in plans if not plan.whole_module]
+        op_plans = [plan for plan in plans if plan.op is not None]
         if op_plans:
             module.forward = _noting(module.forward, op_plans, applied)
         for plan in plans:
             if plan.whole_module:
                 module.forward = _checkpointed(module.forward, plan.keep)
+    for plan in policy.plans:
+        if plan.chunked_loss:
+            model.forward = chunked_loss_forward(model, plan.module)
     if applied.op_calls:
         model.forward = _hooked(model.forward, applied)
     setattr(model, _APPLIED, applied)
