@@ -35,7 +35,14 @@ from torch import nn
 
 from memopt.recompute.policy import RecomputePolicyError
 
-__all__ = ["CHUNK_BYTES", "IGNORE_INDEX", "CausalLMLoss", "causal_lm_head", "chunked_cross_entropy", "chunked_loss_forward"]
+__all__ = [
+    "CHUNK_BYTES",
+    "IGNORE_INDEX",
+    "CausalLMLoss",
+    "causal_lm_head",
+    "chunked_cross_entropy",
+    "chunked_loss_forward",
+]
 
 IGNORE_INDEX = -100  # the label Hugging Face's losses skip (padding)
 # One chunk's fp32 logits: small beside a large vocabulary's whole logits, large enough that each
@@ -73,7 +80,12 @@ def chunked_cross_entropy(
     size = chunk_tokens or max(1, CHUNK_BYTES // (4 * weight.shape[0]))
     total = sum(
         torch_checkpoint.checkpoint(
-            _chunk_loss, tokens[start : start + size], weight, bias, targets[start : start + size], ignore_index,
+            _chunk_loss,
+            tokens[start : start + size],
+            weight,
+            bias,
+            targets[start : start + size],
+            ignore_index,
             use_reentrant=False,
         )
         for start in range(0, tokens.shape[0], size)
@@ -124,8 +136,10 @@ def _causal_lm_head(model: nn.Module) -> str:
     config = getattr(model, "config", None)
     scaled = [name for name in _SCALED_LOGITS if getattr(config, name, None) not in (None, 1, 1.0)]
     if scaled:
-        raise RecomputePolicyError(f"chunked-loss: the model's head scales its logits ({scaled[0]}), which it leaves out")
-    return next(path for path, module in model.named_modules() if module is head)
+        raise RecomputePolicyError(
+            f"chunked-loss: the model's head scales its logits ({scaled[0]}), which it leaves out"
+        )
+    return str(next(path for path, module in model.named_modules() if module is head))
 
 
 def chunked_loss_forward(model: nn.Module, path: str) -> Callable[..., Any]:

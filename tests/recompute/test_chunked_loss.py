@@ -37,7 +37,9 @@ def test_the_chunked_loss_and_its_gradients_equal_the_unchunked_ones(chunk_token
         torch.testing.assert_close(have, want, rtol=RTOL, atol=ATOL)
 
 
-@pytest.mark.parametrize(("name", "layer"), [("llama", "model.layers.0"), ("qwen2", "model.layers.1"), ("gpt2", "transformer.h.0")])
+@pytest.mark.parametrize(
+    ("name", "layer"), [("llama", "model.layers.0"), ("qwen2", "model.layers.1"), ("gpt2", "transformer.h.0")]
+)
 def test_a_causal_lm_under_chunked_loss_trains_as_without_it(name: str, layer: str) -> None:
     """With one layer of two checkpointed beside it (dropout on in GPT-2's): the plans compose."""
     recipe = load_hf_recipe(f"hf:{name}", {"size": "tiny", "seq_len": 16})

@@ -40,7 +40,7 @@ from typing import Any
 
 from memopt.backends.torch.command_scan import scan_command
 from memopt.backends.torch.predict import LinePeak, PeakLine, PeakModel, plan_saving, probe_batches
-from memopt.backends.torch.scan import NEEDS_VALUES, TorchScan, scan_recipe
+from memopt.backends.torch.scan import NEEDS_VALUES, TorchPlanRow, TorchScan, scan_recipe
 from memopt.backends.torch.simulate import SimulatedPeak
 from memopt.backends.torch.trial import TorchTrial, on_cuda, resolve_torch_budget, run_torch_trial
 from memopt.core import RecipeTarget
@@ -348,32 +348,37 @@ def verify_torch(
 
 
 def _choose(scanned: TorchScan, batch: int, need: float) -> tuple[RecomputePolicy, float]:
-    """The cheapest policy whose savings at ``batch`` reach ``need`` bytes, and its saving (the policy that saves most where none does)."""
+    """The cheapest policy whose savings at ``batch`` reach ``need`` bytes, and its saving (the policy that saves most where none does).
+
+    It chooses layer by layer (``TorchScan.layers``: each layer's checkpoint, its selective sets and
+    op plans, the chunked loss) and from the plans on modules no layer repeats, so a budget a few
+    layers' checkpoints reach costs only those layers' recompute: the exact least-cost cover, where
+    a checkpointed module excludes the plans inside it. Between alike plans it takes the first
+    layers' checkpoints and the last layers' op plans (see ``_layer_by_layer``)."""
     if need <= 0:
         return _NONE, 0.0
-    ops = [row for row in scanned.rows if not row.plan.whole_module]
-    savings = [plan_saving(row, scanned, batch) for row in ops]
-    costs = [row.recompute_seconds * batch / scanned.batch for row in ops]
-    if sum(savings) >= need:
-        chosen, _ = cheapest_cover(savings, costs, need)
-        return RecomputePolicy(tuple(ops[i].plan for i in chosen)), sum(savings[i] for i in chosen)
-    regions = sorted(
-        (row for row in scanned.rows if row.plan.whole_module and plan_saving(row, scanned, batch) >= need),
-        key=lambda row: row.recompute_seconds,
-    )
-    if regions:
-        return RecomputePolicy((regions[0].plan,)), plan_saving(regions[0], scanned, batch)
-    every_op = RecomputePolicy(tuple(row.plan for row in ops)), sum(savings)
-    largest_region = max(
-        (
-            (RecomputePolicy((row.plan,)), plan_saving(row, scanned, batch))
-            for row in scanned.rows
-            if row.plan.whole_module
-        ),
-        key=lambda choice: choice[1],
-        default=every_op,
-    )
-    return max(every_op, largest_region, key=lambda choice: choice[1])
+    rows = [*scanned.layers, *(row for row in scanned.rows if "*" not in row.plan.module)]
+    savings = [plan_saving(row, scanned, batch) for row in rows]
+    # Alike layers cost alike: a thousandth of a cost apart, the first layers' checkpoints and the last
+    # layers' op plans come first, so the same need always gives the same policy.
+    order = [i / len(rows) if row.plan.op is None else 1 - i / len(rows) for i, row in enumerate(rows)]
+    costs = [row.recompute_seconds * batch / scanned.batch * (1 + 1e-3 * o) for row, o in zip(rows, order)]
+    chosen, _ = cheapest_cover(savings, costs, need, _excludes(rows))
+    return RecomputePolicy(tuple(rows[i].plan for i in chosen)), sum(savings[i] for i in chosen)
+
+
+def _excludes(rows: list[TorchPlanRow]) -> dict[int, list[int]]:
+    """Each whole-module (or chunked-loss) plan and the plans on modules inside its module: taken
+    together, the inner ones would save nothing more (or, on a loss head, never run)."""
+
+    def inside(inner: str, outer: str) -> bool:
+        return inner == outer or inner.startswith(outer + ".")
+
+    return {
+        i: [j for j, other in enumerate(rows) if j != i and inside(other.plan.module, row.plan.module)]
+        for i, row in enumerate(rows)
+        if row.plan.op is None
+    }
 
 
 def _trial_line(trial: TorchTrial, role: str) -> str:
