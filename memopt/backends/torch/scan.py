@@ -241,14 +241,14 @@ def _layer_by_layer(
 
 def _loss_row(step: CapturedStep, head: str, fitted: Callable[[Any], Polynomial | None]) -> TorchPlanRow | None:
     """The chunked loss's row: what the head and the loss after it save (the log-softmax over the
-    vocabulary, chiefly), the head's input left out; its cost, the head's matmul once more."""
+    vocabulary, chiefly), the head's input left out; it reruns nothing (its gradients are made in
+    forward), so its cost is none."""
     saving = functools.partial(_loss_saving, head=head)
     bytes_ = saving(step)
     if bytes_ <= 0:
         return None
     inside = sum(_within(t.module, head) or t.module == "" for t in step.saved)
-    seconds = step.module_seconds.get(head, 0.0)
-    return TorchPlanRow(RecomputePlan(head, chunked_loss=True), inside, 1, bytes_, fitted(saving), seconds, 1.0)
+    return TorchPlanRow(RecomputePlan(head, chunked_loss=True), inside, 1, bytes_, fitted(saving), 0.0, 1.0)
 
 
 def _loss_saving(step: CapturedStep, head: str) -> int:
