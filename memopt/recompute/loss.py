@@ -79,7 +79,7 @@ def chunked_cross_entropy(
         raise ValueError(f"{targets.shape[0]} labels for {tokens.shape[0]} tokens")
     size = chunk_tokens or max(1, CHUNK_BYTES // (4 * weight.shape[0]))
     divisor = (targets != ignore_index).sum() if num_items_in_batch is None else num_items_in_batch
-    loss: torch.Tensor = _LinearCrossEntropy.apply(tokens, weight, bias, targets, ignore_index, size)
+    loss: torch.Tensor = _LinearCrossEntropy.apply(tokens, weight, bias, targets, ignore_index, size)  # type: ignore[no-untyped-call]
     return loss / divisor
 
 
@@ -89,7 +89,7 @@ class _LinearCrossEntropy(torch.autograd.Function):
     only scales what forward made (no logits rerun, no matmul more than without chunks)."""
 
     @staticmethod
-    def forward(  # type: ignore[override]
+    def forward(
         ctx: Any,
         tokens: torch.Tensor,
         weight: torch.Tensor,
@@ -120,7 +120,7 @@ class _LinearCrossEntropy(torch.autograd.Function):
         return total
 
     @staticmethod
-    def backward(ctx: Any, grad_output: torch.Tensor) -> tuple[torch.Tensor | None, ...]:  # type: ignore[override]
+    def backward(ctx: Any, grad_output: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
         grad_tokens, grad_weight, grad_bias = ctx.saved_tensors
         return (
             grad_tokens * grad_output.to(grad_tokens.dtype),
