@@ -35,16 +35,18 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
 from memopt.backends.torch.command_scan import scan_command
 from memopt.backends.torch.predict import LinePeak, PeakLine, PeakModel, plan_saving, probe_batches
-from memopt.backends.torch.scan import NEEDS_VALUES, TorchPlanRow, TorchScan, scan_recipe
+from memopt.backends.torch.scan import BATCH, NEEDS_VALUES, TorchPlanRow, TorchScan, scan_recipe
 from memopt.backends.torch.simulate import SimulatedPeak
 from memopt.backends.torch.trial import TorchTrial, on_cuda, resolve_torch_budget, run_torch_trial
 from memopt.core import RecipeTarget
 from memopt.errors import MemoptError, one_line
+from memopt.graph.polynomial import Polynomial
 from memopt.predict.choice import budget_limit, cheapest_cover
 from memopt.recipes import Recipe
 from memopt.recompute import RecomputePolicy
@@ -222,6 +224,7 @@ def plan_torch(
     model: PeakModel
     if simulated is not None:
         model = replace(simulated, anchor_bytes=float(probes[0].peak_bytes or 0))
+        scanned = _loss_played(scanned, model, target_batch)
     else:
         small, larger = probes
         model = LinePeak(PeakLine(small.batch, small.peak_bytes or 0, larger.batch, larger.peak_bytes or 0), scanned)
@@ -235,6 +238,20 @@ def plan_torch(
     over = "" if predicted <= limit else f", over the limit {format_bytes(int(limit))}"
     say(f"model: {policy} predicted at {format_bytes(int(predicted))}{over}")
     return replace(plan, policy=policy, predicted_bytes=predicted)
+
+
+def _loss_played(scanned: TorchScan, model: SimulatedPeak, batch: int) -> TorchScan:
+    """The scan with the chunked loss's saving at ``batch`` as the played steps see it: beside the
+    log-softmax the loss saves (the scan's figure), the logits the model returns and the loss's
+    gradients in backward, each as large, go too; a play with the loss alone counts them."""
+    rows = [row for row in scanned.layers if row.plan.chunked_loss]
+    if not rows:
+        return scanned
+    loss = rows[0]
+    played = model.predict(_NONE, batch) - model.predict(RecomputePolicy((loss.plan,)), batch)
+    per_sample = Polynomial.symbol(BATCH) * Polynomial.constant(Fraction(played / batch))
+    layers = tuple(replace(row, saving=per_sample) if row is loss else row for row in scanned.layers)
+    return replace(scanned, layers=layers)
 
 
 def _simulated(
