@@ -14,10 +14,12 @@
    half of the target batch draw the peak's line instead, less the scan's savings.
 3. The plans whose savings at the target batch cover the peak's excess over the limit (the
    budget less the margin) at least recompute time: ``cheapest_cover``, the exact solve ORT's
-   planner makes too (``memopt.predict.choice``), over the op plans; where they cannot cover
-   it, the cheapest whole-module plan that does; where nothing does, the policy that saves the
-   most. The peak model predicts the choice; where it lands over the limit the shortfall joins
-   the need and the choice is made again.
+   planner makes too (``memopt.predict.choice``), over the plans layer by layer (a layer's
+   checkpoint, a selective set or an op plan on it) and a causal LM's chunked loss, where a
+   checkpointed module excludes the plans inside it; where nothing covers it, the set that saves
+   the most. The chunked loss's saving is a play with it alone (the scan sees only what its loss
+   saves, not the logits returned or the gradients). The peak model predicts the choice; where it
+   lands over the limit the shortfall joins the need and the choice is made again.
 4. One run at the target batch with that policy answers: verified when its measured peak is
    under the limit. The model's "nothing fits" is a prediction, so the policy that saves the
    most is run once even then. Where the run is over, its miss (measured less predicted) and
