@@ -26,6 +26,7 @@ outputs but no logits. Only torch and the standard library are imported here.
 from __future__ import annotations
 
 import functools
+import inspect
 from collections.abc import Callable
 from typing import Any
 
@@ -132,6 +133,15 @@ class _LinearCrossEntropy(torch.autograd.Function):
         )
 
 
+def _keywords(signature: inspect.Signature, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+    """A call's arguments by name (``input_ids`` given by position too), ``**kwargs`` spread out."""
+    named = dict(signature.bind(*args, **kwargs).arguments)
+    for name, parameter in signature.parameters.items():
+        if parameter.kind is inspect.Parameter.VAR_KEYWORD:
+            named.update(named.pop(name, {}))
+    return named
+
+
 class CausalLMLoss(dict[str, Any]):
     """What a causal LM under ``chunked-loss`` returns: its loss, no logits, the decoder's other
     outputs; read as a mapping (``out["loss"]``) or by attribute (``out.loss``), as a Hugging Face
@@ -174,7 +184,7 @@ def _causal_lm_head(model: nn.Module) -> str:
 
 def chunked_loss_forward(model: nn.Module, path: str) -> Callable[..., Any]:
     """``model``'s forward with the chunked loss over its head at ``path``, where it is called
-    with ``labels`` (and keywords only); its own forward otherwise (generation, logits asked for)."""
+    with ``labels``; its own forward otherwise (generation, evaluation, logits asked for)."""
     head_path = _causal_lm_head(model)
     if head_path != path:
         raise RecomputePolicyError(f"chunked-loss goes on the model's output head, {head_path}, not {path}")
@@ -182,14 +192,16 @@ def chunked_loss_forward(model: nn.Module, path: str) -> Callable[..., Any]:
     assert isinstance(head, nn.Linear)
     base = model.base_model
     forward = model.forward
+    signature = inspect.signature(forward)
 
     @functools.wraps(forward)
-    def run(*args: Any, labels: torch.Tensor | None = None, **kwargs: Any) -> Any:
-        wants_logits = kwargs.get("return_dict") is False or kwargs.get("num_logits_to_keep")
-        if labels is None or args or wants_logits:
-            return forward(*args, labels=labels, **kwargs)
-        items = kwargs.pop("num_items_in_batch", None)
-        outputs = base(**kwargs)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        named = _keywords(signature, args, kwargs)
+        labels = named.pop("labels", None)
+        if labels is None or named.get("return_dict") is False or named.pop("num_logits_to_keep", 0):
+            return forward(*args, **kwargs)  # no loss asked for, or the logits are
+        items = named.pop("num_items_in_batch", None)
+        outputs = base(**named)
         loss = chunked_cross_entropy(outputs[0], head.weight, labels, head.bias, shift=True, num_items_in_batch=items)
         rest = {key: value for key, value in outputs.items() if key != "last_hidden_state"}
         return CausalLMLoss(loss=loss, logits=None, **rest)

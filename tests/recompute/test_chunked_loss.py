@@ -58,6 +58,8 @@ def test_the_chunked_loss_returns_the_loss_and_no_logits() -> None:
     inputs, _ = recipe.batch(2)
     out = model(**inputs)
     assert out.loss is out["loss"] and out.loss.ndim == 0 and out.logits is None
+    by_position = model(inputs["input_ids"], labels=inputs["labels"])
+    assert by_position.logits is None and float(by_position.loss) == float(out.loss)
     without_labels = model(input_ids=inputs["input_ids"])  # generation and evaluation get logits as before
     assert without_labels.logits.shape == (2, 16, 1000)
 
