@@ -3,8 +3,9 @@
 A causal LM's head makes logits of batch × sequence × vocabulary, in fp32 for the loss, and the
 loss keeps several copies of that size (the log-softmax for backward, its gradient, the logits the
 model returns). ``chunked_cross_entropy`` computes the head and the loss a chunk of tokens at a
-time, each chunk in a non-reentrant checkpoint: forward keeps no logits, and backward remakes one
-chunk's logits at a time, at the cost of the head's matmul once more::
+time and, as Liger's fused linear cross-entropy does, each chunk's gradients with them: forward
+keeps no logits, only the gradients of the head's input and weight, which backward scales. No
+matmul runs twice, so it costs what the unchunked loss costs, in smaller matmuls::
 
     from memopt.recompute.loss import chunked_cross_entropy
 
