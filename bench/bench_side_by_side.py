@@ -19,8 +19,8 @@ once per storage, parameters left out), so B = P0 - (1 - F) * A: the peak if a f
 saved activations stayed. torch.compile's budget is that same F
 (``torch._functorch.config.activation_memory_budget = F``; torch's own scale runs from saving only
 the compiled graph's inputs, 0, to its min-cut partitioner's default choice, 1, so F is the share
-of what compile would save, not of A: the closest its knob comes to a byte budget). memopt gets B
-in bytes. Runs to an answer: 1 for the first three (nothing is searched: the row says whether the
+of what compile would save, not of A: the closest its knob comes to a byte budget). ``--of-peak S``
+sets B = S × P0 instead (compile's knob stays F). memopt gets B in bytes. Runs to an answer: 1 for the first three (nothing is searched: the row says whether the
 one run fits B); for memopt, every training run tune made (its ``--json`` lists them), and then
 this script's own run of the chosen policy, measured as the others are.
 
@@ -236,6 +236,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--cases", default="gpt2:tiny:128:16,llama:tiny:128:16", help="MODEL:SIZE:SEQ:BATCH[:k=v], …")
     parser.add_argument("--fraction", type=float, default=0.5, help="F: share of the saved activations kept")
+    parser.add_argument(
+        "--of-peak",
+        type=float,
+        default=None,
+        help="the budget as this share of the no-recompute peak instead (compile's knob stays --fraction)",
+    )
     parser.add_argument("--steps", type=int, default=4, help="training steps per run, the first a warm-up")
     parser.add_argument("--tune-steps", type=int, default=2, help="memopt tune's --steps")
     parser.add_argument("--setups", default=",".join(SETUPS), help=f"which of {', '.join(SETUPS)}")
@@ -254,6 +260,8 @@ def main() -> None:
         parser.exit(2, "error: --steps must be 2 or more (the first is a warm-up)\n")
     if not 0 <= args.fraction <= 1:
         parser.exit(2, f"error: --fraction must be in [0, 1], not {args.fraction:g}\n")
+    if args.of_peak is not None and not 0 < args.of_peak <= 1:
+        parser.exit(2, f"error: --of-peak must be in (0, 1], not {args.of_peak:g}\n")
     setups = args.setups.split(",")
     limit = args.memory_limit_mib * MIB or None
     runs_dir = args.runs_dir or Path(tempfile.mkdtemp(prefix="bench-side-by-side-"))
@@ -269,10 +277,15 @@ def main() -> None:
         plain = run_measured(child_argv(case, "none", args.steps, count_saved=True), env, limit, args.timeout)
         if plain.peak_bytes is None or plain.saved_bytes is None:
             sys.exit(f"error: {case.label()}: the run without recompute failed: {plain.error}")
-        budget = int(plain.peak_bytes - (1 - args.fraction) * plain.saved_bytes)
+        if args.of_peak is None:
+            budget = int(plain.peak_bytes - (1 - args.fraction) * plain.saved_bytes)
+            rule = f"P0 − (1 − {args.fraction:g}) × saved activations {_mib(plain.saved_bytes)} MiB"
+        else:
+            budget = int(plain.peak_bytes * args.of_peak)
+            rule = f"{args.of_peak:g} × P0"
         print(
             f"\n{case.label()}: no-recompute peak {_mib(plain.peak_bytes)} MiB, saved activations "
-            f"{_mib(plain.saved_bytes)} MiB; F = {args.fraction:g}: budget {_mib(budget)} MiB ({budget} bytes)\n",
+            f"{_mib(plain.saved_bytes)} MiB; {rule}: budget {_mib(budget)} MiB ({budget} bytes)\n",
             file=sys.stderr,
             flush=True,
         )
@@ -287,8 +300,10 @@ def main() -> None:
                 best = summary.get("best") or {}
                 tuned = "verified" if best.get("verified") else summary["status"]
                 runs = f"{sum(not t['reused'] for t in trials)} (tune: {tuned})"
-                if not best.get("policy_file"):
-                    measured = Measured(None, (), None, summary.get("error", "no policy"))
+                if not best.get("policy_file") or not summary.get("export"):
+                    # No export line: tune verified no policy (or failed), so there is nothing a user would re-run.
+                    why = summary.get("error") or f"tune {summary['status']}: no export line"
+                    measured = Measured(None, (), None, why)
                 else:
                     # The job as a user re-runs it: the export line's variables in its environment.
                     exported = dict(word.split("=", 1) for word in shlex.split(summary["export"][-1])[1:])
@@ -314,8 +329,7 @@ def main() -> None:
                 flush=True,
             )
         print(
-            f"| {case.label()} | budget | {_mib(budget)} | {budget / plain.peak_bytes:.2f} | | | | "
-            f"| P0 − (1 − {args.fraction:g}) × saved activations {_mib(plain.saved_bytes)} MiB |",
+            f"| {case.label()} | budget | {_mib(budget)} | {budget / plain.peak_bytes:.2f} | | | | | {rule} |",
             flush=True,
         )
 

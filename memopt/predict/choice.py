@@ -2,6 +2,7 @@
 reach what a budget needs, and the limit a budget leaves a prediction.
 
     minimise Σ cost_p · x_p   subject to   Σ saving_p · x_p ≥ need,  x binary
+    (and, where plans exclude others, |S_p| · x_p + Σ_{q ∈ S_p} x_q ≤ |S_p|)
 
 solved with ``scipy.optimize.milp`` (HiGHS branch and bound: optimal, not greedy). Nothing here
 knows a back end: ORT's planner (``planner``) and the plain-PyTorch back end call it alike.
@@ -9,7 +10,7 @@ knows a back end: ORT's planner (``planner``) and the plain-PyTorch back end cal
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
@@ -24,15 +25,56 @@ def budget_limit(budget_bytes: float, margin: float) -> float:
     return budget_bytes * (1.0 - margin)
 
 
-def cheapest_cover(savings: Sequence[float], costs: Sequence[float], need: float) -> tuple[list[int], str]:
-    """The indices of the least-cost set of independent plans whose savings add up to ``need``."""
+def cheapest_cover(
+    savings: Sequence[float],
+    costs: Sequence[float],
+    need: float,
+    excludes: Mapping[int, Sequence[int]] | None = None,
+) -> tuple[list[int], str]:
+    """The indices of the least-cost set of plans whose savings add up to ``need``; where they
+    cannot, the set that saves most. ``excludes``: a plan and the plans it leaves nothing to
+    (a checkpointed layer and the plans inside it): taken, none of those is."""
     variables = [(index, 1, saving, cost) for index, (saving, cost) in enumerate(zip(savings, costs))]
-    chosen, solver = exact_cover(variables, np.array(savings, dtype=float), need)
+    apart = _apart(len(variables), excludes or {})
+    if apart:  # out of reach, the most the plans save together is what they cover
+        need = min(need, _most(np.array(savings, dtype=float), apart))
+    chosen, solver = exact_cover(variables, np.array(savings, dtype=float), need, apart)
     return [index for index, x in enumerate(chosen) if x], solver
 
 
+def _apart(n: int, excludes: Mapping[int, Sequence[int]]) -> list[np.ndarray]:
+    """``|S|·x_p + Σ_{q∈S} x_q ≤ |S|`` for each plan ``p`` and the plans ``S`` it excludes, as rows."""
+    rows = []
+    for plan, others in excludes.items():
+        if others:
+            row = np.zeros(n)
+            row[list(others)] = 1.0
+            row[plan] = float(len(others))
+            rows.append(row)
+    return rows
+
+
+def _most(savings: np.ndarray, apart: list[np.ndarray]) -> float:
+    """The largest saving plans that exclude one another can add up to (a little less: HiGHS's tolerance)."""
+    from scipy.optimize import Bounds, LinearConstraint, milp
+
+    bound = np.array([row.max() for row in apart])
+    scale = max(float(savings.max(initial=0.0)), 1.0)
+    result = milp(
+        -savings / scale,
+        constraints=[LinearConstraint(np.array(apart), lb=-np.inf, ub=bound)],
+        integrality=np.ones(len(savings)),
+        bounds=Bounds(0, 1),
+        options={"mip_rel_gap": 0.0},
+    )
+    return float(savings @ np.round(result.x)) * (1 - 1e-9) if result.x is not None else 0.0
+
+
 def exact_cover(
-    variables: list[tuple[int, int, float, float]], savings: np.ndarray, need: float
+    variables: list[tuple[int, int, float, float]],
+    savings: np.ndarray,
+    need: float,
+    apart: Sequence[np.ndarray] = (),
 ) -> tuple[np.ndarray, str]:
     """Which ``variables`` (plan index, occurrences it covers, saving, cost) to take, 0 or 1 each,
     at least cost, so that their ``savings`` reach ``need``; and how it was solved. Consecutive
@@ -59,6 +101,8 @@ def exact_cover(
             order.append(row)
     if order:
         constraints.append(LinearConstraint(np.array(order), lb=0.0, ub=np.inf))
+    if apart:  # plans that exclude one another: |S|·x_p + Σ x_q ≤ |S|
+        constraints.append(LinearConstraint(np.array(apart), lb=-np.inf, ub=np.array([r.max() for r in apart])))
     # Zero relative gap: HiGHS must prove optimality (by default it stops within 0.01%).
     result = milp(
         objective, constraints=constraints, integrality=np.ones(n), bounds=Bounds(0, 1), options={"mip_rel_gap": 0.0}

@@ -11,6 +11,9 @@ A plan names where and what:
 ``blocks.*: * except mm, bmm``
     The same region, but the outputs of ``mm`` and ``bmm`` are kept (selective activation
     checkpointing), so backward reruns only the cheaper ops between them.
+``lm_head: chunked-loss``
+    A causal LM whose output head is ``lm_head`` computes its loss a chunk of tokens at a time
+    and keeps no logits (``memopt.recompute.loss``).
 
 A module pattern is a dotted module path (``named_modules()``) in which ``*`` stands for one
 name. An op is an aten operator, spelled ``gelu``, ``aten.gelu``, ``aten::gelu`` or with an
@@ -40,6 +43,7 @@ from torch._ops import ops as torch_ops
 from memopt.errors import MemoptError, path_kind
 
 __all__ = [
+    "CHUNKED_LOSS",
     "POLICY_ENV",
     "OpName",
     "RecomputePlan",
@@ -53,6 +57,7 @@ _VERSION = 1
 _WHOLE_MODULE = "*"
 _EXCEPT = " except "
 _WHOLE_MODULE_ADVICE = "use a whole-module plan ('MODULE: *')"
+CHUNKED_LOSS = "chunked-loss"
 # Ops that write into an input their schema does not mark as written: batch norm's running statistics.
 _UNMARKED_WRITES = frozenset(
     {"native_batch_norm", "cudnn_batch_norm", "miopen_batch_norm", "batch_norm", "_batch_norm_impl_index"}
@@ -138,16 +143,19 @@ class OpName:
 
 @dataclass(frozen=True)
 class RecomputePlan:
-    """``module: op`` (recompute that op's outputs), ``module: *`` or ``module: * except ops``."""
+    """``module: op`` (recompute that op's outputs), ``module: *``, ``module: * except ops`` or ``module: chunked-loss``."""
 
     module: str
-    op: OpName | None = None  # None: the whole module is one checkpoint region
+    op: OpName | None = None  # None: the whole module is one checkpoint region (or the chunked loss)
     keep: tuple[OpName, ...] = ()  # in a whole-module region: ops whose outputs stay saved
+    chunked_loss: bool = False  # the module is a causal LM's head: its loss runs in chunks
 
     def __post_init__(self) -> None:
         names = self.module.split(".")
         if not self.module or any(not name or name != name.strip() or " " in name for name in names):
             raise RecomputePolicyError(f"{_quoted(self.module)} is not a module path pattern (say blocks.*.mlp)")
+        if self.chunked_loss and (self.op is not None or self.keep):
+            raise RecomputePolicyError(f"plan {self}: '{CHUNKED_LOSS}' goes alone ('MODULE: {CHUNKED_LOSS}')")
         if self.op is not None and self.keep:
             raise RecomputePolicyError(f"plan {self}: 'except' goes with a whole-module plan ('MODULE: * except OPS')")
         if self.op is not None:
@@ -165,6 +173,8 @@ class RecomputePlan:
             )
         if what == _WHOLE_MODULE:
             return cls(module.strip())
+        if what == CHUNKED_LOSS:
+            return cls(module.strip(), chunked_loss=True)
         if what.startswith(_WHOLE_MODULE + _EXCEPT):
             keep = tuple(OpName.parse(op) for op in what.removeprefix(_WHOLE_MODULE + _EXCEPT).split(","))
             return cls(module.strip(), keep=keep)
@@ -172,7 +182,7 @@ class RecomputePlan:
 
     @property
     def whole_module(self) -> bool:
-        return self.op is None
+        return self.op is None and not self.chunked_loss
 
     def matches_module(self, path: str) -> bool:
         pattern = self.module.split(".")
@@ -182,6 +192,8 @@ class RecomputePlan:
     def __str__(self) -> str:
         if self.op is not None:
             return f"{self.module}: {self.op}"
+        if self.chunked_loss:
+            return f"{self.module}: {CHUNKED_LOSS}"
         kept = f"{_EXCEPT}{', '.join(map(str, self.keep))}" if self.keep else ""
         return f"{self.module}: {_WHOLE_MODULE}{kept}"
 

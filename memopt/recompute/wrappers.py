@@ -13,6 +13,8 @@ Two mechanisms, one per kind of plan (``policy``):
   activation checkpointing: the listed ops' outputs are cached (``create_selective_checkpoint_contexts``
   from torch 2.5, the private ``_pt2_selective_checkpoint_context_fn_gen`` in 2.4). Eager SAC caches
   an op's whole output whether autograd saves it or not: keep only ops whose outputs are saved.
+* ``MODULE: chunked-loss`` — the model's forward, called with labels, computes its loss over that
+  head a chunk of tokens at a time (``memopt.recompute.loss``).
 
 Only torch and the standard library are imported here.
 """
@@ -20,6 +22,7 @@ Only torch and the standard library are imported here.
 from __future__ import annotations
 
 import functools
+import inspect
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -32,6 +35,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten, tree_unflatten
 from torch.utils.weak import WeakTensorKeyDictionary
 
+from memopt.recompute.loss import check_loss_head, forward_with_chunked_loss
 from memopt.recompute.policy import OpName, RecomputePlan, RecomputePolicy, RecomputePolicyError
 
 __all__ = ["AppliedPolicy", "apply_policy"]
@@ -199,19 +203,22 @@ def apply_policy(model: nn.Module, policy: RecomputePolicy) -> AppliedPolicy:
         if plan.whole_module:
             for path in matched:
                 _refuse_running_statistics(plan, path, model.get_submodule(path))
-    applied = AppliedPolicy(policy, modules, {plan: 0 for plan in policy.plans if not plan.whole_module})
+    applied = AppliedPolicy(policy, modules, {plan: 0 for plan in policy.plans if plan.op is not None})
     by_path: dict[str, list[RecomputePlan]] = {}
     for plan, matched in modules.items():
         for path in matched:
             by_path.setdefault(path, []).append(plan)
     for path, plans in by_path.items():
         module = model.get_submodule(path)
-        op_plans = [plan for plan in plans if not plan.whole_module]
+        op_plans = [plan for plan in plans if plan.op is not None]
         if op_plans:
             module.forward = _Noting(module, op_plans, applied)
         for plan in plans:
             if plan.whole_module:
                 module.forward = _Checkpointed(module, plan.keep)
+    for plan in policy.plans:
+        if plan.chunked_loss:
+            model.forward = _ChunkedLoss(model, plan.module)
     if applied.op_calls:
         model.forward = _Hooked(model, applied)
     setattr(model, _APPLIED, applied)
@@ -264,6 +271,19 @@ class _Noting(_Forward):
             return self.forward(*args, **kwargs)
         with _NoteOutputs(self.plans, self.applied):
             return self.forward(*args, **kwargs)
+
+
+class _ChunkedLoss(_Forward):
+    """The model's forward with its loss computed chunk by chunk over the output head at ``head_path``."""
+
+    def __init__(self, model: nn.Module, head_path: str) -> None:
+        check_loss_head(model, head_path)
+        super().__init__(model)
+        self.head_path = head_path
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        signature = inspect.signature(self.__wrapped__)
+        return forward_with_chunked_loss(self.module, self.head_path, self.forward, signature, args, kwargs)
 
 
 class _Hooked(_Forward):

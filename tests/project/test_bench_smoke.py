@@ -136,3 +136,15 @@ def test_side_by_side_benchmark(tmp_path: Path) -> None:
         assert f"| hf:gpt2 tiny, 2 × 32 | {setup} | " in out
     assert "| hf:gpt2 tiny, 2 × 32 | memopt tune's policy | " in out and "(tune: " in out
     assert "| hf:gpt2 tiny, 2 × 32 | budget | " in out
+
+
+@pytest.mark.torch
+def test_side_by_side_says_when_tune_gives_no_export_line(tmp_path: Path) -> None:
+    """A budget no policy reaches (5% of the peak): memopt's row says so, where it once ended in a traceback."""
+    out = _run(
+        str(BENCH / "bench_side_by_side.py"),
+        *("--cases", "gpt2:tiny:32:2", "--of-peak", "0.05", "--setups", "none,memopt"),
+        *("--steps", "2", "--tune-steps", "1", "--runs-dir", str(tmp_path)),
+    )
+    assert "| hf:gpt2 tiny, 2 × 32 | memopt tune's policy | - | - |" in out and "no export line" in out
+    assert "| hf:gpt2 tiny, 2 × 32 | budget | " in out and "0.05 × P0" in out

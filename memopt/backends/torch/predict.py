@@ -55,19 +55,18 @@ class PeakLine:
 
 
 def plan_saving(row: TorchPlanRow, scanned: TorchScan, batch: int) -> float:
-    """What the plan takes off the peak at ``batch``: its saving less the one region (or op output)
-    backward holds again while it recomputes it, as the peak sits in backward."""
+    """What the plan takes off the peak at ``batch``: its saving's share the peak sees (less what
+    backward holds again while it recomputes it, as the peak sits in backward)."""
     if row.saving is None:  # no formula: the measured bytes, taken as growing with the batch
         saving = row.saving_bytes * batch / scanned.batch
     else:
         saving = row.saving.evaluate({BATCH: batch, SEQ: scanned.seq or 1})
-    at_once = row.modules if row.plan.whole_module else row.tensors
-    return saving * (at_once - 1) / at_once if at_once else 0.0
+    return saving * row.peak_share
 
 
 def policy_saving(policy: RecomputePolicy, scanned: TorchScan, batch: int) -> float:
     """The policy's plans' savings at ``batch``, added up (a plan the scan does not list saves nothing)."""
-    rows = {row.plan: row for row in scanned.rows}
+    rows = {row.plan: row for row in (*scanned.rows, *scanned.layers)}
     return sum(plan_saving(rows[plan], scanned, batch) for plan in policy.plans if plan in rows)
 
 

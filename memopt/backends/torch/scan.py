@@ -13,6 +13,9 @@ Two kinds of plan come out (``policy``): ``MODULE: OP`` for every op whose saved
 recompute from its inputs can drop, and ``MODULE: *`` for repeated modules (numbered, as layers
 are), whose saving is what their subtree keeps less the inputs a checkpoint keeps in its place.
 Modules holding batch norm get no whole-module plan: its rerun would update the running stats twice.
+Each comes over every layer alike (``rows``, ``blocks.*.mlp: *``) and layer by layer (``layers``,
+``blocks.3.mlp: *``), which is what tune chooses from, with a causal LM's chunked loss
+(``HEAD: chunked-loss``) beside them.
 """
 
 from __future__ import annotations
@@ -38,7 +41,8 @@ from memopt.errors import MemoptError, one_line
 from memopt.graph.polynomial import Monomial, Polynomial
 from memopt.recipes import Recipe, RecipeError
 from memopt.recipes.defaults import check_loss, default_loss
-from memopt.recompute.capture import CapturedStep, capture_step, module_pattern, plannable
+from memopt.recompute.capture import BATCH_INPUT, CapturedStep, capture_step, module_pattern, plannable
+from memopt.recompute.loss import causal_lm_head
 from memopt.recompute.policy import OpName, RecomputePlan
 
 __all__ = [
@@ -72,6 +76,7 @@ class TorchPlanRow:
     saving_bytes: int  # at the scan's batch and sequence length
     saving: Polynomial | None  # in BATCH (and SEQ); None where the sizes follow no such formula
     recompute_seconds: float  # the forward time of what backward reruns, at the scan's size
+    peak_share: float  # the saving's share the peak sees (backward holds some of it again as it recomputes)
 
 
 @dataclass(frozen=True)
@@ -80,7 +85,9 @@ class TorchScan:
     seq: int | None
     saved_bytes: int  # every activation the step keeps (parameters left out)
     saved: Polynomial | None
-    rows: tuple[TorchPlanRow, ...]
+    rows: tuple[TorchPlanRow, ...]  # each plan over every layer alike
+    # The plans layer by layer (exact module paths) and the chunked loss: what tune chooses from.
+    layers: tuple[TorchPlanRow, ...] = ()
 
 
 def scan_recipe(recipe: Recipe, batch: int, *, timed: bool = True) -> TorchScan:
@@ -112,7 +119,7 @@ def _grouped(captures: Mapping[Size, CapturedStep], points: list[Size], check: S
     """The plans of ``captures``, batch norm's modules left out of the whole-module plans."""
     batch_norm = {path for path, module in model.named_modules() if isinstance(module, nn.modules.batchnorm._BatchNorm)}
     all_paths = [path for path, _ in model.named_modules() if path]
-    return plans_of(captures, points, check, all_paths, batch_norm)
+    return plans_of(captures, points, check, all_paths, batch_norm, causal_lm_head(model))
 
 
 def scan_sizes(recipe: Recipe, batch: int) -> tuple[list[Size], Size]:
@@ -130,47 +137,136 @@ def plans_of(
     check: Size,
     all_paths: Sequence[str],
     batch_norm: Collection[str],
+    loss_head: str | None = None,
 ) -> TorchScan:
     """The plans of steps captured at ``points`` (the first is the scan's size) and ``check``:
-    each op and each repeated module's saving, fitted as a polynomial where the sizes follow one.
-    ``all_paths``: every named submodule; ``batch_norm``: those holding batch norm."""
+    each op and each repeated module's saving, fitted as a polynomial where the sizes follow one,
+    over every layer alike and layer by layer. ``all_paths``: every named submodule;
+    ``batch_norm``: those holding batch norm; ``loss_head``: the causal LM's output head, where
+    the chunked loss applies (``memopt.recompute.loss``)."""
     batch, seq = points[0]
     main = captures[points[0]]
 
     def fitted(select: Any) -> Polynomial | None:
         return _fit({point: select(step) for point, step in captures.items()}, points, check)
 
-    rows: list[TorchPlanRow] = []
-    for pattern, op in sorted({(module_pattern(t.module), t.op) for t in main.saved if t.module and plannable(t.op)}):
-        plan = RecomputePlan(pattern, OpName.parse(op))
-        tensors = [t for t in main.saved if t.op == op and module_pattern(t.module) == pattern]
-        seconds = sum(
-            s for (path, name), s in main.op_seconds.items() if name == op and module_pattern(path) == pattern
-        )
-        matched = sum(plan.matches_module(path) for path in all_paths)
-        saving = functools.partial(_op_saving, pattern=pattern, op=op)
-        if saving(main) <= 0:
-            continue
-        rows.append(TorchPlanRow(plan, len(tensors), matched, saving(main), fitted(saving), seconds))
-    for pattern in sorted({module_pattern(p) for p in all_paths if module_pattern(p) != p}):
-        plan = RecomputePlan(pattern)
+    def row(plan: RecomputePlan, share: Callable[[int], float]) -> TorchPlanRow | None:
+        """The plan's row; ``share(at_once)``: its saving's share that the peak sees, of its modules
+        (a whole-module plan) or saved tensors (an op plan) that backward recomputes one at a time."""
         paths = [p for p in all_paths if plan.matches_module(p)]
-        if any(_within(b, p) for b in batch_norm for p in paths):
-            continue
-        saving = functools.partial(_region_saving, paths=paths)
-        if saving(main) <= 0:
-            continue
-        inside = [t for t in main.saved if any(_within(t.module, p) for p in paths)]
-        seconds = sum(main.module_seconds.get(p, 0.0) for p in paths)
-        rows.append(TorchPlanRow(plan, len(inside), len(paths), saving(main), fitted(saving), seconds))
-    rows.sort(key=lambda row: (-row.saving_bytes, str(row.plan)))
-    return TorchScan(batch, seq, main.saved_bytes, fitted(lambda step: step.saved_bytes), tuple(rows))
+        if plan.op is not None:
+            op = str(plan.op)
+            saving = functools.partial(_op_saving, paths=frozenset(paths), op=op)
+            count = sum(t.op == op and t.module in paths for t in main.saved)
+        else:
+            if any(_within(b, p) for b in batch_norm for p in paths):
+                return None
+            saving = functools.partial(_region_saving, paths=paths)
+            count = sum(any(_within(t.module, p) for p in paths) for t in main.saved)
+        bytes_ = saving(main)
+        if bytes_ <= 0:
+            return None
+        return TorchPlanRow(
+            plan,
+            count,
+            len(paths),
+            bytes_,
+            fitted(saving),
+            seconds(plan),
+            share(len(paths) if plan.whole_module else count),
+        )
+
+    def seconds(plan: RecomputePlan) -> float:
+        """The forward time of what the plan reruns, at the scan's size."""
+        paths = [p for p in all_paths if plan.matches_module(p)]
+        if plan.op is None:
+            return sum(main.module_seconds.get(p, 0.0) for p in paths)
+        return sum(s for (path, name), s in main.op_seconds.items() if name == str(plan.op) and path in paths)
+
+    op_plans = sorted({(module_pattern(t.module), t.op) for t in main.saved if t.module and plannable(t.op)})
+    region_plans = sorted({module_pattern(p) for p in all_paths if module_pattern(p) != p})
+    patterns = [RecomputePlan(pattern, OpName.parse(op)) for pattern, op in op_plans]
+    patterns += [RecomputePlan(pattern) for pattern in region_plans]
+    # Over every layer, backward holds one region (or op output) again at a time while it recomputes it.
+    rows = [row(plan, _all_but_one) for plan in patterns]
+    instances = []
+    for plan, pattern, share in _layer_by_layer(patterns, all_paths):
+        instance = row(plan, share)
+        if instance is not None:
+            # Alike layers do alike work: each takes the mean of their times, steadier than its own
+            # (the first layer's call pays what warms the runtime up).
+            layers = sum(pattern.matches_module(p) for p in all_paths) / instance.modules
+            instances.append(replace(instance, recompute_seconds=seconds(pattern) / layers))
+    loss = _loss_row(main, loss_head, fitted) if loss_head is not None else None
+    if loss is not None:
+        instances.append(loss)
+    return TorchScan(
+        batch,
+        seq,
+        main.saved_bytes,
+        fitted(lambda step: step.saved_bytes),
+        tuple(sorted((r for r in rows if r), key=lambda r: (-r.saving_bytes, str(r.plan)))),
+        tuple(instances),
+    )
 
 
-def _op_saving(step: CapturedStep, pattern: str, op: str) -> int:
-    """Bytes of the op's saved outputs, less its inputs that backward's recompute keeps and nothing else saved."""
+def _all_but_one(at_once: int) -> float:
+    return (at_once - 1) / at_once if at_once else 0.0
+
+
+def _layer_by_layer(
+    patterns: list[RecomputePlan], all_paths: Sequence[str]
+) -> list[tuple[RecomputePlan, RecomputePlan, Callable[[int], float]]]:
+    """Each plan over a numbered module path (a layer) as one plan per layer, beside the plan: its first ``*`` as
+    that layer's number. A plan saves its whole bytes at the peak on every layer but the last:
+    backward reruns a layer after the layers behind it freed theirs, but the last at its start,
+    when all are alive, and holds one region (or op output) of it again at a time."""
+    out: list[tuple[RecomputePlan, RecomputePlan, Callable[[int], float]]] = []
+    for plan in patterns:
+        names = plan.module.split(".")
+        if "*" not in names:
+            continue
+        star = names.index("*")
+        names_there = {p.split(".")[star] for p in all_paths if plan.matches_module(p)}
+        numbers = sorted(int(name) for name in names_there if name.isdigit())
+        for number in numbers:
+            module = ".".join([*names[:star], str(number), *names[star + 1 :]])
+            last = number == numbers[-1]
+
+            def share(at_once: int, last: bool = last) -> float:
+                return _all_but_one(at_once) if last else 1.0
+
+            out.append((replace(plan, module=module), plan, share))
+    return out
+
+
+def _loss_row(step: CapturedStep, head: str, fitted: Callable[[Any], Polynomial | None]) -> TorchPlanRow | None:
+    """The chunked loss's row: what the head and the loss after it save (the log-softmax over the
+    vocabulary, chiefly), the head's input left out; it reruns nothing (its gradients are made in
+    forward), so its cost is none."""
+    saving = functools.partial(_loss_saving, head=head)
+    bytes_ = saving(step)
+    if bytes_ <= 0:
+        return None
+    inside = sum(_within(t.module, head) or t.module == "" for t in step.saved)
+    return TorchPlanRow(RecomputePlan(head, chunked_loss=True), inside, 1, bytes_, fitted(saving), 0.0, 1.0)
+
+
+def _loss_saving(step: CapturedStep, head: str) -> int:
+    return sum(
+        t.nbytes
+        for t in step.saved
+        if t.op != BATCH_INPUT
+        and (t.module == "" or _within(t.module, head))
+        and all(s == "" or _within(s, head) for s in t.savers)
+    )
+
+
+def _op_saving(step: CapturedStep, paths: frozenset[str], op: str) -> int:
+    """Bytes of the op's saved outputs in the modules ``paths``, less its inputs that backward's
+    recompute keeps and nothing else saved."""
     saved = {t.storage: t.nbytes for t in step.saved}
-    made = [t for t in step.saved if t.op == op and module_pattern(t.module) == pattern]
+    made = [t for t in step.saved if t.op == op and t.module in paths]
     outputs = {t.storage: t.nbytes for t in made}
     kept = {
         address: nbytes for t in made for address, nbytes in t.op_inputs if address not in saved or address in outputs

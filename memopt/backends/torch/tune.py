@@ -14,10 +14,12 @@
    half of the target batch draw the peak's line instead, less the scan's savings.
 3. The plans whose savings at the target batch cover the peak's excess over the limit (the
    budget less the margin) at least recompute time: ``cheapest_cover``, the exact solve ORT's
-   planner makes too (``memopt.predict.choice``), over the op plans; where they cannot cover
-   it, the cheapest whole-module plan that does; where nothing does, the policy that saves the
-   most. The peak model predicts the choice; where it lands over the limit the shortfall joins
-   the need and the choice is made again.
+   planner makes too (``memopt.predict.choice``), over the plans layer by layer (a layer's
+   checkpoint, a selective set or an op plan on it) and a causal LM's chunked loss, where a
+   checkpointed module excludes the plans inside it; where nothing covers it, the set that saves
+   the most. The chunked loss's saving is a play with it alone (the scan sees only what its loss
+   saves, not the logits returned or the gradients). The peak model predicts the choice; where it
+   lands over the limit the shortfall joins the need and the choice is made again.
 4. One run at the target batch with that policy answers: verified when its measured peak is
    under the limit. The model's "nothing fits" is a prediction, so the policy that saves the
    most is run once even then. Where the run is over, its miss (measured less predicted) and
@@ -35,12 +37,13 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
 from memopt.backends.torch.command_scan import scan_command
 from memopt.backends.torch.predict import LinePeak, PeakLine, PeakModel, plan_saving, probe_batches
-from memopt.backends.torch.scan import NEEDS_VALUES, TorchScan, scan_recipe
+from memopt.backends.torch.scan import BATCH, NEEDS_VALUES, TorchPlanRow, TorchScan, scan_recipe
 from memopt.backends.torch.simulate import SimulatedPeak
 from memopt.backends.torch.trial import (
     journaled_times,
@@ -55,6 +58,7 @@ from memopt.core import RecipeTarget, RunStatus
 from memopt.core.plan import plan_names
 from memopt.core.trial import TrialResult
 from memopt.errors import MemoptError, one_line
+from memopt.graph.polynomial import Polynomial
 from memopt.predict.choice import budget_limit, cheapest_cover
 from memopt.recipes import Recipe
 from memopt.recompute import RecomputePolicy
@@ -236,6 +240,7 @@ def plan_torch(
     model: PeakModel
     if simulated is not None:
         model = replace(simulated, anchor_bytes=float(probes[0].memory.device_peak or 0))
+        scanned = _loss_played(scanned, model, target_batch)
     else:
         small, larger = probes
         model = LinePeak(
@@ -254,6 +259,20 @@ def plan_torch(
     over = "" if predicted <= limit else f", over the limit {format_bytes(int(limit))}"
     say(f"model: {policy} predicted at {format_bytes(int(predicted))}{over}")
     return replace(plan, policy=policy, predicted_bytes=predicted)
+
+
+def _loss_played(scanned: TorchScan, model: SimulatedPeak, batch: int) -> TorchScan:
+    """The scan with the chunked loss's saving at ``batch`` as the played steps see it: beside the
+    log-softmax the loss saves (the scan's figure), the logits the model returns and the loss's
+    gradients in backward, each as large, go too; a play with the loss alone counts them."""
+    rows = [row for row in scanned.layers if row.plan.chunked_loss]
+    if not rows:
+        return scanned
+    loss = rows[0]
+    played = model.predict(_NONE, batch) - model.predict(RecomputePolicy((loss.plan,)), batch)
+    per_sample = Polynomial.symbol(BATCH) * Polynomial.constant(Fraction(played / batch))
+    layers = tuple(replace(row, saving=per_sample) if row is loss else row for row in scanned.layers)
+    return replace(scanned, layers=layers)
 
 
 def _simulated(
@@ -370,32 +389,37 @@ def verify_torch(
 
 
 def _choose(scanned: TorchScan, batch: int, need: float) -> tuple[RecomputePolicy, float]:
-    """The cheapest policy whose savings at ``batch`` reach ``need`` bytes, and its saving (the policy that saves most where none does)."""
+    """The cheapest policy whose savings at ``batch`` reach ``need`` bytes, and its saving (the policy that saves most where none does).
+
+    It chooses layer by layer (``TorchScan.layers``: each layer's checkpoint, its selective sets and
+    op plans, the chunked loss) and from the plans on modules no layer repeats, so a budget a few
+    layers' checkpoints reach costs only those layers' recompute: the exact least-cost cover, where
+    a checkpointed module excludes the plans inside it. Between alike plans it takes the first
+    layers' checkpoints and the last layers' op plans (see ``_layer_by_layer``)."""
     if need <= 0:
         return _NONE, 0.0
-    ops = [row for row in scanned.rows if not row.plan.whole_module]
-    savings = [plan_saving(row, scanned, batch) for row in ops]
-    costs = [row.recompute_seconds * batch / scanned.batch for row in ops]
-    if sum(savings) >= need:
-        chosen, _ = cheapest_cover(savings, costs, need)
-        return RecomputePolicy(tuple(ops[i].plan for i in chosen)), sum(savings[i] for i in chosen)
-    regions = sorted(
-        (row for row in scanned.rows if row.plan.whole_module and plan_saving(row, scanned, batch) >= need),
-        key=lambda row: row.recompute_seconds,
-    )
-    if regions:
-        return RecomputePolicy((regions[0].plan,)), plan_saving(regions[0], scanned, batch)
-    every_op = RecomputePolicy(tuple(row.plan for row in ops)), sum(savings)
-    largest_region = max(
-        (
-            (RecomputePolicy((row.plan,)), plan_saving(row, scanned, batch))
-            for row in scanned.rows
-            if row.plan.whole_module
-        ),
-        key=lambda choice: choice[1],
-        default=every_op,
-    )
-    return max(every_op, largest_region, key=lambda choice: choice[1])
+    rows = [*scanned.layers, *(row for row in scanned.rows if "*" not in row.plan.module)]
+    savings = [plan_saving(row, scanned, batch) for row in rows]
+    # Alike layers cost alike: a thousandth of a cost apart, the first layers' checkpoints and the last
+    # layers' op plans come first, so the same need always gives the same policy.
+    order = [i / len(rows) if row.plan.op is None else 1 - i / len(rows) for i, row in enumerate(rows)]
+    costs = [row.recompute_seconds * batch / scanned.batch * (1 + 1e-3 * o) for row, o in zip(rows, order)]
+    chosen, _ = cheapest_cover(savings, costs, need, _excludes(rows))
+    return RecomputePolicy(tuple(rows[i].plan for i in chosen)), sum(savings[i] for i in chosen)
+
+
+def _excludes(rows: list[TorchPlanRow]) -> dict[int, list[int]]:
+    """Each whole-module (or chunked-loss) plan and the plans on modules inside its module: taken
+    together, the inner ones would save nothing more (or, on a loss head, never run)."""
+
+    def inside(inner: str, outer: str) -> bool:
+        return inner == outer or inner.startswith(outer + ".")
+
+    return {
+        i: [j for j, other in enumerate(rows) if j != i and inside(other.plan.module, row.plan.module)]
+        for i, row in enumerate(rows)
+        if row.plan.op is None
+    }
 
 
 def _trial_line(trial: TrialResult, role: str) -> str:

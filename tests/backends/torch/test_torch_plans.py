@@ -1,0 +1,89 @@
+"""The torch back end's plans layer by layer and the chunked loss: what the scan offers, what the
+exact cover chooses, what the steps played on fake tensors hold with them, and that training under
+them computes what it computes without; in this process with plain PyTorch."""
+
+from __future__ import annotations
+
+import pytest
+from support.torch_steps import assert_bitwise_equal, policy
+
+from memopt.backends.torch.predict import plan_saving
+from memopt.backends.torch.scan import scan_recipe
+from memopt.backends.torch.simulate import simulate_steps
+from memopt.backends.torch.tune import _choose
+from memopt.predict.choice import cheapest_cover
+from memopt.recipes import Recipe, load_hf_recipe
+
+NONE = policy()
+
+
+@pytest.fixture(scope="module")
+def llama() -> Recipe:
+    """A four-layer Llama at a 32k vocabulary: the logits outweigh a layer's activations."""
+    return load_hf_recipe("hf:llama", {"size": "tiny", "seq_len": 32, "num_hidden_layers": 4, "vocab_size": 32000})
+
+
+def test_the_scan_offers_each_layer_and_the_chunked_loss(llama: Recipe) -> None:
+    scanned = scan_recipe(llama, 2, timed=False)
+    layers = {str(row.plan): row for row in scanned.layers}
+    # The last layer's checkpoint saves nothing at the peak: backward reruns it at its start.
+    assert [layers[f"model.layers.{i}: *"].peak_share for i in range(4)] == [1.0, 1.0, 1.0, 0.0]
+    assert layers["model.layers.0: *"].saving_bytes == layers["model.layers.2: *"].saving_bytes > 0
+    assert layers["model.layers.0: *"].peak_share == 1.0
+    loss = layers["lm_head: chunked-loss"]
+    # At least the log-softmax the loss keeps: 2 × 31 tokens × 32,000 floats.
+    assert loss.saving_bytes >= 2 * 31 * 32000 * 4 and loss.recompute_seconds == 0.0
+
+
+def test_tune_checkpoints_only_the_layers_a_need_takes_the_first_ones(llama: Recipe) -> None:
+    scanned = scan_recipe(llama, 2, timed=False)
+    rows = {str(row.plan): row for row in scanned.layers}
+    loss = plan_saving(rows["lm_head: chunked-loss"], scanned, 4)
+    layer = plan_saving(rows["model.layers.0: *"], scanned, 4)
+    chosen, saving = _choose(scanned, 4, loss + 1.5 * layer)
+    plans = {str(plan) for plan in chosen.plans}
+    assert "lm_head: chunked-loss" in plans and saving >= loss + 1.5 * layer
+    assert "model.layers.3: *" not in plans
+    whole = sorted(p for p in plans if p.endswith(": *") and p.count(".") == 2)
+    assert len(whole) < 3 and whole == [f"model.layers.{i}: *" for i in range(len(whole))]
+    everything, most = _choose(scanned, 4, float("inf"))
+    assert most > saving and {f"model.layers.{i}: *" for i in range(3)} <= {str(p) for p in everything.plans}
+
+
+def test_a_checkpoint_excludes_the_plans_inside_it() -> None:
+    """Plan 0 is a layer's checkpoint, 1 and 2 plans inside it, 3 another layer's checkpoint."""
+    savings, costs = [10.0, 6.0, 5.0, 10.0], [4.0, 1.0, 1.0, 4.0]
+    excludes = {0: [1, 2], 3: []}
+    assert cheapest_cover(savings, costs, 11.0, excludes)[0] == [1, 2]  # cheaper than a checkpoint
+    assert sorted(cheapest_cover(savings, costs, 20.0, excludes)[0]) in ([0, 3], [1, 2, 3])
+    # Out of reach (the inner plans add nothing to their checkpoint): the most that goes together.
+    chosen, _ = cheapest_cover(savings, costs, 100.0, excludes)
+    assert sum(savings[i] for i in chosen) == 21.0 and 0 not in chosen
+
+
+def test_the_played_steps_see_what_a_subset_of_layers_and_the_chunked_loss_take_off(llama: Recipe) -> None:
+    peak = {
+        plans: simulate_steps(llama, 4, policy(*plans)).peak_bytes
+        for plans in [
+            (),
+            ("model.layers.0: *",),
+            ("model.layers.0: *", "model.layers.1: *", "model.layers.2: *"),
+            ("model.layers.*: *",),
+            ("lm_head: chunked-loss",),
+        ]
+    }
+    assert (
+        peak[()] > peak[("model.layers.0: *",)] > peak[("model.layers.0: *", "model.layers.1: *", "model.layers.2: *")]
+    )
+    # Three of four layers hold the peak every layer does (to its last layer's output, which a
+    # checkpoint of it would not keep): the last one's rerun sits at the peak.
+    three = peak[("model.layers.0: *", "model.layers.1: *", "model.layers.2: *")]
+    assert 0 <= three - peak[("model.layers.*: *",)] < 0.01 * peak[()]
+    # The logits (4 × 32 × 32,000 floats, 16 MiB) in several copies go.
+    assert peak[()] - peak[("lm_head: chunked-loss",)] > 2 * 4 * 32 * 32000 * 4
+
+
+def test_layers_checkpointed_and_op_plans_on_others_train_bitwise_equal(llama: Recipe) -> None:
+    assert_bitwise_equal(
+        llama, policy("model.layers.0: *", "model.layers.1: * except mm", "model.layers.2.mlp.act_fn: silu")
+    )
