@@ -4,6 +4,9 @@ causal LMs. In this process with plain PyTorch (no ORT)."""
 
 from __future__ import annotations
 
+import copy
+from pathlib import Path
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -70,3 +73,22 @@ def test_chunked_loss_on_a_module_that_is_not_a_causal_lm_head_is_refused() -> N
         recompute.apply(load_recipe("mlp", {"size": "tiny"}).model(), policy("0: chunked-loss"))
     with pytest.raises(RecomputePolicyError, match="output head, lm_head"):
         recompute.apply(load_hf_recipe("hf:llama", {"size": "tiny"}).model(), policy("model.norm: chunked-loss"))
+
+
+@pytest.mark.parametrize("duplicate", ["deepcopy", "torch.save"])
+def test_a_copy_under_chunked_loss_trains_its_own_weights(duplicate: str, tmp_path: Path) -> None:
+    """The loss's forward holds its model, not a closure over it: a copy (EMA, teacher) or a saved
+    and loaded model computes the chunked loss over its own head and puts gradients on itself."""
+    recipe = load_hf_recipe("hf:llama", {"size": "tiny", "seq_len": 16})
+    original = recompute.apply(recipe.model(), policy("lm_head: chunked-loss"))
+    if duplicate == "deepcopy":
+        duplicated = copy.deepcopy(original)
+    else:
+        torch.save(original, tmp_path / "model.pt")
+        duplicated = torch.load(tmp_path / "model.pt", weights_only=False)
+    inputs, _ = recipe.batch(2)
+    out = duplicated(**inputs)
+    assert out.logits is None
+    out.loss.backward()
+    assert all(p.grad is None for p in original.parameters())
+    assert duplicated.lm_head.weight.grad is not None
