@@ -227,7 +227,9 @@ def journaled_torch_trial_of(folder: Path) -> TrialResult:
 def test_a_resume_chooses_with_the_journal_s_recompute_times(tmp_path: Path) -> None:
     """Measured afresh, a recompute time differs from process to process: a resume reads the journal's."""
     settings = RunSettings(target=parse_runnable("gpt"), options={"size": "tiny"}, device="cpu", runs_dir=tmp_path)
-    row = TorchPlanRow(BLOCKS.plans[0], tensors=3, modules=2, saving_bytes=4096, saving=None, recompute_seconds=0.5)
+    row = TorchPlanRow(
+        BLOCKS.plans[0], tensors=3, modules=2, saving_bytes=4096, saving=None, recompute_seconds=0.5, peak_share=1.0
+    )
     scanned = TorchScan(batch=2, seq=64, saved_bytes=8192, saved=None, rows=(row,))
     journal = Journal.in_folder(tmp_path)
     assert journaled_times(scanned, settings, journal, resume=False) == scanned
