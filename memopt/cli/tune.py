@@ -57,7 +57,7 @@ from memopt.run import (
 from memopt.run.budget import Budget
 from memopt.run.journal import Journal
 from memopt.run.settings import RunSettings
-from memopt.tune import DEFAULT_MAX_TRIALS, TuneEvent, Tuner, TuneSettings, event_line
+from memopt.tune import DEFAULT_MAX_TRIALS, DEFAULT_REPEATS, TuneEvent, Tuner, TuneSettings, event_line
 from memopt.tune.session import TuningSession
 
 __all__ = ["tune_command", "print_event"]
@@ -73,7 +73,13 @@ def tune_command(
         DEFAULT_MAX_TRIALS,
         "--max-trials",
         callback=checked_count,
-        help="Most search trials at the target batch (calibration trials not counted).",
+        help="Most search trials at the target batch (calibration trials and repeats not counted).",
+    ),
+    repeats: int = typer.Option(
+        DEFAULT_REPEATS,
+        "--repeats",
+        callback=checked_count,
+        help="Runs of a config before it is verified: their highest peak must clear the limit by more than their spread.",
     ),
     steps: StepsOption = DEFAULT_STEPS,
     resume: bool = typer.Option(
@@ -134,6 +140,7 @@ def tune_command(
         target_batch,
         budget=parsed_budget,
         max_trials=max_trials,
+        repeats=repeats,
         resume=resume,
         margin=margin,
         calibration_batches=calibration_batches(calibrate_at),
@@ -204,6 +211,8 @@ def _headless(
     else:
         for line in tuner.export_lines():
             print(line)
+        if not result.verified:  # the verdict, where no export line says it
+            print(f"# {result.status}: {result.message}")
         print(f"# journal: {tuner.journal.path}")
     if not result.verified:
         sys.exit(EXIT_DOES_NOT_FIT)

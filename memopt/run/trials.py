@@ -100,6 +100,9 @@ class TrialSpec:
     # Save ORTModule's graphs into the run folder: a no-config trial that is also the graph probe.
     # Not part of the trial's key: saving happens as the session is built, before the measured steps.
     save_onnx: bool = False
+    # The n-th run of the same key in a session (a repeat measuring its noise): not part of the
+    # key either; --resume reuses the n-th newest journaled run of the key, never one twice.
+    repeat: int = 0
 
     def __post_init__(self) -> None:
         # Checked here too, so that a bad value is refused before a run folder is created.
@@ -367,12 +370,13 @@ class JournaledRunner:
     ) -> TrialResult:
         key = trial_key(spec, self.versions)
         if self.resume:
-            previous = self.journal.latest(key, REUSABLE_STATUSES)
-            result = (
-                TrialResult.from_record(previous.record, previous.where)
-                if previous is not None and reusable(previous.record)
-                else None
-            )
+            usable = [
+                entry
+                for entry in self.journal.entries()
+                if entry.key == key and entry.record.get("status") in REUSABLE_STATUSES and reusable(entry.record)
+            ]
+            previous = usable[-1 - spec.repeat] if spec.repeat < len(usable) else None
+            result = TrialResult.from_record(previous.record, previous.where) if previous is not None else None
             if result is not None:
                 return replace(
                     self._judged(result, budget_bytes),

@@ -33,7 +33,7 @@ from memopt.tune.events import (
     TuneResult,
     event_line,
 )
-from memopt.tune.settings import DEFAULT_MAX_TRIALS, TuneCancelled, TuneError, TuneSettings
+from memopt.tune.settings import DEFAULT_MAX_TRIALS, DEFAULT_REPEATS, TuneCancelled, TuneError, TuneSettings
 
 if TYPE_CHECKING:
     from memopt.tune.export import ConfigExport, plan_export, write_config
@@ -49,6 +49,7 @@ __getattr__ = lazy_exports(__name__, _LAZY)
 
 __all__ = [
     "DEFAULT_MAX_TRIALS",
+    "DEFAULT_REPEATS",
     "Attempt",
     "BestVerified",
     "ConfigExport",

@@ -10,10 +10,13 @@ from memopt.predict.choice import DEFAULT_MARGIN
 from memopt.run.budget import Budget
 from memopt.run.settings import RunSettings, check_batch
 
-__all__ = ["DEFAULT_MAX_TRIALS", "TuneCancelled", "TuneError", "TuneSettings"]
+__all__ = ["DEFAULT_MAX_TRIALS", "DEFAULT_REPEATS", "TuneCancelled", "TuneError", "TuneSettings"]
 
 # Search trials at the target batch; calibration trials are not counted.
 DEFAULT_MAX_TRIALS = 6
+# Runs of a config a verdict needs: a job's exit spiked by 21-29 MiB in about one run of four
+# (two-rank torchrun jobs), so one run says little of the next.
+DEFAULT_REPEATS = 3
 
 
 class TuneError(MemoptError):
@@ -32,6 +35,7 @@ class TuneSettings:
     target_batch: int
     budget: Budget | None = None  # None: CUDA only, the device's memory less 10%
     max_trials: int = DEFAULT_MAX_TRIALS
+    repeats: int = DEFAULT_REPEATS  # runs of one config a verdict needs (not counted in max_trials)
     resume: bool = False
     margin: float = DEFAULT_MARGIN
     calibration_batches: tuple[int, ...] | None = None
@@ -48,6 +52,8 @@ class TuneSettings:
         check_batch(self.target_batch, "--target-batch")
         if self.max_trials < 1:
             raise TuneError(f"--max-trials must be at least 1, not {self.max_trials}")
+        if self.repeats < 1:
+            raise TuneError(f"--repeats must be at least 1, not {self.repeats}")
         if not 0 <= self.margin < 1:
             raise TuneError(f"--margin must be a fraction in [0, 1), not {self.margin:g}")
         if self.calibration_batches is not None and (not self.calibration_batches or min(self.calibration_batches) < 1):
