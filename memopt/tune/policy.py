@@ -107,9 +107,7 @@ class Room:
         binds = "the steps bind" if self.phase.lowered_by_recompute else f"the {self.phase} binds"
         peak = f"the highest whole-run peak of {self.runs} runs" if self.runs > 1 else "the whole run's peak"
         unmeasured = (
-            "; the job's exit was not measured (memopt ended the job after its steps): a hard limit may see more"
-            if self.exit_unmeasured
-            else ""
+            "; the job's exit was not measured in every run: a hard limit may see more" if self.exit_unmeasured else ""
         )
         return f"{where} at {peak} ({binds}); {self.spread_line}{unmeasured}"
 

@@ -427,7 +427,14 @@ class Tuner(SessionEvents):
             number = self._numbers
         self._emit(TrialStarted(number, purpose, batch, plans, predicted, reason, s.run.steps, s.run.timeout_s))
         repeat = sum(r.batch_size == batch and frozenset(r.plans) == frozenset(plans) for r in self.records)
-        spec = TrialSpec(s.run, batch, self.entries(plans), save_onnx=save_onnx, repeat=repeat)
+        spec = TrialSpec(
+            s.run,
+            batch,
+            self.entries(plans),
+            save_onnx=save_onnx,
+            repeat=repeat,
+            profile=purpose is Purpose.CALIBRATION,
+        )
         result = self._trial_runner()(
             spec,
             budget_bytes=budget,
