@@ -501,3 +501,20 @@ def test_final_config_leaves_out_what_ort_left_off(tmp_path: Path) -> None:
     best = tuner.best()
     assert best is not None and best.plans == tuple(k for k in every if k != smallest)
     assert all(smallest.split(":")[0] not in line for line in tuner.export_lines())
+
+
+@pytest.mark.parametrize("peak_mib", [934.2, 1000.0, 1078.05])
+def test_a_budget_named_to_verify_verifies_the_same_runs(peak_mib: float) -> None:
+    # the named budget must be one the same runs verify at, not one a hair short of it
+    runs = tuple(
+        Attempt(
+            (B,), Outcome.OK, number=n, whole_run_bytes=int((peak_mib - n) * MiB), fixed_bytes=1, fixed_phase=Phase.EXIT
+        )
+        for n in (0, 1, 2)
+    )
+    noisy = RunSpread(exit=PhaseSpread(2 * MiB, 3))
+    named = replace(state(1, *runs, margin=0.02), repeats=3, spread=noisy).budget_for(runs[0].whole_run_bytes or 0)
+    at_named = replace(state(named / MiB, *runs, margin=0.02), repeats=3, spread=noisy)
+    assert at_named.verified(runs[0]) and best_verified(at_named) is not None
+    below = replace(at_named, budget_bytes=int(named - 0.1 * MiB))
+    assert not below.verified(runs[0])
