@@ -194,14 +194,22 @@ class SearchState:
         bound it: the start-up's as measured (it ends before the first step); the exit's less what
         every useful plan is predicted to take off the steps, since the exit begins where the
         steps left the process (ORT's arena keeps its high-water mark), and the exit's lifetime
-        peak (``ru_maxrss``) holds the steps' own."""
+        peak (``ru_maxrss``) holds the steps' own. Every plan at once is not always the lowest
+        (the arena's placement): the lowest of the useful plans added one by one, from
+        ``attempt``'s selection and from none, and the planner's choice."""
         if attempt.fixed_bytes is None:
             return None
         if attempt.fixed_phase is not Phase.EXIT:
             return float(attempt.fixed_bytes)
-        heaviest = tuple(dict.fromkeys((*attempt.plans, *self.useful_plans())))
-        reducible = max(0.0, self.predict(attempt.plans) - self.predict(heaviest))
-        return attempt.fixed_bytes - reducible
+        selections = [self.plan().plans]
+        for start in (attempt.plans, ()):
+            chosen = list(start)
+            for key in self.useful_plans():
+                if key not in chosen:
+                    chosen.append(key)
+                    selections.append(tuple(chosen))
+        lowest = min(self.predict(selection) for selection in selections)
+        return attempt.fixed_bytes - max(0.0, self.predict(attempt.plans) - lowest)
 
     def budget_for(self, whole_run_bytes: float) -> float:
         """The smallest budget, in whole tenths of a MiB, that would verify a run peaking at
