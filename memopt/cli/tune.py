@@ -51,7 +51,7 @@ from memopt.errors import MemoptError
 from memopt.pipeline.carry_over import exportable, torch_side
 from memopt.predict import DEFAULT_MARGIN
 from memopt.run import DEFAULT_RUNS_DIR, DEFAULT_STEPS, DEFAULT_TIMEOUT_S, parse_budget
-from memopt.tune import DEFAULT_MAX_TRIALS, OrtTuneSettings, TuneEvent, TuneSettings, event_line
+from memopt.tune import DEFAULT_MAX_TRIALS, DEFAULT_REPEATS, OrtTuneSettings, TuneEvent, TuneSettings, event_line
 from memopt.tune.session import TuningSession
 
 __all__ = ["tune_command", "print_event"]
@@ -67,7 +67,13 @@ def tune_command(
         DEFAULT_MAX_TRIALS,
         "--max-trials",
         callback=checked_count,
-        help="Most search trials at the target batch (calibration trials not counted).",
+        help="Most search trials at the target batch (calibration trials and repeats not counted).",
+    ),
+    repeats: int = typer.Option(
+        DEFAULT_REPEATS,
+        "--repeats",
+        callback=checked_count,
+        help="Runs of a config before it is verified: their highest peak must clear the limit by more than their spread.",
     ),
     steps: StepsOption = DEFAULT_STEPS,
     resume: bool = typer.Option(
@@ -131,6 +137,7 @@ def tune_command(
         target_batch=target_batch,
         budget=parsed_budget,
         max_trials=max_trials,
+        repeats=repeats,
         resume=resume,
         margin=margin,
         ort=OrtTuneSettings(calibration_batches=calibration_batches(calibrate_at)),
@@ -181,6 +188,8 @@ def _headless(tuner: TuningSession, as_json: bool, carry_over: Callable[[TuningS
     else:
         for line in tuner.export_lines():
             print(line)
+        if not result.verified:  # the verdict, where no export line says it
+            print(f"# {result.status}: {result.message}")
         print(f"# journal: {tuner.journal.path}")
     if not result.verified:
         sys.exit(EXIT_DOES_NOT_FIT)

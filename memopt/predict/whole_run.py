@@ -6,13 +6,14 @@ the job's exit (finalization), which recompute cannot lower. ``FixedPeaks`` pred
 latter's peak by batch from the runs where they bound; the whole run's predicted peak is the
 higher of the two.
 
-Neither phase peaks at the same figure twice: the export, the session build and the
-allocator differ from run to run. ``RunSpread`` says how far apart the runs memopt made
-landed, per phase, from measurements of the same thing: the ranks of one job and runs with
-the same key (batch and config: a resumed or repeated trial). Runs of other configs or
-batches are not counted: where the start-up binds by its warm-up step, recompute and the
-batch change it too, and that difference is not noise. A verdict then asks for more room
-under the limit than that spread.
+Neither phase peaks at the same figure twice: the export, the session build, the allocator
+and the interpreter's end differ from run to run (a job's exit can spike by tens of MiB in one
+run of four). ``RunSpread`` says how far apart repeats of the same run landed (the same key:
+batch and config, run again), for each phase and the whole run, rank by rank: the ranks of one
+job are different processes, not repeats, and runs of other configs or batches are not
+counted either (where the start-up binds by its warm-up step, recompute and the batch change
+it too, and that difference is not noise). A verdict then asks for more room under the limit
+than the widest of those spreads (``RunSpread.noise``).
 """
 
 from __future__ import annotations
@@ -33,23 +34,28 @@ __all__ = ["PhaseSpread", "RunSpread", "FixedPeaks", "processes_of"]
 
 @dataclass(frozen=True)
 class PhaseSpread:
-    """How far apart (bytes, highest less lowest) one phase's peak landed in processes that
-    measured the same thing, and how many processes those were."""
+    """How far apart (bytes, highest less lowest) one phase's peak landed over repeats of one
+    run (same batch and config; one rank of it), and how many runs those were."""
 
     bytes: float
-    samples: int
+    runs: int
 
-    def describe(self, phase: Phase) -> str:
-        return f"run-to-run spread of the {phase} {self.bytes / 2**20:,.1f} MiB ({self.samples} runs)"
+    def describe(self, phase: Phase | str) -> str:
+        return f"run-to-run spread of the {phase} {self.bytes / 2**20:,.1f} MiB ({self.runs} runs of one config)"
+
+
+_WHOLE_RUN = "whole run"  # start-up, steps and the job's exit together: what a hard limit sees
 
 
 @dataclass(frozen=True)
 class RunSpread:
-    """The run-to-run spread of each phase's peak; None where no phase was measured twice."""
+    """The run-to-run spread of each phase's peak and of the whole run's; None where nothing
+    was run twice."""
 
     steps: PhaseSpread | None = None
     start_up: PhaseSpread | None = None
     exit: PhaseSpread | None = None
+    whole_run: PhaseSpread | None = None
 
     def of(self, phase: Phase) -> PhaseSpread | None:
         return {Phase.START_UP: self.start_up, Phase.EXIT: self.exit}.get(phase, self.steps)
@@ -59,21 +65,57 @@ class RunSpread:
         spread = self.of(phase)
         return spread.bytes if spread is not None else 0.0
 
+    @property
+    def noise(self) -> tuple[str, PhaseSpread] | None:
+        """The widest spread of any phase or of the whole run, and its name: the room a verdict
+        asks for, since a repeat can peak in another phase than the run it repeats."""
+        named = [
+            (str(name), spread)
+            for name, spread in (
+                (Phase.STEPS, self.steps),
+                (Phase.START_UP, self.start_up),
+                (Phase.EXIT, self.exit),
+                (_WHOLE_RUN, self.whole_run),
+            )
+            if spread is not None
+        ]
+        return max(named, key=lambda item: item[1].bytes, default=None)
+
+    @property
+    def noise_bytes(self) -> float:
+        noise = self.noise
+        return noise[1].bytes if noise is not None else 0.0
+
+    def noise_line(self) -> str:
+        noise = self.noise
+        return (
+            noise[1].describe(noise[0]) if noise is not None else "run-to-run noise not measured yet (no run repeated)"
+        )
+
     @classmethod
     def of_trials(cls, trials: Iterable[TrialResult]) -> RunSpread:
-        """The spread of each phase over the processes of each trial key (ranks, repeats)."""
-        steps: dict[str, list[int]] = defaultdict(list)
-        start_up: dict[str, list[int]] = defaultdict(list)
+        """The spread of each phase over the repeats of each trial key, rank by rank; the
+        exit and the whole run also for the job as a whole (the exit is measured for the job)."""
+        steps: dict[tuple[str, int], list[int]] = defaultdict(list)
+        start_up: dict[tuple[str, int], list[int]] = defaultdict(list)
+        whole: dict[tuple[str, int], list[int]] = defaultdict(list)
         exits: dict[str, list[int]] = defaultdict(list)
         for trial in trials:
-            for memory in processes_of(trial):
+            processes = processes_of(trial)
+            for rank, memory in enumerate(processes):
                 if memory.peak_bytes is not None:
-                    steps[trial.key].append(memory.peak_bytes)
+                    steps[trial.key, rank].append(memory.peak_bytes)
                 if memory.binding_phase is Phase.START_UP and memory.whole_run_peak is not None:
-                    start_up[trial.key].append(memory.whole_run_peak)
+                    start_up[trial.key, rank].append(memory.whole_run_peak)
+                if len(processes) > 1 and memory.whole_run_peak is not None:
+                    whole[trial.key, rank].append(memory.whole_run_peak)
+            if trial.ran and trial.memory.device_peak is not None:  # the job's: every rank and its exit
+                whole[trial.key, -1].append(trial.memory.device_peak)
             if trial.ran and trial.memory.exit_peak_bytes is not None:  # the job's, not a rank's
                 exits[trial.key].append(trial.memory.exit_peak_bytes)
-        return cls(_repeats(steps.values()), _repeats(start_up.values()), _repeats(exits.values()))
+        return cls(
+            _repeats(steps.values()), _repeats(start_up.values()), _repeats(exits.values()), _repeats(whole.values())
+        )
 
 
 def processes_of(trial: TrialResult) -> tuple[Memory, ...]:
@@ -149,10 +191,9 @@ class FixedPeaks:
 
 
 def _repeats(groups: Iterable[Sequence[int]]) -> PhaseSpread | None:
-    """The widest spread among groups measured more than once."""
+    """The widest spread among groups measured more than once, and how many runs that group had."""
     repeated = [values for values in groups if len(values) > 1]
     if not repeated:
         return None
-    return PhaseSpread(
-        float(max(max(values) - min(values) for values in repeated)), sum(len(values) for values in repeated)
-    )
+    widest = max(repeated, key=lambda values: (max(values) - min(values), len(values)))
+    return PhaseSpread(float(max(widest) - min(widest)), len(widest))

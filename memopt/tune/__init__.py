@@ -25,10 +25,18 @@ from memopt.tune.events import (
     TuneResult,
     event_line,
 )
-from memopt.tune.settings import DEFAULT_MAX_TRIALS, OrtTuneSettings, TuneCancelled, TuneError, TuneSettings
+from memopt.tune.settings import (
+    DEFAULT_MAX_TRIALS,
+    DEFAULT_REPEATS,
+    OrtTuneSettings,
+    TuneCancelled,
+    TuneError,
+    TuneSettings,
+)
 
 __all__ = [
     "DEFAULT_MAX_TRIALS",
+    "DEFAULT_REPEATS",
     "Note",
     "OrtTuneSettings",
     "PlanRow",

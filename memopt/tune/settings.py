@@ -9,10 +9,13 @@ from memopt.predict.choice import DEFAULT_MARGIN
 from memopt.run.budget import Budget
 from memopt.run.settings import RunSettings, check_batch
 
-__all__ = ["DEFAULT_MAX_TRIALS", "OrtTuneSettings", "TuneCancelled", "TuneError", "TuneSettings"]
+__all__ = ["DEFAULT_MAX_TRIALS", "DEFAULT_REPEATS", "OrtTuneSettings", "TuneCancelled", "TuneError", "TuneSettings"]
 
 # Search trials at the target batch; calibration trials are not counted.
 DEFAULT_MAX_TRIALS = 6
+# Runs of a config a verdict needs: a job's exit spiked by 21-29 MiB in about one run of four
+# (two-rank torchrun jobs), so one run says little of the next.
+DEFAULT_REPEATS = 3
 
 
 class TuneError(MemoptError):
@@ -50,6 +53,10 @@ class TuneSettings:
     # Most search trials at the target batch (calibration trials not counted).
     max_trials: int = DEFAULT_MAX_TRIALS
     # Reuse the journal's finished trials of the same target, options and versions.
+    # Runs of one config a verdict needs, each fitting with room beyond the noise they measure
+    # (not counted in max_trials; ORT's search: the torch back end verifies with one run).
+    repeats: int = DEFAULT_REPEATS
+    # Reuse the journal's finished trials of the same target, options and versions.
     resume: bool = False
     # Fraction of the budget a predicted peak stays below, for run-to-run noise.
     margin: float = DEFAULT_MARGIN
@@ -63,6 +70,8 @@ class TuneSettings:
         check_batch(self.target_batch, "--target-batch")
         if self.max_trials < 1:
             raise TuneError(f"--max-trials must be at least 1, not {self.max_trials}")
+        if self.repeats < 1:
+            raise TuneError(f"--repeats must be at least 1, not {self.repeats}")
         if not 0 <= self.margin < 1:
             raise TuneError(f"--margin must be a fraction in [0, 1), not {self.margin:g}")
         batches = self.ort.calibration_batches

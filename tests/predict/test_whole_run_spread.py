@@ -13,9 +13,24 @@ def test_a_single_run_measures_no_spread() -> None:
     assert RunSpread.of_trials([measured("a", 8, 1000, 1090)]) == RunSpread()
 
 
-def test_the_ranks_of_one_job_measure_both_phases() -> None:
+def test_the_ranks_of_one_job_are_not_repeats() -> None:
+    # two ranks are two processes doing different work (rank 0 logs, saves): not noise
     job = measured("a", 8, 1010, 1123, (1000, 1120), (1010, 1123))
-    assert RunSpread.of_trials([job]) == RunSpread(PhaseSpread(10 * MiB, 2), PhaseSpread(3 * MiB, 2))
+    assert RunSpread.of_trials([job]) == RunSpread()
+
+
+def test_repeats_of_a_two_rank_job_are_measured_rank_by_rank_and_counted_as_runs() -> None:
+    # rank 1 holds 120 MiB more than rank 0 in both runs: the spread is each rank's own, 4 MiB at
+    # most; the second run's exit spiked 25 MiB (the end of one rank's life)
+    runs = [
+        measured("a", 8, 1010, 1123, (1000, 1120), (1010, 1123), exit_peak_bytes=1130 * MiB),
+        measured("a", 8, 1012, 1124, (1004, 1121), (1012, 1124), exit_peak_bytes=1155 * MiB),
+    ]
+    spread = RunSpread.of_trials(runs)
+    assert spread.steps == PhaseSpread(4 * MiB, 2) and spread.start_up == PhaseSpread(1 * MiB, 2)
+    assert spread.exit == PhaseSpread(25 * MiB, 2) and spread.whole_run == PhaseSpread(25 * MiB, 2)
+    assert spread.noise_bytes == 25 * MiB
+    assert spread.noise_line() == "run-to-run spread of the exit 25.0 MiB (2 runs of one config)"
 
 
 def test_repeats_of_one_trial_measure_its_phase() -> None:
@@ -23,7 +38,9 @@ def test_repeats_of_one_trial_measure_its_phase() -> None:
     runs = [measured("a", 8, 1000, 1090), measured("a", 8, 990, 1105), measured("c", 4, 950, 1080)]
     spread = RunSpread.of_trials(runs)
     assert spread.start_up == PhaseSpread(15 * MiB, 2) and spread.steps == PhaseSpread(10 * MiB, 2)
-    assert spread.start_up.describe(Phase.START_UP) == "run-to-run spread of the start-up 15.0 MiB (2 runs)"
+    assert (
+        spread.start_up.describe(Phase.START_UP) == "run-to-run spread of the start-up 15.0 MiB (2 runs of one config)"
+    )
     assert FixedPeaks.of_trials(runs).samples == ((8, 1090 * MiB), (8, 1105 * MiB), (4, 1080 * MiB))
 
 

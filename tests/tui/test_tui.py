@@ -36,13 +36,13 @@ def test_startup_then_auto_search_fits_a_budget_the_no_config_run_exceeds() -> N
             await pilot.pause(0.2)
             assert budget < no_config  # the no-recompute run exceeds this budget
             await pilot.press("a")
-            await wait_for(pilot, lambda: app.finished is not None, 240, "the auto-search")
+            await wait_for(pilot, lambda: app.finished is not None, 480, "the auto-search and its repeats")
             result = app.finished
             assert result.status == "verified", result.message
             best = result.best
             assert best.fits and best.plans and best.peak_bytes <= budget
             search = [r for r in result.trials if r.purpose == "search"]
-            assert 1 <= len(search) <= tuner.settings.max_trials
+            assert 1 <= len({r.plans for r in search}) <= tuner.settings.max_trials  # repeats not counted
             table = app.query_one("#trials-table")
             assert table.row_count == len(result.trials)  # calibration and search trials, one row each
             assert "verified" in screen_text(app)

@@ -99,6 +99,13 @@ class TrialSpec:
     # Save ORTModule's graphs into the run folder: a no-config trial that is also the graph probe.
     # Not part of the trial's key: saving happens as the session is built, before the measured steps.
     save_onnx: bool = False
+    # The n-th run of the same key in a session (a repeat measuring its noise): not part of the
+    # key either; --resume reuses the n-th newest journaled run of the key, never one twice.
+    repeat: int = 0
+    # A run without a config profiles its kernels for calibration, in a second session after
+    # its steps, so its own exit is not measured; a run that verifies a config has no use for
+    # the node times and measures its exit as the user's job would end.
+    profile: bool = True
 
     def __post_init__(self) -> None:
         # Checked here too, so that a bad value is refused before a run folder is created.
@@ -304,7 +311,7 @@ def _measured_trial(
     version = OrtVersion.parse(versions.ort_version)
     validated = validate_entries(spec.config, version) if spec.config else ValidatedConfig((), ())
     run_dir = new_run_dir(Path(runs_dir), _label(spec))
-    env, unset, value = _config_env(spec.config, version, run_dir)
+    env, unset, value = _config_env(spec.config, version, run_dir, spec.profile)
     run = start(version, env, unset, run_dir)
     result = _result(
         spec, run, trial_key(spec, versions), value, versions, validated.warnings, budget_bytes, predicted_peak_bytes
@@ -367,7 +374,7 @@ class JournaledRunner:
     ) -> TrialResult:
         key = trial_key(spec, self.versions)
         if self.resume:
-            result = journaled_trial(self.journal, key, reusable)
+            result = journaled_trial(self.journal, key, reusable, newer=spec.repeat)
             if result is not None:
                 return replace(
                     self._judged(result, budget_bytes),
@@ -401,14 +408,14 @@ def _label(spec: TrialSpec) -> str:
 
 
 def _config_env(
-    entries: tuple[ConfigEntry, ...], version: OrtVersion, run_dir: Path
+    entries: tuple[ConfigEntry, ...], version: OrtVersion, run_dir: Path, profile: bool
 ) -> tuple[dict[str, str], tuple[str, ...], str | None]:
     """The variables that apply ``entries`` as a user would, and the inherited ones to drop.
 
-    A run without a config also profiles its kernels (a recipe's run does; a command's job
-    keeps to its own steps): calibration reads the recompute cost of every plan from it."""
+    A run without a config also profiles its kernels where ``profile`` (a recipe's run does; a
+    command's job keeps to its own steps): calibration reads the recompute cost of every plan from it."""
     if not entries:
-        return {PROFILE_VAR: "1"}, CONFIG_VARIABLES, None
+        return {PROFILE_VAR: "1"} if profile else {}, CONFIG_VARIABLES, None
     if takes_json_file(version):
         value = str(replace_atomically(run_dir / CONFIG_FILE, render_json_config(entries)).resolve())
     else:

@@ -1,15 +1,20 @@
 """The search policy, a pure function of what is known: ``next_step(state)``.
 
     first: the planner's cheapest selection predicted to fit (else the lowest predicted peak, to check)
-    after a fit: a cheaper selection still predicted to fit, else stop verified
-    after an overshoot (over budget, out of memory, crashed): a selection predicted to
-    save more, else stop (nothing fits: the largest batch predicted to fit is said)
+    after a fit under the limit: the same config again, until it has run ``repeats`` times
+    after ``repeats`` fits: stop verified
+    after an overshoot (over budget, out of memory, crashed), or a fit within the noise: a
+    selection predicted to save more, else stop (nothing fits: the largest batch predicted to fit is said)
 
-A trial fits when its whole run (start-up and the job's exit included) is within the budget;
-it is verified only when that peak is under the limit (the budget less the margin) by more
-than the run-to-run spread measured for the phase that bound it (``Room``). A fit with less
-room than that is within the noise: more recompute is tried where the steps bound; where the
-start-up or the exit bound, which recompute cannot lower, the search says so and stops.
+A trial fits when its whole run (start-up and the job's exit included) is within the budget.
+One run says little of the next: a job's exit can spike by tens of MiB in one run of four. A
+config is verified only when every one of its ``repeats`` runs fit and the highest of their
+whole-run peaks is under the limit (the budget less the margin) by more than the run-to-run
+noise: the widest spread that repeats of one run measured in any phase, rank by rank
+(``RunSpread.noise``, ``Room``). A fit with less room than that is within the noise: more
+recompute is tried where the steps bound; where the start-up or the exit bound, which
+recompute cannot lower, the search says so and stops. Of the configs verified, the one with
+the most room is chosen.
 Predictions and advice use the whole run: the memory model's steps and the measured peaks of
 the start-up and the exit (``FixedPeaks``).
 
@@ -20,6 +25,7 @@ here, so every rule is tested with a hand-made model and scripted outcomes.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 
@@ -59,6 +65,7 @@ class Attempt:
     fixed_bytes: int | None = None  # what the start-up or the exit alone holds, when it peaked above the steps
     whole_run_bytes: int | None = None  # what a hard limit sees; None: unknown, the outcome alone decides
     fixed_phase: Phase = Phase.START_UP  # which phase holds ``fixed_bytes``
+    exit_unmeasured: bool = False  # the job's exit could have been measured and was not (memopt ended it)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "plans", plan_keys(self.plans))  # keys read back from text are PlanKeys again
@@ -71,19 +78,28 @@ class Attempt:
 
 @dataclass(frozen=True)
 class Room:
-    """How far a fitting trial's whole-run peak is under the limit, against the run-to-run
-    spread of the phase that bound it: verified only with more room than that spread (where
-    the phase has run once, nothing is measured and the peak need only be under the limit)."""
+    """How far a config's whole-run peak (the highest of its runs) is under the limit, against
+    the run-to-run noise: verified only once it has run ``runs_needed`` times, each within the
+    budget, with more room than that noise (where nothing was repeated yet, nothing is
+    measured and the peak need only be under the limit)."""
 
     under_limit_bytes: float  # negative: over the limit
     limit_bytes: float
     phase: Phase
     spread_bytes: float
     spread_line: str
+    runs: int = 1  # runs of this config at the target batch that measured their whole run
+    runs_needed: int = 1
+    exit_unmeasured: bool = False
+
+    @property
+    def clears_noise(self) -> bool:
+        """Under the limit by more than the noise measured so far."""
+        return self.under_limit_bytes > self.spread_bytes if self.spread_bytes else self.under_limit_bytes >= 0
 
     @property
     def verified(self) -> bool:
-        return self.under_limit_bytes > self.spread_bytes if self.spread_bytes else self.under_limit_bytes >= 0
+        return self.clears_noise and self.runs >= self.runs_needed
 
     def describe(self) -> str:
         if self.under_limit_bytes >= 0:
@@ -91,7 +107,11 @@ class Room:
         else:
             where = f"{format_mib(-self.under_limit_bytes)} over the limit {format_mib(self.limit_bytes)}"
         binds = "the steps bind" if self.phase.lowered_by_recompute else f"the {self.phase} binds"
-        return f"{where} at the whole run's peak ({binds}); {self.spread_line}"
+        peak = f"the highest whole-run peak of {self.runs} runs" if self.runs > 1 else "the whole run's peak"
+        unmeasured = (
+            "; the job's exit was not measured in every run: a hard limit may see more" if self.exit_unmeasured else ""
+        )
+        return f"{where} at {peak} ({binds}); {self.spread_line}{unmeasured}"
 
     @property
     def verdict(self) -> str:
@@ -100,7 +120,9 @@ class Room:
             return ""
         if self.under_limit_bytes < 0:
             return "over the limit, not verified"
-        return "within the run-to-run spread of the limit, not verified"
+        if not self.clears_noise:
+            return "within the run-to-run spread of the limit, not verified"
+        return f"{self.runs} of the {self.runs_needed} runs a verdict needs, not verified yet"
 
 
 @dataclass(frozen=True)
@@ -122,29 +144,44 @@ class SearchState:
         FixedPeaks()
     )  # the start-up's and the exit's peaks where they bound, every run of the session
     spread: RunSpread = RunSpread()  # each phase's run-to-run spread, from every run of the session
+    repeats: int = 1  # the runs of one config a verdict needs
+
+    def runs_of(self, attempt: Attempt) -> tuple[Attempt, ...]:
+        """Every run of ``attempt``'s config at the target batch (``attempt`` among them)."""
+        same = tuple(a for a in self.attempts if frozenset(a.plans) == frozenset(attempt.plans))
+        return same if attempt in same else (*same, attempt)
 
     @property
     def limit_bytes(self) -> float:
         return budget_limit(self.budget_bytes, self.margin)
 
     def room(self, attempt: Attempt) -> Room | None:
-        """How far ``attempt``'s whole run is under the limit; None where its peak is unknown."""
-        if attempt.whole_run_bytes is None:
+        """How far the highest whole run of ``attempt``'s config is under the limit; None where
+        no run of it measured its peak."""
+        measured = [a for a in self.runs_of(attempt) if a.whole_run_bytes is not None]
+        if not measured:
             return None
-        phase = attempt.binding_phase
-        spread = self.spread.of(phase)
+        worst = max(measured, key=lambda a: a.whole_run_bytes or 0)
+        assert worst.whole_run_bytes is not None
         return Room(
-            self.limit_bytes - attempt.whole_run_bytes,
+            self.limit_bytes - worst.whole_run_bytes,
             self.limit_bytes,
-            phase,
-            self.spread.bytes_of(phase),
-            spread.describe(phase) if spread else f"spread of the {phase} not measured yet (one run of it)",
+            worst.binding_phase,
+            self.spread.noise_bytes,
+            self.spread.noise_line(),
+            len(measured),
+            self.repeats,
+            any(a.exit_unmeasured for a in measured),
         )
 
     def verified(self, attempt: Attempt) -> bool:
-        """Fits, and with more room under the limit than the run-to-run spread of its binding phase."""
+        """Every run of its config fits, ``repeats`` of them or more, the highest with more room
+        under the limit than the run-to-run noise."""
+        runs = self.runs_of(attempt)
+        if not all(a.outcome.fits for a in runs):
+            return False
         room = self.room(attempt)
-        return attempt.outcome.fits and (room is None or room.verified)
+        return room.verified if room is not None else len(runs) >= self.repeats
 
     def whole_run(self, steps_bytes: float, batch_size: int | None = None) -> tuple[float, Phase]:
         """The whole run's predicted peak where the steps are predicted at ``steps_bytes``, and
@@ -159,19 +196,29 @@ class SearchState:
         bound it: the start-up's as measured (it ends before the first step); the exit's less what
         every useful plan is predicted to take off the steps, since the exit begins where the
         steps left the process (ORT's arena keeps its high-water mark), and the exit's lifetime
-        peak (``ru_maxrss``) holds the steps' own."""
+        peak (``ru_maxrss``) holds the steps' own. Every plan at once is not always the lowest
+        (the arena's placement): the lowest of the useful plans added one by one, from
+        ``attempt``'s selection and from none, and the planner's choice."""
         if attempt.fixed_bytes is None:
             return None
         if attempt.fixed_phase is not Phase.EXIT:
             return float(attempt.fixed_bytes)
-        heaviest = tuple(dict.fromkeys((*attempt.plans, *self.useful_plans())))
-        reducible = max(0.0, self.predict(attempt.plans) - self.predict(heaviest))
-        return attempt.fixed_bytes - reducible
+        selections = [self.plan().plans]
+        for start in (attempt.plans, ()):
+            chosen = list(start)
+            for key in self.useful_plans():
+                if key not in chosen:
+                    chosen.append(key)
+                    selections.append(tuple(chosen))
+        lowest = min(self.predict(selection) for selection in selections)
+        return attempt.fixed_bytes - max(0.0, self.predict(attempt.plans) - lowest)
 
-    def budget_for(self, whole_run_bytes: float, phase: Phase) -> float:
-        """The smallest budget that would verify a run peaking at ``whole_run_bytes``: its limit
-        above the peak by the phase's run-to-run spread."""
-        return (whole_run_bytes + self.spread.bytes_of(phase)) / (1.0 - self.margin)
+    def budget_for(self, whole_run_bytes: float) -> float:
+        """The smallest budget, in whole tenths of a MiB, that would verify a run peaking at
+        ``whole_run_bytes``: its limit above the peak by more than the run-to-run noise."""
+        exact = (whole_run_bytes + self.spread.noise_bytes) / (1.0 - self.margin)
+        tenth = 2**20 / 10
+        return (math.floor(exact / tenth) + 1) * tenth
 
     @property
     def left_off(self) -> frozenset[PlanKey]:
@@ -193,13 +240,12 @@ class SearchState:
     def largest_below_target(self, plans: Iterable[PlanKey]) -> int:
         """The largest batch below the target whose whole run is predicted to verify with
         ``plans`` (0: not even batch 1): what fits instead (a larger batch can fit where the
-        target does not: the allocator's placement). Each phase keeps its spread under the limit."""
-        limit = self.limit_bytes
-        fixed_spread = self.spread.bytes_of(self.fixed_peaks.phase)
-        ceiling = self.fixed_peaks.largest_batch(limit - fixed_spread, self.target_batch - 1)
+        target does not: the allocator's placement), its run-to-run noise kept under the limit."""
+        limit = self.limit_bytes - self.spread.noise_bytes
+        ceiling = self.fixed_peaks.largest_batch(limit, self.target_batch - 1)
         if ceiling < 1:
             return 0
-        return self.model.max_batch(limit - self.spread.bytes_of(Phase.STEPS), plans, ceiling=ceiling)
+        return self.model.max_batch(limit, plans, ceiling=ceiling)
 
     def plan(self) -> PlanResult:
         """The planner's choice among the plans ORT has not ignored."""
@@ -226,6 +272,7 @@ class TryPlans:
 
     plans: tuple[PlanKey, ...]
     reason: str
+    repeat: bool = False  # the same config again, to measure its noise: not a search trial
 
 
 @dataclass(frozen=True)
@@ -244,11 +291,13 @@ def next_step(state: SearchState) -> TryPlans | Stop:
     last = state.attempts[-1]
     if last.outcome.fatal:
         return Stop(SearchStatus.FAILED, f"the trial could not run: {last.error}")
-    if last.outcome.fits and not state.verified(last):
-        step = _within_noise(state, last)
+    if state.verified(last):
+        return _verified(state, last)
+    if last.outcome.fits:
+        step = _repeat(state, last)
     else:
-        step = _lighter(state, last) if last.outcome.fits else _heavier(state, last)
-    if isinstance(step, Stop):
+        step = _heavier(state, last)
+    if isinstance(step, Stop) or step.repeat:
         return step
     if state.trials_used >= state.max_trials:
         return _stop(state, SearchStatus.MAX_TRIALS, f"stopped after --max-trials {state.max_trials} search trials")
@@ -264,36 +313,31 @@ class BestVerified:
 
 
 def best_verified(state: SearchState) -> BestVerified | None:
-    """Of the trials verified (``SearchState.verified``), the one the cost model ranks cheapest (then fewer plans, then
-    first); a measured trial overrules it only when every one of its steps ran faster than
-    every step of the model's choice: two medians closer than their own spread are noise."""
-    fitting = [a for a in state.attempts if state.verified(a)]
-    if not fitting:
+    """Of the configs verified (``SearchState.verified``), the one with the most room under the
+    limit (its highest run's), then the cost model's cheapest, then the first run; the config's
+    first run stands for it."""
+    firsts: dict[frozenset[PlanKey], Attempt] = {}
+    for attempt in state.attempts:
+        firsts.setdefault(frozenset(attempt.plans), attempt)
+    verified = [a for a in firsts.values() if state.verified(a)]
+    if not verified:
         return None
-    modelled = min(fitting, key=lambda a: (state.cost_of(a.plans), len(a.plans), a.number))
-    faster = [
-        a for a in fitting if a.step_times and modelled.step_times and max(a.step_times) < min(modelled.step_times)
-    ]
-    if faster:
-        measured = min(faster, key=lambda a: (a.step_s if a.step_s is not None else float("inf"), a.number))
-        return BestVerified(
-            measured,
-            f"measured faster than trial {modelled.number}, the cost model's choice, beyond both trials' spread",
-        )
-    if len(fitting) == 1:
-        return BestVerified(modelled, "the only config that fits")
-    return BestVerified(
-        modelled,
-        f"the cost model's cheapest of {len(fitting)} that fit (~{state.cost_of(modelled.plans) * 1000:.0f} ms/step); "
-        "measured step times within their spread",
-    )
+
+    def room(attempt: Attempt) -> float:
+        measured = state.room(attempt)
+        return measured.under_limit_bytes if measured is not None else 0.0
+
+    best = max(verified, key=lambda a: (room(a), -state.cost_of(a.plans), -len(a.plans), -a.number))
+    if len(verified) == 1:
+        return BestVerified(best, "the only config verified")
+    return BestVerified(best, f"the most room under the limit of the {len(verified)} configs verified")
 
 
 def _first(state: SearchState) -> TryPlans | Stop:
     limit = state.limit_bytes
     plan = state.plan()
     whole, phase = state.whole_run(plan.predicted_bytes)
-    if plan.feasible and (phase is Phase.STEPS or whole + state.spread.bytes_of(phase) <= limit):
+    if plan.feasible and (phase is Phase.STEPS or whole + state.spread.noise_bytes <= limit):
         if plan.plans:
             return TryPlans(
                 plan.plans,
@@ -302,7 +346,12 @@ def _first(state: SearchState) -> TryPlans | Stop:
                 f"for ~{plan.cost_s * 1000:.0f} ms/step",
             )
         return TryPlans((), f"planner: no config predicted {_against(plan.baseline_bytes, limit, '≤')}; verifying")
-    return TryPlans(plan.plans or state.useful_plans(), f"{_floor_line(state, plan)}; trying it once to check")
+    plans = plan.plans or state.useful_plans()
+    return TryPlans(
+        plans,
+        f"{_floor_line(state, plan)}; checking the prediction with one run at batch {state.target_batch} "
+        f"({names(plans) or 'no config'})",
+    )
 
 
 def _floor_line(state: SearchState, plan: PlanResult) -> str:
@@ -317,19 +366,19 @@ def _floor_line(state: SearchState, plan: PlanResult) -> str:
         )
     else:
         what = f"{format_mib(floor)} ({steps})"
-    spread = state.spread.of(phase)
-    whose = "the steps'" if phase.lowered_by_recompute else f"the {phase}'s"
-    noise = f" and {whose} run-to-run spread {format_mib(spread.bytes)}" if spread else ""
+    noise = f" and the run-to-run noise {format_mib(state.spread.noise_bytes)}" if state.spread.noise else ""
     return (
         f"planner: no selection is predicted to fit; the lowest peak at batch {state.target_batch} is {what}, above "
         f"the limit {format_mib(state.limit_bytes)} (budget {format_mib(state.budget_bytes)} less the "
-        f"{state.margin:.0%} margin{noise}): {_advice(state, floor, phase)}"
+        f"{state.margin:.0%} margin{noise}): {_advice(state, floor)}"
     )
 
 
-def _advice(state: SearchState, whole_run_bytes: float, phase: Phase) -> str:
+def _advice(state: SearchState, whole_run_bytes: float) -> str:
     """What would verify instead, from the whole-run model: a budget, or a smaller batch."""
-    budget = f"a budget of {format_mib(state.budget_for(whole_run_bytes, phase))} or more"
+    budget = f"a budget of {format_mib(state.budget_for(whole_run_bytes))} or more"
+    if not state.spread.noise:
+        budget += " (no run repeated yet: the run-to-run noise it would need room for is not in it)"
     largest = state.largest_below_target(state.useful_plans())
     if largest < 1:
         return f"{budget} is predicted to fit; not even batch 1 is predicted to fit in this budget"
@@ -337,56 +386,61 @@ def _advice(state: SearchState, whole_run_bytes: float, phase: Phase) -> str:
 
 
 def _within_noise(state: SearchState, last: Attempt) -> TryPlans | Stop:
-    """A fit (within the budget) that is over the limit, or under it by less than its binding
-    phase's run-to-run spread: a re-run may go over. More recompute gives the steps room; the
+    """A fit (within the budget) that is over the limit, or under it by less than the
+    run-to-run noise: a re-run may go over. More recompute gives the steps room; the
     start-up's peak it cannot lower."""
     room = state.room(last)
-    assert room is not None and last.whole_run_bytes is not None  # else the outcome alone decides
+    assert room is not None  # else the outcome alone decides
     over = room.under_limit_bytes < 0
     # The start-up alone over the limit: no recompute can help (on CUDA the steps' segments may
     # have made the rest of what runs out, and more recompute may take some away).
     if over and (state.reachable_floor(last) or 0) > state.limit_bytes:
         return _fixed_phase_binds(state, last, "limit")
-    if last.binding_phase.lowered_by_recompute or over:
+    if room.phase.lowered_by_recompute or over:
         step = _heavier(state, last, f"trial {last.number} fits the budget but is {room.describe()}: {room.verdict}; ")
         if isinstance(step, TryPlans) or over:
             return step
     message = (
         f"the budget is within the run-to-run noise of what is reachable: trial {last.number} "
         f"({names(last.plans) or 'no config'}) is {room.describe()}"
-        + (
-            "; every plan is on"
-            if last.binding_phase.lowered_by_recompute
-            else f"; recompute cannot lower the {last.binding_phase}"
-        )
-        + f"; a budget of {format_mib(state.budget_for(last.whole_run_bytes, last.binding_phase))} or more would verify"
+        + ("; every plan is on" if room.phase.lowered_by_recompute else f"; recompute cannot lower the {room.phase}")
+        + f"; a budget of {format_mib(state.budget_for(room.limit_bytes - room.under_limit_bytes))} or more would verify"
     )
     verified = best_verified(state) is not None
     return Stop(SearchStatus.VERIFIED if verified else SearchStatus.WITHIN_NOISE, message)
 
 
-def _lighter(state: SearchState, last: Attempt) -> TryPlans | Stop:
-    """After a fit: a cheaper selection still predicted to fit, or why there is none."""
-    selection, tried, limit = last.plans, state.tried(), state.limit_bytes
-    if not selection:
-        return _stop(state, SearchStatus.VERIFIED, "no recompute needed at this batch")
-    plan = state.plan()
-    if plan.feasible and frozenset(plan.plans) not in tried and state.cost_of(plan.plans) < state.cost_of(selection):
-        return TryPlans(
-            plan.plans,
-            f"fits; recalibrated planner: {names(plan.plans) or 'no config'} is cheaper and "
-            f"predicted {_against(plan.predicted_bytes, limit, '≤')}",
+def _repeat(state: SearchState, last: Attempt) -> TryPlans | Stop:
+    """After a fit: the same config again while it clears the noise measured so far and has
+    run fewer times than a verdict needs; else (over the limit, within the noise, or an
+    earlier run of it over the budget) more recompute or a stop."""
+    runs = state.runs_of(last)
+    failed = next((a for a in runs if not a.outcome.fits), None)
+    if failed is not None:
+        return _heavier(
+            state,
+            last,
+            f"trial {last.number} fits, but trial {failed.number} of the same config {failed.outcome.label}: "
+            "not verified; ",
         )
-    costliest = max(selection, key=lambda key: (state.costs_s.get(key, 0.0), key))
-    lighter = tuple(key for key in selection if key != costliest)
-    predicted = state.predict(lighter)
-    if predicted <= limit and frozenset(lighter) not in tried:
-        return TryPlans(
-            lighter,
-            f"fits; trying without the costliest plan {costliest.short} (predicted {_against(predicted, limit, '≤')})",
-        )
-    why = "already tried" if frozenset(lighter) in tried else f"predicted {_against(predicted, limit, '>')}"
-    return _stop(state, SearchStatus.VERIFIED, f"nothing lighter to try (without {costliest.short}: {why})")
+    room = state.room(last)
+    if room is None or room.clears_noise:
+        if len(runs) < state.repeats:
+            return TryPlans(
+                last.plans,
+                f"trial {last.number} fits ({room.describe() if room else 'its whole run not measured'}); "
+                f"running {names(last.plans) or 'no config'} again to measure its run-to-run noise "
+                f"(run {len(runs) + 1} of {state.repeats})",
+                repeat=True,
+            )
+    return _within_noise(state, last)
+
+
+def _verified(state: SearchState, last: Attempt) -> Stop:
+    """``last``'s config is verified: the search ends (of the configs verified, the one with the most room is chosen)."""
+    runs = len(state.runs_of(last))
+    what = "no recompute needed at this batch" if not last.plans else f"{names(last.plans)} fits"
+    return _stop(state, SearchStatus.VERIFIED, f"{what}: verified by {runs} run{'s' if runs > 1 else ''} of it")
 
 
 def _heavier(state: SearchState, last: Attempt, prefix: str = "") -> TryPlans | Stop:
@@ -442,7 +496,7 @@ def _fixed_phase_binds(state: SearchState, last: Attempt, over: str = "budget") 
         f"{_WHAT_HOLDS[last.fixed_phase]} peaks at {format_mib(fixed_bytes)} > "
         f"{over} {format_mib(bound)}; recompute cannot lower it{' enough' if floor < fixed_bytes else ''}: "
         "the lowest reachable peak is about "
-        f"{format_mib(floor)}; {_advice(state, floor, last.fixed_phase)}"
+        f"{format_mib(floor)}; {_advice(state, floor)}"
     )
     verified = best_verified(state) is not None
     return Stop(SearchStatus.VERIFIED if verified else SearchStatus.IMPOSSIBLE, message)

@@ -360,6 +360,7 @@ class Tuner(SessionEvents):
             trials_used=trials_used,
             fixed_peaks=FixedPeaks.of_trials(results),
             spread=RunSpread.of_trials(results),
+            repeats=self.settings.repeats,
         )
 
     def _search_budget(self, attempts: Iterable[Attempt]) -> int:
@@ -418,7 +419,15 @@ class Tuner(SessionEvents):
             self._numbers += 1
             number = self._numbers
         self._emit(TrialStarted(number, purpose, batch, plans, predicted, reason, s.run.steps, s.run.timeout_s))
-        spec = TrialSpec(s.run, batch, self.entries(plans), save_onnx=save_onnx)
+        repeat = sum(r.batch_size == batch and frozenset(r.plans) == frozenset(plans) for r in self.records)
+        spec = TrialSpec(
+            s.run,
+            batch,
+            self.entries(plans),
+            save_onnx=save_onnx,
+            repeat=repeat,
+            profile=purpose is Purpose.CALIBRATION,
+        )
         result = self._trial_runner()(
             spec,
             budget_bytes=budget,
@@ -445,7 +454,7 @@ class Tuner(SessionEvents):
                 # The session ends on it and says why once, with the log.
                 return f"trial {record.number}: {record.outcome.label}{reused} (log: {result.run_dir}/ort.log)"
             return f"trial {record.number}: {record.outcome.label}{reused}: {result.error or 'no measurement'}"
-        line = f"trial {record.number}: {record.outcome.label}{reused}, peak {format_mib(result.memory.peak_bytes)}"
+        line = f"trial {record.number}: {record.outcome.label}{reused}, {_peak_judged(result)}"
         if len(result.ranks) > 1:
             line += f" (highest of {len(result.ranks)} ranks)"
         if result.memory.on_cuda and result.memory.cuda_reserved_bytes is not None:
@@ -518,7 +527,7 @@ class Tuner(SessionEvents):
                 self.predict(step.plans).peak_bytes,
                 self.budget_bytes,
             )
-            used += 1
+            used += not step.repeat
 
     def _largest_that_runs(self, stop: Stop) -> Stop:
         """Nothing fits at the target batch even with every plan: the largest batch that does,
@@ -529,8 +538,7 @@ class Tuner(SessionEvents):
         lower than the middle."""
         every = tuple(p.key for p in self.report.patterns)
         target, limit = self.settings.target_batch, self.search_state().limit_bytes
-        state = self.search_state()
-        fitting = [r for r in self.records if r.batch_size < target and r.result.ran and state.verified(_attempt(r))]
+        fitting = [r for r in self.records if r.batch_size < target and self._checked(r)]
         good = max(fitting, key=lambda r: r.batch_size, default=None)
         bad = target
         batch = self._model().max_batch(limit, every, ceiling=target - 1)
@@ -544,7 +552,7 @@ class Tuner(SessionEvents):
             reason = f"batch {target} does not fit: checking batch {batch} with every plan"
             self._emit(Note(reason))
             record = self._trial(batch, every, Purpose.SEARCH, reason, predicted, self.budget_bytes)
-            if self._verified(record):
+            if self._checked(record):
                 good = record
             elif record.fits or record.outcome.does_not_fit:
                 bad, limit = batch, min(limit, predicted)
@@ -570,9 +578,10 @@ class Tuner(SessionEvents):
             good.batch_size,
         )
 
-    def _verified(self, record: TrialRecord) -> bool:
-        """Ran within the budget, and under the limit by more than its binding phase's run-to-run spread."""
-        return record.result.ran and self.search_state().verified(_attempt(record))
+    def _checked(self, record: TrialRecord) -> bool:
+        """Ran within the budget, and under the limit by more than the run-to-run noise: one
+        run of a batch below the target, which bounds what fits rather than verifying a config."""
+        return record.result.ran and replace(self.search_state(), repeats=1).verified(_attempt(record))
 
     def room(self, record: TrialRecord) -> Room | None:
         """How far ``record``'s whole run is under the limit, against its binding phase's spread."""
@@ -714,6 +723,23 @@ def _attempt(record: TrialRecord) -> Attempt:
         result.memory.fixed_floor,
         result.memory.device_peak,
         result.memory.binding_phase or Phase.START_UP,
+        # CPU runs measure the exit where the job ends by itself; memopt ended this one.
+        result.memory.memory_kind == "rss" and result.memory.exit_peak_bytes is None,
+    )
+
+
+def _peak_judged(result: TrialResult) -> str:
+    """The peak a trial is judged on, and the steps' where they differ: an over-budget line
+    names the figure that was over (on CUDA the line goes on with what the card held)."""
+    memory = result.memory
+    steps = f"peak {format_mib(memory.peak_bytes)}"
+    judged = memory.whole_run_peak
+    if memory.on_cuda or judged is None or memory.peak_bytes is None or judged == memory.peak_bytes:
+        return steps
+    over = result.outcome is Outcome.OVER_BUDGET and result.budget_bytes is not None
+    return (
+        f"whole-run peak {format_mib(judged)}{f' > budget {format_mib(result.budget_bytes)}' if over else ''} "
+        f"(the {memory.binding_phase}'s; the steps' {steps})"
     )
 
 

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import json
 import threading
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from support.fake_tuning import FakeRunner, MiB, fake_tuner, prepared_gpt
+from support.results import measured
 
 from memopt.backends.ort import OrtVersion
 from memopt.backends.ort.predict.memory_model import MemoryModel, Observation, PlanSavings, fit_memory_model
@@ -73,14 +75,53 @@ def test_first_step_is_the_cheapest_selection_predicted_to_fit() -> None:
 def test_fits_first_time_then_stops_verified() -> None:
     step = next_step(state(2400, Attempt((B,), Outcome.OK, 0.5, number=1)))
     assert isinstance(step, Stop) and step.status is SearchStatus.VERIFIED
-    assert "nothing lighter" in step.message
+    assert step.message == "B+ fits: verified by 1 run of it"
 
 
-def test_fits_with_room_then_tries_a_cheaper_selection() -> None:
-    fitted = state(2500, Attempt((A, B), Outcome.OK, 0.5, number=1))
-    step = next_step(fitted)
-    assert isinstance(step, TryPlans) and fitted.cost_of(step.plans) < fitted.cost_of((A, B))
-    assert fitted.predict(step.plans) <= fitted.limit_bytes
+def test_a_fit_runs_again_until_it_has_the_runs_a_verdict_needs() -> None:
+    # 3 runs needed: a fit under the limit is run again (outside --max-trials), then verified
+    first = Attempt((B,), Outcome.OK, number=1, whole_run_bytes=2300 * MiB)
+    step = next_step(replace(state(2400, first, max_trials=1), repeats=3))
+    assert isinstance(step, TryPlans) and step.plans == (B,) and step.repeat
+    assert "running B+ again to measure its run-to-run noise (run 2 of 3)" in step.reason
+    runs = (first, replace(first, number=2, whole_run_bytes=2304 * MiB), replace(first, number=3))
+    searched = replace(state(2400, *runs), repeats=3, spread=RunSpread(steps=PhaseSpread(4 * MiB, 3)))
+    stop = next_step(searched)
+    assert isinstance(stop, Stop) and stop.status is SearchStatus.VERIFIED, stop
+    room = searched.room(runs[0])
+    assert room is not None and room.under_limit_bytes == 96 * MiB and room.runs == 3  # the highest run's
+
+
+def test_a_repeat_over_the_budget_unverifies_its_config() -> None:
+    # a fit, then the same config over the budget (the exit spiked): more recompute, not verified
+    runs = (
+        Attempt((B,), Outcome.OK, number=1, whole_run_bytes=2300 * MiB),
+        Attempt((B,), Outcome.OVER_BUDGET, number=2, whole_run_bytes=2410 * MiB),
+        Attempt((B,), Outcome.OK, number=3, whole_run_bytes=2300 * MiB),
+    )
+    searched = replace(state(2400, *runs), repeats=3)
+    assert not searched.verified(runs[0]) and best_verified(searched) is None
+    step = next_step(searched)
+    assert isinstance(step, TryPlans) and B in step.plans and len(step.plans) > 1, step
+    assert "trial 2 of the same config over budget" in step.reason
+
+
+def test_a_fit_within_the_noise_its_repeats_measured_is_not_verified() -> None:
+    # 2,352 MiB limit; three runs, the highest 2,340 MiB: 12 MiB of room, but the exit's repeats
+    # spread by 25 MiB (the spike at the end of one rank's life)
+    runs = tuple(
+        Attempt((B,), Outcome.OK, number=n, whole_run_bytes=mib * MiB, fixed_bytes=mib * MiB, fixed_phase=Phase.EXIT)
+        for n, mib in ((1, 2315), (2, 2340), (3, 2318))
+    )
+    spread = RunSpread.of_trials(
+        [measured("k", 16, 2300, 2300, exit_peak_bytes=mib * MiB) for mib in (2315, 2340, 2318)]
+    )
+    assert spread.exit == PhaseSpread(25 * MiB, 3) and spread.noise_bytes == 25 * MiB
+    searched = replace(state(2400, *runs, margin=0.02), repeats=3, spread=spread)
+    room = searched.room(runs[0])
+    assert room is not None and room.under_limit_bytes == 12 * MiB and not room.verified
+    assert room.verdict == "within the run-to-run spread of the limit, not verified"
+    assert best_verified(searched) is None
 
 
 @pytest.mark.parametrize("outcome", [Outcome.OVER_BUDGET, Outcome.OUT_OF_MEMORY, Outcome.CRASHED])
@@ -102,7 +143,10 @@ def test_nothing_fits_suggests_the_largest_batch_predicted_to_fit() -> None:
     assert isinstance(first, TryPlans) and set(first.plans) == {A, B, C}
     # before any search trial: the lowest peak the plans reach, the budget that would do, the batch that fits
     assert "the lowest peak at batch 16 is 1,480.0 MiB (A+, B+, C+; no config 2,600.0 MiB)" in first.reason
-    assert "a budget of 1,480.0 MiB or more, or batch 13, is predicted to fit" in first.reason
+    assert (
+        "a budget of 1,480.0 MiB or more (no run repeated yet: the run-to-run noise it would need room for "
+        "is not in it), or batch 13, is predicted to fit; checking the prediction with one run at batch 16 (A+, B+, C+)"
+    ) in first.reason
     stop = next_step(state(1400, Attempt((A, B, C), Outcome.OVER_BUDGET, number=1)))
     assert isinstance(stop, Stop) and stop.status is SearchStatus.IMPOSSIBLE
     assert stop.largest_batch == 13 and "batch 13" in stop.message
@@ -132,24 +176,16 @@ def test_max_trials_ends_the_search_without_a_verified_config() -> None:
     assert isinstance(stop, Stop) and stop.status is SearchStatus.MAX_TRIALS and "no verified config" in stop.message
 
 
-def test_best_is_the_cost_models_cheapest_when_step_times_overlap() -> None:
-    # A costs 30 ms, B 10 ms: A's median is lower, but its steps overlap B's
+def test_best_is_the_config_with_the_most_room() -> None:
+    # B is the cost model's cheapest, A leaves more room under the limit: A is chosen
     attempts = (
-        Attempt((A,), Outcome.OK, 0.60, number=1, step_times=(0.50, 0.70)),
-        Attempt((B,), Outcome.OK, 0.64, number=2, step_times=(0.62, 0.66)),
-        Attempt((), Outcome.OVER_BUDGET, 0.3, number=3, step_times=(0.3, 0.3)),
+        Attempt((B,), Outcome.OK, 0.40, number=1, whole_run_bytes=2390 * MiB),
+        Attempt((A,), Outcome.OK, 0.60, number=2, whole_run_bytes=2200 * MiB),
+        Attempt((), Outcome.OVER_BUDGET, 0.3, number=3, whole_run_bytes=2600 * MiB),
     )
     best = best_verified(state(2400, *attempts))
-    assert best is not None and best.attempt == attempts[1] and "cost model" in best.rule
-
-
-def test_a_measurement_beyond_the_spread_overrules_the_cost_model() -> None:
-    attempts = (
-        Attempt((A,), Outcome.OK, 0.41, number=1, step_times=(0.40, 0.42)),
-        Attempt((B,), Outcome.OK, 0.64, number=2, step_times=(0.62, 0.66)),
-    )
-    best = best_verified(state(2400, *attempts))
-    assert best is not None and best.attempt == attempts[0] and "measured faster than trial 2" in best.rule
+    assert best is not None and best.attempt == attempts[1]
+    assert best.rule == "the most room under the limit of the 2 configs verified"
     assert best_verified(state(2400)) is None
 
 
@@ -226,7 +262,7 @@ def test_a_start_up_fit_within_its_spread_of_the_limit_says_so_instead_of_verifi
     assert "within the run-to-run noise of what is reachable" in stop.message
     assert "8.0 MiB under the limit 1,078.0 MiB" in stop.message and "spread of the start-up 12.0 MiB" in stop.message
     assert "recompute cannot lower the start-up" in stop.message
-    # verified needs 1,070 + 12 MiB under the limit: 1,082 / 0.98
+    # verified needs more than 1,070 + 12 MiB under the limit: above 1,082 / 0.98 (1,104.08)
     assert "a budget of 1,104.1 MiB or more would verify" in stop.message
     assert best_verified(searched) is None
 
@@ -252,7 +288,7 @@ def test_a_fit_with_more_room_than_the_spread_is_verified_and_says_how_much() ->
     assert room is not None and room.verified
     assert room.describe() == (
         "18.0 MiB under the limit 1,078.0 MiB at the whole run's peak (the start-up binds); "
-        "run-to-run spread of the start-up 12.0 MiB (2 runs)"
+        "run-to-run spread of the start-up 12.0 MiB (2 runs of one config)"
     )
     best = best_verified(searched)
     assert best is not None and best.attempt == fit
@@ -275,7 +311,7 @@ def test_advice_counts_the_start_up_and_never_says_batch_0() -> None:
         first.reason
     ), first.reason
     # the start-up at batch 16 plus its spread, over 0.98; no batch's start-up is under the limit
-    assert "a budget of 1,646.9 MiB or more is predicted to fit; not even batch 1" in first.reason
+    assert "a budget of 1,647.0 MiB or more is predicted to fit; not even batch 1" in first.reason
     assert "batch 0" not in first.reason
 
 
@@ -284,7 +320,7 @@ def test_nothing_fitting_at_any_batch_says_not_even_batch_1() -> None:
     assert isinstance(stop, Stop) and stop.status is SearchStatus.IMPOSSIBLE
     assert "predicted to fit: not even batch 1" in stop.message and "batch 0" not in stop.message
     assert next_step(state(800)).reason.endswith(
-        "not even batch 1 is predicted to fit in this budget; trying it once to check"
+        "not even batch 1 is predicted to fit in this budget; checking the prediction with one run at batch 16 (A+, B+, C+)"
     )
 
 
@@ -318,7 +354,9 @@ def test_tuner_verifies_a_config_in_one_search_trial_when_the_model_is_right(tmp
     assert search[0].fits and search[0].peak_bytes is not None and search[0].peak_bytes <= budget
     error = search[0].prediction_error
     assert error is not None and abs(error) < 0.01  # the fake measures what the model predicts
-    assert [r.purpose for r in result.trials] == [Purpose.CALIBRATION, Purpose.SEARCH]  # two runs
+    # one calibration run, then the search's choice run three times: the runs a verdict needs
+    assert [r.purpose for r in result.trials] == [Purpose.CALIBRATION, *[Purpose.SEARCH] * 3]
+    assert len({r.plans for r in search}) == 1
     assert tuner.export_lines()[0].startswith("export ORTMODULE_MEMORY_OPT_CONFIG=")
     assert len(list(Journal.in_folder(tmp_path).entries())) == len(result.trials)
 
@@ -328,7 +366,10 @@ def test_tuner_says_how_much_room_the_verified_config_leaves(tmp_path: Path) -> 
     tuner = fake_tuner(tmp_path, runner, budget_between(runner), margin=0.02)
     result = tuner.auto_search()
     assert result.status is SearchStatus.VERIFIED and result.best is not None, result.message
-    assert "MiB under the limit" in result.message and "spread of the steps not measured yet" in result.message
+    assert (
+        "MiB under the limit" in result.message
+        and "spread of the steps 0.0 MiB (3 runs of one config)" in result.message
+    )
     best = tuner.summary(result)["best"]
     assert best["room_bytes"] == tuner.limit_bytes - best["whole_run_peak_bytes"] >= 0
     assert best["spread_bytes"] == 0.0
@@ -456,6 +497,26 @@ def test_final_config_leaves_out_what_ort_left_off(tmp_path: Path) -> None:
     tuner = fake_tuner(tmp_path, runner, budget_between(runner))
     record = tuner.run_trial(every)  # fits although ORT leaves one entry OFF
     assert record.fits and record.left_off == (smallest,)
+    assert tuner.best() is None  # one run is not a verdict
+    for _ in range(2):
+        tuner.run_trial(every)
     best = tuner.best()
     assert best is not None and best.plans == tuple(k for k in every if k != smallest)
     assert all(smallest.split(":")[0] not in line for line in tuner.export_lines())
+
+
+@pytest.mark.parametrize("peak_mib", [934.2, 1000.0, 1078.05])
+def test_a_budget_named_to_verify_verifies_the_same_runs(peak_mib: float) -> None:
+    # the named budget must be one the same runs verify at, not one a hair short of it
+    runs = tuple(
+        Attempt(
+            (B,), Outcome.OK, number=n, whole_run_bytes=int((peak_mib - n) * MiB), fixed_bytes=1, fixed_phase=Phase.EXIT
+        )
+        for n in (0, 1, 2)
+    )
+    noisy = RunSpread(exit=PhaseSpread(2 * MiB, 3))
+    named = replace(state(1, *runs, margin=0.02), repeats=3, spread=noisy).budget_for(runs[0].whole_run_bytes or 0)
+    at_named = replace(state(named / MiB, *runs, margin=0.02), repeats=3, spread=noisy)
+    assert at_named.verified(runs[0]) and best_verified(at_named) is not None
+    below = replace(at_named, budget_bytes=int(named - 0.1 * MiB))
+    assert not below.verified(runs[0])
