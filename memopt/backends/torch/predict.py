@@ -28,6 +28,10 @@ class PeakModel(Protocol):
         """Where the prediction at ``batch`` without recompute comes from, in a few words."""
         ...
 
+    def holds(self, policy: RecomputePolicy, batch: int) -> str:
+        """What holds the predicted peak at ``batch`` with ``policy``, term by term, in a few words."""
+        ...
+
 
 def probe_batches(target_batch: int) -> tuple[int, int]:
     """A quarter and a half of the target batch: close to it, so the line's extrapolation is
@@ -85,4 +89,11 @@ class LinePeak:
         return (
             f"{format_bytes(int(line.small_bytes))} at batch {line.small}, "
             f"{format_bytes(int(line.per_sample))} a sample (the line through two runs)"
+        )
+
+    def holds(self, policy: RecomputePolicy, batch: int) -> str:
+        fixed = self.line.at(0)
+        return (
+            f"{format_bytes(int(fixed))} whatever the batch (parameters, gradients, optimizer state, the runtime), "
+            f"{format_bytes(int(self.predict(policy, batch) - fixed))} for batch {batch}'s samples after recompute"
         )

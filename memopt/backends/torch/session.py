@@ -216,7 +216,8 @@ class TorchTuner(SessionEvents):
             message = f"{result.policy} peaked at {peak}, under the limit {limit}"
         else:
             message = (
-                f"no policy the model chose brought batch {plan.target_batch} under {format_bytes(plan.limit_bytes)}"
+                f"no policy the model chose brought batch {plan.target_batch} under {format_bytes(plan.limit_bytes)}: "
+                f"{plan.floor_line()}"
             )
         status = SearchStatus.VERIFIED if best is not None else SearchStatus.IMPOSSIBLE
         finished = TuneResult(status, message, best, tuple(self.records))

@@ -144,6 +144,17 @@ class SimulatedPeak:
                 raise
             return self.predict(_NONE, batch) - policy_saving(policy, self.scanned, batch)
 
+    def holds(self, policy: RecomputePolicy, batch: int) -> str:
+        try:
+            played = self.steps(batch, policy)
+        except Exception:  # the policy's wrappers cannot play on fake tensors (as in predict)
+            return f"{self.describe(batch)}, less the scan's savings of the policy"
+        return (
+            f"the runtime's own {format_bytes(int(self.process_bytes))}, the model and its batch "
+            f"{format_bytes(played.start_bytes)}, and {format_bytes(played.growth_bytes)} the steps add at "
+            "their highest (gradients, optimizer state, what the policy leaves for backward, the loss)"
+        )
+
     def describe(self, batch: int) -> str:
         played = self.steps(batch, _NONE)
         return (

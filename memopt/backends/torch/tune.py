@@ -169,6 +169,29 @@ class TorchPlan:
         policy, _ = _choose(self.scanned, self.target_batch, math.inf)
         return policy, self.model.predict(policy, self.target_batch)
 
+    def largest_fitting_batch(self) -> int:
+        """The largest batch below the target whose strongest policy is predicted under the limit (0: none)."""
+        low, high = 0, self.target_batch - 1
+        while low < high:  # the peak grows with the batch: the batches that fit are 1..answer
+            middle = (low + high + 1) // 2
+            policy, _ = _choose(self.scanned, middle, math.inf)
+            if self.model.predict(policy, middle) <= self.limit_bytes:
+                low = middle
+            else:
+                high = middle - 1
+        return low
+
+    def floor_line(self) -> str:
+        """Why no policy fits: the floor at the target batch, what holds it, and the batch that fits."""
+        policy, floor = self.strongest()
+        largest = self.largest_fitting_batch()
+        fits = f"batch {largest} is predicted to fit" if largest else "not even batch 1 is predicted to fit"
+        return (
+            f"the floor at batch {self.target_batch} is {format_bytes(int(floor))} with the policy that saves "
+            f"most ({len(policy.plans)} plans): {self.model.holds(policy, self.target_batch)}; the limit is "
+            f"{format_bytes(int(self.limit_bytes))}; {fits}"
+        )
+
     def rechosen(self, miss: float) -> tuple[RecomputePolicy, float]:
         """The cheapest policy predicted under the limit with ``miss`` bytes more to cover, and its
         predicted peak (with the miss); the lowest predicted where none is.
@@ -385,6 +408,8 @@ def verify_torch(
         # the miss would land on the limit once more).
         miss += peak - predicted + (plan.budget_bytes - limit)
     assert result is not None  # the first choice always runs
+    if not result.verified:
+        say(f"model: {plan.floor_line()}")
     return result
 
 

@@ -4,17 +4,21 @@ them computes what it computes without; in this process with plain PyTorch."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from support.torch_steps import assert_bitwise_equal, policy
 
-from memopt.backends.torch.predict import plan_saving
+from memopt.backends.torch.predict import LinePeak, PeakLine, plan_saving
 from memopt.backends.torch.scan import scan_recipe
 from memopt.backends.torch.simulate import simulate_steps
-from memopt.backends.torch.tune import _choose
+from memopt.backends.torch.tune import TorchPlan, _choose
 from memopt.predict.choice import cheapest_cover
 from memopt.recipes import Recipe, load_hf_recipe
+from memopt.units import format_bytes
 
 NONE = policy()
+MiB = 2**20
 
 
 @pytest.fixture(scope="module")
@@ -87,3 +91,22 @@ def test_layers_checkpointed_and_op_plans_on_others_train_bitwise_equal(llama: R
     assert_bitwise_equal(
         llama, policy("model.layers.0: *", "model.layers.1: * except mm", "model.layers.2.mlp.act_fn: silu")
     )
+
+
+def test_below_the_floor_tune_says_the_floor_what_holds_it_and_the_batch_that_fits(llama: Recipe) -> None:
+    """The plan's peak model here is a hand-made line (a fake for pure logic): 300 MiB fixed and
+    40 MiB a sample before recompute, less the real scan's savings of the policy that saves most."""
+    scanned = scan_recipe(llama, 2, timed=False)
+    line = LinePeak(PeakLine(small=1, small_bytes=340 * MiB, larger=2, larger_bytes=380 * MiB), scanned)
+    strongest, _ = _choose(scanned, 8, float("inf"))
+    floor_at = {batch: line.predict(_choose(scanned, batch, float("inf"))[0], batch) for batch in range(1, 9)}
+    limit = (floor_at[5] + floor_at[6]) / 2  # batch 5 fits at the most, batch 8 cannot
+    plan = TorchPlan(8, int(limit / 0.98), limit, scanned, line, NONE, line.predict(NONE, 8), ())
+    assert plan.largest_fitting_batch() == 5
+    said = plan.floor_line()
+    assert said.startswith(f"the floor at batch 8 is {format_bytes(int(floor_at[8]))} with the policy that saves most")
+    assert "whatever the batch (parameters, gradients, optimizer state, the runtime)" in said
+    assert said.endswith("batch 5 is predicted to fit")
+    low = replace(plan, limit_bytes=floor_at[1] - 1)
+    assert low.largest_fitting_batch() == 0 and low.floor_line().endswith("not even batch 1 is predicted to fit")
+    assert len(strongest.plans) > 0
