@@ -130,6 +130,7 @@ def scan_command(
     if as_json and as_csv:
         raise MemoptError("choose one of --json and --csv")
     chosen_backend = choose_backend(backend)
+    chosen_backend.backend.prepare()
     chosen = choose_target(target, command)
     # A recipe's batch is built at --seq; an ONNX file or a command has no recipe to pass it to.
     given = TargetOptions(seq, size, option, hf_task, target_seq)
