@@ -65,8 +65,11 @@ def test_tune_without_onnxruntime_ends_verified_with_the_export_line(tmp_path: P
     records = [json.loads(line) for line in (runs / "journal.jsonl").read_text().splitlines()]
     verified = [r for r in records if r.get("config") == [str(p) for p in policy.plans]]
     assert verified and verified[-1]["device_peak_bytes"] <= result["limit_bytes"] < budget
-    # A recipe's steps play on fake tensors: one run without recompute anchors them, one verifies.
-    assert [t["batch"] for t in result["trials"]] == [2, BATCH]
+    # A recipe's steps play on fake tensors: one run without recompute anchors them, one verifies;
+    # plans layer by layer land a few MiB under the limit, where a CPU peak's run-to-run noise can
+    # put the first choice over it: then the second choice, with its miss, verifies (no more).
+    batches = [t["batch"] for t in result["trials"]]
+    assert batches in ([2, BATCH], [2, BATCH, BATCH]), batches
 
 
 @pytest.mark.subprocess
