@@ -71,7 +71,7 @@ def plan_cells(row: PlanRow, on: bool) -> tuple[str, ...]:
     return (
         state,
         format_bytes(row.saving_bytes),
-        f"{row.cost_s * 1000:.0f} ms",
+        f"{row.cost_s:.3f} s",  # per step, in the unit the trials' step times are
         row.subgraph,
         str(row.frequency),
         row.kind,

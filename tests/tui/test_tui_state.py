@@ -156,7 +156,7 @@ def test_plan_cells_of_a_plan_switched_off() -> None:
     cells = plan_cells(
         row("Gelu+:1:-1", saving=3 * MiB, cost=0.0123, frequency=6, modules=("h.0.mlp", "h.1.mlp")), False
     )
-    assert cells == ("off", "3.0 MiB", "12 ms", "Gelu+", "6", "recompute", "h.0.mlp, h.1.mlp")
+    assert cells == ("off", "3.0 MiB", "0.012 s", "Gelu+", "6", "recompute", "h.0.mlp, h.1.mlp")
 
 
 def test_plan_cells_on_say_all_occurrences_unless_ort_honours_counts() -> None:
@@ -164,7 +164,7 @@ def test_plan_cells_on_say_all_occurrences_unless_ort_honours_counts() -> None:
     assert plan_cells(plan, True)[0] == "on (all)"
     assert plan_cells(row("Cast+:2:-1", frequency=3, counts_honoured=True), True)[0] == "on ×3"
     assert plan_cells(row("Cast+:2:-1", frequency=3, counts_honoured=True), False)[0] == "off"
-    assert plan_cells(plan, True)[1:] == ("512 B", "0 ms", "Cast+", "3", "compromise", "-")
+    assert plan_cells(plan, True)[1:] == ("512 B", "0.000 s", "Cast+", "3", "compromise", "-")
 
 
 def test_a_plan_without_a_shorter_form_shows_as_its_back_end_names_it() -> None:

@@ -28,7 +28,7 @@ class MemoryPanel(Vertical):
     ) -> None:
         width = max(self.size.width - 4, 10)
         self.query_one("#gauge", Static).update(gauge(predicted, baseline, budget, limit, width))
-        self.query_one("#cost", Static).update(f"{plans} plan(s) on · est. recompute cost {cost_s * 1000:.0f} ms/step")
+        self.query_one("#cost", Static).update(f"{plans} plan(s) on · est. recompute cost {cost_s:.3f} s/step")
 
     def show_trials(self, records: Sequence[TrialRecord], budget: float) -> None:
         width = max(self.size.width - 4, 20)

@@ -302,7 +302,7 @@ def _rows(plan: TorchPlan) -> tuple[PlanRow, ...]:
         rows.append(
             PlanRow(
                 key=PlanName(str(row.plan)),
-                subgraph=str(row.plan.op) if row.plan.op is not None else "*",
+                subgraph=str(row.plan),  # the whole policy line: module plans differ only by their path
                 kind="module" if row.plan.whole_module else "op",
                 frequency=row.modules,
                 saving_bytes=saving,

@@ -394,7 +394,7 @@ def verify_torch(
             raise MemoptError(
                 f"the run at batch {plan.target_batch}: {verify.status.failure(_TARGET)}: {verify.error} (log: {Path(verify.run_dir) / TORCH_LOG_NAME})"
             )
-        error = (peak - predicted) / peak
+        error = (predicted - peak) / peak  # as every prediction error memopt prints: negative, the run peaked above it
         verdict = "verified" if result.verified else "over the limit"
         peak_shown, limit_shown = format_compared(peak, limit)
         say(

@@ -15,6 +15,7 @@ from memopt.core import parse_runnable
 from memopt.recompute import POLICY_ENV, RecomputePlan, RecomputePolicy
 from memopt.run.budget import Budget
 from memopt.run.settings import RunSettings
+from memopt.tui.state import plan_cells
 from memopt.tune import TuneSettings
 from memopt.tune.settings import TuneError
 
@@ -36,7 +37,12 @@ def test_a_selection_is_saved_by_its_content_and_a_run_over_the_limit_is_not_ver
     none = tuner.export_lines(())
     assert none[0] == "# no recompute (NOT verified)" and policy_path(none[1]).is_file()  # that run's own policy file
 
-    first, second = (row.key for row in tuner.rows()[:2])
+    rows = tuner.rows()
+    # The screen's pattern column tells every plan apart: module plans differ only by their path.
+    patterns = [plan_cells(row, False)[3] for row in rows]
+    assert len(set(patterns)) == len(rows) and all(": " in pattern for pattern in patterns)
+    assert all(plan_cells(row, False)[2].endswith(" s") for row in rows)  # seconds a step, as step times
+    first, second = (row.key for row in rows[:2])
     lines = tuner.export_lines([first])
     assert lines[0].endswith("(NOT verified)")
     path = policy_path(lines[1])
