@@ -387,8 +387,8 @@ def _advice(state: SearchState, whole_run_bytes: float) -> str:
 
 def _within_noise(state: SearchState, last: Attempt) -> TryPlans | Stop:
     """A fit (within the budget) that is over the limit, or under it by less than the
-    run-to-run noise: a re-run may go over. More recompute gives the steps room; the
-    start-up's peak it cannot lower."""
+    run-to-run noise: a re-run may go over. More recompute gives the steps and the exit room;
+    the start-up's peak it cannot lower."""
     room = state.room(last)
     assert room is not None  # else the outcome alone decides
     over = room.under_limit_bytes < 0
@@ -396,7 +396,9 @@ def _within_noise(state: SearchState, last: Attempt) -> TryPlans | Stop:
     # have made the rest of what runs out, and more recompute may take some away).
     if over and (state.reachable_floor(last) or 0) > state.limit_bytes:
         return _fixed_phase_binds(state, last, "limit")
-    if room.phase.lowered_by_recompute or over:
+    # The exit begins where the steps left the process: more recompute lowers it too (as far as
+    # ``reachable_floor`` says); only the start-up is out of its reach.
+    if room.phase.lowered_by_recompute or room.phase is Phase.EXIT or over:
         step = _heavier(state, last, f"trial {last.number} fits the budget but is {room.describe()}: {room.verdict}; ")
         if isinstance(step, TryPlans) or over:
             return step
