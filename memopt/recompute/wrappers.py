@@ -280,10 +280,10 @@ class _ChunkedLoss(_Forward):
         check_loss_head(model, head_path)
         super().__init__(model)
         self.head_path = head_path
+        self.signature = inspect.signature(self.__wrapped__)  # once, not at every forward
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        signature = inspect.signature(self.__wrapped__)
-        return forward_with_chunked_loss(self.module, self.head_path, self.forward, signature, args, kwargs)
+        return forward_with_chunked_loss(self.module, self.head_path, self.forward, self.signature, args, kwargs)
 
 
 class _Hooked(_Forward):

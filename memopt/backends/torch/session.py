@@ -217,7 +217,7 @@ class TorchTuner(SessionEvents):
         else:
             message = (
                 f"no policy the model chose brought batch {plan.target_batch} under {format_bytes(plan.limit_bytes)}: "
-                f"{plan.floor_line()}"
+                f"{plan.floor_line}"
             )
         status = SearchStatus.VERIFIED if best is not None else SearchStatus.IMPOSSIBLE
         finished = TuneResult(status, message, best, tuple(self.records))

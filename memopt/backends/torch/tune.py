@@ -34,6 +34,7 @@ runtime, the recipe's imports and the allocator's share, which only a process of
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -181,8 +182,10 @@ class TorchPlan:
                 high = middle - 1
         return low
 
+    @functools.cached_property
     def floor_line(self) -> str:
-        """Why no policy fits: the floor at the target batch, what holds it, and the batch that fits."""
+        """Why no policy fits: the floor at the target batch, what holds it, and the batch that fits
+        (worked out once: the progress and the session's verdict both say it)."""
         policy, floor = self.strongest()
         largest = self.largest_fitting_batch()
         fits = f"batch {largest} is predicted to fit" if largest else "not even batch 1 is predicted to fit"
@@ -409,7 +412,7 @@ def verify_torch(
         miss += peak - predicted + (plan.budget_bytes - limit)
     assert result is not None  # the first choice always runs
     if not result.verified:
-        say(f"model: {plan.floor_line()}")
+        say(f"model: {plan.floor_line}")
     return result
 
 

@@ -103,10 +103,10 @@ def test_below_the_floor_tune_says_the_floor_what_holds_it_and_the_batch_that_fi
     limit = (floor_at[5] + floor_at[6]) / 2  # batch 5 fits at the most, batch 8 cannot
     plan = TorchPlan(8, int(limit / 0.98), limit, scanned, line, NONE, line.predict(NONE, 8), ())
     assert plan.largest_fitting_batch() == 5
-    said = plan.floor_line()
+    said = plan.floor_line
     assert said.startswith(f"the floor at batch 8 is {format_bytes(int(floor_at[8]))} with the policy that saves most")
     assert "whatever the batch (parameters, gradients, optimizer state, the runtime)" in said
     assert said.endswith("batch 5 is predicted to fit")
     low = replace(plan, limit_bytes=floor_at[1] - 1)
-    assert low.largest_fitting_batch() == 0 and low.floor_line().endswith("not even batch 1 is predicted to fit")
+    assert low.largest_fitting_batch() == 0 and low.floor_line.endswith("not even batch 1 is predicted to fit")
     assert len(strongest.plans) > 0
