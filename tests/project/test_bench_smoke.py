@@ -120,6 +120,16 @@ def test_predictions_snapshot(tmp_path: Path) -> None:
 
 
 @pytest.mark.ort
+def test_arena_pages_benchmark() -> None:
+    out = _run(
+        str(BENCH / "arena_pages.py"), "hf:llama", "-o", "size=tiny", "--batch", "2", "--seq", "16", "--steps", "2"
+    )
+    lines = [line for line in out.splitlines() if line.startswith("step ")]
+    assert len(lines) == 6 and all(" arena resident " in line and " outside it " in line for line in lines)
+    assert " of     0.0 " not in lines[-1]  # ORT's log named the arena's regions
+
+
+@pytest.mark.ort
 def test_torchrun_leftovers_benchmark(tmp_path: Path) -> None:
     out = _run(str(BENCH / "bench_torchrun_leftovers.py"), "--trials", "1", "--runs-dir", str(tmp_path / "runs"))
     assert "| 1 | 0 | 0 |" in out
