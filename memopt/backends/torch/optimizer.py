@@ -75,7 +75,9 @@ def _stepping(recipe: Recipe, plan: RecomputePlan | None, device: str, placed: s
     """The recipe's optimizer over its model's parameters on ``placed``, each with a gradient, as
     ``plan`` sets it (None: as the recipe makes it, ``foreach`` left to torch resolved as on ``device``)."""
     torch.manual_seed(0)
-    model = recipe.model().to(placed)
+    model = recipe.model()
+    if placed != "cpu":  # built on CPU; moving fake parameters swaps tensors, which torch 2.13 refuses under a counter
+        model = model.to(placed)
     for parameter in model.parameters():
         if parameter.requires_grad:
             parameter.grad = torch.randn_like(parameter) * 1e-3
