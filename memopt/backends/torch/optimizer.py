@@ -15,8 +15,10 @@ real model (a negative difference, the fused kernel being faster, costs nothing)
 
 from __future__ import annotations
 
-import functools
+import json
 import statistics
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import replace
@@ -28,47 +30,85 @@ from torch.optim.optimizer import Optimizer
 
 from memopt.backends.torch.scan import TorchPlanRow, TorchScan
 from memopt.backends.torch.simulate import LiveBytes
+from memopt.errors import MemoptError, one_line
 from memopt.graph.polynomial import Polynomial
-from memopt.recipes import Recipe
+from memopt.recipes import Recipe, load_hf_recipe, load_recipe
 from memopt.recipes.defaults import make_optimizer
+from memopt.recipes.hf import HF_PREFIX
 from memopt.recompute import RecomputePlan, RecomputePolicy, RecomputePolicyError, apply_optimizer
 from memopt.recompute.policy import OPTIMIZER, OPTIMIZER_STEPS
 
-__all__ = ["optimizer_rows", "step_bytes", "step_seconds", "with_step_plans"]
+__all__ = ["optimizer_rows", "step_bytes", "step_seconds", "step_times", "with_step_plans"]
 
 _STEPS = 2  # the first makes the state, the second steps with it
 _TIMED_STEPS = 3  # each way, after one warm-up step; the median is taken
+_TIMING_TIMEOUT_S = 600
+_AS_MADE = "as made"  # step_times' key for the optimizer as the recipe makes it
 
 
-def optimizer_rows(recipe: Recipe, device: str, *, timed: bool) -> tuple[TorchPlanRow, ...]:
+def optimizer_rows(recipe: Recipe, device: str, *, timed: bool, python: str | None = None) -> tuple[TorchPlanRow, ...]:
     """A row for each optimizer plan the recipe's optimizer takes that lowers its step's peak on
     ``device`` (``cpu`` or ``cuda``: the default path differs); ``timed``: its cost measured on the
-    real model, else none."""
-    plans = [RecomputePlan(OPTIMIZER, optimizer_step=step) for step in OPTIMIZER_STEPS]
+    real model (on CUDA in a short process of ``python``'s), else none."""
     baseline = step_bytes(recipe, None, device)
-    baseline_seconds = functools.cache(lambda: step_seconds(recipe, None, device))
-    rows = []
-    for plan in plans:
+    savings: dict[RecomputePlan, int] = {}
+    for step in OPTIMIZER_STEPS:
+        plan = RecomputePlan(OPTIMIZER, optimizer_step=step)
         try:
-            saving = baseline - step_bytes(recipe, plan, device)
+            savings[plan] = baseline - step_bytes(recipe, plan, device)
         except RecomputePolicyError:  # the recipe's optimizer has no such setting, or no fused kernel here
             continue
-        if saving <= 0:
-            continue
-        seconds = max(0.0, step_seconds(recipe, plan, device) - baseline_seconds()) if timed else 0.0
-        rows.append(
-            TorchPlanRow(
-                plan,
-                tensors=0,
-                modules=0,
-                saving_bytes=saving,
-                saving=Polynomial.constant(Fraction(saving)),
-                recompute_seconds=seconds,
-                peak_share=1.0,
-                grows_with_batch=False,
-            )
+    lowering = [plan for plan, saving in savings.items() if saving > 0]
+    seconds = step_times(recipe, device, lowering, python) if timed and lowering else {}
+    return tuple(
+        TorchPlanRow(
+            plan,
+            tensors=0,
+            modules=0,
+            saving_bytes=savings[plan],
+            saving=Polynomial.constant(Fraction(savings[plan])),
+            recompute_seconds=max(0.0, seconds[str(plan)] - seconds[_AS_MADE]) if seconds else 0.0,
+            peak_share=1.0,
+            grows_with_batch=False,
         )
-    return tuple(rows)
+        for plan in lowering
+    )
+
+
+def step_times(recipe: Recipe, device: str, plans: list[RecomputePlan], python: str | None = None) -> dict[str, float]:
+    """The step's median time as the recipe makes its optimizer (``_AS_MADE``) and with each plan.
+    On CUDA in a short process of its own: a CUDA context in memopt's own process would hold
+    device memory while its runs are measured."""
+    if device != "cuda":
+        return _times_here(recipe, device, plans)
+    request = {"spec": recipe.spec, "options": dict(recipe.options), "device": device, "plans": list(map(str, plans))}
+    try:
+        done = subprocess.run(
+            [python or sys.executable, "-m", __name__, json.dumps(request)],
+            capture_output=True,
+            text=True,
+            timeout=_TIMING_TIMEOUT_S,
+            check=True,
+        )
+        times: dict[str, float] = json.loads(done.stdout.strip().splitlines()[-1])
+    except (OSError, subprocess.SubprocessError, ValueError, IndexError) as err:
+        raise MemoptError(f"timing the optimizer's step on {device} failed: {one_line(err)}") from err
+    return times
+
+
+def _times_here(recipe: Recipe, device: str, plans: list[RecomputePlan]) -> dict[str, float]:
+    return {_AS_MADE: step_seconds(recipe, None, device)} | {
+        str(plan): step_seconds(recipe, plan, device) for plan in plans
+    }
+
+
+def _main(argv: list[str]) -> None:
+    """``python -m memopt.backends.torch.optimizer REQUEST``: ``step_times`` here, as JSON on stdout."""
+    request = json.loads(argv[0])
+    spec, options = request["spec"], request["options"]
+    recipe = load_hf_recipe(spec, options) if spec.startswith(HF_PREFIX) else load_recipe(spec, options)
+    plans = [RecomputePlan.parse(plan) for plan in request["plans"]]
+    print(json.dumps(_times_here(recipe, request["device"], plans)))
 
 
 def _stepping(recipe: Recipe, plan: RecomputePlan | None, device: str, placed: str) -> Optimizer:
@@ -122,6 +162,12 @@ def step_seconds(recipe: Recipe, plan: RecomputePlan | None, device: str) -> flo
     return statistics.median(times)
 
 
-def with_step_plans(scanned: TorchScan, recipe: Recipe, device: str, *, timed: bool = True) -> TorchScan:
+def with_step_plans(
+    scanned: TorchScan, recipe: Recipe, device: str, *, timed: bool = True, python: str | None = None
+) -> TorchScan:
     """The scan with the optimizer plans that lower the recipe's step peak on ``device``, beside its recompute plans."""
-    return replace(scanned, rows=(*scanned.rows, *optimizer_rows(recipe, device, timed=timed)))
+    return replace(scanned, rows=(*scanned.rows, *optimizer_rows(recipe, device, timed=timed, python=python)))
+
+
+if __name__ == "__main__":
+    _main(sys.argv[1:])

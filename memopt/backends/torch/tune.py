@@ -249,7 +249,9 @@ def plan_torch(
             f"scan: capturing training steps of {settings.target} at batch {scan_batch} with fake tensors, "
             f"and one real step at batch {scan_batch} for recompute times (this process)"
         )
-        scanned = with_step_plans(scan_recipe(recipe, scan_batch), recipe, "cuda" if cuda else "cpu")
+        scanned = with_step_plans(
+            scan_recipe(recipe, scan_batch), recipe, "cuda" if cuda else "cpu", python=settings.python
+        )
     else:
         batches = ", ".join(str(b) for b in range(scan_batch, scan_batch + 3))
         say(f"scan: capturing a training forward of {settings.target} at batches {batches} (short runs)")

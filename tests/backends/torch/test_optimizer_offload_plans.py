@@ -151,3 +151,19 @@ def test_the_scan_lists_the_optimizer_plan_and_says_offload_does_not_apply_on_cp
     assert run.returncode == 0, run.stderr
     assert "optimizer: fused" in run.stdout
     assert run.stderr.count("does not apply on CPU") == 1 and NOT_ON_CPU in run.stderr.replace("\n", " ")
+
+
+@pytest.mark.subprocess
+def test_the_step_times_process_cuda_uses_answers_with_each_way(tmp_path: Path) -> None:
+    """On CUDA the step is timed in a process of its own (run here on CPU: the same request and answer)."""
+    request = {"spec": "mlp", "options": {"size": "tiny"}, "device": "cpu", "plans": ["optimizer: fused"]}
+    done = subprocess.run(
+        [sys.executable, "-m", "memopt.backends.torch.optimizer", json.dumps(request)],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=tmp_path,
+        timeout=300,
+    )
+    times = json.loads(done.stdout.strip().splitlines()[-1])
+    assert set(times) == {"as made", "optimizer: fused"} and all(t > 0 for t in times.values())
