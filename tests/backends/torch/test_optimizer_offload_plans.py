@@ -167,3 +167,28 @@ def test_the_step_times_process_cuda_uses_answers_with_each_way(tmp_path: Path) 
     )
     times = json.loads(done.stdout.strip().splitlines()[-1])
     assert set(times) == {"as made", "optimizer: fused"} and all(t > 0 for t in times.values())
+
+
+def test_the_childs_training_loop_hands_its_optimizer_to_the_policy(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """memopt's child trains a recipe as ``run_steps`` builds it: the model wrapped, then the
+    optimizer made from it and prepared by the back end, where the policy's optimizer plan lands."""
+    from memopt.backends.torch.child import TorchSteps
+    from memopt.child.steps import TrainingStep
+    from memopt.recompute import POLICY_ENV
+
+    path = tmp_path / "policy.json"
+    policy("optimizer: fused", "0: *").write(path)
+    monkeypatch.setenv(POLICY_ENV, str(path))
+    steps = TorchSteps()
+    step = TrainingStep(
+        load_recipe("mlp", {"size": "tiny"}),
+        2,
+        "cpu",
+        lambda model: steps.wrap(model, "WARNING", False),
+        steps.prepare_optimizer,
+    )
+    step()
+    assert [(g["fused"], g["foreach"]) for g in step.optimizer.param_groups] == [(True, False)]
+    assert hasattr(step.model, "_memopt_recompute_policy")
