@@ -19,6 +19,7 @@ from typing import Any, Protocol
 
 import torch
 from torch import nn
+from torch.optim.optimizer import Optimizer
 
 from memopt.child import OOM_MARKERS
 from memopt.child.memory import cuda_figures, proc_status_bytes, reset_rss_peak
@@ -93,6 +94,10 @@ class StepsBackend(Protocol):
         """The model as this back end trains it."""
         ...
 
+    def prepare_optimizer(self, optimizer: Optimizer) -> None:
+        """Set how the optimizer made from the wrapped model's parameters steps (torch: the policy's optimizer plan)."""
+        ...
+
     def after_steps(self, recipe: Recipe, batch_size: int, device: str, folder: Path) -> None:
         """Work after the measured steps whose files go to the run's ``folder`` (ORT: node times)."""
         ...
@@ -116,7 +121,14 @@ class TrainingStep:
     """A recipe's model as its back end trains it (``wrap``), with its batch and optimizer: call it
     to run one step."""
 
-    def __init__(self, recipe: Recipe, batch_size: int, device: str, wrap: Callable[[nn.Module], nn.Module]) -> None:
+    def __init__(
+        self,
+        recipe: Recipe,
+        batch_size: int,
+        device: str,
+        wrap: Callable[[nn.Module], nn.Module],
+        prepare_optimizer: Callable[[Optimizer], None] = lambda optimizer: None,
+    ) -> None:
         model = _call_recipe("build_model", recipe.model)
         if not isinstance(model, nn.Module):
             raise RecipeError(f"build_model() returned {type(model).__name__}; expected a torch.nn.Module")
@@ -138,6 +150,7 @@ class TrainingStep:
             self.loss_fn, self.loss_name = _returned_loss, "the model's returned loss"
         self.model = wrap(model.to(device))
         self.optimizer = _call_recipe("optimizer", lambda: make_optimizer(recipe, self.model.parameters()))
+        prepare_optimizer(self.optimizer)
         # A training loop's variables hold the last step's output and loss until the next
         # forward returns; ORT's arena places that step's tensors around them, so a trial
         # holds them too.
@@ -189,7 +202,9 @@ def run_steps(
             raise RecipeError(str(err)) from None
         report.cuda_device_name = torch.cuda.get_device_name()
         report.cuda_total_memory = torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory
-    step = TrainingStep(recipe, batch_size, device, lambda model: backend.wrap(model, log_level, save_onnx))
+    step = TrainingStep(
+        recipe, batch_size, device, lambda model: backend.wrap(model, log_level, save_onnx), backend.prepare_optimizer
+    )
     report.static_bytes = _memory_now(device)
 
     for index in range(steps + 1):

@@ -14,6 +14,14 @@ A plan names where and what:
 ``lm_head: chunked-loss``
     A causal LM whose output head is ``lm_head`` computes its loss a chunk of tokens at a time
     and keeps no logits (``memopt.recompute.loss``).
+``blocks.*: offload``
+    What every matching module saves for backward waits in (pinned) host memory until backward
+    copies it back (``torch.autograd.graph.save_on_cpu``): on CUDA only, where the device's memory
+    is not the host's.
+``optimizer: foreach-off`` / ``optimizer: fused``
+    The optimizer steps one parameter at a time (torch's single-tensor path, whose temporaries are
+    one parameter's, not every parameter's at once as ``foreach``'s) or with the fused kernel (no
+    temporaries); applied to the optimizer given to ``memopt.recompute.apply(model, optimizer=opt)``.
 
 A module pattern is a dotted module path (``named_modules()``) in which ``*`` stands for one
 name. An op is an aten operator, spelled ``gelu``, ``aten.gelu``, ``aten::gelu`` or with an
@@ -35,7 +43,7 @@ import stat
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, get_args
 
 import torch
 from torch._ops import ops as torch_ops
@@ -44,6 +52,10 @@ from memopt.errors import MemoptError, path_kind
 
 __all__ = [
     "CHUNKED_LOSS",
+    "OFFLOAD",
+    "OPTIMIZER",
+    "OPTIMIZER_STEPS",
+    "OptimizerStep",
     "POLICY_ENV",
     "OpName",
     "RecomputePlan",
@@ -58,6 +70,10 @@ _WHOLE_MODULE = "*"
 _EXCEPT = " except "
 _WHOLE_MODULE_ADVICE = "use a whole-module plan ('MODULE: *')"
 CHUNKED_LOSS = "chunked-loss"
+OFFLOAD = "offload"
+OPTIMIZER = "optimizer"  # the module path an optimizer plan names: the optimizer, not a module of the model
+OptimizerStep = Literal["foreach-off", "fused"]
+OPTIMIZER_STEPS: tuple[OptimizerStep, ...] = get_args(OptimizerStep)
 # Ops that write into an input their schema does not mark as written: batch norm's running statistics.
 _UNMARKED_WRITES = frozenset(
     {"native_batch_norm", "cudnn_batch_norm", "miopen_batch_norm", "batch_norm", "_batch_norm_impl_index"}
@@ -143,19 +159,34 @@ class OpName:
 
 @dataclass(frozen=True)
 class RecomputePlan:
-    """``module: op`` (recompute that op's outputs), ``module: *``, ``module: * except ops`` or ``module: chunked-loss``."""
+    """``module: op`` (recompute that op's outputs), ``module: *``, ``module: * except ops``,
+    ``module: chunked-loss``, ``module: offload`` or ``optimizer: foreach-off|fused``."""
 
     module: str
-    op: OpName | None = None  # None: the whole module is one checkpoint region (or the chunked loss)
+    op: OpName | None = None  # None: the whole module is one checkpoint region (or one of the kinds below)
     keep: tuple[OpName, ...] = ()  # in a whole-module region: ops whose outputs stay saved
     chunked_loss: bool = False  # the module is a causal LM's head: its loss runs in chunks
+    offload: bool = False  # what the module saves for backward waits in host memory
+    optimizer_step: OptimizerStep | None = None  # how the optimizer steps (module is OPTIMIZER)
 
     def __post_init__(self) -> None:
         names = self.module.split(".")
         if not self.module or any(not name or name != name.strip() or " " in name for name in names):
             raise RecomputePolicyError(f"{_quoted(self.module)} is not a module path pattern (say blocks.*.mlp)")
-        if self.chunked_loss and (self.op is not None or self.keep):
-            raise RecomputePolicyError(f"plan {self}: '{CHUNKED_LOSS}' goes alone ('MODULE: {CHUNKED_LOSS}')")
+        kinds = [
+            self.op is not None or bool(self.keep),
+            self.chunked_loss,
+            self.offload,
+            self.optimizer_step is not None,
+        ]
+        if sum(kinds) > 1:
+            raise RecomputePolicyError(
+                f"plan {self}: one kind of plan a line (an op, '*', '{CHUNKED_LOSS}', '{OFFLOAD}')"
+            )
+        if (self.module == OPTIMIZER) != (self.optimizer_step is not None):
+            raise RecomputePolicyError(
+                f"plan {self}: the optimizer's plans are '{OPTIMIZER}: {' or '.join(OPTIMIZER_STEPS)}', and only they name it"
+            )
         if self.op is not None and self.keep:
             raise RecomputePolicyError(f"plan {self}: 'except' goes with a whole-module plan ('MODULE: * except OPS')")
         if self.op is not None:
@@ -175,6 +206,11 @@ class RecomputePlan:
             return cls(module.strip())
         if what == CHUNKED_LOSS:
             return cls(module.strip(), chunked_loss=True)
+        if what == OFFLOAD:
+            return cls(module.strip(), offload=True)
+        for step in OPTIMIZER_STEPS:
+            if what == step:
+                return cls(module.strip(), optimizer_step=step)
         if what.startswith(_WHOLE_MODULE + _EXCEPT):
             keep = tuple(OpName.parse(op) for op in what.removeprefix(_WHOLE_MODULE + _EXCEPT).split(","))
             return cls(module.strip(), keep=keep)
@@ -182,7 +218,18 @@ class RecomputePlan:
 
     @property
     def whole_module(self) -> bool:
-        return self.op is None and not self.chunked_loss
+        return self.op is None and not self.chunked_loss and not self.offload and self.optimizer_step is None
+
+    @property
+    def kind(self) -> str:
+        """What the plan does, in a word: op, module, loss, offload or optimizer."""
+        if self.op is not None:
+            return "op"
+        if self.chunked_loss:
+            return "loss"
+        if self.offload:
+            return OFFLOAD
+        return OPTIMIZER if self.optimizer_step is not None else "module"
 
     def matches_module(self, path: str) -> bool:
         pattern = self.module.split(".")
@@ -194,6 +241,10 @@ class RecomputePlan:
             return f"{self.module}: {self.op}"
         if self.chunked_loss:
             return f"{self.module}: {CHUNKED_LOSS}"
+        if self.offload:
+            return f"{self.module}: {OFFLOAD}"
+        if self.optimizer_step is not None:
+            return f"{self.module}: {self.optimizer_step}"
         kept = f"{_EXCEPT}{', '.join(map(str, self.keep))}" if self.keep else ""
         return f"{self.module}: {_WHOLE_MODULE}{kept}"
 
@@ -213,6 +264,20 @@ class RecomputePolicy:
     """The chosen plans, applied together (``memopt.recompute.apply``)."""
 
     plans: tuple[RecomputePlan, ...]
+
+    def __post_init__(self) -> None:
+        if len(self.optimizer_plans) > 1:
+            raise RecomputePolicyError(
+                f"plans {', '.join(map(str, self.optimizer_plans))}: the optimizer steps one way; keep one of them"
+            )
+
+    @property
+    def optimizer_plans(self) -> tuple[RecomputePlan, ...]:
+        return tuple(plan for plan in self.plans if plan.optimizer_step is not None)
+
+    @property
+    def model_plans(self) -> tuple[RecomputePlan, ...]:
+        return tuple(plan for plan in self.plans if plan.optimizer_step is None)
 
     def to_json(self) -> str:
         return json.dumps({"format": _FORMAT, "version": _VERSION, "plans": [str(p) for p in self.plans]}, indent=2)

@@ -15,6 +15,11 @@ Two mechanisms, one per kind of plan (``policy``):
   an op's whole output whether autograd saves it or not: keep only ops whose outputs are saved.
 * ``MODULE: chunked-loss`` — the model's forward, called with labels, computes its loss over that
   head a chunk of tokens at a time (``memopt.recompute.loss``).
+* ``MODULE: offload`` — the module's forward runs under ``torch.autograd.graph.save_on_cpu``: what
+  it saves for backward is copied to pinned host memory and back when backward needs it. A CPU
+  tensor is in host memory already, and ``save_on_cpu`` keeps it as it is (``Tensor.cpu()``).
+* ``optimizer: foreach-off`` / ``optimizer: fused`` — set in the optimizer's parameter groups
+  (``apply_optimizer``), whose ``foreach`` and ``fused`` flags torch's optimizers read at every step.
 
 Only torch and the standard library are imported here.
 """
@@ -23,6 +28,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -30,7 +36,8 @@ from typing import Any
 import torch
 import torch.utils.checkpoint as torch_checkpoint
 from torch import nn
-from torch.autograd.graph import saved_tensors_hooks
+from torch.autograd.graph import save_on_cpu, saved_tensors_hooks
+from torch.optim.optimizer import Optimizer
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten, tree_unflatten
 from torch.utils.weak import WeakTensorKeyDictionary
@@ -38,7 +45,7 @@ from torch.utils.weak import WeakTensorKeyDictionary
 from memopt.recompute.loss import check_loss_head, forward_with_chunked_loss
 from memopt.recompute.policy import OpName, RecomputePlan, RecomputePolicy, RecomputePolicyError
 
-__all__ = ["AppliedPolicy", "apply_policy"]
+__all__ = ["AppliedPolicy", "RecomputeWarning", "apply_optimizer", "apply_policy"]
 
 _APPLIED = "_memopt_recompute_policy"
 
@@ -186,13 +193,55 @@ class AppliedPolicy:
             )
 
 
-def apply_policy(model: nn.Module, policy: RecomputePolicy) -> AppliedPolicy:
-    """Wrap ``model``'s modules as ``policy`` says (``RecomputePolicyError`` where a plan matches nothing,
-    or would rerun batch norm's update of its running statistics)."""
+class RecomputeWarning(UserWarning):
+    """A plan that is applied but does nothing where the model runs."""
+
+
+def apply_optimizer(optimizer: Optimizer, policy: RecomputePolicy) -> None:
+    """Set ``policy``'s optimizer plan in ``optimizer``'s parameter groups (``RecomputePolicyError``
+    where the optimizer has no such flag, or its parameters are on a device the fused kernel lacks)."""
+    for plan in policy.optimizer_plans:
+        name = type(optimizer).__name__
+        for group in optimizer.param_groups:
+            if "foreach" not in group or (plan.optimizer_step == "fused" and "fused" not in group):
+                flag = "fused" if plan.optimizer_step == "fused" else "foreach"
+                raise RecomputePolicyError(f"recompute plan {plan}: the optimizer {name} has no {flag!r} setting")
+        if plan.optimizer_step == "fused":
+            devices = {p.device.type for group in optimizer.param_groups for p in group["params"]}
+            supported = _fused_devices()
+            if not devices <= supported:
+                raise RecomputePolicyError(
+                    f"recompute plan {plan}: torch {torch.__version__} has no fused {name} for "
+                    f"{', '.join(sorted(devices - supported))} parameters"
+                )
+        for group in optimizer.param_groups:
+            group["foreach"] = False
+            if "fused" in group:
+                group["fused"] = plan.optimizer_step == "fused"
+
+
+def _fused_devices() -> set[str]:
+    from torch.utils._foreach_utils import _get_fused_kernels_supported_devices
+
+    return set(_get_fused_kernels_supported_devices())
+
+
+def apply_policy(model: nn.Module, policy: RecomputePolicy, optimizer: Optimizer | None = None) -> AppliedPolicy:
+    """Wrap ``model``'s modules as ``policy`` says, and set its optimizer plan in ``optimizer``
+    (``RecomputePolicyError`` where a plan matches nothing, would rerun batch norm's update of its
+    running statistics, or names the optimizer and none is given)."""
     if hasattr(model, _APPLIED):
         raise RecomputePolicyError("a recompute policy is already applied to this model")
+    if policy.optimizer_plans and optimizer is None:
+        plan = policy.optimizer_plans[0]
+        raise RecomputePolicyError(
+            f"recompute plan {plan} sets how the optimizer steps: pass it, "
+            "memopt.recompute.apply(model, optimizer=optimizer)"
+        )
+    if optimizer is not None:
+        apply_optimizer(optimizer, policy)
     paths = [path for path, _ in model.named_modules() if path]
-    modules = {plan: [path for path in paths if plan.matches_module(path)] for plan in policy.plans}
+    modules = {plan: [path for path in paths if plan.matches_module(path)] for plan in policy.model_plans}
     unmatched = [plan.module for plan, matched in modules.items() if not matched]
     if unmatched:
         sample = ", ".join(paths[:6]) + (", ..." if len(paths) > 6 else "")
@@ -216,6 +265,16 @@ def apply_policy(model: nn.Module, policy: RecomputePolicy) -> AppliedPolicy:
         for plan in plans:
             if plan.whole_module:
                 module.forward = _Checkpointed(module, plan.keep)
+            elif plan.offload:
+                module.forward = _Offloaded(module)
+    offloads = [plan for plan in policy.plans if plan.offload]
+    if offloads and not torch.cuda.is_available():
+        warnings.warn(
+            f"recompute plan {offloads[0]} moves nothing here: torch sees no CUDA device, and what the "
+            "module saves is in host memory already",
+            RecomputeWarning,
+            stacklevel=3,
+        )
     for plan in policy.plans:
         if plan.chunked_loss:
             model.forward = _ChunkedLoss(model, plan.module)
@@ -284,6 +343,18 @@ class _ChunkedLoss(_Forward):
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return forward_with_chunked_loss(self.module, self.head_path, self.forward, self.signature, args, kwargs)
+
+
+class _Offloaded(_Forward):
+    """The module's forward with what it saves for backward waiting in host memory, pinned where its
+    inputs are on CUDA (so the copies back run asynchronously); CPU tensors stay where they are."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if not torch.is_grad_enabled():
+            return self.forward(*args, **kwargs)
+        cuda = any(isinstance(t, torch.Tensor) and t.is_cuda for t in tree_flatten((args, kwargs))[0])
+        with save_on_cpu(pin_memory=cuda):  # type: ignore[no-untyped-call]
+            return self.forward(*args, **kwargs)
 
 
 class _Hooked(_Forward):

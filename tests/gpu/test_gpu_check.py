@@ -151,24 +151,25 @@ print(sorted(m for m in sys.modules if m.split(".")[0] == "memopt"))
 ABSENT_ON_DEVICE = ("onnx", "onnxruntime", "pydantic", "pydantic_core", "textual", "scipy", "psutil")
 
 
-@pytest.mark.torch
-def test_the_plain_torch_check_runs_on_the_cpu_without_the_packages_the_device_image_lacks(tmp_path: Path) -> None:
-    """bench/gpu/check_plain_torch.py end to end on this CPU (its one figure there is RSS: no
-    CUDA figure is exercised), its parent and memopt's child processes without those packages."""
+def _as_on_the_device(command: list[str], tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    """``command`` run with the packages the device image lacks made absent (imported, they fail)."""
     absent = tmp_path / "absent"
     absent.mkdir()
     (absent / "sitecustomize.py").write_text(
         f"import sys\nfor name in {ABSENT_ON_DEVICE!r}:\n    sys.modules[name] = None\n"
     )
+    return subprocess.run(
+        command, env={**os.environ, "PYTHONPATH": str(absent)}, capture_output=True, text=True, timeout=900
+    )
+
+
+@pytest.mark.torch
+def test_the_plain_torch_check_runs_on_the_cpu_without_the_packages_the_device_image_lacks(tmp_path: Path) -> None:
+    """bench/gpu/check_plain_torch.py end to end on this CPU (its one figure there is RSS: no
+    CUDA figure is exercised), its parent and memopt's child processes without those packages."""
     script = ROOT / "bench" / "gpu" / "check_plain_torch.py"
     command = [sys.executable, str(script), "--device", "cpu", "--target-batch", "8", "--steps", "2"]
-    done = subprocess.run(
-        [*command, "--out", str(tmp_path / "out")],
-        env={**os.environ, "PYTHONPATH": str(absent)},
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
+    done = _as_on_the_device([*command, "--out", str(tmp_path / "out")], tmp_path)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     result = json.loads((tmp_path / "out" / "plain_torch_check.json").read_text())
     assert [(run["batch"], run["status"]) for run in result["runs"]] == [(2, "ok"), (4, "ok")] + [(8, "ok")] * 4
@@ -179,3 +180,25 @@ def test_the_plain_torch_check_runs_on_the_cpu_without_the_packages_the_device_i
         "| policy | figure | predicted (MiB) | measured (MiB) | error |"
         in (tmp_path / "out" / "plain_torch_check.md").read_text()
     )
+
+
+@pytest.mark.torch
+def test_the_offload_and_loss_check_runs_on_the_cpu_without_the_packages_the_device_image_lacks(tmp_path: Path) -> None:
+    """bench/gpu/check_offload_and_loss.py on this CPU at a small size: offload moves nothing here
+    and keeps gradients bitwise; the chunked loss keeps them within its tolerance and lowers the
+    step's live bytes by about the logits. It checks the script and its imports, not CUDA."""
+    script = ROOT / "bench" / "gpu" / "check_offload_and_loss.py"
+    sizes = ["--width", "128", "--layers", "3", "--batch", "256", "--tokens", "512", "--repeats", "1"]
+    done = _as_on_the_device([sys.executable, str(script), "--device", "cpu", *sizes, "--out", str(tmp_path)], tmp_path)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    rows = {
+        (r["check"], r["variant"]): r for r in json.loads((tmp_path / "offload_loss_check.json").read_text())["rows"]
+    }
+    plain, offloaded = rows[("offload", "no policy")], rows[("offload", "blocks.*: offload")]
+    assert offloaded["gradients"] == rows[("offload", "blocks.*: *")]["gradients"] == "bitwise"
+    assert offloaded["peak_bytes"] == plain["peak_bytes"] and offloaded["predicted_saving_bytes"] == 0
+    full, chunked = rows[("loss", "cross_entropy over the logits")], rows[("loss", "chunked_cross_entropy")]
+    assert chunked["gradients"] == "within rtol 1e-5 / atol 1e-6"
+    logits = 512 * 32_000 * 4
+    assert full["peak_bytes"] - chunked["peak_bytes"] > logits
+    assert "| check | variant | peak (MiB) |" in (tmp_path / "offload_loss_check.md").read_text()

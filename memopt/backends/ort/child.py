@@ -19,6 +19,7 @@ from memopt.errors import one_line
 
 if TYPE_CHECKING:
     from torch import nn
+    from torch.optim.optimizer import Optimizer
 
     from memopt.recipes import Recipe
 
@@ -44,6 +45,9 @@ class OrtSteps:
 
         options = DebugOptions(log_level=LogLevel[log_level], save_onnx=save_onnx, onnx_prefix=ONNX_PREFIX)
         return ORTModule(model, options)
+
+    def prepare_optimizer(self, optimizer: Optimizer) -> None:
+        return None  # ORT's memory optimizer plans the graph; the optimizer steps as the recipe made it
 
     def after_steps(self, recipe: Recipe, batch_size: int, device: str, folder: Path) -> None:
         """Each node's median kernel time over ``PROFILED_STEPS`` steps (CPU only), from a second

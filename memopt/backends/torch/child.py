@@ -13,14 +13,20 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from torch import nn
+    from torch.optim.optimizer import Optimizer
 
     from memopt.recipes import Recipe
+    from memopt.recompute import RecomputePolicy
 
 __all__ = ["TorchSteps"]
 
 
 class TorchSteps:
-    """The model in plain PyTorch (``memopt.child.steps.StepsBackend``)."""
+    """The model in plain PyTorch (``memopt.child.steps.StepsBackend``): the policy's plans on the
+    model when it is wrapped, its optimizer plan on the optimizer once it is made from the wrapped model."""
+
+    def __init__(self) -> None:
+        self.policy: RecomputePolicy | None = None
 
     def check(self) -> None:
         return None  # the child runs on torch already
@@ -35,9 +41,18 @@ class TorchSteps:
         return True
 
     def wrap(self, model: nn.Module, log_level: str, save_onnx: bool) -> nn.Module:
-        from memopt.recompute import apply
+        from memopt.recompute import RecomputePolicy, apply_policy, policy_from_env
 
-        return apply(model)
+        self.policy = policy_from_env()
+        if self.policy is not None:
+            apply_policy(model, RecomputePolicy(self.policy.model_plans))
+        return model
+
+    def prepare_optimizer(self, optimizer: Optimizer) -> None:
+        from memopt.recompute import apply_optimizer
+
+        if self.policy is not None:
+            apply_optimizer(optimizer, self.policy)
 
     def after_steps(self, recipe: Recipe, batch_size: int, device: str, folder: Path) -> None:
         return None  # a torch trial's recompute times come from its own steps

@@ -38,6 +38,8 @@ def torch_scan(request: ScanRequest, progress: Progress) -> TorchScanReport:
     """A recipe's step captured in this process at a few sizes, or a command's forward in three
     short runs of it, grouped into ``memopt.recompute``'s plans."""
     from memopt.backends.torch.command_scan import scan_command
+    from memopt.backends.torch.offload import NOT_ON_CPU
+    from memopt.backends.torch.optimizer import with_step_plans
     from memopt.backends.torch.scan import scan_recipe
 
     target, fake = request.target, request.torch.fake
@@ -46,8 +48,10 @@ def torch_scan(request: ScanRequest, progress: Progress) -> TorchScanReport:
     progress.checked()
     batch = request.batch or request.probe_batch
     if isinstance(target, RecipeTarget):
+        recipe = target.load(request.options)
         with progress.working(f"Capturing a training step of {target} at a few sizes…"):
-            scanned = scan_recipe(target.load(request.options), batch, timed=not fake)
+            scanned = with_step_plans(scan_recipe(recipe, batch, timed=not fake), recipe, "cpu", timed=not fake)
+        progress.say(NOT_ON_CPU)
     else:
         runs = runnable(target)
         settings = RunSettings(target=runs, python=progress.interpreter(runs, batch), runs_dir=request.runs_dir)

@@ -24,8 +24,8 @@ def seeded_step(recipe: Recipe, policy: RecomputePolicy | None, batch: int) -> d
     model = recipe.model().train()
     torch.manual_seed(1)
     inputs, target = recipe.batch(batch)
-    if policy is not None:
-        recompute.apply(model, policy)
+    if policy is not None:  # its optimizer plan changes how the step updates, not the gradients
+        recompute.apply(model, RecomputePolicy(policy.model_plans))
     torch.manual_seed(2)
     output = (
         model(**inputs) if isinstance(inputs, dict) else model(*inputs) if isinstance(inputs, tuple) else model(inputs)

@@ -77,6 +77,11 @@ class TorchPlanRow:
     saving: Polynomial | None  # in BATCH (and SEQ); None where the sizes follow no such formula
     recompute_seconds: float  # the forward time of what backward reruns, at the scan's size
     peak_share: float  # the saving's share the peak sees (backward holds some of it again as it recomputes)
+    grows_with_batch: bool = True  # the cost grows with the batch (the optimizer's step does not)
+
+    def seconds_at(self, batch: int, scan_batch: int) -> float:
+        """The plan's cost a step at ``batch``, from its figure at the scan's batch."""
+        return self.recompute_seconds * batch / scan_batch if self.grows_with_batch else self.recompute_seconds
 
 
 @dataclass(frozen=True)

@@ -303,11 +303,11 @@ def _rows(plan: TorchPlan) -> tuple[PlanRow, ...]:
             PlanRow(
                 key=PlanName(str(row.plan)),
                 subgraph=str(row.plan),  # the whole policy line: module plans differ only by their path
-                kind="module" if row.plan.whole_module else "op",
+                kind=row.plan.kind,
                 frequency=row.modules,
                 saving_bytes=saving,
                 effective_bytes=saving,
-                cost_s=row.recompute_seconds * batch / scanned.batch,
+                cost_s=row.seconds_at(batch, scanned.batch),
                 modules=(row.plan.module,),
                 counts_honoured=False,
             )

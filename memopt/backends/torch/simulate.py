@@ -33,7 +33,7 @@ from memopt.recipes.defaults import make_optimizer
 from memopt.recompute import RecomputePlan, RecomputePolicy, apply_policy
 from memopt.units import format_bytes
 
-__all__ = ["SimulatedPeak", "SimulatedSteps", "simulate_steps"]
+__all__ = ["LiveBytes", "SimulatedPeak", "SimulatedSteps", "simulate_steps"]
 
 _NONE = RecomputePolicy(())
 
@@ -45,6 +45,9 @@ _STEPS = 2
 class SimulatedSteps:
     start_bytes: int  # parameters, buffers and the batch, before the first step
     peak_bytes: int  # the highest live bytes over the steps, the start included
+    # The most the optimizer's steps added to what was live when each began: its state as the first
+    # step makes it, and its temporaries (foreach's: every parameter's at once; fused: none).
+    optimizer_step_bytes: int = 0
 
     @property
     def growth_bytes(self) -> int:
@@ -52,7 +55,7 @@ class SimulatedSteps:
         return self.peak_bytes - self.start_bytes
 
 
-class _LiveBytes(TorchDispatchMode):
+class LiveBytes(TorchDispatchMode):
     """Counts each storage from the op that makes it until it is freed, and the highest count."""
 
     def __init__(self) -> None:
@@ -90,24 +93,27 @@ def simulate_steps(recipe: Recipe, batch: int, policy: RecomputePolicy, *, fake:
 
     Raises what ``FakeTensorMode`` raises for a forward that reads its tensors' values
     (``memopt.backends.torch.scan.NEEDS_VALUES``)."""
-    counter = _LiveBytes()
+    counter = LiveBytes()
     with FakeTensorMode() if fake else contextlib.nullcontext(), counter:  # type: ignore[no-untyped-call]
         # Built under the counter, the model, its batch and the optimizer count from the ops that make them.
         model, forward = recipe_forward(recipe, batch, recipe.options.get("seq_len"))
-        if policy.plans:
-            apply_policy(model, policy)
         optimizer = make_optimizer(recipe, model.parameters())
+        if policy.plans:
+            apply_policy(model, policy, optimizer)
         start = counter.peak = counter.now
         previous: Any = None
+        step_bytes = 0
         for _ in range(_STEPS):
             output, loss = forward()
             previous = None
             loss.backward()  # type: ignore[no-untyped-call]
+            before, peak, counter.peak = counter.now, counter.peak, counter.now
             optimizer.step()
+            step_bytes, counter.peak = max(step_bytes, counter.peak - before), max(peak, counter.peak)
             optimizer.zero_grad(set_to_none=True)
             previous = output, loss
         del previous
-    return SimulatedSteps(start, counter.peak)
+    return SimulatedSteps(start, counter.peak, step_bytes)
 
 
 @dataclass

@@ -43,6 +43,8 @@ from pathlib import Path
 from typing import Any
 
 from memopt.backends.torch.command_scan import scan_command
+from memopt.backends.torch.offload import NOT_ON_CPU, host_link_bandwidth, with_offload
+from memopt.backends.torch.optimizer import with_step_plans
 from memopt.backends.torch.predict import LinePeak, PeakLine, PeakModel, plan_saving, probe_batches
 from memopt.backends.torch.scan import BATCH, NEEDS_VALUES, TorchPlanRow, TorchScan, scan_recipe
 from memopt.backends.torch.simulate import SimulatedPeak
@@ -240,17 +242,28 @@ def plan_torch(
             return run_torch_trial(settings, batch, _NONE, journal=journal, resume=resume)
 
     scan_batch = min(target_batch, 2)
+    cuda = on_cuda(settings.device)
     recipe = settings.target.load(settings.options) if isinstance(settings.target, RecipeTarget) else None
     if recipe is not None:
         say(
             f"scan: capturing training steps of {settings.target} at batch {scan_batch} with fake tensors, "
             f"and one real step at batch {scan_batch} for recompute times (this process)"
         )
-        scanned = scan_recipe(recipe, scan_batch)
+        scanned = with_step_plans(
+            scan_recipe(recipe, scan_batch), recipe, "cuda" if cuda else "cpu", python=settings.python
+        )
     else:
         batches = ", ".join(str(b) for b in range(scan_batch, scan_batch + 3))
         say(f"scan: capturing a training forward of {settings.target} at batches {batches} (short runs)")
         scanned = scan_command(settings, scan_batch)
+    if cuda:
+        bandwidth = host_link_bandwidth(settings.python)
+        say(
+            f"scan: offload plans beside the checkpoints, at the host link's {bandwidth / 1e9:.1f} GB/s measured both ways"
+        )
+        scanned = with_offload(scanned, bandwidth)
+    else:
+        say(f"scan: {NOT_ON_CPU}")
     scanned = journaled_times(scanned, settings, Journal.in_folder(settings.runs_dir), resume)
     say(f"scan: {len(scanned.rows)} plans; activations kept for backward: {scanned.saved or scanned.saved_bytes} bytes")
     simulated = _simulated(recipe, scanned, settings.device, (scan_batch, target_batch), say)
@@ -431,7 +444,7 @@ def _choose(scanned: TorchScan, batch: int, need: float) -> tuple[RecomputePolic
     # Alike layers cost alike: a thousandth of a cost apart, the first layers' checkpoints and the last
     # layers' op plans come first, so the same need always gives the same policy.
     order = [i / len(rows) if row.plan.op is None else 1 - i / len(rows) for i, row in enumerate(rows)]
-    costs = [row.recompute_seconds * batch / scanned.batch * (1 + 1e-3 * o) for row, o in zip(rows, order)]
+    costs = [row.seconds_at(batch, scanned.batch) * (1 + 1e-3 * o) for row, o in zip(rows, order)]
     chosen, _ = cheapest_cover(savings, costs, need, _excludes(rows))
     return RecomputePolicy(tuple(rows[i].plan for i in chosen)), sum(savings[i] for i in chosen)
 
