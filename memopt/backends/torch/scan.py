@@ -12,10 +12,10 @@ forward that reads its tensors' values cannot run on fake tensors, and is captur
 Three kinds of plan come out (``policy``): ``MODULE: OP`` for every op whose saved outputs a
 recompute from its inputs can drop, ``MODULE: *`` for repeated modules (numbered, as layers
 are), whose saving is what their subtree keeps less the inputs a checkpoint keeps in its place,
-and on each layer (a module whose own name is its number) the selective set
+and on each layer (a module whose own name is its number) its selective sets
 ``MODULE: * except mm, ...``: its checkpoint keeping the outputs of the matmuls that ran in it
 (``SELECTIVE_KEEP``), so backward reruns only the cheaper ops between them (norms, activations,
-softmax, dropout), as torchtitan's selective mode does. It saves the layer's checkpoint's bytes
+softmax, dropout), as torchtitan's selective mode does. Each saves the layer's checkpoint's bytes
 less every kept output (eager SAC caches them whole, saved for backward or not) and costs the
 layer's forward time less the kept ops'. Modules holding batch norm get no whole-module plan:
 its rerun would update the running stats twice.
@@ -73,11 +73,14 @@ _TIMED_BATCH = 2
 # What a fake tensor cannot answer: the forward reads a value, or an op's output shape depends on one.
 NEEDS_VALUES = (DataDependentOutputException, DynamicOutputShapeException, UnsupportedOperatorException)
 Size = tuple[int, int | None]  # batch, and seq where the recipe takes one
-# The ops a layer's selective set keeps: the matmuls, the costly ops between cheap ones. Attention
-# kernels (``_scaled_dot_product_*``) are not among them: they draw random numbers for their dropout,
-# so skipped in backward's rerun they would shift the replayed RNG of every random op after them
+# The ops a layer's selective sets keep: the matmuls, the costly ops between cheap ones. First the
+# projections' (a weight's matmul: ``mm``, ``addmm``), as torchtitan keeps; then every matmul, the
+# attention's batched ones too, which keeps the attention scores (batch × heads × seq², the largest
+# tensors of eager attention) and reruns only the softmax and dropout around them. Attention kernels
+# (``_scaled_dot_product_*``) are never kept: they draw random numbers for their dropout, so skipped
+# in backward's rerun they would shift the replayed RNG of every random op after them
 # (``OpName.refuse_unsafe`` refuses to keep them).
-SELECTIVE_KEEP = ("addmm", "baddbmm", "bmm", "mm")
+SELECTIVE_KEEP = (("addmm", "mm"), ("addmm", "baddbmm", "bmm", "mm"))
 
 
 @dataclass(frozen=True)
@@ -227,15 +230,17 @@ def plans_of(
 
 
 def _selective_plans(step: CapturedStep, region_plans: list[str], all_paths: Sequence[str]) -> list[RecomputePlan]:
-    """Each layer's selective set: its checkpoint keeping the ``SELECTIVE_KEEP`` ops that ran in it.
-    Only on layers (patterns whose last name is the number): inside one, its attention and MLP
-    checkpoints already split it, and a selective set on each would double the rows for little."""
-    plans = []
+    """Each layer's selective sets: its checkpoint keeping each ``SELECTIVE_KEEP`` set's ops that ran
+    in it (two sets that ran alike are one). Only on layers (patterns whose last name is the number):
+    inside one, its attention and MLP checkpoints already split it, and selective sets on each would
+    multiply the rows for little."""
+    plans: list[RecomputePlan] = []
     for layer in (RecomputePlan(pattern) for pattern in region_plans if pattern.split(".")[-1] == "*"):
         paths = [p for p in all_paths if layer.matches_module(p)]
-        ran = sorted({op for module, op in step.op_seconds if op in SELECTIVE_KEEP and _within_any(module, paths)})
-        if ran:
-            plans.append(replace(layer, keep=tuple(map(OpName.parse, ran))))
+        ran = {op for module, op in step.op_seconds if _within_any(module, paths)}
+        for keep in dict.fromkeys(tuple(op for op in ops if op in ran) for ops in SELECTIVE_KEEP):
+            if keep:
+                plans.append(replace(layer, keep=tuple(map(OpName.parse, keep))))
     return plans
 
 
