@@ -22,7 +22,7 @@ import re
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -75,6 +75,9 @@ class CapturedStep:
     saved: tuple[SavedTensor, ...]
     op_seconds: dict[tuple[str, str], float]  # (module, op) -> forward time of those calls
     module_seconds: dict[str, float]  # module path -> forward time of its calls
+    # (module, op) -> bytes of those calls' outputs, saved or not: what a selective checkpoint that
+    # keeps the op holds (eager SAC caches an op's whole output).
+    op_output_bytes: dict[tuple[str, str], int] = field(default_factory=dict)
 
     @property
     def saved_bytes(self) -> int:
@@ -90,6 +93,7 @@ class _NoteProducers(TorchDispatchMode):
     def __init__(self, modules: list[str], seconds: dict[tuple[str, str], float], params: set[int]) -> None:
         super().__init__()  # type: ignore[no-untyped-call]
         self.modules, self.seconds, self.params = modules, seconds, params
+        self.output_bytes: dict[tuple[str, str], int] = {}
         self.producer: WeakTensorKeyDictionary = WeakTensorKeyDictionary()  # type: ignore[no-untyped-call]
         # Every output lives until the capture ends: no storage address is reused within it, so an
         # op's inputs, noted by address, are told apart from later tensors.
@@ -107,6 +111,7 @@ class _NoteProducers(TorchDispatchMode):
         inputs = tuple((s._cdata, s.nbytes()) for s in storages if s._cdata not in self.params)
         for tensor in tree_flatten(out)[0]:
             if isinstance(tensor, torch.Tensor):
+                self.output_bytes[where] = self.output_bytes.get(where, 0) + tensor.untyped_storage().nbytes()
                 self.producer[tensor] = (*where, inputs)  # an in-place op returns its input: the last writer names it
                 self.outputs.append(tensor)
         return out
@@ -178,7 +183,7 @@ def capturing(model: nn.Module) -> Iterator[_Capture]:
         yield capture
     mode.outputs.clear()
     kept = tuple(replace(t, savers=frozenset(savers[t.storage])) for t in saved.values())
-    capture.step = CapturedStep(kept, op_seconds, module_seconds)
+    capture.step = CapturedStep(kept, op_seconds, module_seconds, mode.output_bytes)
 
 
 def capture_step(model: nn.Module, forward_and_loss: Callable[[], torch.Tensor]) -> CapturedStep:
@@ -203,6 +208,7 @@ class CapturedModel:
             "saved": [{**asdict(t), "savers": sorted(t.savers)} for t in self.step.saved],
             "op_seconds": [[module, op, seconds] for (module, op), seconds in self.step.op_seconds.items()],
             "module_seconds": self.step.module_seconds,
+            "op_output_bytes": [[module, op, nbytes] for (module, op), nbytes in self.step.op_output_bytes.items()],
         }
         return json.dumps({"modules": self.modules, "batch_norm": self.batch_norm, "step": step})
 
@@ -223,7 +229,8 @@ class CapturedModel:
             for t in data["step"]["saved"]
         )
         op_seconds = {(module, op): seconds for module, op, seconds in data["step"]["op_seconds"]}
-        step = CapturedStep(saved, op_seconds, dict(data["step"]["module_seconds"]))
+        output_bytes = {(module, op): nbytes for module, op, nbytes in data["step"]["op_output_bytes"]}
+        step = CapturedStep(saved, op_seconds, dict(data["step"]["module_seconds"]), output_bytes)
         return cls(step, tuple(data["modules"]), tuple(data["batch_norm"]))
 
 

@@ -148,6 +148,15 @@ class OpName:
                 why = "writes into its inputs: recomputed or cached it gives wrong gradients"
             elif any(ret.alias_info is not None for ret in schema.returns):
                 why = "returns a view of its input: there is nothing of its own to drop or keep"
+            elif keep and torch._C._dispatch_has_kernel_for_dispatch_key(
+                overload.name(),  # type: ignore[no-untyped-call]
+                "CompositeImplicitAutograd",
+            ):
+                raise RecomputePolicyError(
+                    f"cannot keep {self}: aten.{overload.__name__} decomposes into other ops before selective "
+                    "checkpointing sees any (matmul and linear into mm, bmm or addmm), so it would keep nothing; "
+                    "keep the ops it decomposes into"
+                )
             else:
                 continue
             use, advice = ("keep", "leave it out of 'except'") if keep else ("recompute", _WHOLE_MODULE_ADVICE)

@@ -9,10 +9,16 @@ figure and no formula. The recompute times come from one real capture at batch 2
 step, as every capture keeps all its forward outputs alive), taken as growing with the batch. A
 forward that reads its tensors' values cannot run on fake tensors, and is captured real.
 
-Two kinds of plan come out (``policy``): ``MODULE: OP`` for every op whose saved outputs a
-recompute from its inputs can drop, and ``MODULE: *`` for repeated modules (numbered, as layers
-are), whose saving is what their subtree keeps less the inputs a checkpoint keeps in its place.
-Modules holding batch norm get no whole-module plan: its rerun would update the running stats twice.
+Three kinds of plan come out (``policy``): ``MODULE: OP`` for every op whose saved outputs a
+recompute from its inputs can drop, ``MODULE: *`` for repeated modules (numbered, as layers
+are), whose saving is what their subtree keeps less the inputs a checkpoint keeps in its place,
+and on each layer (a module whose own name is its number) its selective sets
+``MODULE: * except mm, ...``: its checkpoint keeping the outputs of the matmuls that ran in it
+(``SELECTIVE_KEEP``), so backward reruns only the cheaper ops between them (norms, activations,
+softmax, dropout), as torchtitan's selective mode does. Each saves the layer's checkpoint's bytes
+less every kept output (eager SAC caches them whole, saved for backward or not) and costs the
+layer's forward time less the kept ops'. Modules holding batch norm get no whole-module plan:
+its rerun would update the running stats twice.
 Each comes over every layer alike (``rows``, ``blocks.*.mlp: *``) and layer by layer (``layers``,
 ``blocks.3.mlp: *``), which is what tune chooses from, with a causal LM's chunked loss
 (``HEAD: chunked-loss``) beside them.
@@ -48,6 +54,7 @@ from memopt.recompute.policy import OpName, RecomputePlan
 __all__ = [
     "BATCH",
     "NEEDS_VALUES",
+    "SELECTIVE_KEEP",
     "SEQ",
     "Size",
     "TorchPlanRow",
@@ -66,6 +73,14 @@ _TIMED_BATCH = 2
 # What a fake tensor cannot answer: the forward reads a value, or an op's output shape depends on one.
 NEEDS_VALUES = (DataDependentOutputException, DynamicOutputShapeException, UnsupportedOperatorException)
 Size = tuple[int, int | None]  # batch, and seq where the recipe takes one
+# The ops a layer's selective sets keep: the matmuls, the costly ops between cheap ones. First the
+# projections' (a weight's matmul: ``mm``, ``addmm``), as torchtitan keeps; then every matmul, the
+# attention's batched ones too, which keeps the attention scores (batch × heads × seq², the largest
+# tensors of eager attention) and reruns only the softmax and dropout around them. Attention kernels
+# (``_scaled_dot_product_*``) are never kept: they draw random numbers for their dropout, so skipped
+# in backward's rerun they would shift the replayed RNG of every random op after them
+# (``OpName.refuse_unsafe`` refuses to keep them).
+SELECTIVE_KEEP = (("addmm", "mm"), ("addmm", "baddbmm", "bmm", "mm"))
 
 
 @dataclass(frozen=True)
@@ -166,8 +181,9 @@ def plans_of(
         else:
             if any(_within(b, p) for b in batch_norm for p in paths):
                 return None
-            saving = functools.partial(_region_saving, paths=paths)
-            count = sum(any(_within(t.module, p) for p in paths) for t in main.saved)
+            kept = frozenset(map(str, plan.keep))
+            saving = functools.partial(_region_saving, paths=paths, kept=kept)
+            count = sum(any(_within(t.module, p) for p in paths) and t.op not in kept for t in main.saved)
         bytes_ = saving(main)
         if bytes_ <= 0:
             return None
@@ -185,13 +201,16 @@ def plans_of(
         """The forward time of what the plan reruns, at the scan's size."""
         paths = [p for p in all_paths if plan.matches_module(p)]
         if plan.op is None:
-            return sum(main.module_seconds.get(p, 0.0) for p in paths)
+            kept = {str(op) for op in plan.keep}
+            skipped = sum(s for (m, name), s in main.op_seconds.items() if name in kept and _within_any(m, paths))
+            return sum(main.module_seconds.get(p, 0.0) for p in paths) - skipped
         return sum(s for (path, name), s in main.op_seconds.items() if name == str(plan.op) and path in paths)
 
     op_plans = sorted({(module_pattern(t.module), t.op) for t in main.saved if t.module and plannable(t.op)})
     region_plans = sorted({module_pattern(p) for p in all_paths if module_pattern(p) != p})
     patterns = [RecomputePlan(pattern, OpName.parse(op)) for pattern, op in op_plans]
     patterns += [RecomputePlan(pattern) for pattern in region_plans]
+    patterns += _selective_plans(main, region_plans, all_paths)
     # Over every layer, backward holds one region (or op output) again at a time while it recomputes it.
     rows = [row(plan, _all_but_one) for plan in patterns]
     instances = []
@@ -213,6 +232,21 @@ def plans_of(
         tuple(sorted((r for r in rows if r), key=lambda r: (-r.saving_bytes, str(r.plan)))),
         tuple(instances),
     )
+
+
+def _selective_plans(step: CapturedStep, region_plans: list[str], all_paths: Sequence[str]) -> list[RecomputePlan]:
+    """Each layer's selective sets: its checkpoint keeping each ``SELECTIVE_KEEP`` set's ops that ran
+    in it (two sets that ran alike are one). Only on layers (patterns whose last name is the number):
+    inside one, its attention and MLP checkpoints already split it, and selective sets on each would
+    multiply the rows for little."""
+    plans: list[RecomputePlan] = []
+    for layer in (RecomputePlan(pattern) for pattern in region_plans if pattern.split(".")[-1] == "*"):
+        paths = [p for p in all_paths if layer.matches_module(p)]
+        ran = {op for module, op in step.op_seconds if _within_any(module, paths)}
+        for keep in dict.fromkeys(tuple(op for op in ops if op in ran) for ops in SELECTIVE_KEEP):
+            if keep:
+                plans.append(replace(layer, keep=tuple(map(OpName.parse, keep))))
+    return plans
 
 
 def _all_but_one(at_once: int) -> float:
@@ -279,20 +313,26 @@ def _op_saving(step: CapturedStep, paths: frozenset[str], op: str) -> int:
     return sum(outputs.values()) - sum(kept.values())
 
 
-def _region_saving(step: CapturedStep, paths: list[str]) -> int:
-    """Bytes made and saved only inside the modules: what a checkpoint of each drops.
+def _region_saving(step: CapturedStep, paths: list[str], kept: frozenset[str] = frozenset()) -> int:
+    """Bytes made and saved only inside the modules: what a checkpoint of each drops; less, for a
+    selective set, the outputs of the ``kept`` ops made inside (all of them: eager SAC caches an
+    op's whole output, whether autograd saves it or not).
 
     Tensors made outside and saved inside are the modules' inputs, which the checkpoint keeps;
     an input nothing inside saved is kept too, and not counted against the saving here."""
-    return sum(
-        t.nbytes
-        for t in step.saved
-        if any(_within(t.module, p) for p in paths) and all(any(_within(s, p) for p in paths) for s in t.savers)
+    dropped = sum(
+        t.nbytes for t in step.saved if _within_any(t.module, paths) and all(_within_any(s, paths) for s in t.savers)
     )
+    cached = sum(n for (module, op), n in step.op_output_bytes.items() if op in kept and _within_any(module, paths))
+    return dropped - cached
 
 
 def _within(module: str, path: str) -> bool:
     return module == path or module.startswith(path + ".")
+
+
+def _within_any(module: str, paths: Sequence[str]) -> bool:
+    return any(_within(module, p) for p in paths)
 
 
 def _with_times(step: CapturedStep, timed: CapturedStep, scale: float) -> CapturedStep:
