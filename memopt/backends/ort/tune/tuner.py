@@ -26,6 +26,7 @@ from memopt.backends.ort.predict.calibration import (
     Calibration,
     DoesNotFit,
     default_calibration_batches,
+    largest_under_prediction,
     learn_from_trial,
     require_ran,
 )
@@ -44,6 +45,7 @@ from memopt.backends.ort.trials import (
 from memopt.backends.ort.tune.export import ConfigExport, plan_export, write_config
 from memopt.backends.ort.tune.policy import (
     Attempt,
+    KeptRoom,
     Room,
     SearchState,
     Stop,
@@ -111,6 +113,7 @@ class Tuner(SessionEvents):
         self.ready: Ready | None = None
         self._numbers = 0
         self._probed: TrialResult | None = None  # the calibration trial that was the graph probe
+        self.kept_room: KeptRoom | None = None  # room for the noise, learnt by the calibration
 
     # -- set-up -----------------------------------------------------------------------
 
@@ -239,7 +242,8 @@ class Tuner(SessionEvents):
             StageStarted(
                 "calibrate",
                 f"Calibrating the memory model: no-config trials at batch {' and '.join(map(str, batches))}"
-                f"{' (the probe was the first)' if self._probed is not None else ''}…",
+                f"{' (the probe was the first)' if self._probed is not None else ''}"
+                f"{f', the one at batch {max(batches)} made {s.repeats} times' if s.repeats > 1 else ''}…",
             )
         )
         started = time.monotonic()
@@ -250,6 +254,9 @@ class Tuner(SessionEvents):
                 if plans
                 else f"no-config calibration at batch {batch}"
             )
+            done = sum(r.batch_size == batch and r.plans == plans for r in self.records)
+            if done:
+                reason += f", again to measure its run-to-run noise (run {done + 1} of {s.repeats})"
             record = self._trial(batch, plans, Purpose.CALIBRATION, reason, None, None)
             if record.result.device == "cuda":
                 self.device_name = record.result.cuda_device_name or "CUDA"
@@ -264,13 +271,20 @@ class Tuner(SessionEvents):
             calibration_batches=batches,
             resume=s.resume,
             ran={(self._probed.batch_size, ()): self._probed} if self._probed is not None else None,
+            runs=s.repeats,
         )
         model = calibration.model
+        nearest = max(t.batch_size for t in calibration.trials)
+        repeated = [t for t in calibration.trials if t.batch_size == nearest]
+        self.kept_room = KeptRoom(
+            RunSpread.of_trials(calibration.trials), largest_under_prediction(model), len(repeated), nearest
+        )
         self._emit(
             StageFinished(
                 "calibrate",
                 f"model: {model.describe()}; recompute costs: {calibration.cost_source}"
-                + (f"; {calibration.arena_check}" if calibration.arena_check else ""),
+                + (f"; {calibration.arena_check}" if calibration.arena_check else "")
+                + f"; {self.kept_room.describe()}",
                 time.monotonic() - started,
             )
         )
@@ -361,6 +375,7 @@ class Tuner(SessionEvents):
             fixed_peaks=FixedPeaks.of_trials(results),
             spread=RunSpread.of_trials(results),
             repeats=self.settings.repeats,
+            kept_room=self.kept_room,
         )
 
     def _search_budget(self, attempts: Iterable[Attempt]) -> int:
@@ -426,7 +441,8 @@ class Tuner(SessionEvents):
             self.entries(plans),
             save_onnx=save_onnx,
             repeat=repeat,
-            profile=purpose is Purpose.CALIBRATION,
+            # The calibration's costs come from its first run's node times; a repeat measures noise.
+            profile=purpose is Purpose.CALIBRATION and not repeat,
         )
         result = self._trial_runner()(
             spec,
@@ -660,6 +676,8 @@ class Tuner(SessionEvents):
             "device": self.device_name,
             "ort_version": str(self.ort_version) if self.calibration else None,
             "largest_batch": result.largest_batch,
+            "kept_room_bytes": self.search_state().room_bytes if self.calibration else None,
+            "kept_room": self.kept_room.describe(self.search_state().spread) if self.kept_room else None,
             "best": None
             if best is None
             else {
