@@ -533,7 +533,8 @@ def _heavier(state: SearchState, last: Attempt, prefix: str = "") -> TryPlans | 
     if plan.feasible and frozenset(plan.plans) not in tried and set(plan.plans) != set(selection):
         return TryPlans(
             plan.plans,
-            f"{prefix}recalibrated planner: {names(plan.plans)} predicted {_against(plan.predicted_bytes, limit, '≤')}",
+            f"{prefix}recalibrated planner: {names(plan.plans)} predicted {_against(plan.predicted_bytes, limit, '≤')}"
+            f"{_kept(state, plan.predicted_bytes)}",
         )
     candidate = list(selection)
     for key in useful:  # largest saving first

@@ -18,7 +18,15 @@ from support.results import measured
 
 from memopt.backends.ort import OrtVersion
 from memopt.backends.ort.predict.memory_model import MemoryModel, Observation, PlanSavings, fit_memory_model
-from memopt.backends.ort.tune.policy import Attempt, SearchState, Stop, TryPlans, best_verified, next_step
+from memopt.backends.ort.tune.policy import (
+    Attempt,
+    KeptRoom,
+    SearchState,
+    Stop,
+    TryPlans,
+    best_verified,
+    next_step,
+)
 from memopt.core.memory import Phase
 from memopt.core.trial import Outcome
 from memopt.graph import Polynomial
@@ -520,3 +528,65 @@ def test_a_budget_named_to_verify_verifies_the_same_runs(peak_mib: float) -> Non
     assert at_named.verified(runs[0]) and best_verified(at_named) is not None
     below = replace(at_named, budget_bytes=int(named - 0.1 * MiB))
     assert not below.verified(runs[0])
+
+
+# Room for the noise, learnt by the calibration before the first search.
+CALIBRATION_NOISE = KeptRoom(RunSpread(steps=PhaseSpread(60 * MiB, 3)), 30 * MiB, 3, 8)
+
+
+def test_the_room_kept_is_twice_the_noise_and_the_fits_residual_widened_by_the_search() -> None:
+    assert CALIBRATION_NOISE.bytes() == 150 * MiB
+    wider = RunSpread(exit=PhaseSpread(70 * MiB, 2))
+    assert CALIBRATION_NOISE.bytes(wider) == 170 * MiB  # a repeat in the search measured more
+    assert CALIBRATION_NOISE.bytes(RunSpread(steps=PhaseSpread(5 * MiB, 3))) == 150 * MiB
+    line = CALIBRATION_NOISE.describe()
+    assert line.startswith("150.0 MiB of room kept under the limit (2 × the run-to-run spread of the steps 60.0 MiB")
+    assert "+ 30.0 MiB the model fell below" in line and "learnt from 3 no-config runs at batch 8" in line
+    assert KeptRoom(RunSpread(), -5 * MiB, 1, 8).bytes() == 0  # an over-prediction keeps no room
+
+
+def test_the_first_search_chooses_under_the_limit_less_the_room_kept() -> None:
+    # no config 2600 MiB at batch 16, limit 2400: B alone (2280 MiB) fits the limit, not 150 MiB under it;
+    # B and C (2120 MiB) do, cheaper than A
+    kept = replace(state(2400), kept_room=CALIBRATION_NOISE)
+    assert kept.planning_limit == 2250 * MiB
+    step = next_step(kept)
+    assert isinstance(step, TryPlans) and set(step.plans) == {B, C}, step
+    assert "150.0 MiB of room kept under the limit" in step.reason and "learnt from 3 no-config runs" in step.reason
+    assert next_step(state(2400)) == TryPlans((B,), next_step(state(2400)).reason)  # no room kept: as before
+
+
+def test_room_that_no_selection_keeps_falls_back_to_the_limit_and_says_so() -> None:
+    # every plan is predicted at 1480 MiB: 1000 MiB of room under 2400 is out of reach
+    huge = KeptRoom(RunSpread(steps=PhaseSpread(450 * MiB, 3)), 100 * MiB, 3, 8)
+    step = next_step(replace(state(2400), kept_room=huge))
+    assert isinstance(step, TryPlans) and step.plans == (B,), step
+    assert "120.0 MiB under the limit, not the 1,000.0 MiB of room kept" in step.reason
+
+
+def test_after_an_overshoot_the_next_selection_keeps_the_room_too() -> None:
+    # B ran over the limit of 2400 MiB: the planner's next choice is predicted 200 MiB under it
+    over = Attempt((B,), Outcome.OVER_BUDGET, number=1, whole_run_bytes=2450 * MiB)
+    step = next_step(replace(state(2400, over), kept_room=KeptRoom(RunSpread(), 200 * MiB, 1, 8)))
+    assert isinstance(step, TryPlans) and set(step.plans) == {B, C}, step
+    assert "B+, C+ predicted 2,120.0 MiB ≤ limit 2,400.0 MiB; 200.0 MiB of room kept" in step.reason
+
+
+def test_with_the_calibrations_noise_kept_the_first_config_is_the_one_verified(tmp_path: Path) -> None:
+    """The calibration run three times lands 0, +8 and −8 MiB off (spread 16 MiB, the fit through
+    their middle 8 MiB under the highest): the search keeps 40 MiB of room, and its first config,
+    whose runs land as far apart, clears the noise with its first three runs."""
+    jitter = tuple(mib * MiB for mib in (0, 8, -8, 8, -8, 0))
+    runner = FakeRunner(prepared_gpt(), jitter_bytes=jitter)
+    tuner = fake_tuner(tmp_path, runner, budget_between(runner), repeats=3)
+    result = tuner.auto_search()
+    assert result.status is SearchStatus.VERIFIED, result.message
+    assert [r.purpose for r in result.trials] == [*[Purpose.CALIBRATION] * 3, *[Purpose.SEARCH] * 3]
+    assert len({r.plans for r in result.trials if r.purpose is Purpose.SEARCH}) == 1  # the first config
+    assert [spec.profile for spec in runner.calls[:3]] == [True, False, False]  # repeats measure noise only
+    summary = tuner.summary(result)
+    assert summary["kept_room_bytes"] == pytest.approx(40 * MiB, abs=1)
+    first = next(r for r in result.trials if r.purpose is Purpose.SEARCH)
+    assert first.predicted_bytes is not None and first.predicted_bytes <= tuner.limit_bytes - 40 * MiB
+    assert "2 × the run-to-run spread of the steps 16.0 MiB (3 runs of one config)" in first.reason
+    assert "again to measure its run-to-run noise (run 3 of 3)" in result.trials[2].reason
