@@ -205,9 +205,11 @@ def calibrate_on(
     fits, else the first of ``calibration_points`` that does not run out of memory; with
     ``resume``, on the journal as the same calibration of an earlier session read it
     (``node_times``: see ``fit_calibration``); ``ran``: trials already run, by (batch, plans),
-    such as the graph probe's. The run at the largest batch, the nearest the target, is made
-    ``runs`` times in all: its repeats measure the run-to-run noise before any config is
-    chosen. Raises ``DoesNotFit`` where nothing runs."""
+    such as the graph probe's. Then no config at the target batch is made ``runs`` times in all
+    (a calibration run there counts): their spread is the run-to-run noise the search keeps
+    room for, measured where the search runs (a half-batch run's noise was a tenth of the
+    target's); where it dies of memory, the calibration run nearest the target is made again
+    instead. Raises ``DoesNotFit`` where nothing runs."""
     every_plan = tuple(p.key for p in prepared.report.patterns)
     trials = dict(ran or {})
     calibrated: list[tuple[int, tuple[PlanKey, ...]]] = []
@@ -224,8 +226,20 @@ def calibrate_on(
                 f"{prepared.target} runs out of memory even at batch 1 with every plan on "
                 f"(log: {trial.run_dir}/ort.log)"
             )
-    nearest = max(calibrated, key=lambda point: point[0])
-    repeats = [run(*nearest) for _ in range(runs - 1)]
+    repeats: list[TrialResult] = []
+    noisy: tuple[int, tuple[PlanKey, ...]] = (target_batch, ())
+    if noisy in trials and trials[noisy].status is RunStatus.OUT_OF_MEMORY:
+        noisy = max(calibrated, key=lambda point: point[0])
+    made = int(noisy in trials)
+    while runs > 1 and made < runs:
+        trial = run(*noisy)
+        made += 1
+        if trial.status is RunStatus.OUT_OF_MEMORY:  # the target runs only with recompute
+            noisy, made = max(calibrated, key=lambda point: point[0]), 1
+        elif made == 1:
+            trials[noisy] = trial  # a calibration point of its own: a second batch for the fit
+        else:
+            repeats.append(trial)
     return fit_calibration(
         prepared,
         [trial for trial in (*trials.values(), *repeats) if trial.ran],

@@ -243,7 +243,7 @@ class Tuner(SessionEvents):
                 "calibrate",
                 f"Calibrating the memory model: no-config trials at batch {' and '.join(map(str, batches))}"
                 f"{' (the probe was the first)' if self._probed is not None else ''}"
-                f"{f', the one at batch {max(batches)} made {s.repeats} times' if s.repeats > 1 else ''}…",
+                f"{f', then {s.repeats} runs of no config at the target batch {s.target_batch}' if s.repeats > 1 else ''}…",
             )
         )
         started = time.monotonic()
@@ -255,8 +255,8 @@ class Tuner(SessionEvents):
                 else f"no-config calibration at batch {batch}"
             )
             done = sum(r.batch_size == batch and r.plans == plans for r in self.records)
-            if done:
-                reason += f", again to measure its run-to-run noise (run {done + 1} of {s.repeats})"
+            if batch == s.target_batch or done:
+                reason += f" to measure its run-to-run noise (run {done + 1} of {s.repeats})"
             record = self._trial(batch, plans, Purpose.CALIBRATION, reason, None, None)
             if record.result.device == "cuda":
                 self.device_name = record.result.cuda_device_name or "CUDA"
@@ -274,10 +274,15 @@ class Tuner(SessionEvents):
             runs=s.repeats,
         )
         model = calibration.model
-        nearest = max(t.batch_size for t in calibration.trials)
-        repeated = [t for t in calibration.trials if t.batch_size == nearest]
+        spread = RunSpread.of_trials(calibration.trials)
+        repeated = max(
+            calibration.trials, key=lambda t: (sum(t.key == o.key for o in calibration.trials), t.batch_size)
+        )
         self.kept_room = KeptRoom(
-            RunSpread.of_trials(calibration.trials), largest_under_prediction(model), len(repeated), nearest
+            spread,
+            largest_under_prediction(model),
+            sum(t.key == repeated.key for t in calibration.trials),
+            repeated.batch_size,
         )
         self._emit(
             StageFinished(

@@ -73,8 +73,13 @@ def test_a_ceiling_below_no_config_calibrates_with_every_plan_and_checks_the_lar
     runner.oom_above = ceiling
     result = fake_tuner(tmp_path, runner, int(ceiling)).auto_search()
     calibration = [(r.batch_size, bool(r.plans), r.outcome) for r in result.trials if r.purpose is Purpose.CALIBRATION]
-    # the point that ran is made --repeats times (3): its repeats measure the noise
-    assert calibration == [(8, False, Outcome.OUT_OF_MEMORY), *[(8, True, Outcome.OK)] * 3]
+    # no config at the target dies too: the point that ran is made --repeats times (3) instead
+    assert calibration == [
+        (8, False, Outcome.OUT_OF_MEMORY),
+        (8, True, Outcome.OK),
+        (16, False, Outcome.OUT_OF_MEMORY),
+        *[(8, True, Outcome.OK)] * 2,
+    ]
     largest = result.largest_batch
     assert result.status is SearchStatus.IMPOSSIBLE and largest is not None, result.message
     assert f"fits up to batch {largest}" in result.message
