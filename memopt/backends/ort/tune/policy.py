@@ -341,8 +341,21 @@ class Stop:
 def next_step(state: SearchState) -> TryPlans | Stop:
     """What the search does next, given everything it knows."""
     if state.trials_used == 0:
-        return _first(state)
-    last = state.attempts[-1]
+        first = _first(state)
+        ran = [
+            a for a in state.attempts if isinstance(first, TryPlans) and frozenset(a.plans) == frozenset(first.plans)
+        ]
+        if not ran:
+            return first
+        # The choice already ran (the calibration's no-config runs at the target, a manual
+        # trial): the search goes on from its runs, and that step is its first trial.
+        step = _after(state, ran[-1])
+        return replace(step, repeat=False) if isinstance(step, TryPlans) else step
+    return _after(state, state.attempts[-1])
+
+
+def _after(state: SearchState, last: Attempt) -> TryPlans | Stop:
+    """What follows the trial ``last``."""
     if last.outcome.fatal:
         return Stop(SearchStatus.FAILED, f"the trial could not run: {last.error}")
     if state.verified(last):

@@ -359,10 +359,11 @@ class Tuner(SessionEvents):
         """What the policy knows now: the model, costs, budget and every trial at the target batch."""
         calibration = self._calibrated()
         results = [r.result for r in self.records]
+        # The calibration's no-config runs at the target batch are runs of the no-config answer.
         attempts = tuple(
-            _attempt(r)
+            _attempt(r) if r.purpose is not Purpose.CALIBRATION else _attempt(r, self.budget_bytes)
             for r in self.records
-            if r.purpose is not Purpose.CALIBRATION
+            if (r.purpose is not Purpose.CALIBRATION or (not r.plans and r.result.ran))
             and r.batch_size == self.settings.target_batch
             and r.outcome is not Outcome.CANCELLED
         )
@@ -732,12 +733,13 @@ def _room_fields(room: Room | None) -> dict[str, Any]:
     return {"room_bytes": room.under_limit_bytes, "spread_bytes": room.spread_bytes, "spread": room.spread_line}
 
 
-def _attempt(record: TrialRecord) -> Attempt:
-    """A trial as the policy sees it."""
-    result = record.result
+def _attempt(record: TrialRecord, budget_bytes: int | None = None) -> Attempt:
+    """A trial as the policy sees it; ``budget_bytes``: judged against it (a calibration run was
+    judged against none)."""
+    result = record.result if budget_bytes is None else record.result.judged(budget_bytes)
     return Attempt(
         plan_keys(record.plans),
-        record.outcome,
+        result.outcome,
         record.step_s,
         plan_keys(record.left_off),
         _error_line(result),

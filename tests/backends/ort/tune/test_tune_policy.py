@@ -599,3 +599,29 @@ def test_with_the_calibrations_noise_kept_the_first_config_is_the_one_verified(t
     assert "2 × the run-to-run spread of the steps 16.0 MiB (3 runs of one config)" in first.reason
     assert "learnt from 3 no-config runs at batch 16" in first.reason
     assert "to measure its run-to-run noise (run 3 of 3)" in result.trials[3].reason
+
+
+def test_the_calibrations_runs_at_the_target_are_the_no_config_answers_runs(tmp_path: Path) -> None:
+    """No config fits with room to spare: the three no-config runs the calibration made at the
+    target batch verify it, and the search runs nothing more."""
+    runner = FakeRunner(prepared_gpt(), jitter_bytes=tuple(mib * MiB for mib in (0, 0, 3, -3)))
+    tuner = fake_tuner(tmp_path, runner, int(runner.peak(16, ()) * 1.2))
+    result = tuner.auto_search()
+    assert result.status is SearchStatus.VERIFIED and result.best is not None, result.message
+    assert "no recompute needed at this batch: verified by 3 runs of it" in result.message
+    assert [(r.purpose, r.batch_size) for r in result.trials] == [
+        (Purpose.CALIBRATION, 8),
+        *[(Purpose.CALIBRATION, 16)] * 3,
+    ]
+    assert result.best.plans == () and tuner.export_lines() == [
+        "unset ORTMODULE_MEMORY_OPT_CONFIG  # no recompute needed"
+    ]
+
+
+def test_a_no_config_calibration_run_over_the_budget_is_not_a_fit_of_the_answer(tmp_path: Path) -> None:
+    # the budget between the no-config runs' peaks at the target: the planner's no config is not verified
+    runner = FakeRunner(prepared_gpt(), jitter_bytes=tuple(mib * MiB for mib in (0, 0, 30, -30)))
+    tuner = fake_tuner(tmp_path, runner, int(runner.peak(16, ()) + 10 * MiB))
+    result = tuner.auto_search()
+    search = [r for r in result.trials if r.purpose is Purpose.SEARCH]
+    assert search and all(r.plans for r in search), [(r.purpose, r.plans) for r in result.trials]
