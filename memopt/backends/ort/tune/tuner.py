@@ -257,7 +257,11 @@ class Tuner(SessionEvents):
             done = sum(r.batch_size == batch and r.plans == plans for r in self.records)
             if batch == s.target_batch or done:
                 reason += f" to measure its run-to-run noise (run {done + 1} of {s.repeats})"
-            record = self._trial(batch, plans, Purpose.CALIBRATION, reason, None, None)
+            # No config at the target is the no-config answer's run too: judged against the
+            # budget where it is bytes (a share of the device is judged once the device is known).
+            answer = batch == s.target_batch and not plans
+            budget = s.budget.bytes if answer and s.budget is not None else None
+            record = self._trial(batch, plans, Purpose.CALIBRATION, reason, None, budget)
             if record.result.device == "cuda":
                 self.device_name = record.result.cuda_device_name or "CUDA"
             return record.result
