@@ -235,7 +235,10 @@ def calibrate_on(
         trial = run(*noisy)
         made += 1
         if trial.status is RunStatus.OUT_OF_MEMORY:  # the target runs only with recompute
-            noisy, made = max(calibrated, key=lambda point: point[0]), 1
+            nearest = max(calibrated, key=lambda point: point[0])
+            if noisy == nearest:  # a repeat of a marginal run died: the noise is what the others measured
+                break
+            noisy, made = nearest, 1
         elif made == 1:
             trials[noisy] = trial  # a calibration point of its own: a second batch for the fit
         else:
