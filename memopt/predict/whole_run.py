@@ -130,8 +130,8 @@ def processes_of(trial: TrialResult) -> tuple[Memory, ...]:
 @dataclass(frozen=True)
 class FixedPeaks:
     """The peak of the phases recompute cannot lower, by batch: the start-up's from the processes
-    whose start-up bound, the job's exit's from the runs whose exit bound, (batch, whole-run
-    peak) each. The config a run had does not matter. ``phase``: the phase of the highest sample,
+    whose start-up bound, the job's exit's from the runs with a config whose exit bound, (batch,
+    whole-run peak) each. The config a run had does not matter. ``phase``: the phase of the highest sample,
     the one said to bind."""
 
     samples: tuple[tuple[int, int], ...] = ()
@@ -145,7 +145,9 @@ class FixedPeaks:
                 if memory.binding_phase is Phase.START_UP and memory.whole_run_peak is not None:
                     found.append((trial.batch_size, memory.whole_run_peak, Phase.START_UP))
             job = trial.memory  # the exit is measured for the job as a whole, not per rank
-            if trial.ran and job.binding_phase is Phase.EXIT and job.whole_run_peak is not None:
+            # The exit begins where the steps left the process: a run without recompute ends
+            # higher than any config's would, so its exit is no floor for them.
+            if trial.ran and trial.config and job.binding_phase is Phase.EXIT and job.whole_run_peak is not None:
                 found.append((trial.batch_size, job.whole_run_peak, Phase.EXIT))
         if not found:
             return cls()

@@ -61,12 +61,18 @@ def test_the_jobs_exit_is_a_fixed_peak_and_its_repeats_measure_its_spread() -> N
     # optimum's run_clm.py on CPU: the steps peak near 970 MiB, the interpreter's exit 40-70 MiB
     # above, whatever is recomputed; the same key twice measures the exit's spread
     runs = [
-        measured("a", 8, 975, 975, exit_peak_bytes=1012 * MiB),
-        measured("a", 8, 972, 972, exit_peak_bytes=1038 * MiB),
-        measured("b", 8, 964, 964, exit_peak_bytes=1008 * MiB),
+        measured("a", 8, 975, 975, exit_peak_bytes=1012 * MiB, config=("A+:1:-1",)),
+        measured("a", 8, 972, 972, exit_peak_bytes=1038 * MiB, config=("A+:1:-1",)),
+        measured("b", 8, 964, 964, exit_peak_bytes=1008 * MiB, config=("B+:1:-1",)),
     ]
     spread = RunSpread.of_trials(runs)
     assert spread.exit == PhaseSpread(26 * MiB, 2) and spread.of(Phase.EXIT) == spread.exit
     peaks = FixedPeaks.of_trials(runs)
     assert peaks.phase is Phase.EXIT
     assert peaks.samples == ((8, 1012 * MiB), (8, 1038 * MiB), (8, 1008 * MiB))
+
+
+def test_the_exit_of_a_run_without_recompute_is_no_floor_for_a_config() -> None:
+    # no config at batch 128: the exit bound by 0.1 MiB over steps that any config ends lower
+    runs = [measured("none", 128, 1150.9, 1150.9, exit_peak_bytes=int(1151.0 * MiB))]
+    assert RunSpread.of_trials(runs).exit is None and FixedPeaks.of_trials(runs).samples == ()

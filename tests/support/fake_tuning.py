@@ -90,6 +90,7 @@ class FakeRunner:
     pause_on: int | None = None
     calls: list[TrialSpec] = field(default_factory=list)
     on_call: Callable[[int], None] | None = None
+    jitter_bytes: tuple[float, ...] = ()  # added to the peak of call 1, 2, … in turn: run-to-run noise
 
     def plans_on(self, spec: TrialSpec) -> tuple[str, ...]:
         configured = {e.cell for e in spec.config}
@@ -114,7 +115,10 @@ class FakeRunner:
         if self.on_call is not None:
             self.on_call(number)
         on = self.plans_on(spec)
-        peak = int(self.peak(spec.batch_size, on))
+        peak = int(
+            self.peak(spec.batch_size, on)
+            + (self.jitter_bytes[(number - 1) % len(self.jitter_bytes)] if self.jitter_bytes else 0)
+        )
         status = "ok"
         if number == self.pause_on:
             cancel.wait(10)

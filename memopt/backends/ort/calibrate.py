@@ -199,29 +199,53 @@ def calibrate_on(
     resume: bool = False,
     node_times: bool = True,
     ran: Mapping[tuple[int, tuple[PlanKey, ...]], TrialResult] | None = None,
+    runs: int = 1,
 ) -> Calibration:
     """Calibrate on trials that ``run`` runs, one per calibration batch size: no config where it
     fits, else the first of ``calibration_points`` that does not run out of memory; with
     ``resume``, on the journal as the same calibration of an earlier session read it
     (``node_times``: see ``fit_calibration``); ``ran``: trials already run, by (batch, plans),
-    such as the graph probe's. Raises ``DoesNotFit`` where nothing runs."""
+    such as the graph probe's. Then no config at the target batch is made ``runs`` times in all
+    (a calibration run there counts): their spread is the run-to-run noise the search keeps
+    room for, measured where the search runs (a half-batch run's noise was a tenth of the
+    target's); where it dies of memory, the calibration run nearest the target is made again
+    instead. Raises ``DoesNotFit`` where nothing runs."""
     every_plan = tuple(p.key for p in prepared.report.patterns)
     trials = dict(ran or {})
+    calibrated: list[tuple[int, tuple[PlanKey, ...]]] = []
     for batch in tuple(dict.fromkeys(calibration_batches or default_calibration_batches(target_batch))):
         for point in calibration_points(batch, every_plan):
             trial = trials.get(point) or run(*point)
             trials[point] = trial
             if trial.status is not RunStatus.OUT_OF_MEMORY:
                 require_ran(trial)
+                calibrated.append(point)
                 break
         else:
             raise DoesNotFit(
                 f"{prepared.target} runs out of memory even at batch 1 with every plan on "
                 f"(log: {trial.run_dir}/ort.log)"
             )
+    repeats: list[TrialResult] = []
+    noisy: tuple[int, tuple[PlanKey, ...]] = (target_batch, ())
+    if noisy in trials and trials[noisy].status is RunStatus.OUT_OF_MEMORY:
+        noisy = max(calibrated, key=lambda point: point[0])
+    made = int(noisy in trials)
+    while runs > 1 and made < runs:
+        trial = run(*noisy)
+        made += 1
+        if trial.status is RunStatus.OUT_OF_MEMORY:  # the target runs only with recompute
+            nearest = max(calibrated, key=lambda point: point[0])
+            if noisy == nearest:  # a repeat of a marginal run died: the noise is what the others measured
+                break
+            noisy, made = nearest, 1
+        elif made == 1:
+            trials[noisy] = trial  # a calibration point of its own: a second batch for the fit
+        else:
+            repeats.append(trial)
     return fit_calibration(
         prepared,
-        [trial for trial in trials.values() if trial.ran],
+        [trial for trial in (*trials.values(), *repeats) if trial.ran],
         journal=journal,
         runs_dir=runs_dir,
         target_batch=target_batch,
@@ -303,9 +327,10 @@ def fit_calibration(
     journaled, lines_read = _history(journal, target, options, versions, device_used, read_upto)
     if checked is None:  # none yet, or a damaged one: this calibration's record is written anew
         journal.append({"key": record_key, "kind": CALIBRATION_KIND, "journal_lines": lines_read, "identity": identity})
-    # The journal's history of this target, and these trials even where no journal holds them.
-    known = (*journaled, *trials)
-    history = list({t.key or id(t): t for t in known}.values())  # a trial no journal keyed counts once
+    # The journal's history of this target, and these trials even where no journal holds them:
+    # each of them, as repeats of one run share its key.
+    own = {t.key for t in trials}
+    history = [*(t for t in journaled if t.key not in own), *trials]
     observations = [
         observation_of(t.batch_size, plans_of(t, plans), t.memory) for t in history if t.predicted_figure_bytes
     ]

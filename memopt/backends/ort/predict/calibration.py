@@ -38,6 +38,7 @@ __all__ = [
     "fit_cost_scale",
     "fit_step_times",
     "keep_ort_plans",
+    "largest_under_prediction",
     "learn_from_trial",
     "observation_of",
     "plan_savings",
@@ -202,6 +203,14 @@ def observation_of(
     return Observation(
         batch_size, plans, int(memory.predicted_figure or 0), dict(counts or {}), memory.cuda_outside_bytes or 0
     )
+
+
+def largest_under_prediction(model: MemoryModel) -> float:
+    """How far ``model`` falls below the highest of the runs it was fitted on (0 where it falls
+    below none): a fit through one run passes through it, one through repeats of a run passes
+    their middle, and a config planned against the limit lands that much higher again."""
+    below = (o.peak_bytes - model.predict(o.batch_size, o.plans, o.counts).peak_bytes for o in model.observations)
+    return max(0.0, max(below, default=0.0))
 
 
 def plans_of(trial: TrialResult, plans: tuple[PlanSavings, ...]) -> tuple[PlanKey, ...]:

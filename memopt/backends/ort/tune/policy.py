@@ -1,6 +1,7 @@
 """The search policy, a pure function of what is known: ``next_step(state)``.
 
-    first: the planner's cheapest selection predicted to fit (else the lowest predicted peak, to check)
+    first: the planner's cheapest selection predicted to fit under the limit less the room kept
+           for the noise (``KeptRoom``; else the lowest predicted peak, to check)
     after a fit under the limit: the same config again, until it has run ``repeats`` times
     after ``repeats`` fits: stop verified
     after an overshoot (over budget, out of memory, crashed), or a fit within the noise: a
@@ -41,6 +42,7 @@ from memopt.units import format_compared, format_mib
 __all__ = [
     "Attempt",
     "BestVerified",
+    "KeptRoom",
     "Room",
     "SearchState",
     "Stop",
@@ -126,6 +128,38 @@ class Room:
 
 
 @dataclass(frozen=True)
+class KeptRoom:
+    """Room the search keeps between a config's predicted peak and the limit when it chooses one,
+    learnt before the first search from the calibration's no-config run made ``runs`` times at
+    ``batch``: twice the run-to-run noise, since a verdict asks the highest of a config's runs
+    to clear the noise and those runs land as far apart as the calibration's did, plus how far
+    the model fell below the highest run it was fitted on (``residual_bytes``). Where the search
+    measures more noise than the calibration did, the room grows with it."""
+
+    spread: RunSpread
+    residual_bytes: float
+    runs: int
+    batch: int
+
+    def noise_bytes(self, measured: RunSpread) -> float:
+        """The noise to keep room for: the calibration's, or the session's where wider."""
+        return max(self.spread.noise_bytes, measured.noise_bytes)
+
+    def bytes(self, measured: RunSpread = RunSpread()) -> float:
+        return 2 * self.noise_bytes(measured) + max(0.0, self.residual_bytes)
+
+    def describe(self, measured: RunSpread = RunSpread()) -> str:
+        widest = measured if measured.noise_bytes > self.spread.noise_bytes else self.spread
+        noise = f"2 × the {widest.noise_line()}" if widest.noise else "no run-to-run noise measured"
+        calibrated = f"{self.runs} no-config run{'s' if self.runs > 1 else ''} at batch {self.batch}"
+        return (
+            f"{format_mib(self.bytes(measured))} of room kept under the limit ({noise}, + "
+            f"{format_mib(max(0.0, self.residual_bytes))} the model fell below the highest of the "
+            f"runs it was fitted on; learnt from {calibrated})"
+        )
+
+
+@dataclass(frozen=True)
 class SearchState:
     """Everything the policy decides on. ``attempts``: every trial at the target batch so far
     (manual ones too, oldest first); ``trials_used``: search trials of this search."""
@@ -145,6 +179,7 @@ class SearchState:
     )  # the start-up's and the exit's peaks where they bound, every run of the session
     spread: RunSpread = RunSpread()  # each phase's run-to-run spread, from every run of the session
     repeats: int = 1  # the runs of one config a verdict needs
+    kept_room: KeptRoom | None = None  # None: configs are chosen against the limit itself
 
     def runs_of(self, attempt: Attempt) -> tuple[Attempt, ...]:
         """Every run of ``attempt``'s config at the target batch (``attempt`` among them)."""
@@ -247,20 +282,39 @@ class SearchState:
             return 0
         return self.model.max_batch(limit, plans, ceiling=ceiling)
 
+    @property
+    def room_bytes(self) -> float:
+        """The room kept under the limit for the noise when a config is chosen."""
+        return self.kept_room.bytes(self.spread) if self.kept_room is not None else 0.0
+
+    @property
+    def planning_limit(self) -> float:
+        """The peak a config is chosen against: the limit less the room kept."""
+        return self.limit_bytes - self.room_bytes
+
     def plan(self) -> PlanResult:
-        """The planner's choice among the plans ORT has not ignored."""
+        """The planner's choice among the plans ORT has not ignored, against the limit less the
+        room kept; against the limit itself where no selection is predicted under that."""
         model = self.model
         if self.left_off:
             model = _without(model, self.left_off)
-        return choose_plans(
-            model,
-            self.costs_s,
-            self.target_batch,
-            self.budget_bytes,
-            self.ort_version,
-            margin=self.margin,
-            baseline_step_s=self.baseline_step_s,
-        )
+
+        def against(budget_bytes: float) -> PlanResult:
+            return choose_plans(
+                model,
+                self.costs_s,
+                self.target_batch,
+                int(budget_bytes),
+                self.ort_version,
+                margin=self.margin,
+                baseline_step_s=self.baseline_step_s,
+            )
+
+        if self.room_bytes > 0:
+            kept = against(self.budget_bytes - self.room_bytes / (1.0 - self.margin))
+            if kept.feasible:
+                return kept
+        return against(self.budget_bytes)
 
     def tried(self) -> frozenset[frozenset[PlanKey]]:
         return frozenset(frozenset(a.plans) for a in self.attempts)
@@ -287,8 +341,21 @@ class Stop:
 def next_step(state: SearchState) -> TryPlans | Stop:
     """What the search does next, given everything it knows."""
     if state.trials_used == 0:
-        return _first(state)
-    last = state.attempts[-1]
+        first = _first(state)
+        ran = [
+            a for a in state.attempts if isinstance(first, TryPlans) and frozenset(a.plans) == frozenset(first.plans)
+        ]
+        if not ran:
+            return first
+        # The choice already ran (the calibration's no-config runs at the target, a manual
+        # trial): the search goes on from its runs, and that step is its first trial.
+        step = _after(state, ran[-1])
+        return replace(step, repeat=False) if isinstance(step, TryPlans) else step
+    return _after(state, state.attempts[-1])
+
+
+def _after(state: SearchState, last: Attempt) -> TryPlans | Stop:
+    """What follows the trial ``last``."""
     if last.outcome.fatal:
         return Stop(SearchStatus.FAILED, f"the trial could not run: {last.error}")
     if state.verified(last):
@@ -343,15 +410,30 @@ def _first(state: SearchState) -> TryPlans | Stop:
                 plan.plans,
                 f"planner: {names(plan.plans)} predicted {_against(plan.predicted_bytes, limit, '≤')} "
                 f"(no config {format_mib(plan.baseline_bytes)}) "
-                f"for ~{plan.cost_s * 1000:.0f} ms/step",
+                f"for ~{plan.cost_s * 1000:.0f} ms/step{_kept(state, plan.predicted_bytes)}",
             )
-        return TryPlans((), f"planner: no config predicted {_against(plan.baseline_bytes, limit, '≤')}; verifying")
+        return TryPlans(
+            (),
+            f"planner: no config predicted {_against(plan.baseline_bytes, limit, '≤')}"
+            f"{_kept(state, plan.baseline_bytes)}; verifying",
+        )
     plans = plan.plans or state.useful_plans()
     return TryPlans(
         plans,
         f"{_floor_line(state, plan)}; checking the prediction with one run at batch {state.target_batch} "
         f"({names(plans) or 'no config'})",
     )
+
+
+def _kept(state: SearchState, predicted: float) -> str:
+    """The room the choice keeps for the noise, and where it came from; or how much less it
+    keeps where no selection is predicted that low."""
+    if state.kept_room is None:
+        return ""
+    room = state.kept_room.describe(state.spread)
+    if predicted <= state.planning_limit:
+        return f"; {room}"
+    return f"; {format_mib(max(0.0, state.limit_bytes - predicted))} under the limit, not the {room}: no selection is predicted that low"
 
 
 def _floor_line(state: SearchState, plan: PlanResult) -> str:
@@ -464,7 +546,8 @@ def _heavier(state: SearchState, last: Attempt, prefix: str = "") -> TryPlans | 
     if plan.feasible and frozenset(plan.plans) not in tried and set(plan.plans) != set(selection):
         return TryPlans(
             plan.plans,
-            f"{prefix}recalibrated planner: {names(plan.plans)} predicted {_against(plan.predicted_bytes, limit, '≤')}",
+            f"{prefix}recalibrated planner: {names(plan.plans)} predicted {_against(plan.predicted_bytes, limit, '≤')}"
+            f"{_kept(state, plan.predicted_bytes)}",
         )
     candidate = list(selection)
     for key in useful:  # largest saving first
@@ -474,7 +557,7 @@ def _heavier(state: SearchState, last: Attempt, prefix: str = "") -> TryPlans | 
         if frozenset(candidate) in tried:
             continue
         predicted = state.predict(candidate)
-        if predicted <= limit or len(candidate) == len(useful):
+        if predicted <= state.planning_limit or len(candidate) == len(useful):
             return TryPlans(
                 tuple(candidate),
                 f"{prefix}adding {key.short}: {names(candidate)} predicted {_against(predicted, limit, 'vs')}",

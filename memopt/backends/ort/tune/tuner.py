@@ -26,6 +26,7 @@ from memopt.backends.ort.predict.calibration import (
     Calibration,
     DoesNotFit,
     default_calibration_batches,
+    largest_under_prediction,
     learn_from_trial,
     require_ran,
 )
@@ -44,6 +45,7 @@ from memopt.backends.ort.trials import (
 from memopt.backends.ort.tune.export import ConfigExport, plan_export, write_config
 from memopt.backends.ort.tune.policy import (
     Attempt,
+    KeptRoom,
     Room,
     SearchState,
     Stop,
@@ -111,6 +113,7 @@ class Tuner(SessionEvents):
         self.ready: Ready | None = None
         self._numbers = 0
         self._probed: TrialResult | None = None  # the calibration trial that was the graph probe
+        self.kept_room: KeptRoom | None = None  # room for the noise, learnt by the calibration
 
     # -- set-up -----------------------------------------------------------------------
 
@@ -239,7 +242,8 @@ class Tuner(SessionEvents):
             StageStarted(
                 "calibrate",
                 f"Calibrating the memory model: no-config trials at batch {' and '.join(map(str, batches))}"
-                f"{' (the probe was the first)' if self._probed is not None else ''}…",
+                f"{' (the probe was the first)' if self._probed is not None else ''}"
+                f"{f', then {s.repeats} runs of no config at the target batch {s.target_batch}' if s.repeats > 1 else ''}…",
             )
         )
         started = time.monotonic()
@@ -250,7 +254,14 @@ class Tuner(SessionEvents):
                 if plans
                 else f"no-config calibration at batch {batch}"
             )
-            record = self._trial(batch, plans, Purpose.CALIBRATION, reason, None, None)
+            done = sum(r.batch_size == batch and r.plans == plans for r in self.records)
+            if batch == s.target_batch or done:
+                reason += f" to measure its run-to-run noise (run {done + 1} of {s.repeats})"
+            # No config at the target is the no-config answer's run too: judged against the
+            # budget where it is bytes (a share of the device is judged once the device is known).
+            answer = batch == s.target_batch and not plans
+            budget = s.budget.bytes if answer and s.budget is not None else None
+            record = self._trial(batch, plans, Purpose.CALIBRATION, reason, None, budget)
             if record.result.device == "cuda":
                 self.device_name = record.result.cuda_device_name or "CUDA"
             return record.result
@@ -264,13 +275,25 @@ class Tuner(SessionEvents):
             calibration_batches=batches,
             resume=s.resume,
             ran={(self._probed.batch_size, ()): self._probed} if self._probed is not None else None,
+            runs=s.repeats,
         )
         model = calibration.model
+        spread = RunSpread.of_trials(calibration.trials)
+        repeated = max(
+            calibration.trials, key=lambda t: (sum(t.key == o.key for o in calibration.trials), t.batch_size)
+        )
+        self.kept_room = KeptRoom(
+            spread,
+            largest_under_prediction(model),
+            sum(t.key == repeated.key for t in calibration.trials),
+            repeated.batch_size,
+        )
         self._emit(
             StageFinished(
                 "calibrate",
                 f"model: {model.describe()}; recompute costs: {calibration.cost_source}"
-                + (f"; {calibration.arena_check}" if calibration.arena_check else ""),
+                + (f"; {calibration.arena_check}" if calibration.arena_check else "")
+                + f"; {self.kept_room.describe()}",
                 time.monotonic() - started,
             )
         )
@@ -340,10 +363,11 @@ class Tuner(SessionEvents):
         """What the policy knows now: the model, costs, budget and every trial at the target batch."""
         calibration = self._calibrated()
         results = [r.result for r in self.records]
+        # The calibration's no-config runs at the target batch are runs of the no-config answer.
         attempts = tuple(
-            _attempt(r)
+            _attempt(r) if r.purpose is not Purpose.CALIBRATION else _attempt(r, self.budget_bytes)
             for r in self.records
-            if r.purpose is not Purpose.CALIBRATION
+            if (r.purpose is not Purpose.CALIBRATION or (not r.plans and r.result.ran))
             and r.batch_size == self.settings.target_batch
             and r.outcome is not Outcome.CANCELLED
         )
@@ -361,6 +385,7 @@ class Tuner(SessionEvents):
             fixed_peaks=FixedPeaks.of_trials(results),
             spread=RunSpread.of_trials(results),
             repeats=self.settings.repeats,
+            kept_room=self.kept_room,
         )
 
     def _search_budget(self, attempts: Iterable[Attempt]) -> int:
@@ -426,7 +451,8 @@ class Tuner(SessionEvents):
             self.entries(plans),
             save_onnx=save_onnx,
             repeat=repeat,
-            profile=purpose is Purpose.CALIBRATION,
+            # The calibration's costs come from its first run's node times; a repeat measures noise.
+            profile=purpose is Purpose.CALIBRATION and not repeat,
         )
         result = self._trial_runner()(
             spec,
@@ -660,6 +686,8 @@ class Tuner(SessionEvents):
             "device": self.device_name,
             "ort_version": str(self.ort_version) if self.calibration else None,
             "largest_batch": result.largest_batch,
+            "kept_room_bytes": self.search_state().room_bytes if self.calibration else None,
+            "kept_room": self.kept_room.describe(self.search_state().spread) if self.kept_room else None,
             "best": None
             if best is None
             else {
@@ -709,12 +737,13 @@ def _room_fields(room: Room | None) -> dict[str, Any]:
     return {"room_bytes": room.under_limit_bytes, "spread_bytes": room.spread_bytes, "spread": room.spread_line}
 
 
-def _attempt(record: TrialRecord) -> Attempt:
-    """A trial as the policy sees it."""
-    result = record.result
+def _attempt(record: TrialRecord, budget_bytes: int | None = None) -> Attempt:
+    """A trial as the policy sees it; ``budget_bytes``: judged against it (a calibration run was
+    judged against none)."""
+    result = record.result if budget_bytes is None else record.result.judged(budget_bytes)
     return Attempt(
         plan_keys(record.plans),
-        record.outcome,
+        result.outcome,
         record.step_s,
         plan_keys(record.left_off),
         _error_line(result),

@@ -73,7 +73,13 @@ def test_a_ceiling_below_no_config_calibrates_with_every_plan_and_checks_the_lar
     runner.oom_above = ceiling
     result = fake_tuner(tmp_path, runner, int(ceiling)).auto_search()
     calibration = [(r.batch_size, bool(r.plans), r.outcome) for r in result.trials if r.purpose is Purpose.CALIBRATION]
-    assert calibration == [(8, False, Outcome.OUT_OF_MEMORY), (8, True, Outcome.OK)]
+    # no config at the target dies too: the point that ran is made --repeats times (3) instead
+    assert calibration == [
+        (8, False, Outcome.OUT_OF_MEMORY),
+        (8, True, Outcome.OK),
+        (16, False, Outcome.OUT_OF_MEMORY),
+        *[(8, True, Outcome.OK)] * 2,
+    ]
     largest = result.largest_batch
     assert result.status is SearchStatus.IMPOSSIBLE and largest is not None, result.message
     assert f"fits up to batch {largest}" in result.message
@@ -189,3 +195,23 @@ def test_plan_takes_its_percentage_budget_of_the_cgroups_limit(tmp_path: Path) -
 def test_the_unlimited_values_of_cgroup_v1_and_v2_are_no_limit(tmp_path: Path, text: str, limit: int | None) -> None:
     (tmp_path / "memory.max").write_text(text)
     assert cgroup._limit(tmp_path / "memory.max") == limit
+
+
+@pytest.mark.usefixtures("simulate_sample_once")
+def test_a_repeat_of_a_marginal_calibration_run_that_dies_ends_the_noise_runs(tmp_path: Path) -> None:
+    """FAKE runs: no config dies at batch 8 and at the target, and the repeat of the every-plan
+    run at batch 8 dies too (its peak pushed over the ceiling): the calibration stops there and the
+    search goes on, rather than trying that run for ever."""
+    jitter = (0.0, 0.0, 0.0, 1024.0 * MiB, *[0.0] * 40)
+    runner = FakeRunner(prepared_gpt(), allocator_scale=1.6, jitter_bytes=jitter)
+    every = tuple(p.key for p in runner.prepared.report.patterns)
+    runner.oom_above = (runner.peak(8, ()) + runner.peak(8, every)) / 2
+    result = fake_tuner(tmp_path, runner, int(runner.oom_above)).auto_search()
+    calibration = [(r.batch_size, bool(r.plans), r.outcome) for r in result.trials if r.purpose is Purpose.CALIBRATION]
+    assert calibration == [
+        (8, False, Outcome.OUT_OF_MEMORY),
+        (8, True, Outcome.OK),
+        (16, False, Outcome.OUT_OF_MEMORY),
+        (8, True, Outcome.OUT_OF_MEMORY),
+    ]
+    assert result.status is SearchStatus.IMPOSSIBLE, result.message

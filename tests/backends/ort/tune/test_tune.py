@@ -67,3 +67,6 @@ def test_headless_search_resumes_the_journal_and_prints_json() -> None:
     assert result["journal"] == str(tuner.journal.path)
     assert "[probe]" in run.stderr and "[calibrate]" in run.stderr and "[done] verified" in run.stderr
     assert any(t["reused"] for t in result["trials"])  # calibration trials at least came from the journal
+    # no config at the target batch made three times in the calibration: the room kept for its noise is said
+    assert [t["batch_size"] for t in result["trials"] if t["purpose"] == "calibration"].count(real_tuning.TARGET) == 3
+    assert result["kept_room_bytes"] is not None and "of room kept under the limit" in run.stderr

@@ -18,7 +18,15 @@ from support.results import measured
 
 from memopt.backends.ort import OrtVersion
 from memopt.backends.ort.predict.memory_model import MemoryModel, Observation, PlanSavings, fit_memory_model
-from memopt.backends.ort.tune.policy import Attempt, SearchState, Stop, TryPlans, best_verified, next_step
+from memopt.backends.ort.tune.policy import (
+    Attempt,
+    KeptRoom,
+    SearchState,
+    Stop,
+    TryPlans,
+    best_verified,
+    next_step,
+)
 from memopt.core.memory import Phase
 from memopt.core.trial import Outcome
 from memopt.graph import Polynomial
@@ -354,8 +362,10 @@ def test_tuner_verifies_a_config_in_one_search_trial_when_the_model_is_right(tmp
     assert search[0].fits and search[0].peak_bytes is not None and search[0].peak_bytes <= budget
     error = search[0].prediction_error
     assert error is not None and abs(error) < 0.01  # the fake measures what the model predicts
-    # one calibration run, then the search's choice run three times: the runs a verdict needs
-    assert [r.purpose for r in result.trials] == [Purpose.CALIBRATION, *[Purpose.SEARCH] * 3]
+    # calibration at batch 8 and three runs at the target (their noise), then the search's choice
+    # three times (the verdict's)
+    calibration = [r.batch_size for r in result.trials if r.purpose is Purpose.CALIBRATION]
+    assert calibration == [8, 16, 16, 16] and [r.purpose for r in result.trials][4:] == [Purpose.SEARCH] * 3
     assert len({r.plans for r in search}) == 1
     assert tuner.export_lines()[0].startswith("export ORTMODULE_MEMORY_OPT_CONFIG=")
     assert len(list(Journal.in_folder(tmp_path).entries())) == len(result.trials)
@@ -377,7 +387,9 @@ def test_tuner_says_how_much_room_the_verified_config_leaves(tmp_path: Path) -> 
 
 def test_tuner_learns_what_the_allocator_adds_when_the_first_guess_misses(tmp_path: Path) -> None:
     runner = FakeRunner(prepared_gpt(), allocator_scale=1.6)
-    tuner = fake_tuner(tmp_path, runner, budget_between(runner, 0.3))
+    # One verifying run and so no calibration runs at the target, whose second batch would teach
+    # the model the allocator's scale before the first guess.
+    tuner = fake_tuner(tmp_path, runner, budget_between(runner, 0.3), repeats=1)
     result = tuner.auto_search()
     assert result.status is SearchStatus.VERIFIED, result.message
     search = [r for r in result.trials if r.purpose is Purpose.SEARCH]
@@ -413,7 +425,7 @@ def test_tune_json_carries_what_ort_ran_on_and_left_off(tmp_path: Path) -> None:
     trials = summary["trials"]
     assert all("plans_on" in t and "plans_off" in t for t in trials)
     assert trials[0]["plans_on"] == trials[0]["plans_off"] == []  # the no-config calibration
-    search = trials[1]
+    search = next(t for t in trials if t["purpose"] == "search")
     assert ignored not in search["plans_on"] and any(ignored in entry for entry in search["plans_off"])
     assert set(search["plans_on"]) == set(search["plans"]) - {ignored}
     best = summary["best"]
@@ -520,3 +532,96 @@ def test_a_budget_named_to_verify_verifies_the_same_runs(peak_mib: float) -> Non
     assert at_named.verified(runs[0]) and best_verified(at_named) is not None
     below = replace(at_named, budget_bytes=int(named - 0.1 * MiB))
     assert not below.verified(runs[0])
+
+
+# Room for the noise, learnt by the calibration before the first search.
+CALIBRATION_NOISE = KeptRoom(RunSpread(steps=PhaseSpread(60 * MiB, 3)), 30 * MiB, 3, 8)
+
+
+def test_the_room_kept_is_twice_the_noise_and_the_fits_residual_widened_by_the_search() -> None:
+    assert CALIBRATION_NOISE.bytes() == 150 * MiB
+    wider = RunSpread(exit=PhaseSpread(70 * MiB, 2))
+    assert CALIBRATION_NOISE.bytes(wider) == 170 * MiB  # a repeat in the search measured more
+    assert CALIBRATION_NOISE.bytes(RunSpread(steps=PhaseSpread(5 * MiB, 3))) == 150 * MiB
+    line = CALIBRATION_NOISE.describe()
+    assert line.startswith("150.0 MiB of room kept under the limit (2 × the run-to-run spread of the steps 60.0 MiB")
+    assert "+ 30.0 MiB the model fell below" in line and "learnt from 3 no-config runs at batch 8" in line
+    assert KeptRoom(RunSpread(), -5 * MiB, 1, 8).bytes() == 0  # an over-prediction keeps no room
+
+
+def test_the_first_search_chooses_under_the_limit_less_the_room_kept() -> None:
+    # no config 2600 MiB at batch 16, limit 2400: B alone (2280 MiB) fits the limit, not 150 MiB under it;
+    # B and C (2120 MiB) do, cheaper than A
+    kept = replace(state(2400), kept_room=CALIBRATION_NOISE)
+    assert kept.planning_limit == 2250 * MiB
+    step = next_step(kept)
+    assert isinstance(step, TryPlans) and set(step.plans) == {B, C}, step
+    assert "150.0 MiB of room kept under the limit" in step.reason and "learnt from 3 no-config runs" in step.reason
+    assert next_step(state(2400)) == TryPlans((B,), next_step(state(2400)).reason)  # no room kept: as before
+
+
+def test_room_that_no_selection_keeps_falls_back_to_the_limit_and_says_so() -> None:
+    # every plan is predicted at 1480 MiB: 1000 MiB of room under 2400 is out of reach
+    huge = KeptRoom(RunSpread(steps=PhaseSpread(450 * MiB, 3)), 100 * MiB, 3, 8)
+    step = next_step(replace(state(2400), kept_room=huge))
+    assert isinstance(step, TryPlans) and step.plans == (B,), step
+    assert "120.0 MiB under the limit, not the 1,000.0 MiB of room kept" in step.reason
+
+
+def test_after_an_overshoot_the_next_selection_keeps_the_room_too() -> None:
+    # B ran over the limit of 2400 MiB: the planner's next choice is predicted 200 MiB under it
+    over = Attempt((B,), Outcome.OVER_BUDGET, number=1, whole_run_bytes=2450 * MiB)
+    step = next_step(replace(state(2400, over), kept_room=KeptRoom(RunSpread(), 200 * MiB, 1, 8)))
+    assert isinstance(step, TryPlans) and set(step.plans) == {B, C}, step
+    assert "B+, C+ predicted 2,120.0 MiB ≤ limit 2,400.0 MiB; 200.0 MiB of room kept" in step.reason
+
+
+def test_with_the_calibrations_noise_kept_the_first_config_is_the_one_verified(tmp_path: Path) -> None:
+    """The calibration's no-config runs at the target land 0, +8 and −8 MiB off (spread 16 MiB):
+    the search keeps twice that and the fit's residual as room, and its first config, whose
+    runs land as far apart, clears the noise with its first three runs. Without the room, the
+    same runs take a second config (checked by hand: LayerNormalization+ then Dropout+)."""
+    jitter = tuple(mib * MiB for mib in (0, 0, 8, -8, 8, -8, 0))
+    runner = FakeRunner(prepared_gpt(), jitter_bytes=jitter)
+    tuner = fake_tuner(tmp_path, runner, budget_between(runner), repeats=3)
+    result = tuner.auto_search()
+    assert result.status is SearchStatus.VERIFIED, result.message
+    calibration = [(r.batch_size, r.plans) for r in result.trials if r.purpose is Purpose.CALIBRATION]
+    assert calibration == [(8, ()), (16, ()), (16, ()), (16, ())]
+    assert len({r.plans for r in result.trials if r.purpose is Purpose.SEARCH}) == 1  # the first config
+    assert len(result.trials) == 7
+    assert [spec.profile for spec in runner.calls[:4]] == [True, True, False, False]  # repeats measure noise only
+    summary = tuner.summary(result)
+    assert tuner.kept_room is not None and tuner.kept_room.runs == 3 and tuner.kept_room.batch == 16
+    assert summary["kept_room_bytes"] >= 32 * MiB  # twice the spread, and the residual
+    first = next(r for r in result.trials if r.purpose is Purpose.SEARCH)
+    assert first.predicted_bytes is not None and first.predicted_bytes <= tuner.limit_bytes - 32 * MiB
+    assert "2 × the run-to-run spread of the steps 16.0 MiB (3 runs of one config)" in first.reason
+    assert "learnt from 3 no-config runs at batch 16" in first.reason
+    assert "to measure its run-to-run noise (run 3 of 3)" in result.trials[3].reason
+
+
+def test_the_calibrations_runs_at_the_target_are_the_no_config_answers_runs(tmp_path: Path) -> None:
+    """No config fits with room to spare: the three no-config runs the calibration made at the
+    target batch verify it, and the search runs nothing more."""
+    runner = FakeRunner(prepared_gpt(), jitter_bytes=tuple(mib * MiB for mib in (0, 0, 3, -3)))
+    tuner = fake_tuner(tmp_path, runner, int(runner.peak(16, ()) * 1.2))
+    result = tuner.auto_search()
+    assert result.status is SearchStatus.VERIFIED and result.best is not None, result.message
+    assert "no recompute needed at this batch: verified by 3 runs of it" in result.message
+    assert [(r.purpose, r.batch_size) for r in result.trials] == [
+        (Purpose.CALIBRATION, 8),
+        *[(Purpose.CALIBRATION, 16)] * 3,
+    ]
+    assert result.best.plans == () and tuner.export_lines() == [
+        "unset ORTMODULE_MEMORY_OPT_CONFIG  # no recompute needed"
+    ]
+
+
+def test_a_no_config_calibration_run_over_the_budget_is_not_a_fit_of_the_answer(tmp_path: Path) -> None:
+    # the budget between the no-config runs' peaks at the target: the planner's no config is not verified
+    runner = FakeRunner(prepared_gpt(), jitter_bytes=tuple(mib * MiB for mib in (0, 0, 30, -30)))
+    tuner = fake_tuner(tmp_path, runner, int(runner.peak(16, ()) + 10 * MiB))
+    result = tuner.auto_search()
+    search = [r for r in result.trials if r.purpose is Purpose.SEARCH]
+    assert search and all(r.plans for r in search), [(r.purpose, r.plans) for r in result.trials]
