@@ -60,7 +60,7 @@ test-bench: setup
 TORCH_CURRENT ?= torch==2.13.0
 TORCH_VENV ?= .venv-torch-current
 TORCH_INSTALLED := $(TORCH_VENV)/.memopt-installed
-TORCH_CURRENT_TESTS := tests/recompute tests/backends/torch/test_torch_scan.py tests/backends/torch/test_torch_simulate.py tests/backends/torch/test_torch_selective.py
+TORCH_CURRENT_TESTS := tests/recompute tests/backends/torch/test_torch_scan.py tests/backends/torch/test_torch_simulate.py tests/backends/torch/test_torch_selective.py tests/backends/torch/test_optimizer_offload_plans.py
 test-torch-current: $(TORCH_INSTALLED)
 	$(TORCH_VENV)/bin/python -c 'import importlib.util, sys; sys.exit("onnxruntime is installed in $(TORCH_VENV)" if importlib.util.find_spec("onnxruntime") else 0)'
 	$(TORCH_VENV)/bin/python -m pytest -n $(TEST_WORKERS) --dist worksteal -m "not long and not bench and not ort" --timeout 1200 $(TORCH_CURRENT_TESTS)
