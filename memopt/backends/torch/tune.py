@@ -195,6 +195,12 @@ class TorchPlan:
             f"{format_bytes(int(self.limit_bytes))}; {fits}"
         )
 
+    def at_budget(self, budget_bytes: int, margin: float) -> TorchPlan:
+        """The same scan, peak model and runs aimed at another budget, its choice made again."""
+        plan = replace(self, budget_bytes=budget_bytes, limit_bytes=budget_limit(budget_bytes, margin))
+        policy, predicted = plan.rechosen(0.0)
+        return replace(plan, policy=policy, predicted_bytes=predicted)
+
     def rechosen(self, miss: float) -> tuple[RecomputePolicy, float]:
         """The cheapest policy predicted under the limit with ``miss`` bytes more to cover, and its
         predicted peak (with the miss); the lowest predicted where none is.
