@@ -168,8 +168,8 @@ class TorchTuner(SessionEvents):
         return _Prediction(model.predict(policy, batch), plan.baseline_bytes)
 
     def cost_of(self, plans: Iterable[PlanName]) -> float:
-        costs = {row.key: row.cost_s for row in self.rows()}
-        return sum(costs.get(key, 0.0) for key in plans)
+        # The plans layer by layer a search chose cost as the scan timed them, as the rows do.
+        return self._plan().cost_s(plans)
 
     # -- trials ---------------------------------------------------------------------------
 
