@@ -68,6 +68,7 @@ class Peer:
         """The model as this peer trains it."""
         if self.kind is PeerKind.COMPILE:
             import torch
+            import torch._functorch.config  # not loaded by ``import torch`` on every release (2.13)
 
             torch._functorch.config.activation_memory_budget = self.compile_budget
             compiled: nn.Module = torch.compile(model)  # type: ignore[assignment]
