@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import io
 import json
+import re
+from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
 
@@ -20,8 +22,10 @@ from memopt.cli.tables import print_table
 from memopt.run.files import replace_atomically
 
 MIB = 2**20
+# A plan's first layer index: ``blocks.3.mlp: gelu`` → ``3``.
+_INDEX = re.compile(r"\.(\d+)(?=[.:])")
 
-__all__ = ["default_plot_path", "print_frontier", "write_plot"]
+__all__ = ["compact", "default_plot_path", "print_frontier", "write_plot"]
 
 
 def default_plot_path(journal: Path, label: str, batch: int) -> Path:
@@ -48,7 +52,7 @@ def print_frontier(frontier: Frontier, plot: Path | None, as_json: bool) -> None
         step = f"{answer.step_s:.3f}" if answer.step_s is not None else "-"
         ratio = f"{answer.step_s / every:.2f}" if answer.step_s and every else "-"
         under = f"{point.under:.1%}" if point.under is not None else "-"
-        table.add_row(budget, limit, _mib(answer.peak_bytes), under, step, ratio, escape(answer.policy))
+        table.add_row(budget, limit, _mib(answer.peak_bytes), under, step, ratio, escape(compact(answer.plans)))
     print_table(table)
     none = frontier.none
     peers = Table(title="measured once, at the same batch")
@@ -102,6 +106,32 @@ def write_plot(frontier: Frontier, path: Path) -> Path:
     figure.savefig(data, format="png", dpi=110)
     pyplot.close(figure)
     return replace_atomically(path, data.getvalue(), overwrite=False)
+
+
+def compact(plans: Sequence[str]) -> str:
+    """Plans that differ only in their first layer index as one: ``blocks.{0-2,5}.mlp.fc: addmm``."""
+    indices: dict[str, list[int]] = {}
+    for plan in plans:
+        found = _INDEX.search(plan)
+        shape = plan if found is None else f"{plan[: found.start(1)]}{{}}{plan[found.end(1) :]}"
+        indices.setdefault(shape, [])
+        if found is not None:
+            indices[shape].append(int(found.group(1)))
+    return "; ".join(
+        shape.replace("{}", _ranges(numbers), 1) if numbers else shape for shape, numbers in indices.items()
+    ) or ("no recompute")
+
+
+def _ranges(numbers: list[int]) -> str:
+    if len(numbers) == 1:
+        return str(numbers[0])
+    runs: list[list[int]] = []
+    for number in sorted(set(numbers)):
+        if runs and number == runs[-1][-1] + 1:
+            runs[-1].append(number)
+        else:
+            runs.append([number])
+    return "{" + ",".join(str(r[0]) if len(r) == 1 else f"{r[0]}-{r[-1]}" for r in runs) + "}"
 
 
 def _mib(value: float) -> str:

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from support.cli import assert_one_line_error, memopt
 
 from memopt.backends.torch.frontier import FrontierPoint, Run, answers, budgets_between, inversions
+from memopt.cli.frontier import compact
 from memopt.core.plan import PlanName
 
 # Four tiny GPT blocks at 64 x 64 tokens: activations a fifth of the peak, so recompute has room to walk.
@@ -53,6 +54,18 @@ def test_an_inversion_between_two_budgets_own_choices_is_resolved() -> None:
     own = _points([100.0, 96.0], [a, b])
     assert inversions(own) == 1
     assert answers([100.0, 96.0], [a, b]) == [b, b]
+
+
+def test_the_table_names_alike_layers_plans_once() -> None:
+    plans = [
+        "blocks.3.mlp.act: gelu",
+        "blocks.4.mlp.act: gelu",
+        "blocks.6.mlp.act: gelu",
+        "blocks.0: *",
+        "lm_head: chunked-loss",
+    ]
+    assert compact(plans) == "blocks.{3-4,6}.mlp.act: gelu; blocks.0: *; lm_head: chunked-loss"
+    assert compact([]) == "no recompute"
 
 
 def test_the_budgets_run_from_the_top_to_the_floor() -> None:
