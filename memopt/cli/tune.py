@@ -127,7 +127,7 @@ def tune_command(
     Prints the export line to paste before your training command: ORTMODULE_MEMORY_OPT_CONFIG
     for ORTModule, MEMOPT_RECOMPUTE_POLICY for a script that calls memopt.recompute.apply.
     """
-    if as_json and not no_tui:
+    if as_json and not no_tui and not frontier:  # --frontier runs without the screen
         raise MemoptError("--json needs --no-tui")
     if manual and no_tui:
         raise MemoptError("--manual is the TUI's: without it (--no-tui) the search runs by itself; choose one")
