@@ -238,20 +238,25 @@ def journaled_times(scanned: TorchScan, settings: RunSettings, journal: Journal,
             "device": settings.device,
         }
     )
-    plans = {str(row.plan) for row in scanned.rows}
+    # The plans over every layer alike and the plans layer by layer, which tune chooses from.
+    timed = (*scanned.rows, *scanned.layers)
+    plans = {str(row.plan) for row in timed}
     if resume:
         for entry in journal.newest_first((key,), SCAN_KIND):
             checked = checked_record(_SCAN_RECORD, entry.record, entry.where, "scan")
             if checked is not None and set(checked["recompute_s"]) == plans:
                 times = checked["recompute_s"]
-                rows = tuple(replace(row, recompute_seconds=times[str(row.plan)]) for row in scanned.rows)
-                return replace(scanned, rows=rows)
+                rows, layers = (
+                    tuple(replace(row, recompute_seconds=times[str(row.plan)]) for row in group)
+                    for group in (scanned.rows, scanned.layers)
+                )
+                return replace(scanned, rows=rows, layers=layers)
     journal.append(
         {
             "key": key,
             "kind": SCAN_KIND,
             "batch": scanned.batch,
-            "recompute_s": {str(row.plan): row.recompute_seconds for row in scanned.rows},
+            "recompute_s": {str(row.plan): row.recompute_seconds for row in timed},
         }
     )
     return scanned
