@@ -1,6 +1,7 @@
 """Four ways to fit a training batch in a budget, side by side on CPU: no recompute, Hugging Face
 gradient checkpointing on every layer, torch.compile's ``activation_memory_budget``, and memopt's
-policy (``memopt tune --backend torch``, applied with ``memopt.recompute.apply``).
+policy (``memopt tune --backend torch``, applied with ``memopt.recompute.apply``). The HF and
+compile set-ups are ``memopt.backends.torch.peers``', which ``memopt tune --frontier`` measures too.
 
 Each set-up trains the same ``hf:`` model (memopt's presets, built from config, random weights)
 on the same batch with AdamW at seed 0, in a fresh child process under a memory cgroup of its own.
@@ -105,21 +106,20 @@ def _child(case: Case, setup: str, steps: int, compile_budget: float, count_save
     import torch
 
     import memopt.recompute
+    from memopt.backends.torch.peers import Peer, PeerKind
     from memopt.recipes.hf import resolve_hf_target
 
     target = resolve_hf_target(f"hf:{case.model}", {"size": case.size, "seq_len": case.seq, **dict(case.fields)})
     torch.manual_seed(0)
     model = target.build_model()
     model.train()
+    # The peers are applied as memopt's own frontier applies them (tune --frontier).
     if setup == "hf":
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        model = Peer(PeerKind.HF_CHECKPOINTING).apply(model)
     if setup == "memopt":
         model = memopt.recompute.apply(model)  # reads MEMOPT_RECOMPUTE_POLICY, set by the parent
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    run = model
-    if setup == "compile":
-        torch._functorch.config.activation_memory_budget = compile_budget
-        run = torch.compile(model)
+    run = Peer(PeerKind.COMPILE, compile_budget).apply(model) if setup == "compile" else model
     batch, _ = target.make_batch(case.batch)
     parameters = {p.untyped_storage().data_ptr() for p in model.parameters()}
     saved: dict[int, int] = {}

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Callable
+from pathlib import Path
 
 import typer
 
@@ -51,6 +52,7 @@ from memopt.errors import MemoptError
 from memopt.pipeline.carry_over import exportable, torch_side
 from memopt.predict import DEFAULT_MARGIN
 from memopt.run import DEFAULT_RUNS_DIR, DEFAULT_STEPS, DEFAULT_TIMEOUT_S, parse_budget
+from memopt.run.files import check_write_target
 from memopt.tune import DEFAULT_MAX_TRIALS, DEFAULT_REPEATS, OrtTuneSettings, TuneEvent, TuneSettings, event_line
 from memopt.tune.session import TuningSession
 
@@ -101,17 +103,40 @@ def tune_command(
         "--export-torch",
         help="Once verified, carry the ORT config over to plain PyTorch and verify it there (as memopt export --torch).",
     ),
+    frontier: bool = typer.Option(
+        False,
+        "--frontier",
+        help="torch: verify memopt's policy at budgets from the no-recompute peak down to the floor, beside no "
+        "recompute, every layer checkpointed and torch.compile; a table and a PNG (no TUI).",
+    ),
+    frontier_points: int | None = typer.Option(
+        None, "--frontier-points", callback=checked_count, help="--frontier: how many budgets (default 7, at least 2)."
+    ),
+    frontier_plot: Path | None = typer.Option(
+        None, "--frontier-plot", help="--frontier: the PNG to write (default: beside the journal); never replaced."
+    ),
+    frontier_compile: str | None = typer.Option(
+        None,
+        "--frontier-compile",
+        help="--frontier: also torch.compile at these activation_memory_budget fractions, e.g. 1,0.5 "
+        "(compile's knob is a fraction, not bytes; on CPU each run compiles for minutes).",
+    ),
 ) -> None:
     """Find and verify the cheapest recompute config (ORT) or policy (torch) that fits --target-batch in --budget.
 
     Prints the export line to paste before your training command: ORTMODULE_MEMORY_OPT_CONFIG
     for ORTModule, MEMOPT_RECOMPUTE_POLICY for a script that calls memopt.recompute.apply.
     """
-    if as_json and not no_tui:
+    if as_json and not no_tui and not frontier:  # --frontier runs without the screen
         raise MemoptError("--json needs --no-tui")
     if manual and no_tui:
         raise MemoptError("--manual is the TUI's: without it (--no-tui) the search runs by itself; choose one")
+    if not frontier and (frontier_points is not None or frontier_plot is not None or frontier_compile is not None):
+        raise MemoptError("--frontier-points, --frontier-plot and --frontier-compile go with --frontier")
+    compile_budgets = _fractions(frontier_compile) if frontier_compile is not None else ()
     chosen_backend = choose_backend(backend)
+    if frontier:
+        _check_frontier(chosen_backend.name, budget, manual, export_torch, frontier_points, frontier_plot)
     target = runnable(choose_target(recipe, command))
     if export_torch and chosen_backend.name is not BackendName.ORT:
         raise MemoptError(
@@ -142,10 +167,14 @@ def tune_command(
         margin=margin,
         ort=OrtTuneSettings(calibration_batches=calibration_batches(calibrate_at)),
     )
+    progress = CommandProgress(chosen_backend.line())
+    if frontier:
+        session = chosen_backend.backend.tuning_session(settings, progress, on_event=print_event)
+        _frontier(session, frontier_points, frontier_plot, compile_budgets, as_json)
+        return
     # A stack, device or budget the back end refuses is refused here, not on the screen once it is open.
     if not no_tui:
         _needs_terminal()
-    progress = CommandProgress(chosen_backend.line())
     session = chosen_backend.backend.tuning_session(settings, progress, on_event=print_event if no_tui else None)
     carry_over = _carry_over_to_torch(recipe or "") if export_torch else None
     if no_tui:
@@ -153,6 +182,62 @@ def tune_command(
         return
     _show(session, manual)
     if carry_over is not None and not carry_over(session):
+        sys.exit(EXIT_DOES_NOT_FIT)
+
+
+def _check_frontier(
+    backend: BackendName, budget: str | None, manual: bool, export_torch: bool, points: int | None, plot: Path | None
+) -> None:
+    """What ``--frontier`` refuses, before anything runs."""
+    if backend is not BackendName.TORCH:
+        raise MemoptError("--frontier walks the torch back end's budgets: add --backend torch")
+    if budget is not None:
+        raise MemoptError(
+            "--frontier walks its own budgets, from the no-recompute peak down to the floor: drop --budget"
+        )
+    if manual or export_torch:
+        raise MemoptError("--frontier runs by itself, without the TUI: drop --manual and --export-torch")
+    if points is not None and points < 2:
+        raise MemoptError(f"--frontier-points must be at least 2, not {points}")
+    if plot is not None:
+        if plot.suffix.lower() != ".png":
+            raise MemoptError(f"--frontier-plot {plot}: the plot is a PNG; name a .png file")
+        if plot.exists() or plot.is_symlink():
+            raise MemoptError(f"--frontier-plot {plot} exists; memopt never replaces a file: name a new one")
+        check_write_target(plot, overwrite=False)
+
+
+def _fractions(text: str) -> tuple[float, ...]:
+    """``--frontier-compile``'s fractions, each in [0, 1]."""
+    try:
+        fractions = tuple(float(word) for word in text.split(","))
+    except ValueError:
+        fractions = ()
+    if not fractions or not all(0 <= f <= 1 for f in fractions):
+        raise MemoptError(f"--frontier-compile {text!r}: give fractions in [0, 1] separated by commas, e.g. 1,0.5")
+    return fractions
+
+
+def _frontier(
+    session: TuningSession, points: int | None, plot: Path | None, compile_budgets: tuple[float, ...], as_json: bool
+) -> None:
+    """``--frontier``: the walk, its table (or JSON) on stdout and its plot."""
+    from memopt.backends.torch.frontier import DEFAULT_POINTS, walk_frontier
+    from memopt.backends.torch.session import TorchTuner
+    from memopt.cli.frontier import default_plot_path, print_frontier, write_plot
+
+    assert isinstance(session, TorchTuner)  # --frontier is refused on any other back end
+    try:
+        with stdout_kept_for_the_result():
+            walked = walk_frontier(session, points or DEFAULT_POINTS, say, compile_budgets)
+            settings = session.settings
+            path = plot or default_plot_path(session.journal.path, settings.run.target.label, settings.target_batch)
+            written = write_plot(walked, path)
+    except KeyboardInterrupt:
+        session.cancel()
+        raise
+    print_frontier(walked, written.resolve(), as_json)
+    if not walked.verified:
         sys.exit(EXIT_DOES_NOT_FIT)
 
 

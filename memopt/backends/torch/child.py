@@ -1,5 +1,6 @@
 """The torch back end's part in the child's measured steps: the model with the recompute policy
-of ``MEMOPT_RECOMPUTE_POLICY`` applied (``memopt.recompute.apply``), in plain PyTorch.
+of ``MEMOPT_RECOMPUTE_POLICY`` applied (``memopt.recompute.apply``), in plain PyTorch, or a peer
+set-up measured beside it (``memopt.backends.torch.peers``).
 
 Runs inside the child process only. Imported before the child knows whether torch loads here, so
 torch is imported once the steps start.
@@ -41,8 +42,13 @@ class TorchSteps:
         return True
 
     def wrap(self, model: nn.Module, log_level: str, save_onnx: bool) -> nn.Module:
+        from memopt.backends.torch.peers import peer_from_env
         from memopt.recompute import RecomputePolicy, apply_policy, policy_from_env
 
+        peer = peer_from_env()  # a peer measured beside memopt's policy, applied instead of it
+        if peer is not None:
+            self.policy = None
+            return peer.apply(model)
         self.policy = policy_from_env()
         if self.policy is not None:
             apply_policy(model, RecomputePolicy(self.policy.model_plans))

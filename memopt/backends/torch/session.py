@@ -127,6 +127,20 @@ class TorchTuner(SessionEvents):
         self._emit(self.ready)
         return self.ready
 
+    def retarget(self, budget_bytes: int) -> Ready:
+        """Aim the set-up session at another budget (``tune --frontier``): the scan, the peak model and
+        every run so far are kept, the model's choice is made again, and a search run of a policy
+        this session already ran is that run, judged against the new limit."""
+        plan = self._plan().at_budget(budget_bytes, self.settings.margin)
+        self.plan, self.budget_bytes = plan, budget_bytes
+        self.ready = replace(self.setup(), budget_bytes=budget_bytes, limit_bytes=plan.limit_bytes)
+        self._emit(
+            Note(
+                f"budget {format_bytes(budget_bytes)}: {plan.policy} predicted at {format_bytes(int(plan.predicted_bytes))}"
+            )
+        )
+        return self.ready
+
     def _say(self, line: str) -> None:
         self._emit(Note(line))
 
@@ -154,8 +168,8 @@ class TorchTuner(SessionEvents):
         return _Prediction(model.predict(policy, batch), plan.baseline_bytes)
 
     def cost_of(self, plans: Iterable[PlanName]) -> float:
-        costs = {row.key: row.cost_s for row in self.rows()}
-        return sum(costs.get(key, 0.0) for key in plans)
+        # The plans layer by layer a search chose cost as the scan timed them, as the rows do.
+        return self._plan().cost_s(plans)
 
     # -- trials ---------------------------------------------------------------------------
 
@@ -177,7 +191,12 @@ class TorchTuner(SessionEvents):
             number = len(self.records) + 1
         keys = _keys(policy)
         self._emit(TrialStarted(number, purpose, batch, keys, predicted, reason, s.run.steps, s.run.timeout_s))
-        trial = run_torch_trial(s.run, batch, policy, journal=self.journal, resume=s.resume, cancel=self._cancel)
+        earlier = self._ran(policy) if purpose is Purpose.SEARCH and batch == self._plan().target_batch else None
+        trial = (
+            replace(earlier, reused=True)
+            if earlier is not None
+            else run_torch_trial(s.run, batch, policy, journal=self.journal, resume=s.resume, cancel=self._cancel)
+        )
         result = replace(
             trial.judged(self.budget_bytes or None),
             predicted_peak_bytes=int(predicted) if predicted is not None else None,

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import TypeAdapter
 
+from memopt.backends.torch.peers import PEER_ENV, Peer
 from memopt.core import BackendName, RunStatus
 from memopt.core.plan import plan_names
 from memopt.core.records import Positive, Seconds, checked_record, record_type, report_damaged
@@ -121,7 +122,7 @@ def trial_export_line(trial: TrialResult, path: Path | None = None) -> str:
     return export_line(path or policy_path(trial), trial.torch.allocator if trial.torch else {})
 
 
-def trial_key(settings: RunSettings, batch: int, policy: RecomputePolicy) -> str:
+def trial_key(settings: RunSettings, batch: int, policy: RecomputePolicy, peer: Peer | None = None) -> str:
     identity: dict[str, object] = {
         "target": settings.target.spec,
         "options": dict(settings.options),
@@ -130,6 +131,8 @@ def trial_key(settings: RunSettings, batch: int, policy: RecomputePolicy) -> str
         "steps": settings.steps,
         "plans": [str(plan) for plan in policy.plans],
     }
+    if peer is not None:  # only a peer's run names one: memopt's runs keep their keys
+        identity["peer"] = peer.text
     if not on_cuda(settings.device):  # the allocator's setting the run has, the user's or memopt's
         identity["allocator"] = {name: os.environ.get(name, value) for name, value in CPU_ALLOCATOR_ENV.items()}
     return core_trial_key(identity)
@@ -235,31 +238,36 @@ def journaled_times(scanned: TorchScan, settings: RunSettings, journal: Journal,
             "device": settings.device,
         }
     )
-    plans = {str(row.plan) for row in scanned.rows}
+    # The plans over every layer alike and the plans layer by layer, which tune chooses from.
+    timed = (*scanned.rows, *scanned.layers)
+    plans = {str(row.plan) for row in timed}
     if resume:
         for entry in journal.newest_first((key,), SCAN_KIND):
             checked = checked_record(_SCAN_RECORD, entry.record, entry.where, "scan")
             if checked is not None and set(checked["recompute_s"]) == plans:
                 times = checked["recompute_s"]
-                rows = tuple(replace(row, recompute_seconds=times[str(row.plan)]) for row in scanned.rows)
-                return replace(scanned, rows=rows)
+                rows, layers = (
+                    tuple(replace(row, recompute_seconds=times[str(row.plan)]) for row in group)
+                    for group in (scanned.rows, scanned.layers)
+                )
+                return replace(scanned, rows=rows, layers=layers)
     journal.append(
         {
             "key": key,
             "kind": SCAN_KIND,
             "batch": scanned.batch,
-            "recompute_s": {str(row.plan): row.recompute_seconds for row in scanned.rows},
+            "recompute_s": {str(row.plan): row.recompute_seconds for row in timed},
         }
     )
     return scanned
 
 
 def journaled_torch_trial(
-    settings: RunSettings, batch: int, policy: RecomputePolicy, journal: Journal
+    settings: RunSettings, batch: int, policy: RecomputePolicy, journal: Journal, peer: Peer | None = None
 ) -> TrialResult | None:
-    """The journal's newest run of ``settings``' recipe at ``batch`` with ``policy`` that ran (in
-    today's form or an older release's), each record checked on the way (``read_torch_trial``)."""
-    key = trial_key(settings, batch, policy)
+    """The journal's newest run of ``settings``' recipe at ``batch`` with ``policy`` (or ``peer``)
+    that ran (in today's form or an older release's), each record checked on the way (``read_torch_trial``)."""
+    key = trial_key(settings, batch, policy, peer)
     return journaled_trial(
         journal,
         key,
@@ -278,13 +286,15 @@ def run_torch_trial(
     journal: Journal,
     resume: bool = False,
     cancel: threading.Event | None = None,
+    peer: Peer | None = None,
 ) -> TrialResult:
     """Train ``settings``' recipe at ``batch`` with ``policy`` in a child process, or run its command
     with the policy file in its environment (its script applies it); journal the outcome.
-    ``cancel`` set ends the run (its status ``cancelled``)."""
-    key = trial_key(settings, batch, policy)
+    ``cancel`` set ends the run (its status ``cancelled``). ``peer``: a recipe's run with that
+    set-up applied instead of the policy (``memopt.backends.torch.peers``)."""
+    key = trial_key(settings, batch, policy, peer)
     if resume:
-        reused = journaled_torch_trial(settings, batch, policy, journal)
+        reused = journaled_torch_trial(settings, batch, policy, journal, peer)
         if reused is not None:
             return reused
     journal.check_writable()  # refused before the trial runs, not after its result is lost
@@ -292,6 +302,8 @@ def run_torch_trial(
     write_new(run_dir / POLICY_FILE, policy.to_json() + "\n")  # a full disk names the file
     allocator = allocator_env(settings.device)
     env = {POLICY_ENV: str((run_dir / POLICY_FILE).resolve()), **allocator}
+    if peer is not None:
+        env[PEER_ENV] = peer.text
     run = run_target(RunRequest(settings, batch, env=env, backend=BackendName.TORCH), run_dir, cancel)
     trial = TrialResult(
         key=key,

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from fractions import Fraction
 from pathlib import Path
@@ -196,6 +196,19 @@ class TorchPlan:
             f"most ({len(policy.plans)} plans): {self.model.holds(policy, self.target_batch)}; the limit is "
             f"{format_bytes(int(self.limit_bytes))}; {fits}"
         )
+
+    def cost_s(self, plans: Iterable[str]) -> float:
+        """The scan's recompute time of ``plans`` at the target batch, in seconds a step: plans over
+        every layer alike and plans layer by layer (what tune chooses) alike."""
+        scanned = self.scanned
+        costs = {str(row.plan): row.recompute_seconds for row in (*scanned.rows, *scanned.layers)}
+        return sum(costs.get(plan, 0.0) for plan in plans) * self.target_batch / scanned.batch
+
+    def at_budget(self, budget_bytes: int, margin: float) -> TorchPlan:
+        """The same scan, peak model and runs aimed at another budget, its choice made again."""
+        plan = replace(self, budget_bytes=budget_bytes, limit_bytes=budget_limit(budget_bytes, margin))
+        policy, predicted = plan.rechosen(0.0)
+        return replace(plan, policy=policy, predicted_bytes=predicted)
 
     def rechosen(self, miss: float) -> tuple[RecomputePolicy, float]:
         """The cheapest policy predicted under the limit with ``miss`` bytes more to cover, and its

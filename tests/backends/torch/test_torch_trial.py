@@ -230,11 +230,15 @@ def test_a_resume_chooses_with_the_journal_s_recompute_times(tmp_path: Path) -> 
     row = TorchPlanRow(
         BLOCKS.plans[0], tensors=3, modules=2, saving_bytes=4096, saving=None, recompute_seconds=0.5, peak_share=1.0
     )
-    scanned = TorchScan(batch=2, seq=64, saved_bytes=8192, saved=None, rows=(row,))
+    # The plans layer by layer, which tune chooses from, keep their times too.
+    layer = replace(row, plan=RecomputePlan.parse("blocks.0: *"), modules=1, recompute_seconds=0.25)
+    scanned = TorchScan(batch=2, seq=64, saved_bytes=8192, saved=None, rows=(row,), layers=(layer,))
     journal = Journal.in_folder(tmp_path)
     assert journaled_times(scanned, settings, journal, resume=False) == scanned
     written = journal.path.read_text()
-    measured_again = replace(scanned, rows=(replace(row, recompute_seconds=0.7),))
+    measured_again = replace(
+        scanned, rows=(replace(row, recompute_seconds=0.7),), layers=(replace(layer, recompute_seconds=0.4),)
+    )
     assert journaled_times(measured_again, settings, journal, resume=True) == scanned
     assert journal.path.read_text() == written  # nothing to write: a read-only folder resumes
     damaged = json.loads(written)
