@@ -201,8 +201,10 @@ class TorchPlan:
         """The scan's recompute time of ``plans`` at the target batch, in seconds a step: plans over
         every layer alike and plans layer by layer (what tune chooses) alike."""
         scanned = self.scanned
-        costs = {str(row.plan): row.recompute_seconds for row in (*scanned.rows, *scanned.layers)}
-        return sum(costs.get(plan, 0.0) for plan in plans) * self.target_batch / scanned.batch
+        costs = {
+            str(row.plan): row.seconds_at(self.target_batch, scanned.batch) for row in (*scanned.rows, *scanned.layers)
+        }
+        return sum(costs.get(plan, 0.0) for plan in plans)
 
     def at_budget(self, budget_bytes: int, margin: float) -> TorchPlan:
         """The same scan, peak model and runs aimed at another budget, its choice made again."""
