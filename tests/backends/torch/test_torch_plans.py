@@ -107,6 +107,24 @@ def test_below_the_floor_tune_says_the_floor_what_holds_it_and_the_batch_that_fi
     assert said.startswith(f"the floor at batch 8 is {format_bytes(int(floor_at[8]))} with the policy that saves most")
     assert "whatever the batch (parameters, gradients, optimizer state, the runtime)" in said
     assert said.endswith("batch 5 is predicted to fit")
+    # The samples bind (the line's 300 MiB fixed part is under the limit); the logits and the loss
+    # are named with what chunking them takes off, as the policy that saves most chunks them.
+    fixed = 2 * floor_at[1] - floor_at[2]
+    assert f"what binds is the {format_bytes(int(floor_at[8] - fixed))} batch 8's samples add after recompute" in said
+    assert f"to the {format_bytes(int(fixed))} no batch changes: a smaller batch lowers it" in said
+    held = plan_saving(next(row for row in scanned.layers if row.plan.chunked_loss), scanned, 8)
+    assert held > 0 and "lm_head: chunked-loss" in {str(p) for p in strongest.plans}
+    assert (
+        f"the logits and the loss at batch 8 would hold {format_bytes(int(held))} more, which chunking the loss "
+        f"(`lm_head: chunked-loss`, in that policy) takes off: the floor without it is "
+        f"{format_bytes(int(floor_at[8] + held))}"
+    ) in said
     low = replace(plan, limit_bytes=floor_at[1] - 1)
     assert low.largest_fitting_batch() == 0 and low.floor_line.endswith("not even batch 1 is predicted to fit")
-    assert len(strongest.plans) > 0
+    # Below what no batch changes, that part binds and recompute cannot lower it.
+    lowest = replace(plan, limit_bytes=fixed - 1)
+    assert (
+        f"what binds is the {format_bytes(int(fixed))} no batch changes (parameters, their gradients, the "
+        "optimizer's state, the runtime), over the limit alone: recompute cannot lower it"
+    ) in lowest.floor_line
+    assert abs(fixed - 300 * MiB) < 1 * MiB  # the line's own fixed part: the floors are the line less savings
