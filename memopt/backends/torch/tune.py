@@ -209,9 +209,8 @@ class TorchPlan:
                 "optimizer's state, the runtime), over the limit alone: recompute cannot lower it"
             )
         said = (
-            f"what binds is the {format_bytes(int(floor - fixed))} batch {self.target_batch}'s samples add after "
-            f"recompute ({format_bytes(int(max(0.0, two - one)))} a sample) to the {format_bytes(int(fixed))} no "
-            "batch changes: a smaller batch lowers it"
+            f"what binds is what the samples add ({format_bytes(int(max(0.0, two - one)))} a sample after recompute, "
+            f"over the {format_bytes(int(fixed))} no batch changes): a smaller batch lowers it"
         )
         loss = next((row for row in self.scanned.layers if row.plan.chunked_loss and row.plan in policy.plans), None)
         if loss is None:

@@ -110,8 +110,11 @@ def test_below_the_floor_tune_says_the_floor_what_holds_it_and_the_batch_that_fi
     # The samples bind (the line's 300 MiB fixed part is under the limit); the logits and the loss
     # are named with what chunking them takes off, as the policy that saves most chunks them.
     fixed = 2 * floor_at[1] - floor_at[2]
-    assert f"what binds is the {format_bytes(int(floor_at[8] - fixed))} batch 8's samples add after recompute" in said
-    assert f"to the {format_bytes(int(fixed))} no batch changes: a smaller batch lowers it" in said
+    per_sample = format_bytes(int(floor_at[2] - floor_at[1]))
+    assert (
+        f"what binds is what the samples add ({per_sample} a sample after recompute, over the "
+        f"{format_bytes(int(fixed))} no batch changes): a smaller batch lowers it"
+    ) in said
     held = plan_saving(next(row for row in scanned.layers if row.plan.chunked_loss), scanned, 8)
     assert held > 0 and "lm_head: chunked-loss" in {str(p) for p in strongest.plans}
     assert (
