@@ -214,7 +214,7 @@ def plans_of(
     # Over every layer, backward holds one region (or op output) again at a time while it recomputes it.
     rows = [row(plan, _all_but_one) for plan in patterns]
     instances = []
-    for plan, pattern, share in _layer_by_layer(patterns, all_paths):
+    for plan, pattern, share in _layer_by_layer(patterns, all_paths, functools.partial(_rerun_first, main)):
         instance = row(plan, share)
         if instance is not None:
             # Alike layers do alike work: each takes the mean of their times, steadier than its own
@@ -253,13 +253,27 @@ def _all_but_one(at_once: int) -> float:
     return (at_once - 1) / at_once if at_once else 0.0
 
 
+def _rerun_first(step: CapturedStep, layer: str) -> bool:
+    """Whether backward reruns ``layer`` as good as at its start, when all is alive: the later
+    layers' tensors (saved after the layer's, in the order forward saved them, inside a numbered
+    module) come to less than the layer saves itself. A stack's last layer is; the last block of a
+    network's first stage is not: backward frees the later stages' tensors before it reaches it,
+    making only their parameters' gradients meanwhile, where the head's and the loss's tensors come
+    back as gradients as large, and the head's weight's gradient stays."""
+    places = [place for place, t in enumerate(step.saved) if _within(t.module, layer)]
+    if not places:
+        return True
+    later = [t for t in step.saved[max(places) + 1 :] if module_pattern(t.module) != t.module]
+    return sum(t.nbytes for t in later) < sum(step.saved[place].nbytes for place in places)
+
+
 def _layer_by_layer(
-    patterns: list[RecomputePlan], all_paths: Sequence[str]
+    patterns: list[RecomputePlan], all_paths: Sequence[str], rerun_first: Callable[[str], bool]
 ) -> list[tuple[RecomputePlan, RecomputePlan, Callable[[int], float]]]:
     """Each plan over a numbered module path (a layer) as one plan per layer, beside the plan: its first ``*`` as
-    that layer's number. A plan saves its whole bytes at the peak on every layer but the last:
-    backward reruns a layer after the layers behind it freed theirs, but the last at its start,
-    when all are alive, and holds one region (or op output) of it again at a time."""
+    that layer's number. A plan saves its whole bytes at the peak on every layer that backward
+    reruns after the layers behind it freed theirs; on one it reruns at its start (``rerun_first``:
+    a stack's last), when all are alive, it holds one region (or op output) of it again at a time."""
     out: list[tuple[RecomputePlan, RecomputePlan, Callable[[int], float]]] = []
     for plan in patterns:
         names = plan.module.split(".")
@@ -270,7 +284,7 @@ def _layer_by_layer(
         numbers = sorted(int(name) for name in names_there if name.isdigit())
         for number in numbers:
             module = ".".join([*names[:star], str(number), *names[star + 1 :]])
-            last = number == numbers[-1]
+            last = rerun_first(".".join([*names[:star], str(number)]))
 
             def share(at_once: int, last: bool = last) -> float:
                 return _all_but_one(at_once) if last else 1.0

@@ -186,15 +186,42 @@ class TorchPlan:
 
     @functools.cached_property
     def floor_line(self) -> str:
-        """Why no policy fits: the floor at the target batch, what holds it, and the batch that fits
-        (worked out once: the progress and the session's verdict both say it)."""
+        """Why no policy fits: the floor at the target batch, what holds it, the term that binds
+        and what lowers it, and the batch that fits (worked out once: the progress and the
+        session's verdict both say it)."""
         policy, floor = self.strongest()
         largest = self.largest_fitting_batch()
         fits = f"batch {largest} is predicted to fit" if largest else "not even batch 1 is predicted to fit"
         return (
             f"the floor at batch {self.target_batch} is {format_bytes(int(floor))} with the policy that saves "
-            f"most ({len(policy.plans)} plans): {self.model.holds(policy, self.target_batch)}; the limit is "
-            f"{format_bytes(int(self.limit_bytes))}; {fits}"
+            f"most ({len(policy.plans)} plans): {self.model.holds(policy, self.target_batch)}; "
+            f"{self._binding(policy, floor)}; the limit is {format_bytes(int(self.limit_bytes))}; {fits}"
+        )
+
+    def _binding(self, policy: RecomputePolicy, floor: float) -> str:
+        """The term of the floor that binds, and what lowers it: the part no batch changes
+        (parameters, their gradients, the optimizer's state, the runtime), drawn from the floors at
+        batches 1 and 2, where it is over the limit alone; else what the samples add after
+        recompute, with the logits and loss the chunked loss takes off where it is in the policy."""
+        one, two = (self.model.predict(_choose(self.scanned, b, math.inf)[0], b) for b in (1, 2))
+        fixed = max(0.0, 2 * one - two)
+        if fixed > self.limit_bytes:
+            return (
+                f"what binds is the {format_bytes(int(fixed))} no batch changes (parameters, their gradients, the "
+                "optimizer's state, the runtime), over the limit alone: recompute cannot lower it"
+            )
+        said = (
+            f"what binds is what the samples add ({format_bytes(int(max(0.0, two - one)))} a sample after recompute, "
+            f"over the {format_bytes(int(fixed))} no batch changes): a smaller batch lowers it"
+        )
+        loss = next((row for row in self.scanned.layers if row.plan.chunked_loss and row.plan in policy.plans), None)
+        if loss is None:
+            return said
+        held = plan_saving(loss, self.scanned, self.target_batch)
+        return (
+            f"{said}; the logits and the loss at batch {self.target_batch} would hold {format_bytes(int(held))} "
+            f"more, which chunking the loss (`{loss.plan}`, in that policy) takes off: the floor without it is "
+            f"{format_bytes(int(floor + held))}"
         )
 
     def cost_s(self, plans: Iterable[str]) -> float:

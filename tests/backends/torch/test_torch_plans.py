@@ -7,7 +7,9 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
+import torch
 from support.torch_steps import assert_bitwise_equal, policy
+from torch import nn
 
 from memopt.backends.torch.predict import LinePeak, PeakLine, plan_saving
 from memopt.backends.torch.scan import scan_recipe
@@ -107,6 +109,68 @@ def test_below_the_floor_tune_says_the_floor_what_holds_it_and_the_batch_that_fi
     assert said.startswith(f"the floor at batch 8 is {format_bytes(int(floor_at[8]))} with the policy that saves most")
     assert "whatever the batch (parameters, gradients, optimizer state, the runtime)" in said
     assert said.endswith("batch 5 is predicted to fit")
+    # The samples bind (the line's 300 MiB fixed part is under the limit); the logits and the loss
+    # are named with what chunking them takes off, as the policy that saves most chunks them.
+    fixed = 2 * floor_at[1] - floor_at[2]
+    per_sample = format_bytes(int(floor_at[2] - floor_at[1]))
+    assert (
+        f"what binds is what the samples add ({per_sample} a sample after recompute, over the "
+        f"{format_bytes(int(fixed))} no batch changes): a smaller batch lowers it"
+    ) in said
+    held = plan_saving(next(row for row in scanned.layers if row.plan.chunked_loss), scanned, 8)
+    assert held > 0 and "lm_head: chunked-loss" in {str(p) for p in strongest.plans}
+    assert (
+        f"the logits and the loss at batch 8 would hold {format_bytes(int(held))} more, which chunking the loss "
+        f"(`lm_head: chunked-loss`, in that policy) takes off: the floor without it is "
+        f"{format_bytes(int(floor_at[8] + held))}"
+    ) in said
     low = replace(plan, limit_bytes=floor_at[1] - 1)
     assert low.largest_fitting_batch() == 0 and low.floor_line.endswith("not even batch 1 is predicted to fit")
-    assert len(strongest.plans) > 0
+    # Below what no batch changes, that part binds and recompute cannot lower it.
+    lowest = replace(plan, limit_bytes=fixed - 1)
+    assert (
+        f"what binds is the {format_bytes(int(fixed))} no batch changes (parameters, their gradients, the "
+        "optimizer's state, the runtime), over the limit alone: recompute cannot lower it"
+    ) in lowest.floor_line
+    assert abs(fixed - 300 * MiB) < 1 * MiB  # the line's own fixed part: the floors are the line less savings
+
+
+class _Block(nn.Module):
+    def __init__(self, width: int) -> None:
+        super().__init__()
+        self.fc, self.act = nn.Linear(width, width), nn.GELU()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.act(self.fc(x))
+
+
+class _Staged(nn.Module):
+    """Two stages of two blocks, as a ResNet's: each stage has a last block of its own."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stem, self.middle, self.head = nn.Linear(16, 256), nn.Linear(256, 256), nn.Linear(256, 10)
+        self.first = nn.Sequential(_Block(256), _Block(256))
+        self.second = nn.Sequential(_Block(256), _Block(256))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.second(self.middle(self.first(self.stem(x)))))
+
+
+def _staged_batch(batch_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+    return torch.randn(batch_size, 16), torch.randint(0, 10, (batch_size,))
+
+
+def test_a_stages_last_block_saves_at_the_peak_the_networks_last_does_not() -> None:
+    """Backward reruns the first stage's last block after the second stage freed its tensors, and
+    the network's last block at its start: the scan's share at the peak says so, as do the steps
+    played on fake tensors (at a batch where the activations outweigh the weights and AdamW's state)."""
+    recipe = Recipe("staged", _Staged, _staged_batch)
+    scanned = scan_recipe(recipe, 2, timed=False)
+    rows = {str(row.plan): row for row in scanned.layers}
+    assert [rows[f"{stage}.{i}: *"].peak_share for stage in ("first", "second") for i in (0, 1)] == [1, 1, 1, 0]
+    assert rows["first.1.act: gelu"].peak_share == 1.0 and rows["second.1.act: gelu"].peak_share == 0.0
+    batch = 1024
+    peak = {plans: simulate_steps(recipe, batch, policy(*plans)).peak_bytes for plans in [(), ("first.1: *",)]}
+    first_last = rows["first.1: *"]
+    assert peak[()] - peak[("first.1: *",)] >= 0.9 * plan_saving(first_last, scanned, batch) > 0
