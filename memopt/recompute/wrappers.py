@@ -384,8 +384,23 @@ class _Checkpointed(_Forward):
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if not torch.is_grad_enabled():
             return self.forward(*args, **kwargs)
+        # The checkpoint saves the tensors it is given for the rerun, and where saved-tensor hooks are on
+        # (an op plan's, an offload's, the user's own) autograd gives each back as a tensor object of its
+        # own: the region is given each distinct tensor once and rebuilds the call from them, so a forward
+        # that asks whether two inputs are one (attention's ``query is key``) takes the same path when rerun.
+        given = [*args, *kwargs.values()]
+        tensors = list({id(value): value for value in given if isinstance(value, torch.Tensor)}.values())
+        slot = {id(tensor): index for index, tensor in enumerate(tensors)}
+        slots = [slot[id(value)] if isinstance(value, torch.Tensor) else None for value in given]
+        values = [None if isinstance(value, torch.Tensor) else value for value in given]  # no tensor kept here
+        names, positional = list(kwargs), len(args)
+
+        def region(*inputs: torch.Tensor) -> Any:
+            call = [value if index is None else inputs[index] for value, index in zip(values, slots)]
+            return self.forward(*call[:positional], **dict(zip(names, call[positional:])))
+
         return torch_checkpoint.checkpoint(
-            self.forward, *args, use_reentrant=False, preserve_rng_state=True, **self.options, **kwargs
+            region, *tensors, use_reentrant=False, preserve_rng_state=True, **self.options
         )
 
 

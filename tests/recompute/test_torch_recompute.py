@@ -121,6 +121,38 @@ def test_an_op_output_changed_in_place_is_kept_not_recomputed() -> None:
     assert all(torch.equal(a, b) for a, b in zip(plain, chained, strict=True))
 
 
+@pytest.mark.parametrize(
+    "plans",
+    [
+        ("layers.1.self_attn: *", "layers.1.dropout: mul"),
+        ("layers.*.self_attn: * except bmm", "layers.0.linear1: addmm"),
+        pytest.param(
+            ("layers.1: offload", "layers.1.self_attn: *"),
+            marks=pytest.mark.filterwarnings("ignore::memopt.recompute.RecomputeWarning"),  # no CUDA here
+        ),
+    ],
+    ids=["sibling-op", "selective", "offload"],
+)
+def test_attention_reruns_as_it_ran_under_saved_tensor_hooks(plans: tuple[str, ...]) -> None:
+    """nn.MultiheadAttention projects query, key and value with one matmul only where they are one
+    tensor (``query is key``). Under an op plan's or an offload's saved-tensor hooks, autograd hands a
+    region's saved inputs back as three tensors: the rerun must still take the forward's path (the
+    PyTorch tutorial's word LM stopped at its first backward), and train to the same bits."""
+
+    def gradients(chosen: RecomputePolicy | None) -> list[torch.Tensor]:
+        torch.manual_seed(0)
+        layer = nn.TransformerEncoderLayer(8, 2, 16, dropout=0.2)
+        encoder = nn.TransformerEncoder(layer, 2, enable_nested_tensor=False)
+        if chosen is not None:
+            recompute.apply(encoder, chosen)
+        x = torch.randn(5, 3, 8, requires_grad=True)
+        encoder(x, nn.Transformer.generate_square_subsequent_mask(5)).pow(2).sum().backward()
+        return [x.grad, *(p.grad for p in encoder.parameters())]
+
+    plain, applied = gradients(None), gradients(policy(*plans))
+    assert all(torch.equal(a, b) for a, b in zip(plain, applied, strict=True))
+
+
 def test_unset_variable_applies_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(POLICY_ENV, raising=False)
     model = nn.Sequential(nn.Linear(2, 2), nn.GELU())
