@@ -67,8 +67,9 @@ def test_a_damaged_model_library_is_said_once(tmp_path: Path) -> None:
 @pytest.mark.long
 def test_tune_resumes_past_absurd_peaks_and_says_each_damaged_line_once(tmp_path: Path) -> None:
     """A verified tune's journal with the calibration trial's peak at 10**400 bytes (an overflow
-    once), the verified trial's at 10**30 (trusted once, it made the search hunt for a batch
-    that fits) and a garbage line: the resumed tune runs both trials again, verifies as before,
+    once), the verified answer's first run's at 10**30 (trusted once, it made the search hunt for
+    a batch that fits) and a garbage line: the resumed tune runs each damaged trial again,
+    reuses only the sane ones (the answer's other runs at the target batch), verifies as before,
     and says each damaged line once."""
     tune = ("tune", "gpt", "--size", "tiny", "--target-batch", "8", "--budget", "900MiB", "--no-tui", "--json")
     first = memopt(*tune, "--runs-dir", str(tmp_path))
@@ -76,8 +77,10 @@ def test_tune_resumes_past_absurd_peaks_and_says_each_damaged_line_once(tmp_path
     journal = tmp_path / "journal.jsonl"
     lines = journal.read_text().splitlines()
     trials = [number for number, line in enumerate(lines) if '"kind"' not in line]
+    damaged: dict[int, str] = {}  # line number: the run folder its record named
     for number, peak in zip(trials, (10**400, 10**30)):
         record = json.loads(lines[number])
+        damaged[number + 1] = Path(record["run_dir"]).name
         record["peak_bytes"] = "@@"
         lines[number] = json.dumps(record).replace('"@@"', str(peak))
     journal.write_text("\n".join([*lines, "garbage"]) + "\n")
@@ -85,5 +88,13 @@ def test_tune_resumes_past_absurd_peaks_and_says_each_damaged_line_once(tmp_path
     assert again.returncode == 0 and "Traceback" not in again.stderr, again.stderr
     said = warnings_in(again.stderr)
     assert len(said) == len(set(said)) == 3, said
-    summary = json.loads(again.stdout)
-    assert summary["best"] is not None and not any(trial["reused"] for trial in summary["trials"]), summary
+    for number in damaged:
+        assert any(f"line {number}: skipped a damaged trial record (peak_bytes" in line for line in said), said
+    assert any(f"line {len(lines) + 1}: skipped a damaged record (not JSON" in line for line in said), said
+    summary, before = json.loads(again.stdout), json.loads(first.stdout)
+    assert summary["status"] == before["status"] == "verified", summary
+    assert summary["best"]["config"] == before["best"]["config"], summary
+    redone = summary["trials"]
+    assert not any(trial["reused"] and Path(trial["run_dir"]).name in damaged.values() for trial in redone), redone
+    assert sum(not trial["reused"] for trial in redone) == len(damaged), redone
+    assert all(0 < trial["peak_bytes"] < 2**40 for trial in redone), redone
