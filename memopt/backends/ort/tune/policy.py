@@ -218,6 +218,11 @@ class SearchState:
         room = self.room(attempt)
         return room.verified if room is not None else len(runs) >= self.repeats
 
+    def checked_alone(self, attempt: Attempt) -> bool:
+        """One run at a batch below the target, fitting with more room than the noise: judged by
+        its own run, since the runs at the target batch of the same plans are no repeats of it."""
+        return replace(self, attempts=(), repeats=1).verified(attempt)
+
     def whole_run(self, steps_bytes: float, batch_size: int | None = None) -> tuple[float, Phase]:
         """The whole run's predicted peak where the steps are predicted at ``steps_bytes``, and
         the phase that binds: the start-up or the exit binds where its measured peak is higher."""

@@ -607,7 +607,7 @@ class Tuner(SessionEvents):
     def _checked(self, record: TrialRecord) -> bool:
         """Ran within the budget, and under the limit by more than the run-to-run noise: one
         run of a batch below the target, which bounds what fits rather than verifying a config."""
-        return record.result.ran and replace(self.search_state(), repeats=1).verified(_attempt(record))
+        return record.result.ran and self.search_state().checked_alone(_attempt(record))
 
     def room(self, record: TrialRecord) -> Room | None:
         """How far ``record``'s whole run is under the limit, against its binding phase's spread."""

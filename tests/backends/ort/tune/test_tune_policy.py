@@ -114,6 +114,17 @@ def test_a_repeat_over_the_budget_unverifies_its_config() -> None:
     assert "trial 2 of the same config over budget" in step.reason
 
 
+def test_a_lower_batchs_check_is_judged_by_its_own_run() -> None:
+    # every plan over the budget at the target batch; the same plans at a lower batch fit: that
+    # run is no repeat of the target batch's, so it alone says whether the lower batch fits
+    at_target = Attempt((B, C), Outcome.OVER_BUDGET, number=4, whole_run_bytes=2410 * MiB)
+    lower = Attempt((B, C), Outcome.OK, number=5, whole_run_bytes=2000 * MiB)
+    searched = replace(state(2400, at_target), repeats=3)
+    assert not searched.verified(lower)  # judged with the target batch's run, as the check used to be
+    assert searched.checked_alone(lower)
+    assert not searched.checked_alone(Attempt((B, C), Outcome.OVER_BUDGET, number=6, whole_run_bytes=2410 * MiB))
+
+
 def test_a_fit_within_the_noise_its_repeats_measured_is_not_verified() -> None:
     # 2,352 MiB limit; three runs, the highest 2,340 MiB: 12 MiB of room, but the exit's repeats
     # spread by 25 MiB (the spike at the end of one rank's life)
