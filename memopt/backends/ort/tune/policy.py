@@ -387,7 +387,8 @@ class BestVerified:
 def best_verified(state: SearchState) -> BestVerified | None:
     """Of the configs verified (``SearchState.verified``), the one with the most room under the
     limit (its highest run's), then the cost model's cheapest, then the first run; the config's
-    first run stands for it."""
+    first run stands for it. Rooms that differ by no more than the run-to-run noise are alike:
+    among them the cheapest wins, since the noise alone can reorder them."""
     firsts: dict[frozenset[PlanKey], Attempt] = {}
     for attempt in state.attempts:
         firsts.setdefault(frozenset(attempt.plans), attempt)
@@ -399,10 +400,18 @@ def best_verified(state: SearchState) -> BestVerified | None:
         measured = state.room(attempt)
         return measured.under_limit_bytes if measured is not None else 0.0
 
-    best = max(verified, key=lambda a: (room(a), -state.cost_of(a.plans), -len(a.plans), -a.number))
     if len(verified) == 1:
-        return BestVerified(best, "the only config verified")
-    return BestVerified(best, f"the most room under the limit of the {len(verified)} configs verified")
+        return BestVerified(verified[0], "the only config verified")
+    most = max(room(a) for a in verified)
+    alike = [a for a in verified if most - room(a) <= state.spread.noise_bytes]
+    best = min(alike, key=lambda a: (state.cost_of(a.plans), len(a.plans), a.number))
+    if len(alike) == 1:
+        return BestVerified(best, f"the most room under the limit of the {len(verified)} configs verified")
+    return BestVerified(
+        best,
+        f"the cheapest of the {len(alike)} configs verified whose room under the limit is within the "
+        f"run-to-run noise ({format_mib(state.spread.noise_bytes)}) of the most",
+    )
 
 
 def _first(state: SearchState) -> TryPlans | Stop:

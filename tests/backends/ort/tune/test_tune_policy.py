@@ -208,6 +208,19 @@ def test_best_is_the_config_with_the_most_room() -> None:
     assert best_verified(state(2400)) is None
 
 
+def test_rooms_within_the_noise_are_alike_and_the_cheapest_of_them_wins() -> None:
+    # no config and B both verified, B 1.7 MiB further under the limit, the runs spread 2.5 MiB:
+    # the noise alone can reorder them, so no config (nothing recomputed) is the answer
+    attempts = (
+        Attempt((), Outcome.OK, 0.30, number=1, whole_run_bytes=2300 * MiB),
+        Attempt((B,), Outcome.OK, 0.31, number=2, whole_run_bytes=int(2298.3 * MiB)),
+    )
+    spread = RunSpread.of_trials([measured("k", 16, mib, mib) for mib in (2300, 2302.5, 2301)])
+    best = best_verified(replace(state(2400, *attempts), spread=spread))
+    assert best is not None and best.attempt == attempts[0]
+    assert best.rule.startswith("the cheapest of the 2 configs verified whose room under the limit is within")
+
+
 def test_over_budget_at_start_up_stops_the_search() -> None:
     # the steps fit (B predicted within the budget), the export and session build do not
     over = Attempt((B,), Outcome.OVER_BUDGET, number=1, fixed_bytes=2500 * MiB)
