@@ -31,7 +31,7 @@ from memopt.child import CHILD_MODULE, ONNX_PREFIX, PARENT_PID_VAR, PROFILE_VAR,
 from memopt.child.memory import proc_status_bytes
 from memopt.core import BackendName, RunStatus
 from memopt.core.memory import Memory
-from memopt.errors import MemoptError, write_failure
+from memopt.errors import MemoptError, one_line, write_failure
 from memopt.run.marked import end_marked, marked_pids
 from memopt.run.oom import OomWatch
 from memopt.run.output import LogPump, full_disk_in, last_lines
@@ -404,6 +404,23 @@ def run_helper(argv: Sequence[str], env: Mapping[str, str], timeout_s: float) ->
             if pipe is not None:
                 pipe.close()
     return HelperOutput(child.returncode, stdout.decode(errors="replace"), stderr.decode(errors="replace"))
+
+
+def helper_last_line(argv: Sequence[str], timeout_s: float, doing: str) -> str:
+    """The last line a short measuring helper printed, run as ``run_helper`` runs it, with this
+    process's environment; a ``MemoptError`` saying what was being ``doing`` where it could not
+    start, failed, ran past ``timeout_s`` or printed nothing."""
+    try:
+        done = run_helper(argv, os.environ, timeout_s)
+    except OSError as err:
+        raise MemoptError(f"{doing} failed: {one_line(err)}") from err
+    if done is None:
+        raise MemoptError(f"{doing} failed: it ran past {timeout_s:g} s")
+    lines = done.stdout.strip().splitlines()
+    if done.returncode != 0 or not lines:
+        said = (done.stderr.strip().splitlines() or ["no output"])[-1][:300]  # a traceback's last line names it
+        raise MemoptError(f"{doing} failed: exit status {done.returncode}: {said}")
+    return lines[-1]
 
 
 def write_new(path: Path, text: str) -> None:

@@ -22,8 +22,9 @@ import pytest
 from memopt.child import CHILD_MODULE
 from memopt.core import parse_runnable
 from memopt.core.memory import Memory
+from memopt.errors import MemoptError
 from memopt.run import LOG_NAME, RECORD_NAME, RunRequest, RunResult, RunSettings, launch, new_run_dir
-from memopt.run.launch import PACKAGE_ROOT, step_seconds
+from memopt.run.launch import PACKAGE_ROOT, helper_last_line, step_seconds
 from memopt.run.stops import GAP_S, StopWatch
 
 # The child and a grandchild of its own sleep far longer than any test; only a kill ends them early.
@@ -473,3 +474,12 @@ def test_a_child_s_peak_is_measured_when_memopt_was_started_by_a_large_process(t
     )
     measured = subprocess.run([sys.executable, "-c", large_parent], capture_output=True, text=True, check=True).stdout
     assert measured.strip() != "None" and 300 <= int(measured) < 1200
+
+
+@pytest.mark.subprocess
+def test_a_short_measuring_helper_answers_its_last_line_or_one_error() -> None:
+    assert helper_last_line([sys.executable, "-c", "print('warming'); print(42)"], 60, "measuring") == "42"
+    with pytest.raises(MemoptError, match=r"^measuring failed: exit status 1: ValueError: no device$"):
+        helper_last_line([sys.executable, "-c", "raise ValueError('no device')"], 60, "measuring")
+    with pytest.raises(MemoptError, match=r"ran past 0.5 s"):
+        helper_last_line([sys.executable, "-c", "import time; time.sleep(30)"], 0.5, "measuring")

@@ -11,12 +11,12 @@ already, so no plan is offered there (``NOT_ON_CPU`` says so).
 
 from __future__ import annotations
 
-import subprocess
 import sys
 from dataclasses import replace
 
 from memopt.backends.torch.scan import TorchPlanRow, TorchScan
 from memopt.errors import MemoptError, one_line
+from memopt.run.launch import helper_last_line
 
 __all__ = ["NOT_ON_CPU", "host_link_bandwidth", "offload_rows", "with_offload"]
 
@@ -45,13 +45,12 @@ print(2 * {_PROBE_COPIES} * n / (time.perf_counter() - started))
 
 def host_link_bandwidth(python: str | None = None) -> float:
     """Bytes a second between pinned host memory and the CUDA device, both ways, measured in a short process."""
+    doing = "measuring the host link's bandwidth for offload"
+    printed = helper_last_line([python or sys.executable, "-c", _PROBE], 120, doing)
     try:
-        done = subprocess.run(
-            [python or sys.executable, "-c", _PROBE], capture_output=True, text=True, timeout=120, check=True
-        )
-        return float(done.stdout.strip().splitlines()[-1])
-    except (OSError, subprocess.SubprocessError, ValueError, IndexError) as err:
-        raise MemoptError(f"measuring the host link's bandwidth for offload failed: {one_line(err)}") from err
+        return float(printed)
+    except ValueError as err:
+        raise MemoptError(f"{doing} failed: {one_line(err)}") from err
 
 
 def offload_rows(rows: tuple[TorchPlanRow, ...], bandwidth: float) -> tuple[TorchPlanRow, ...]:

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import statistics
-import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -37,6 +36,7 @@ from memopt.recipes.defaults import make_optimizer
 from memopt.recipes.hf import HF_PREFIX
 from memopt.recompute import RecomputePlan, RecomputePolicy, RecomputePolicyError, apply_optimizer
 from memopt.recompute.policy import OPTIMIZER, OPTIMIZER_STEPS
+from memopt.run.launch import helper_last_line
 
 __all__ = ["optimizer_rows", "step_bytes", "step_seconds", "step_times", "with_step_plans"]
 
@@ -82,17 +82,14 @@ def step_times(recipe: Recipe, device: str, plans: list[RecomputePlan], python: 
     if device != "cuda":
         return _times_here(recipe, device, plans)
     request = {"spec": recipe.spec, "options": dict(recipe.options), "device": device, "plans": list(map(str, plans))}
+    doing = f"timing the optimizer's step on {device}"
+    printed = helper_last_line(
+        [python or sys.executable, "-m", __name__, json.dumps(request)], _TIMING_TIMEOUT_S, doing
+    )
     try:
-        done = subprocess.run(
-            [python or sys.executable, "-m", __name__, json.dumps(request)],
-            capture_output=True,
-            text=True,
-            timeout=_TIMING_TIMEOUT_S,
-            check=True,
-        )
-        times: dict[str, float] = json.loads(done.stdout.strip().splitlines()[-1])
-    except (OSError, subprocess.SubprocessError, ValueError, IndexError) as err:
-        raise MemoptError(f"timing the optimizer's step on {device} failed: {one_line(err)}") from err
+        times: dict[str, float] = json.loads(printed)
+    except ValueError as err:
+        raise MemoptError(f"{doing} failed: {one_line(err)}") from err
     return times
 
 
