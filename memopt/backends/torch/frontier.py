@@ -180,8 +180,9 @@ def walk_frontier(
         f"frontier: {points} budgets from the no-recompute peak {format_bytes(int(top))} "
         f"down to the predicted floor {format_bytes(int(floor))}"
     )
+    budgets = budgets_between(top, floor, points)
     floors: dict[int, str] = {}
-    for budget in budgets_between(top, floor, points):
+    for budget in budgets:
         tuner.retarget(budget)
         result = tuner.auto_search()
         if not result.verified:
@@ -189,7 +190,7 @@ def walk_frontier(
             floors[budget] = tuner.plan.floor_line
     every_layer = _every_layer(tuner, say)  # a peer: not one of memopt's choices, so not on its frontier
     runs = tuple(_runs(tuner, exclude={r.number for r in tuner.records if r.purpose is Purpose.MANUAL}))
-    limits = [(budget, budget_limit(budget, settings.margin)) for budget in budgets_between(top, floor, points)]
+    limits = [(budget, budget_limit(budget, settings.margin)) for budget in budgets]
     chosen = answers([limit for _, limit in limits], runs)
     # No run under a budget's limit means its own search verified nothing, which said the floor.
     frontier_points = tuple(
