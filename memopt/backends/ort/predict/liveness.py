@@ -115,6 +115,11 @@ _MEMORY_EFFICIENT = (AnalysisOrder.MEMORY_EFFICIENT, AnalysisOrder.MEMORY_EFFICI
 # touched grow for a few steps, now and then after a quiet one, before they settle: measured
 # per mapping on CPU RSS, settled by the fourth or fifth step; simulated, by the fifth.
 _ARENA_STEPS = 8
+# Where the real arena has been seen to settle earliest: a Hugging Face Llama's pages were all
+# touched by the end of its second step, where the simulated arena went on to place one
+# logits-sized buffer on new pages in its third (bench/arena_pages.py). The figure after this
+# many steps is the play's early reading (``Timeline.early_resident_bytes``).
+_EARLY_STEPS = 2
 # What a simulator keeps of its work besides timelines, each as large as the graph: the
 # tensor sizes at this many dims, the programs of this many configs (a search asks for one
 # config at many batches, or for many configs at one batch).
@@ -169,6 +174,10 @@ class Timeline:
     # pages it handed out (see arena.py); on CUDA the caching allocator's peak allocated bytes.
     resident_bytes: float = 0.0
     reserved_bytes: float = 0.0  # CUDA: the caching allocator's peak reserved bytes (0 on CPU)
+    # CPU: ``resident_bytes`` as it stood after the first ``_EARLY_STEPS`` steps (the same where
+    # the play settled sooner; on CUDA the same as ``held_bytes``): the pages a real arena that
+    # settles early would hold. The memory model may fit on it (``MemoryModel.early_arena``).
+    early_resident_bytes: float | None = None
     # CPU: the regions the arena added for the constants then over the steps played, in order:
     # what ORT logs at DEVINFO when it extends.
     arena_growth: tuple[ArenaGrowth, ...] = ()
@@ -180,6 +189,13 @@ class Timeline:
         from: on CUDA the reserved segments (what runs out on the card, allocated or cached),
         on CPU the arena's pages (``resident_bytes``)."""
         return self.reserved_bytes if self.device == "cuda" else self.resident_bytes
+
+    @property
+    def early_held_bytes(self) -> float:
+        """``held_bytes`` read after the play's first steps (see ``early_resident_bytes``)."""
+        if self.device == "cuda" or self.early_resident_bytes is None:
+            return self.held_bytes
+        return self.early_resident_bytes
 
     def where(self) -> str:
         place = f" in {self.module}" if self.module else ""
@@ -720,6 +736,7 @@ class _ArenaPlay:
         self._seen: set[tuple[object, ...]] = set()  # the arena's state at the end of each step played
         self._repeat = 0
         self.resident = 0.0  # the figure over the steps played so far
+        self.early: float | None = None  # the figure after ``_EARLY_STEPS`` steps
         self.done = False
 
     @_without_cyclic_gc
@@ -738,6 +755,8 @@ class _ArenaPlay:
         elif len(self._outside_bytes):
             self.resident = max(self.resident, before + self._most_outside)
         self._repeat += 1
+        if self._repeat == _EARLY_STEPS:
+            self.early = self.resident
         self.done = self._repeat == _ARENA_STEPS
         # Placed as at the end of an earlier step (the placement often alternates between two):
         # the steps from here repeat the ones after that at the same addresses, so they touch
@@ -764,6 +783,7 @@ class _ArenaPlay:
         constants = self._constant_regions
         return replace(
             timeline,
+            early_resident_bytes=self.resident if self.early is None else self.early,
             arena_growth=(*(replace(grown, at_build=True) for grown in growth[:constants]), *growth[constants:]),
         )
 
