@@ -219,9 +219,13 @@ class SearchState:
         return room.verified if room is not None else len(runs) >= self.repeats
 
     def checked_alone(self, attempt: Attempt) -> bool:
-        """One run at a batch below the target, fitting with more room than the noise: judged by
-        its own run, since the runs at the target batch of the same plans are no repeats of it."""
-        return replace(self, attempts=(), repeats=1).verified(attempt)
+        """One run at a batch below the target, fitting with more room than the noise."""
+        return self.alone().verified(attempt)
+
+    def alone(self) -> SearchState:
+        """This state for judging one run at a batch below the target by itself: the runs at the
+        target batch of the same plans are no repeats of it."""
+        return replace(self, attempts=(), repeats=1)
 
     def whole_run(self, steps_bytes: float, batch_size: int | None = None) -> tuple[float, Phase]:
         """The whole run's predicted peak where the steps are predicted at ``steps_bytes``, and

@@ -498,8 +498,7 @@ class Tuner(SessionEvents):
         if record.left_off:
             line += f"; ORT left {names(record.left_off)} OFF"
         if record.fits and record.purpose is not Purpose.CALIBRATION and self.calibration is not None:
-            state = self.search_state()
-            room = state.room(_attempt(record))
+            room = self.room(record)
             if room is not None:
                 line += f"; {room.describe()}" + (f": {room.verdict}" if room.verdict else "")
         if self.model is not None and record.purpose is not Purpose.CALIBRATION:
@@ -610,8 +609,12 @@ class Tuner(SessionEvents):
         return record.result.ran and self.search_state().checked_alone(_attempt(record))
 
     def room(self, record: TrialRecord) -> Room | None:
-        """How far ``record``'s whole run is under the limit, against its binding phase's spread."""
-        return self.search_state().room(_attempt(record))
+        """How far ``record``'s whole run is under the limit, against its binding phase's spread;
+        a run below the target batch by itself."""
+        state = self.search_state()
+        if record.batch_size != self.settings.target_batch:
+            state = state.alone()
+        return state.room(_attempt(record))
 
     def _finish(self, status: SearchStatus, message: str, largest: int | None = None) -> TuneResult:
         best = self.best()

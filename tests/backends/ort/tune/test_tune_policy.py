@@ -468,6 +468,21 @@ def test_tuner_says_which_batch_fits_when_none_does(tmp_path: Path) -> None:
     assert f"batch {result.largest_batch}" in result.message
 
 
+def test_a_lower_batchs_check_is_said_under_the_limit_by_its_own_run(tmp_path: Path) -> None:
+    runner = FakeRunner(prepared_gpt())
+    every = tuple(p.key for p in runner.prepared.report.patterns)
+    tuner = fake_tuner(tmp_path, runner, int((runner.peak(8, every) + runner.peak(4, every)) / 2), max_trials=8)
+    result = tuner.auto_search()
+    assert result.largest_batch is not None and 0 < result.largest_batch < 16
+    check = next(r for r in tuner.records if r.batch_size == result.largest_batch)
+    # Where the target batch ran the same plans over the limit (a Llama's lowest selection was
+    # every plan), that run is no repeat of the check's.
+    over = next(r for r in tuner.records if r.batch_size == 16 and r.purpose is Purpose.SEARCH and not r.fits)
+    tuner.records.append(replace(over, plans=check.plans, number=len(tuner.records) + 1))
+    room = tuner.room(check)
+    assert room is not None and room.runs == 1 and room.under_limit_bytes > 0
+
+
 def test_cancel_mid_trial_ends_the_search_and_keeps_the_journal(tmp_path: Path) -> None:
     runner = FakeRunner(prepared_gpt(), pause_on=2)  # the first search trial
     tuner = fake_tuner(tmp_path, runner, budget_between(runner))
