@@ -1,9 +1,10 @@
 """Predict every measured trial of bench runs folders again, with this checkout's memory model.
 
 ``bench_memory_model.py`` leaves per case a ``<case>-model`` folder (its calibration journal
-and model) and a ``<case>-reference`` folder (the trials measured with each config). This
-refits each case's model from its own no-config calibration measurements and predicts every
-ok reference trial: a model change is judged on the same measurements, with no new run.
+and model) and a ``<case>-reference`` folder (the trials measured with each config); a tune's
+``--runs-dir`` holds both in one folder. This refits each case's model from its own no-config
+calibration measurements and predicts every ok trial: a model change is judged on the same
+measurements, with no new run.
 
     .venv/bin/python bench/repredict_trials.py RUNS_DIR [RUNS_DIR …]
 """
@@ -27,10 +28,7 @@ def main() -> int:
     args = parser.parse_args()
     errors, activation_errors = [], []
     for folder in args.runs_dirs:
-        for reference in sorted(folder.glob("*-reference")):
-            stored_file = reference.with_name(reference.name.replace("-reference", "-model")) / "memopt_models.json"
-            if not stored_file.exists():
-                continue
+        for reference, stored_file in _cases(folder):
             stored = MemoryModel.from_json(next(iter(json.loads(stored_file.read_text()).values())))
             model = fit_memory_model(
                 [o for o in stored.observations if not o.plans],
@@ -40,6 +38,7 @@ def main() -> int:
                 single_batch=False,
                 simulator=stored.simulator,
             )
+            print(f"{reference.name}: {model.describe()}")
             for line in (reference / "journal.jsonl").read_text().splitlines():
                 record = json.loads(line)
                 if record.get("status") != "ok" or not record.get("whole_run_peak_bytes"):
@@ -67,6 +66,17 @@ def main() -> int:
         f" of its activation part, max {max(errors):.1f}%, over {len(errors)} trials"
     )
     return 0
+
+
+def _cases(folder: Path) -> list[tuple[Path, Path]]:
+    """Per case, the folder of its measured trials and its saved model's file."""
+    if (folder / "journal.jsonl").exists() and (folder / "memopt_models.json").exists():
+        return [(folder, folder / "memopt_models.json")]  # a tune's runs folder
+    pairs = [
+        (reference, reference.with_name(reference.name.replace("-reference", "-model")) / "memopt_models.json")
+        for reference in sorted(folder.glob("*-reference"))
+    ]
+    return [(reference, stored) for reference, stored in pairs if stored.exists()]
 
 
 if __name__ == "__main__":
