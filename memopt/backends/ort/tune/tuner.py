@@ -44,6 +44,7 @@ from memopt.backends.ort.trials import (
 )
 from memopt.backends.ort.tune.export import ConfigExport, plan_export, write_config
 from memopt.backends.ort.tune.policy import (
+    CONFIG_SPREAD,
     Attempt,
     KeptRoom,
     Room,
@@ -287,6 +288,10 @@ class Tuner(SessionEvents):
             largest_under_prediction(model),
             sum(t.key == repeated.key for t in calibration.trials),
             repeated.batch_size,
+            # One run of a config is a verdict where ``--repeats`` is 1: no spread for it to clear.
+            CONFIG_SPREAD * max(t.memory.device_peak or 0 for t in calibration.trials if t.key == repeated.key)
+            if s.repeats > 1
+            else 0.0,
         )
         self._emit(
             StageFinished(

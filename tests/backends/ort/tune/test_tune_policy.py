@@ -19,6 +19,7 @@ from support.results import measured
 from memopt.backends.ort import OrtVersion
 from memopt.backends.ort.predict.memory_model import MemoryModel, Observation, PlanSavings, fit_memory_model
 from memopt.backends.ort.tune.policy import (
+    CONFIG_SPREAD,
     Attempt,
     KeptRoom,
     SearchState,
@@ -586,6 +587,28 @@ def test_the_room_kept_is_twice_the_noise_and_the_fits_residual_widened_by_the_s
     assert line.startswith("150.0 MiB of room kept under the limit (2 × the run-to-run spread of the steps 60.0 MiB")
     assert "+ 30.0 MiB the model fell below" in line and "learnt from 3 no-config runs at batch 8" in line
     assert KeptRoom(RunSpread(), -5 * MiB, 1, 8).bytes() == 0  # an over-prediction keeps no room
+
+
+def test_the_room_kept_expects_a_configs_runs_to_spread_wider_than_the_no_config_runs() -> None:
+    # three no-config runs 3 MiB apart at a 2,600 MiB peak: a config's runs are taken to spread
+    # by 1% of that peak (26 MiB) at the least
+    quiet = KeptRoom(RunSpread(steps=PhaseSpread(3 * MiB, 3)), 4 * MiB, 3, 8, CONFIG_SPREAD * 2600 * MiB)
+    assert quiet.bytes() == 2 * 26 * MiB + 4 * MiB
+    line = quiet.describe()
+    assert "2 × 26.0 MiB, the least a config's runs are taken to spread by (1% of the highest no-config run" in line
+    assert "measured: run-to-run spread of the steps 3.0 MiB" in line
+    # noise measured wider than that is kept room for as measured
+    assert quiet.bytes(RunSpread(steps=PhaseSpread(40 * MiB, 2))) == 2 * 40 * MiB + 4 * MiB
+
+
+def test_the_tuner_learns_the_least_noise_from_its_highest_no_config_run(tmp_path: Path) -> None:
+    runner = FakeRunner(prepared_gpt())
+    tuner = fake_tuner(tmp_path, runner, budget_between(runner), max_trials=4)
+    tuner.auto_search()
+    assert tuner.kept_room is not None
+    at_target = [r.result for r in tuner.records if r.purpose is Purpose.CALIBRATION and r.batch_size == 16]
+    highest = max(r.memory.device_peak or 0 for r in at_target)
+    assert tuner.kept_room.least_noise_bytes == pytest.approx(CONFIG_SPREAD * highest)
 
 
 def test_the_first_search_chooses_under_the_limit_less_the_room_kept() -> None:
