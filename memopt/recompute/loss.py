@@ -85,6 +85,38 @@ def chunked_cross_entropy(
     return loss / divisor
 
 
+def _chunk(
+    chunk: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    target: torch.Tensor,
+    ignore_index: int,
+    grad_chunk: torch.Tensor,
+    grad_weight: torch.Tensor,
+    grad_bias: torch.Tensor | None,
+) -> torch.Tensor:
+    """One chunk's summed cross-entropy; its gradients written into ``grad_chunk`` and added to
+    ``grad_weight`` and ``grad_bias``. Its logits are the one tensor of a chunk's size it makes and
+    every op on them runs in place, so a chunk holds its logits and nothing beside them: no kernel's
+    hidden scratch (``logsumexp`` makes a copy of its input inside, which a play on fake tensors
+    never sees), and, returning, none of its tensors live on while the next chunk makes its logits."""
+    logits = F.linear(chunk, weight, bias).float()
+    # No boolean indexing: fake tensors (memopt's simulated steps) play these ops too.
+    kept = (target != ignore_index).unsqueeze(1)
+    index = target.clamp(min=0).unsqueeze(1)
+    picked = logits.gather(1, index)
+    top = logits.amax(dim=1, keepdim=True)
+    sums = logits.sub_(top).exp_().sum(dim=1, keepdim=True)
+    loss = ((sums.log() + top - picked) * kept).sum()
+    # d(loss)/d(logits) = softmax - one-hot, nothing on the ignored tokens.
+    grad = logits.div_(sums).scatter_add_(1, index, -kept.to(logits.dtype)).mul_(kept).to(chunk.dtype)
+    torch.mm(grad, weight, out=grad_chunk)
+    grad_weight.addmm_(grad.t(), chunk)
+    if grad_bias is not None:
+        grad_bias += grad.sum(0)
+    return loss
+
+
 class _LinearCrossEntropy(torch.autograd.Function):
     """The summed cross-entropy of ``tokens @ weight.T + bias``, chunk by chunk, its gradients made in
     forward: each chunk's logits give its share of the gradients at once and are freed, so backward
@@ -105,19 +137,10 @@ class _LinearCrossEntropy(torch.autograd.Function):
         grad_weight = torch.zeros_like(weight)
         grad_bias = None if bias is None else torch.zeros_like(bias)
         for start in range(0, tokens.shape[0], size):
-            chunk, target = tokens[start : start + size], targets[start : start + size]
-            logits = F.linear(chunk, weight, bias).float()
-            # No boolean indexing: fake tensors (memopt's simulated steps) play these ops too.
-            kept = (target != ignore_index).unsqueeze(1)
-            index = target.clamp(min=0).unsqueeze(1)
-            lse = torch.logsumexp(logits, dim=1, keepdim=True)
-            total += ((lse - logits.gather(1, index)) * kept).sum()
-            # d(loss)/d(logits) = softmax - one-hot, nothing on the ignored tokens.
-            grad = logits.sub_(lse).exp_().scatter_add_(1, index, -kept.to(logits.dtype)).mul_(kept).to(chunk.dtype)
-            torch.mm(grad, weight, out=grad_tokens[start : start + size])
-            grad_weight.addmm_(grad.t(), chunk)
-            if grad_bias is not None:
-                grad_bias += grad.sum(0)
+            rows = slice(start, start + size)
+            total += _chunk(
+                tokens[rows], weight, bias, targets[rows], ignore_index, grad_tokens[rows], grad_weight, grad_bias
+            )
         ctx.save_for_backward(grad_tokens, grad_weight, grad_bias)
         return total
 
