@@ -117,8 +117,8 @@ class SavingRoom:
         )
 
     def learnt_from(self, model: PeakModel, batch: int, trials: Iterable[TrialResult]) -> SavingRoom:
-        """The room with the noise of ``trials``' repeats, and the share their runs of a policy at
-        ``batch`` fell below ``model``'s prediction, where that is more than this room's share."""
+        """The room with the noise of ``trials``' repeats and the share their runs of a policy at
+        ``batch`` fell below ``model``'s prediction, each where wider than this room's."""
         # Each run once: a search that meets a policy it ran before answers with that run again.
         ran = list({t.run_dir: t for t in trials if t.ran and t.memory.device_peak is not None}.values())
         share, learnt = self.share, self.learnt
@@ -130,7 +130,8 @@ class SavingRoom:
             missed = (float(trial.memory.device_peak or 0) - predicted) / max(baseline - predicted, 1.0)
             if missed > share:
                 share, learnt = missed, True
-        return SavingRoom(RunSpread.of_trials(ran), share, learnt)
+        spread = RunSpread.of_trials(ran)
+        return SavingRoom(spread if spread.noise_bytes > self.spread.noise_bytes else self.spread, share, learnt)
 
 
 @dataclass(frozen=True)
@@ -337,7 +338,11 @@ class TorchPlan:
         baseline = self.baseline_bytes
 
         def over(peak: float) -> float:
-            return peak + (room.bytes(baseline - peak) if room is not None else 0.0) - self.limit_bytes
+            """How far ``peak`` and its room land over the limit, in bytes of saving: each byte more a
+            policy takes off grows the room by the room's share."""
+            if room is None:
+                return peak - self.limit_bytes
+            return (peak + room.bytes(baseline - peak) - self.limit_bytes) / (1 - min(room.share, 0.5))
 
         need = over(baseline + miss)
         predicted: dict[RecomputePolicy, float] = {}
