@@ -12,6 +12,7 @@ from memopt.backends.torch.scan import TorchPlanRow, TorchScan
 from memopt.backends.torch.tune import SAVING_ERROR, SavingRoom, TorchPlan
 from memopt.predict import PhaseSpread, RunSpread, kept_room
 from memopt.recompute import RecomputePlan, RecomputePolicy
+from memopt.units import format_bytes
 
 NONE = RecomputePolicy(())
 LAYERS = 4
@@ -42,13 +43,14 @@ def test_the_room_is_twice_the_noise_and_a_share_of_the_saving() -> None:
 
 
 def test_the_choice_keeps_the_room_and_says_it() -> None:
-    # Two layers reach 180 MiB, under a 180.5 MiB limit by less than 5% of the 20 MiB they take off.
+    # Two layers reach 180 MiB, under a 180.5 MiB limit by less than the room, a share of the 20 MiB they take off.
     assert _layers(_plan(180.5, SavingRoom(share=0.0))) == 2
     plan = _plan(180.5)
     assert _layers(plan) == 3 and plan.predicted_bytes == 170 * MiB
     assert plan.kept_room_bytes == pytest.approx(SAVING_ERROR * 30 * MiB)
     assert plan.room_line.startswith(
-        "1.5 MiB of room kept under the limit (no run repeated: no run-to-run noise, + 5.0%"
+        f"{format_bytes(int(SAVING_ERROR * 30 * MiB))} of room kept under the limit (no run repeated: no run-to-run "
+        f"noise, + {SAVING_ERROR:.1%} of the 30.0 MiB the policy takes off: the savings' error allowed for)"
     )
     # The noise of repeats widens it: 2 × 5 MiB more leaves three layers short of the limit less the room.
     loud = _plan(180.5, SavingRoom(RunSpread(steps=PhaseSpread(5 * MiB, 3))))
@@ -56,9 +58,10 @@ def test_the_choice_keeps_the_room_and_says_it() -> None:
 
 
 def test_where_no_policy_reaches_the_limit_less_the_room_the_limit_itself_chooses() -> None:
-    plan = _plan(160.5)  # every layer: 160 MiB, under the limit but not by 2 MiB
+    plan = _plan(160.5)  # every layer: 160 MiB, under the limit but not by the room
     assert _layers(plan) == LAYERS and plan.feasible
-    assert plan.room_line.startswith("no policy is predicted under the limit less 2.0 MiB of room kept")
+    kept = format_bytes(int(SAVING_ERROR * 40 * MiB))
+    assert plan.room_line.startswith(f"no policy is predicted under the limit less {kept} of room kept")
     assert plan.room_line.endswith("chosen against the limit itself, 512.0 KiB under it")
     assert (
         _layers(_plan(190.0)) == 2 and _layers(_plan(191.0)) == 1 and _layers(_plan(203.0)) == 0
