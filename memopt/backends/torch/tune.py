@@ -84,10 +84,11 @@ _TARGET = "target"  # what a run's failure calls a recipe or command (RunStatus.
 _CHOICES = 6
 # What a policy takes off the peak is the scan's figure (or the fake-tensor play's), which no run
 # checks before the one that judges the policy: on the `--cmd` scripts measured, the run landed
-# below the prediction by up to 4.9% of the saving, while repeats of one run spread by a few tenths
-# of a MiB (BENCHMARKS, "Room for the model's error"). So a choice keeps this share of what it
-# takes off as room.
-SAVING_ERROR = 0.06
+# below the prediction by up to 5.9% of the saving (the line's own error in the batch included),
+# while repeats of one run spread by a few tenths of a MiB (BENCHMARKS, "Room for the model's
+# error"). So a choice keeps this share of what it takes off as room, with headroom over the most
+# measured.
+SAVING_ERROR = 0.10
 
 
 @dataclass(frozen=True)
