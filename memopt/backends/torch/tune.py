@@ -529,7 +529,8 @@ def verify_torch(
                 )
                 break
             room = replace(plan, policy=policy, predicted_bytes=predicted).room_line
-            say(f"model: {policy} predicted at {format_bytes(int(predicted))} with the last run's miss; {room}")
+            missed = "" if ran_out else " with the last run's miss"
+            say(f"model: {policy} predicted at {format_bytes(int(predicted))}{missed}; {room}")
         elif predicted > limit:
             say("model: the lowest-predicted policy is run once: the model's prediction is not a measurement")
         # Where the target batch is the anchor's, its run without recompute is that policy's run.
