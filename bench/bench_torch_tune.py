@@ -28,7 +28,7 @@ from memopt.recompute import RecomputePolicy
 from memopt.run.budget import Budget
 from memopt.run.journal import Journal
 from memopt.run.settings import RunSettings
-from memopt.units import format_bytes
+from memopt.units import format_bytes, format_mib
 
 ROOT = Path(__file__).resolve().parent.parent
 Case = tuple[str, dict[str, object], int, tuple[float, ...]]  # target, options, batch, budgets as fractions
@@ -53,8 +53,10 @@ def main() -> None:
     parser.add_argument("--fraction", type=float, nargs="+", default=[0.8], help="--case's budgets")
     args = parser.parse_args()
     grid = [(args.case, {}, args.batch, tuple(args.fraction))] if args.case else GRIDS[args.grid]
-    print("| target | batch | no recompute | budget | policy | predicted | measured | error | fits | runs |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    print(
+        "| target | batch | no recompute | budget | policy | predicted | room kept | measured | under the limit | error | fits | runs |"
+    )
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     errors: list[float] = []
     first_try = 0
     for spec, options, batch, fractions in grid:
@@ -78,7 +80,9 @@ def main() -> None:
             name = Path(spec).name if spec.endswith(".py") else f"{spec} {options}"
             print(
                 f"| {name} | {batch} | {format_bytes(plain_peak)} | {format_bytes(budget)} | `{result.policy}` "
-                f"| {format_bytes(int(result.predicted_bytes))} | {format_bytes(measured) if measured else '-'} | {error} "
+                f"| {format_bytes(int(result.predicted_bytes))} | {format_mib(result.kept_room_bytes)} "
+                f"| {format_bytes(measured) if measured else '-'} "
+                f"| {format_mib(result.limit_bytes - measured) if measured else '-'} | {error} "
                 f"| {'yes' if result.verified else 'no'} | {len(result.trials)} |",
                 flush=True,
             )

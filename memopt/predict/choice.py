@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-__all__ = ["DEFAULT_MARGIN", "budget_limit", "cheapest_cover", "exact_cover"]
+__all__ = ["DEFAULT_MARGIN", "budget_limit", "cheapest_cover", "exact_cover", "kept_room"]
 
 # Fraction of the budget held back for prediction error, by plan and tune alike.
 DEFAULT_MARGIN = 0.02
@@ -23,6 +23,14 @@ DEFAULT_MARGIN = 0.02
 def budget_limit(budget_bytes: float, margin: float) -> float:
     """The peak a config may be predicted at: the budget less the margin held back for error."""
     return budget_bytes * (1.0 - margin)
+
+
+def kept_room(noise_bytes: float, error_bytes: float) -> float:
+    """The room a choice keeps between its predicted peak and the limit, every back end alike:
+    twice the run-to-run noise (the run that judges it lands as far from the runs the model was
+    made of as repeats of one run land apart, either way) plus how far the model may fall below
+    the measured peak (``error_bytes``; an error that over-predicts needs no room)."""
+    return 2 * noise_bytes + max(0.0, error_bytes)
 
 
 def cheapest_cover(

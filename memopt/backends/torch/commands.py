@@ -111,6 +111,8 @@ class TorchPlanReport:
             "limit_bytes": int(plan.limit_bytes),
             "predicted_without_recompute_bytes": int(plan.baseline_bytes),
             "predicted_bytes": int(plan.predicted_bytes),
+            "kept_room_bytes": int(plan.kept_room_bytes),
+            "kept_room": plan.room_line,
             "plans": [str(p) for p in plan.policy.plans],
             "policy_file": str(self.written.resolve()) if self.written is not None else None,
             "export": list(self.export),

@@ -130,13 +130,17 @@ class TorchTuner(SessionEvents):
     def retarget(self, budget_bytes: int) -> Ready:
         """Aim the set-up session at another budget (``tune --frontier``): the scan, the peak model and
         every run so far are kept, the model's choice is made again, and a search run of a policy
-        this session already ran is that run, judged against the new limit."""
-        plan = self._plan().at_budget(budget_bytes, self.settings.margin)
+        this session already ran is that run, judged against the new limit. The room the choice
+        keeps is learnt from every run so far (a run below its prediction widens it)."""
+        with self._lock:
+            trials = list(self._trials.values())
+        plan = self._plan().at_budget(budget_bytes, self.settings.margin, trials)
         self.plan, self.budget_bytes = plan, budget_bytes
         self.ready = replace(self.setup(), budget_bytes=budget_bytes, limit_bytes=plan.limit_bytes)
         self._emit(
             Note(
-                f"budget {format_bytes(budget_bytes)}: {plan.policy} predicted at {format_bytes(int(plan.predicted_bytes))}"
+                f"budget {format_bytes(budget_bytes)}: {plan.policy} predicted at "
+                f"{format_bytes(int(plan.predicted_bytes))}; {plan.room_line}"
             )
         )
         return self.ready

@@ -13,7 +13,9 @@
    allocator keeps beyond the tensors is not measured yet: there two runs at a quarter and a
    half of the target batch draw the peak's line instead, less the scan's savings.
 3. The plans whose savings at the target batch cover the peak's excess over the limit (the
-   budget less the margin) at least recompute time: ``cheapest_cover``, the exact solve ORT's
+   budget less the margin) less the room kept for the model's error and the run-to-run noise
+   (``SavingRoom``; against the limit itself where no policy is predicted that low) at least
+   recompute time: ``cheapest_cover``, the exact solve ORT's
    planner makes too (``memopt.predict.choice``), over the plans layer by layer (a layer's
    checkpoint, a selective set or an op plan on it) and a causal LM's chunked loss, where a
    checkpointed module excludes the plans inside it; where nothing covers it, the set that saves
@@ -62,7 +64,8 @@ from memopt.core.plan import plan_names
 from memopt.core.trial import TrialResult
 from memopt.errors import MemoptError, one_line
 from memopt.graph.polynomial import Polynomial
-from memopt.predict.choice import budget_limit, cheapest_cover
+from memopt.predict import RunSpread
+from memopt.predict.choice import budget_limit, cheapest_cover, kept_room
 from memopt.recipes import Recipe
 from memopt.recompute import RecomputePolicy
 from memopt.run.budget import Budget
@@ -71,7 +74,16 @@ from memopt.run.launch import TORCH_LOG_NAME
 from memopt.run.settings import RunSettings
 from memopt.units import format_bytes, format_compared
 
-__all__ = ["TorchPlan", "TorchTuneResult", "plan_torch", "tune_torch", "verify_torch"]
+__all__ = [
+    "PLAYED_SAVING_ERROR",
+    "SAVING_ERROR",
+    "SavingRoom",
+    "TorchPlan",
+    "TorchTuneResult",
+    "plan_torch",
+    "tune_torch",
+    "verify_torch",
+]
 
 _NONE = RecomputePolicy(())
 # Runs at the target batch: the model's choice, and once more with what it measured above the prediction.
@@ -79,6 +91,59 @@ _VERIFYING_RUNS = 2
 _TARGET = "target"  # what a run's failure calls a recipe or command (RunStatus.failure)
 # Choices the peak model predicts before it settles (each one two steps played on fake tensors).
 _CHOICES = 6
+# What a policy takes off the peak is the scan's figure (or the fake-tensor play's), which no run
+# checks before the one that judges the policy. Summed plan by plan (a `--cmd` job's line), the run
+# landed below the prediction by up to 5.9% of the saving on the scripts measured (the line's own
+# error in the batch included); played on fake tensors (a recipe), by up to 1.3%; repeats of one
+# run spread by a few tenths of a MiB (BENCHMARKS, "Room for the model's error"). So a choice keeps
+# this share of what it takes off as room, with headroom over the most measured.
+SAVING_ERROR = 0.10
+PLAYED_SAVING_ERROR = 0.03
+
+
+@dataclass(frozen=True)
+class SavingRoom:
+    """The room a choice keeps under the limit (``kept_room``, as ORT's search keeps it): twice the
+    run-to-run noise measured over repeats of one run (none where nothing ran twice), plus the
+    savings' error, ``share`` of what the policy takes off the predicted peak (``SAVING_ERROR`` for
+    the scan's savings summed, ``PLAYED_SAVING_ERROR`` for a play on fake tensors), or more where a
+    run of a policy at the target batch fell further below its prediction (``learnt``)."""
+
+    spread: RunSpread = RunSpread()
+    share: float = SAVING_ERROR
+    learnt: bool = False
+
+    def bytes(self, saving: float) -> float:
+        return kept_room(self.spread.noise_bytes, self.share * max(0.0, saving))
+
+    def describe(self, saving: float) -> str:
+        noise = f"2 × the {self.spread.noise_line()}" if self.spread.noise else "no run repeated: no run-to-run noise"
+        source = (
+            "the most a run at the target batch fell below its prediction"
+            if self.learnt
+            else "the savings' error allowed for"
+        )
+        return (
+            f"{format_bytes(int(self.bytes(saving)))} of room kept under the limit ({noise}, + {self.share:.1%} "
+            f"of the {format_bytes(int(max(0.0, saving)))} the policy takes off: {source})"
+        )
+
+    def learnt_from(self, model: PeakModel, batch: int, trials: Iterable[TrialResult]) -> SavingRoom:
+        """The room with the noise of ``trials``' repeats and the share their runs of a policy at
+        ``batch`` fell below ``model``'s prediction, each where wider than this room's."""
+        # Each run once: a search that meets a policy it ran before answers with that run again.
+        ran = list({t.run_dir: t for t in trials if t.ran and t.memory.device_peak is not None}.values())
+        share, learnt = self.share, self.learnt
+        baseline = model.predict(_NONE, batch)
+        for trial in ran:
+            if trial.batch_size != batch or not trial.config:
+                continue
+            predicted = model.predict(policy_of(trial), batch)
+            missed = (float(trial.memory.device_peak or 0) - predicted) / max(baseline - predicted, 1.0)
+            if missed > share:
+                share, learnt = missed, True
+        spread = RunSpread.of_trials(ran)
+        return SavingRoom(spread if spread.noise_bytes > self.spread.noise_bytes else self.spread, share, learnt)
 
 
 @dataclass(frozen=True)
@@ -91,6 +156,8 @@ class TorchTuneResult:
     policy: RecomputePolicy
     verify: TrialResult | None  # the last run at the target batch
     trials: tuple[TrialResult, ...]
+    kept_room_bytes: float = 0.0  # the room the choice kept under the limit
+    kept_room: str = ""  # where that room came from
 
     @property
     def verified(self) -> bool:
@@ -118,6 +185,8 @@ class TorchTuneResult:
             "limit_bytes": int(self.limit_bytes),
             "predicted_without_recompute_bytes": int(self.baseline_bytes),
             "predicted_bytes": int(self.predicted_bytes),
+            "kept_room_bytes": int(self.kept_room_bytes),
+            "kept_room": self.kept_room,
             "best": None
             if self.verify is None
             else {
@@ -158,10 +227,31 @@ class TorchPlan:
     policy: RecomputePolicy
     predicted_bytes: float
     probes: tuple[TrialResult, ...]
+    room: SavingRoom = SavingRoom()
 
     @property
     def baseline_bytes(self) -> float:
         return self.model.predict(_NONE, self.target_batch)
+
+    @property
+    def kept_room_bytes(self) -> float:
+        """The room the choice keeps: under the limit by this much where it is predicted that low."""
+        return self.room.bytes(self.baseline_bytes - self.predicted_bytes)
+
+    @property
+    def room_line(self) -> str:
+        """The room kept, in words; where the choice is predicted above the limit less it, what it keeps instead."""
+        line = self.room.describe(self.baseline_bytes - self.predicted_bytes)
+        if self.predicted_bytes + self.kept_room_bytes <= self.limit_bytes:
+            return line
+        kept = format_bytes(int(max(0.0, self.limit_bytes - self.predicted_bytes)))
+        return f"no policy is predicted under the limit less {line}: chosen against the limit itself, {kept} under it"
+
+    def learnt(self, trials: Iterable[TrialResult]) -> TorchPlan:
+        """The plan with its room learnt from ``trials`` (``SavingRoom.learnt_from``), its choice made again."""
+        plan = replace(self, room=self.room.learnt_from(self.model, self.target_batch, trials))
+        policy, predicted = plan.rechosen(0.0)
+        return replace(plan, policy=policy, predicted_bytes=predicted)
 
     @property
     def feasible(self) -> bool:
@@ -233,30 +323,49 @@ class TorchPlan:
         }
         return sum(costs.get(plan, 0.0) for plan in plans)
 
-    def at_budget(self, budget_bytes: int, margin: float) -> TorchPlan:
-        """The same scan, peak model and runs aimed at another budget, its choice made again."""
+    def at_budget(self, budget_bytes: int, margin: float, trials: Iterable[TrialResult]) -> TorchPlan:
+        """The same scan, peak model and runs aimed at another budget, its room learnt from every
+        run so far (``trials``) and its choice made again."""
         plan = replace(self, budget_bytes=budget_bytes, limit_bytes=budget_limit(budget_bytes, margin))
-        policy, predicted = plan.rechosen(0.0)
-        return replace(plan, policy=policy, predicted_bytes=predicted)
+        return plan.learnt(trials)
 
     def rechosen(self, miss: float) -> tuple[RecomputePolicy, float]:
-        """The cheapest policy predicted under the limit with ``miss`` bytes more to cover, and its
-        predicted peak (with the miss); the lowest predicted where none is.
+        """The cheapest policy predicted under the limit less the room it keeps (``SavingRoom``),
+        with ``miss`` bytes more to cover, and its predicted peak (with the miss); where none is
+        predicted that low, the cheapest under the limit itself; the lowest predicted where none is.
 
         The scan's savings choose (each plan's alone, added up); the peak model then predicts the
-        choice, and where it lands over the limit the shortfall joins the need and the choice is
-        made again: a simulated model counts what the scan's sum cannot (plans that overlap,
-        what backward holds while it recomputes)."""
-        need = self.baseline_bytes + miss - self.limit_bytes
+        choice, and where it lands over the limit less the room the shortfall joins the need and
+        the choice is made again: a simulated model counts what the scan's sum cannot (plans that
+        overlap, what backward holds while it recomputes)."""
+        kept = self._chosen(miss, self.room)
+        return (
+            kept
+            if kept[1] + self.room.bytes(self.baseline_bytes - kept[1]) <= self.limit_bytes
+            else self._chosen(miss, None)
+        )
+
+    def _chosen(self, miss: float, room: SavingRoom | None) -> tuple[RecomputePolicy, float]:
+        """``rechosen``'s choice keeping ``room`` (None: none)."""
+        baseline = self.baseline_bytes
+
+        def over(peak: float) -> float:
+            """How far ``peak`` and its room land over the limit, in bytes of saving: each byte more a
+            policy takes off grows the room by the room's share."""
+            if room is None:
+                return peak - self.limit_bytes
+            return (peak + room.bytes(baseline - peak) - self.limit_bytes) / (1 - min(room.share, 0.5))
+
+        need = over(baseline + miss)
         predicted: dict[RecomputePolicy, float] = {}
         for _ in range(_CHOICES):
             policy, _ = _choose(self.scanned, self.target_batch, need)
             if policy in predicted:
                 break
             predicted[policy] = self.model.predict(policy, self.target_batch) + miss
-            if predicted[policy] <= self.limit_bytes:
+            if over(predicted[policy]) <= 0:
                 return policy, predicted[policy]
-            need += predicted[policy] - self.limit_bytes
+            need += over(predicted[policy])
         best = min(predicted, key=predicted.__getitem__)
         return best, predicted[best]
 
@@ -335,11 +444,12 @@ def plan_torch(
         f"model: peak without recompute at batch {target_batch} = {format_bytes(int(model.predict(_NONE, target_batch)))}: "
         f"{model.describe(target_batch)}; limit {format_bytes(int(limit))} (budget {format_bytes(budget_bytes)} less {margin:.0%})"
     )
-    plan = TorchPlan(target_batch, budget_bytes, limit, scanned, model, _NONE, 0.0, tuple(probes))
-    policy, predicted = plan.rechosen(0.0)
-    over = "" if predicted <= limit else f", over the limit {format_bytes(int(limit))}"
-    say(f"model: {policy} predicted at {format_bytes(int(predicted))}{over}")
-    return replace(plan, policy=policy, predicted_bytes=predicted)
+    share = PLAYED_SAVING_ERROR if isinstance(model, SimulatedPeak) else SAVING_ERROR
+    room = SavingRoom(share=share)
+    plan = TorchPlan(target_batch, budget_bytes, limit, scanned, model, _NONE, 0.0, tuple(probes), room).learnt(probes)
+    over = "" if plan.feasible else f", over the limit {format_bytes(int(limit))}"
+    say(f"model: {plan.policy} predicted at {format_bytes(int(plan.predicted_bytes))}{over}; {plan.room_line}")
+    return plan
 
 
 def _loss_played(scanned: TorchScan, model: SimulatedPeak, batch: int) -> TorchScan:
@@ -430,7 +540,9 @@ def verify_torch(
                     f"(best {format_bytes(int(predicted))}, with the last run's miss)"
                 )
                 break
-            say(f"model: {policy} predicted at {format_bytes(int(predicted))}")
+            room = replace(plan, policy=policy, predicted_bytes=predicted).room_line
+            missed = "" if ran_out else " with the last run's miss"
+            say(f"model: {policy} predicted at {format_bytes(int(predicted))}{missed}; {room}")
         elif predicted > limit:
             say("model: the lowest-predicted policy is run once: the model's prediction is not a measurement")
         # Where the target batch is the anchor's, its run without recompute is that policy's run.
@@ -440,8 +552,18 @@ def verify_torch(
         if anchor is None:
             trials.append(verify)
         say(_trial_line(verify, "verify"))
+        chosen = replace(plan, policy=policy, predicted_bytes=predicted)
         result = TorchTuneResult(
-            plan.target_batch, plan.budget_bytes, limit, plan.baseline_bytes, predicted, policy, verify, tuple(trials)
+            plan.target_batch,
+            plan.budget_bytes,
+            limit,
+            plan.baseline_bytes,
+            predicted,
+            policy,
+            verify,
+            tuple(trials),
+            chosen.kept_room_bytes,
+            chosen.room_line,
         )
         ran_out = verify.status is RunStatus.OUT_OF_MEMORY
         if ran_out:

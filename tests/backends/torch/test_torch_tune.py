@@ -19,6 +19,7 @@ from support.cli import assert_one_line_error, memopt
 from support.readme import readme_block
 from support.torch_steps import without_onnxruntime
 
+from memopt.backends.torch.tune import PLAYED_SAVING_ERROR
 from memopt.recompute import POLICY_ENV, RecomputePolicy
 from memopt.run.budget import CPU_ALLOCATOR_ENV, parse_budget
 
@@ -65,9 +66,20 @@ def test_tune_without_onnxruntime_ends_verified_with_the_export_line(tmp_path: P
     records = [json.loads(line) for line in (runs / "journal.jsonl").read_text().splitlines()]
     verified = [r for r in records if r.get("config") == [str(p) for p in policy.plans]]
     assert verified and verified[-1]["device_peak_bytes"] <= result["limit_bytes"] < budget
+    # The choice keeps room under the limit for the model's error (a share of what it takes off) and
+    # says so in the model's line and --json.
+    saving = result["predicted_without_recompute_bytes"] - result["predicted_bytes"]
+    assert result["kept_room_bytes"] >= int(PLAYED_SAVING_ERROR * saving) > 0
+    assert result["predicted_bytes"] + result["kept_room_bytes"] <= result["limit_bytes"] + 1
+    assert (
+        f"of room kept under the limit (no run repeated: no run-to-run noise, + {PLAYED_SAVING_ERROR:.1%} of the"
+        in (result["kept_room"])
+    )
+    assert re.search(
+        r"^\[search\] model: .* predicted at .*; [\d.]+ [KM]iB of room kept under the limit", tuned.stderr, re.M
+    )
     # A recipe's steps play on fake tensors: one run without recompute anchors them, one verifies;
-    # plans layer by layer land a few MiB under the limit, where a CPU peak's run-to-run noise can
-    # put the first choice over it: then the second choice, with its miss, verifies (no more).
+    # the second choice, with the first's miss, is there for a first choice the room did not cover.
     batches = [t["batch"] for t in result["trials"]]
     assert batches in ([2, BATCH], [2, BATCH, BATCH]), batches
 

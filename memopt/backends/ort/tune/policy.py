@@ -35,7 +35,7 @@ from memopt.backends.ort.predict.memory_model import MemoryModel
 from memopt.backends.ort.predict.planner import PlanResult, choose_plans
 from memopt.core.memory import Phase
 from memopt.core.trial import Outcome
-from memopt.predict import FixedPeaks, RunSpread, budget_limit
+from memopt.predict import FixedPeaks, RunSpread, budget_limit, kept_room
 from memopt.tune.events import SearchStatus
 from memopt.units import format_compared, format_mib
 
@@ -160,7 +160,7 @@ class KeptRoom:
         return max(self.spread.noise_bytes, measured.noise_bytes, self.least_noise_bytes)
 
     def bytes(self, measured: RunSpread = RunSpread()) -> float:
-        return 2 * self.noise_bytes(measured) + max(0.0, self.residual_bytes)
+        return kept_room(self.noise_bytes(measured), self.residual_bytes)
 
     def describe(self, measured: RunSpread = RunSpread()) -> str:
         widest = measured if measured.noise_bytes > self.spread.noise_bytes else self.spread
