@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 from memopt.backends.torch.gradients import gradient_differences
 from memopt.recipes import Recipe
 from memopt.recompute import RecomputePlan, RecomputePolicy
+from memopt.run.budget import CPU_ALLOCATOR_ENV
 
 
 def policy(*plans: str) -> RecomputePolicy:
@@ -35,3 +40,17 @@ def without_onnxruntime(folder: Path) -> dict[str, str]:
         "sys.meta_path.insert(0, _NoOrt())\n"
     )
     return {"PYTHONPATH": str(folder)}
+
+
+def bytes_measured_in_a_child(script: str, *args: str) -> float:
+    """What ``script`` prints as JSON, run by Python in a fresh process under the CPU allocator
+    settings memopt's runs use: a figure of RSS that no earlier test's heap disturbs."""
+    done = subprocess.run(
+        [sys.executable, "-c", script, *args],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, **CPU_ALLOCATOR_ENV},
+        timeout=300,
+    )
+    return float(json.loads(done.stdout))

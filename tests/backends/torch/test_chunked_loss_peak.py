@@ -8,16 +8,12 @@ the play holds what the process holds.
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
 import pytest
 import torch
-from support.torch_steps import policy
+from support.torch_steps import bytes_measured_in_a_child, policy
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 from memopt.backends.torch.scan import scan_recipe
@@ -26,7 +22,6 @@ from memopt.backends.torch.trial import run_torch_trial
 from memopt.core import parse_runnable
 from memopt.recipes import load_hf_recipe
 from memopt.recompute.loss import chunked_cross_entropy
-from memopt.run.budget import CPU_ALLOCATOR_ENV
 from memopt.run.journal import Journal
 from memopt.run.settings import RunSettings
 
@@ -76,15 +71,7 @@ def test_the_chunked_loss_holds_what_its_play_on_fake_tensors_counts() -> None:
     over a chunk (a copy of it inside the kernel) and kept the last chunk's logits while making the
     next held 32 MiB more than the play counted, and 64 MiB more than now."""
     played = _played_loss_bytes()
-    done = subprocess.run(
-        [sys.executable, "-c", _MEASURE],
-        capture_output=True,
-        text=True,
-        check=True,
-        env={**os.environ, **CPU_ALLOCATOR_ENV},
-        timeout=300,
-    )
-    measured = json.loads(done.stdout)
+    measured = bytes_measured_in_a_child(_MEASURE)
     assert abs(played - measured) / measured < 0.03, (played, measured)
     assert played < 1.5 * _VOCAB * _WIDTH * 4 + 32 * 2**20  # the head's gradient and one chunk's logits
 

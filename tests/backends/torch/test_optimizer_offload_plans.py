@@ -4,7 +4,6 @@ on fake tensors, cost timed), the play against a measured RSS, and the choice am
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import textwrap
@@ -14,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 from support.cli import memopt
-from support.torch_steps import policy
+from support.torch_steps import bytes_measured_in_a_child, policy
 from torch import nn
 
 from memopt.backends.torch.offload import NOT_ON_CPU, with_offload
@@ -25,7 +24,6 @@ from memopt.backends.torch.simulate import simulate_steps
 from memopt.backends.torch.tune import _choose, _excludes
 from memopt.recipes import Recipe, load_recipe
 from memopt.recompute import RecomputePlan
-from memopt.run.budget import CPU_ALLOCATOR_ENV
 
 _WIDTH, _LAYERS = 2048, 6  # 6 × 16 MiB of weights: the step's figures stand well above RSS's noise
 
@@ -82,15 +80,7 @@ def test_the_played_step_peak_matches_the_measured_rss_within_3_percent(foreach:
     """The step's own peak (the state the first step makes, and the temporaries: foreach's are
     every parameter's at once) played on fake tensors, against the RSS a real step adds."""
     played = step_bytes(_wide(foreach), RecomputePlan.parse(plan) if plan else None, "cpu")
-    done = subprocess.run(
-        [sys.executable, "-c", _MEASURE, "foreach" if foreach else "single", *([plan] if plan else [])],
-        capture_output=True,
-        text=True,
-        check=True,
-        env={**os.environ, **CPU_ALLOCATOR_ENV},
-        timeout=300,
-    )
-    measured = json.loads(done.stdout)
+    measured = bytes_measured_in_a_child(_MEASURE, "foreach" if foreach else "single", *([plan] if plan else []))
     assert abs(played - measured) / measured < 0.03, (played, measured)
 
 
