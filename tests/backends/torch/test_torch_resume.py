@@ -2,7 +2,7 @@
 no run again, however often it is resumed, with damaged lines in the journal, from a read-only
 folder. The scan's recompute times, measured afresh in each process, are the journal's too.
 
-Real tunes of the tiny GPT at batch 64 in subprocesses, from the folder they ran in (the journal
+Real tunes of the tiny GPT at batch 256 in subprocesses, from the folder they ran in (the journal
 names its run folders from there)."""
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ pytestmark = [pytest.mark.torch, pytest.mark.long]
 
 # A budget under the run without recompute: the model chooses a policy from the scan's savings
 # and recompute times.
-TUNE = ("tune", "--backend", "torch", "gpt", "--size", "tiny", "--target-batch", "64", "--budget", "735MiB")
+TUNE = ("tune", "--backend", "torch", "gpt", "--size", "tiny", "--target-batch", "256", "--budget", "630MiB")
 TUNE += ("--steps", "2", "--no-tui")
 
 
@@ -30,13 +30,19 @@ def tune(cwd: Path, runs: str, *extra: str) -> CliRun:
     return done
 
 
+def said(done: CliRun, *starts: str) -> list[str]:
+    """The progress lines that begin with one of ``starts`` once their stage's tag ("[search] ") is off."""
+    lines = (line.split("] ", 1)[-1] if line.startswith("[") else line for line in done.stderr.splitlines())
+    return [line for line in lines if line.startswith(starts)]
+
+
 def decisions(done: CliRun) -> list[str]:
     """The model's choices and the measurements' verdicts, as the tune said them."""
-    return [line for line in done.stderr.splitlines() if line.startswith(("model:", "measurement:"))]
+    return said(done, "model:", "measurement:")
 
 
 def runs_said(done: CliRun) -> list[str]:
-    return [line for line in done.stderr.splitlines() if line.startswith("run (")]
+    return said(done, "run (")
 
 
 def damaged_warnings(done: CliRun) -> list[str]:

@@ -137,8 +137,8 @@ def test_a_tune_between_two_coarse_levels_chooses_a_mix_and_verifies(tmp_path: P
     plans = result["best"]["plans"]
     layers = [p for p in plans if p.startswith("model.layers.") and p.split(":")[0].count(".") == 2]
     whole = [p for p in layers if p.endswith(": *")]
-    selective = [p for p in layers if ": * except " in p]
+    # Whole layers, selective sets or the parts' op plans: which wins depends on the recompute
+    # times measured on the machine (the cover's choice with fixed times is pinned above).
     assert layers and len(whole) < LAYERS - 1, plans
-    assert selective, plans  # a selective set costs less per byte than its layer's checkpoint here
     assignments = dict(word.split("=", 1) for word in shlex.split(result["export"][-1])[1:])
     assert [str(p) for p in RecomputePolicy.read(Path(assignments[POLICY_ENV])).plans] == plans
