@@ -238,11 +238,16 @@ class TorchPlan:
         """The room the choice keeps: under the limit by this much where it is predicted that low."""
         return self.room.bytes(self.baseline_bytes - self.predicted_bytes)
 
+    def over_with_room(self, peak: float) -> float:
+        """How far a policy predicted at ``peak``, with the room it keeps, lands over the limit
+        (negative: under)."""
+        return peak + self.room.bytes(self.baseline_bytes - peak) - self.limit_bytes
+
     @property
     def room_line(self) -> str:
         """The room kept, in words; where the choice is predicted above the limit less it, what it keeps instead."""
         line = self.room.describe(self.baseline_bytes - self.predicted_bytes)
-        if self.predicted_bytes + self.kept_room_bytes <= self.limit_bytes:
+        if self.over_with_room(self.predicted_bytes) <= 0:
             return line
         kept = format_bytes(int(max(0.0, self.limit_bytes - self.predicted_bytes)))
         return f"no policy is predicted under the limit less {line}: chosen against the limit itself, {kept} under it"
@@ -338,25 +343,20 @@ class TorchPlan:
         choice, and where it lands over the limit less the room the shortfall joins the need and
         the choice is made again: a simulated model counts what the scan's sum cannot (plans that
         overlap, what backward holds while it recomputes)."""
-        kept = self._chosen(miss, self.room)
-        return (
-            kept
-            if kept[1] + self.room.bytes(self.baseline_bytes - kept[1]) <= self.limit_bytes
-            else self._chosen(miss, None)
-        )
+        kept = self._chosen(miss, keep_room=True)
+        return kept if self.over_with_room(kept[1]) <= 0 else self._chosen(miss, keep_room=False)
 
-    def _chosen(self, miss: float, room: SavingRoom | None) -> tuple[RecomputePolicy, float]:
-        """``rechosen``'s choice keeping ``room`` (None: none)."""
-        baseline = self.baseline_bytes
+    def _chosen(self, miss: float, *, keep_room: bool) -> tuple[RecomputePolicy, float]:
+        """``rechosen``'s choice, keeping the room or not."""
 
         def over(peak: float) -> float:
-            """How far ``peak`` and its room land over the limit, in bytes of saving: each byte more a
-            policy takes off grows the room by the room's share."""
-            if room is None:
+            """How far ``peak`` (and its room) lands over the limit, in bytes of saving: each byte more
+            a policy takes off grows the room by the room's share."""
+            if not keep_room:
                 return peak - self.limit_bytes
-            return (peak + room.bytes(baseline - peak) - self.limit_bytes) / (1 - min(room.share, 0.5))
+            return self.over_with_room(peak) / (1 - min(self.room.share, 0.5))
 
-        need = over(baseline + miss)
+        need = over(self.baseline_bytes + miss)
         predicted: dict[RecomputePolicy, float] = {}
         for _ in range(_CHOICES):
             policy, _ = _choose(self.scanned, self.target_batch, need)
@@ -540,8 +540,8 @@ def verify_torch(
                     f"(best {format_bytes(int(predicted))}, with the last run's miss)"
                 )
                 break
-            room = replace(plan, policy=policy, predicted_bytes=predicted).room_line
             missed = "" if ran_out else " with the last run's miss"
+            room = replace(plan, policy=policy, predicted_bytes=predicted).room_line
             say(f"model: {policy} predicted at {format_bytes(int(predicted))}{missed}; {room}")
         elif predicted > limit:
             say("model: the lowest-predicted policy is run once: the model's prediction is not a measurement")
