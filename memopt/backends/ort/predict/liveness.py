@@ -1229,6 +1229,17 @@ class ActivationSimulator:
             program, sizes = self._prepare(*memo)
             return _live_peak(program, _Sizes(program, dims, sizes))
 
+    def largest_buffer(self, dims: Mapping[str, int]) -> float:
+        """The bytes of the largest buffer a step without recompute places in the device's
+        allocator at ``dims`` (PyTorch's own left out): where the allocator puts it, in a hole
+        left by freed buffers or on pages not touched before, turns on the order of allocations
+        the simulation cannot be sure of, so a prediction can be off by that much either way."""
+        memo = self._memo(dims, (), None)
+        with self._lock:
+            program, sizes = self._prepare(*memo)
+            size = np.array(_Sizes(program, dims, sizes).of_buffers(program), dtype=float)
+        return float(size[~program.torch_buffers].max(initial=0.0))
+
     def resident_bounds(
         self, dims: Mapping[str, int], plans: Iterable[PlanKey] = (), counts: Mapping[PlanKey, int] | None = None
     ) -> Iterator[float]:

@@ -297,6 +297,13 @@ class MemoryModel:
             return self.peak(batch_size, plans)
         return self.static_bytes + self.activation_scale * self.simulator.live_bytes(self.dims(batch_size), plans)
 
+    def largest_buffer(self, batch_size: int) -> float:
+        """The step's largest buffer in the device's allocator at ``batch_size``, as the peak
+        would count it (``ActivationSimulator.largest_buffer``); 0 without the graph."""
+        if self.simulator is None:
+            return 0.0
+        return self.activation_scale * self.simulator.largest_buffer(self.dims(batch_size))
+
     def with_observation(self, observation: Observation) -> MemoryModel:
         """This model refitted with one more measurement."""
         baseline_batches = {o.batch_size for o in self.observations if not o.plans}

@@ -292,6 +292,7 @@ class Tuner(SessionEvents):
             CONFIG_SPREAD * max(t.memory.device_peak or 0 for t in calibration.trials if t.key == repeated.key)
             if s.repeats > 1
             else 0.0,
+            model.largest_buffer(s.target_batch),
         )
         self._emit(
             StageFinished(
