@@ -567,3 +567,24 @@ def test_a_graph_whose_node_orders_are_not_their_positions_is_refused() -> None:
     graph = replace(TWO_LAYERS, nodes=tuple(replace(node, order=node.order + 1) for node in TWO_LAYERS.nodes))
     with pytest.raises(ValueError, match="numbered by their position"):
         simulate(graph, {"b": 1})
+
+
+def test_the_largest_buffer_is_the_arenas_not_pytorchs() -> None:
+    # a1 and a2 (4 KiB per sample) are the arena's widest; a gradient the YieldOp hands back is
+    # PyTorch's and does not count, however wide.
+    assert ActivationSimulator(TWO_LAYERS, {}).largest_buffer({"b": 2}) == 8 * 1024
+    wide_gradient = node_graph(
+        [
+            ("gelu", "Gelu", ("x",), ("a",)),
+            ("mm", "MatMul", ("a", "w"), ("c",)),
+            ("yield", "YieldOp", ("c",), ("dc",)),
+            ("mm_grad", "MatMul", ("dc", "a"), ("dw",)),
+        ],
+        outputs=("dw",),
+        wide=frozenset({"dc"}),
+    )
+    assert ActivationSimulator(wide_gradient, {}).largest_buffer({"b": 2}) == 2 * 1024
+    # the GPT sample's at 64: no buffer of the step is larger, and the step holds it
+    simulator, _, dims, _ = _gpt_sample()
+    largest = simulator.largest_buffer(dims)
+    assert 0 < largest <= simulator.live_bytes(dims)
