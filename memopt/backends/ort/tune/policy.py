@@ -151,9 +151,10 @@ class KeptRoom:
     Where the allocator puts the step's largest buffer, in a hole freed buffers left or on
     pages not touched before, is not in the no-config runs either: a config that moves the
     step's other buffers can put it either way, and the simulation cannot be sure which
-    (measured on CPU, a Hugging Face Llama whose in-graph loss holds logits-sized buffers: one
-    plan at a time, the real arena ended one such buffer above the simulated one for 3 plans of
-    10, and below it for 3). So the room also keeps that buffer (``placement_bytes``)."""
+    (measured on CPU, a Hugging Face Llama whose in-graph loss holds 62.5 MiB logits-sized
+    buffers: one plan at a time, the real arena ended 62 MiB above the simulated one for 2 plans
+    of 10, 29-69 MiB below it for 4, within 11 MiB for 4). So the room also keeps that buffer
+    (``placement_bytes``)."""
 
     spread: RunSpread
     residual_bytes: float
