@@ -144,7 +144,7 @@ class KeptRoom:
 
     A config's runs spread wider than the no-config runs the calibration repeats: measured on
     CPU (four Hugging Face Llama shapes and tiny GPT-2s under ORT), 31 configs' repeats spread
-    by a median 0.86% of the no-config peak, 1.5% or less in 25 of them, up to 2.7%, where the
+    by a median 0.89% of the no-config peak, 1.5% or less in 25 of them, up to 2.7%, where the
     no-config runs of the same tune had spread by as little as 0.03%. So the noise kept room
     for is never less than ``CONFIG_SPREAD`` of the highest no-config run
     (``least_noise_bytes``).
