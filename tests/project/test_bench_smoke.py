@@ -8,6 +8,7 @@ behaviour).
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -158,3 +159,26 @@ def test_side_by_side_says_when_tune_gives_no_export_line(tmp_path: Path) -> Non
     )
     assert "| hf:gpt2 tiny, 2 × 32 | memopt tune's policy | - | - |" in out and "no export line" in out
     assert "| hf:gpt2 tiny, 2 × 32 | budget | " in out and "0.05 × P0" in out
+
+
+@pytest.mark.subprocess
+def test_config_spreads_benchmark(tmp_path: Path) -> None:
+    # A tune's journal as it writes one (the fields the script reads): three no-config runs and
+    # two of one config at the target batch 8, one run at batch 4 that is no repeat of them.
+    runs = [
+        (4, [], 600),
+        (8, [], 1000),
+        (8, [], 1004),
+        (8, [], 1010),
+        (8, ["Gelu+:1:-1"], 900),
+        (8, ["Gelu+:1:-1"], 915),
+    ]
+    lines = [
+        json.dumps({"key": f"k{n}", "status": "ok", "batch_size": b, "config": c, "whole_run_peak_bytes": mib * 2**20})
+        for n, (b, c, mib) in enumerate(runs)
+    ]
+    (tmp_path / "journal.jsonl").write_text("\n".join(lines) + "\n")
+    out = _run(str(BENCH / "config_spreads.py"), str(tmp_path))
+    assert " 1.49%    15.0 MiB  2 runs   1 plans" in out  # 15 MiB over the highest no-config run, 1,010
+    assert "configs: 1 repeated, median 1.49%, at most 1.5% in 1, highest 1.49%" in out
+    assert "no config: 1 repeated, median 0.99%" in out
