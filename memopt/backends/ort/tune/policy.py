@@ -538,14 +538,38 @@ def _within_noise(state: SearchState, last: Attempt) -> TryPlans | Stop:
         step = _heavier(state, last, f"trial {last.number} fits the budget but is {room.describe()}: {room.verdict}; ")
         if isinstance(step, TryPlans) or over:
             return step
+    return _noise_binds(
+        state,
+        last,
+        "every plan is on" if room.phase.lowered_by_recompute else f"recompute cannot lower the {room.phase}",
+    )
+
+
+def _noise_binds(state: SearchState, attempt: Attempt, why_no_more: str) -> Stop:
+    """The search ends where ``attempt``'s config fit the budget but not the limit with room for
+    the noise, and ``why_no_more`` recompute can change that: the budget that would verify it."""
+    room = state.room(attempt)
+    assert room is not None
+    largest = state.largest_below_target(state.useful_plans()) if room.phase.lowered_by_recompute else 0
     message = (
-        f"the budget is within the run-to-run noise of what is reachable: trial {last.number} "
-        f"({names(last.plans) or 'no config'}) is {room.describe()}"
-        + ("; every plan is on" if room.phase.lowered_by_recompute else f"; recompute cannot lower the {room.phase}")
-        + f"; a budget of {format_mib(state.budget_for(room.limit_bytes - room.under_limit_bytes))} or more would verify"
+        f"the budget is within the run-to-run noise of what is reachable: trial {attempt.number} "
+        f"({names(attempt.plans) or 'no config'}) is {room.describe()}; {why_no_more}"
+        f"; a budget of {format_mib(state.budget_for(room.limit_bytes - room.under_limit_bytes))} or more would verify"
+        + (f", or batch {largest} with every plan is predicted to" if largest else "")
     )
     verified = best_verified(state) is not None
     return Stop(SearchStatus.VERIFIED if verified else SearchStatus.WITHIN_NOISE, message)
+
+
+def _closest_fit(state: SearchState) -> Attempt | None:
+    """Of the configs whose every run at the target fit the budget (none verified), the one
+    whose highest run came closest under the limit (or least over it); None where none did."""
+    rooms = [
+        (room.under_limit_bytes, -attempt.number, attempt)
+        for attempt in state.attempts
+        if all(a.outcome.fits for a in state.runs_of(attempt)) and (room := state.room(attempt)) is not None
+    ]
+    return max(rooms, key=lambda entry: entry[:2])[2] if rooms else None
 
 
 def _repeat(state: SearchState, last: Attempt) -> TryPlans | Stop:
@@ -644,6 +668,11 @@ def _fixed_phase_binds(state: SearchState, last: Attempt, over: str = "budget") 
 def _stop(state: SearchState, status: SearchStatus, message: str) -> Stop:
     """The stop as the user sees it: verified only when some trial fits."""
     verified = best_verified(state) is not None
+    closest = _closest_fit(state) if status is SearchStatus.IMPOSSIBLE and not verified else None
+    if closest is not None:
+        # Some config fit the budget, only not with room for the noise: "batch N does not fit
+        # even with every plan" would deny what a run measured.
+        return _noise_binds(state, closest, message)
     if status is SearchStatus.IMPOSSIBLE:
         useful = state.useful_plans()
         largest = state.largest_below_target(useful)
