@@ -176,18 +176,21 @@ def journaled_trial(
     read: Callable[[JournalEntry], TrialResult | None] | None = None,
     keys: tuple[str, ...] = (),
     kind: str | None | tuple[str | None, ...] = None,
-    newer: int = 0,
+    passed: int = 0,
+    oldest_first: bool = False,
 ) -> TrialResult | None:
     """The newest trial the journal holds under ``key`` (or ``keys``, an older release's) that
-    is ``usable``, passing over the ``newer`` usable ones newer than it (a repeat of the same run
-    reuses its own): each record read (``read``, default ``TrialResult.from_record`` checked
-    against the journal's folder) and checked on the way, a damaged one reported and passed over."""
-    for entry in journal.newest_first((key, *keys), kind):
+    is ``usable`` (the oldest, with ``oldest_first``), passing over ``passed`` usable ones before
+    it in that order (a repeat of the same run reuses its own): each record read (``read``,
+    default ``TrialResult.from_record`` checked against the journal's folder) and checked on the
+    way, a damaged one reported and passed over."""
+    entries = journal.newest_first((key, *keys), kind)
+    for entry in reversed(entries) if oldest_first else entries:
         trial = read(entry) if read is not None else read_trial(entry)
         if trial is not None and usable(trial):
-            if newer == 0:
+            if passed == 0:
                 return trial
-            newer -= 1
+            passed -= 1
     return None
 
 

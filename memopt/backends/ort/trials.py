@@ -356,7 +356,10 @@ def _same_stack(run: RunResult, versions: StackVersions) -> RunResult:
 @dataclass(frozen=True)
 class JournaledRunner:
     """Any runner, with every finished trial journaled under its key; with ``resume``, a trial
-    the journal already holds (with a reusable status) is reused instead of run again."""
+    the journal already holds (with a reusable status) is reused instead of run again: the
+    config's runs in the order they were made (a search's first run of a config gets that
+    config's first run, its repeats the later ones), so a resumed search judges the same runs in
+    the same order and makes the same decisions."""
 
     inner: TrialRunner
     journal: Journal
@@ -374,7 +377,7 @@ class JournaledRunner:
     ) -> TrialResult:
         key = trial_key(spec, self.versions)
         if self.resume:
-            result = journaled_trial(self.journal, key, reusable, newer=spec.repeat)
+            result = journaled_trial(self.journal, key, reusable, passed=spec.repeat, oldest_first=True)
             if result is not None:
                 return replace(
                     self._judged(result, budget_bytes),

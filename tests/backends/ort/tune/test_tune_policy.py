@@ -527,6 +527,22 @@ def test_resume_reuses_finished_trials_and_reaches_the_same_config(tmp_path: Pat
     assert first.best is not None and second.best is not None and second.best.plans == first.best.plans
 
 
+def test_resume_reuses_a_configs_runs_in_the_order_they_were_made(tmp_path: Path) -> None:
+    """A config's repeats landed apart (the second run 12 MiB above the first, the third 6 MiB
+    below): a resume hands the search that config's first run first, so it judges the same
+    peaks in the same order (a search that judged its highest run first would go another way)."""
+    jitter = tuple(mib * MiB for mib in (0, 0, 0, 0, 0, 12, -6, 0, 0, 0, 0, 0))
+    runner = FakeRunner(prepared_gpt(), jitter_bytes=jitter)
+    budget = budget_between(runner)
+    first = fake_tuner(tmp_path, runner, budget).auto_search()
+    again = FakeRunner(runner.prepared)
+    second = fake_tuner(tmp_path, again, budget, resume=True).auto_search()
+    assert again.calls == []
+    assert [(r.plans, r.peak_bytes) for r in second.trials] == [(r.plans, r.peak_bytes) for r in first.trials]
+    search = [r.peak_bytes or 0 for r in first.trials if r.purpose is Purpose.SEARCH]
+    assert len(search) >= 3 and search[1] - search[0] == 12 * MiB  # the repeats did land apart
+
+
 def test_resume_after_a_cancel_makes_the_decisions_of_an_uninterrupted_search(tmp_path: Path) -> None:
     def search_steps(result: object) -> list[tuple[str, ...]]:
         return [r.plans for r in result.trials if r.purpose is Purpose.SEARCH and r.outcome is not Outcome.CANCELLED]  # type: ignore[attr-defined]
