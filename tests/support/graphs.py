@@ -19,6 +19,7 @@ __all__ = [
     "FLOAT",
     "MS",
     "STEP",
+    "STEP_NODES",
     "keys",
     "node",
     "node_graph",
@@ -106,12 +107,10 @@ def node_graph(
 
 
 # forward: x -> a (Gelu) -> c (MatMul) -> yield; backward reads a (stashed) and produces the gradient.
-STEP = node_graph(
-    [
-        ("gelu", "Gelu", ("x",), ("a",)),
-        ("mm", "MatMul", ("a", "w"), ("c",)),
-        ("yield", "YieldOp", ("c",), ("dc",)),
-        ("mm_grad", "MatMul", ("dc", "a"), ("dw",)),
-    ],
-    outputs=("dw",),
-)
+STEP_NODES = [
+    ("gelu", "Gelu", ("x",), ("a",)),
+    ("mm", "MatMul", ("a", "w"), ("c",)),
+    ("yield", "YieldOp", ("c",), ("dc",)),
+    ("mm_grad", "MatMul", ("dc", "a"), ("dw",)),
+]
+STEP = node_graph(STEP_NODES, outputs=("dw",))

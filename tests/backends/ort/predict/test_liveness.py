@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from onnx import TensorProto
-from support.graphs import MS, STEP, node, node_graph, training_graph, yield_op
+from support.graphs import MS, STEP, STEP_NODES, node, node_graph, training_graph, yield_op
 
 from memopt.backends.ort import OrtVersion, PlanKey
 from memopt.backends.ort.graph.training_graph import load_graph
@@ -573,16 +573,7 @@ def test_the_largest_buffer_is_the_arenas_not_pytorchs() -> None:
     # a1 and a2 (4 KiB per sample) are the arena's widest; a gradient the YieldOp hands back is
     # PyTorch's and does not count, however wide.
     assert ActivationSimulator(TWO_LAYERS, {}).largest_buffer({"b": 2}) == 8 * 1024
-    wide_gradient = node_graph(
-        [
-            ("gelu", "Gelu", ("x",), ("a",)),
-            ("mm", "MatMul", ("a", "w"), ("c",)),
-            ("yield", "YieldOp", ("c",), ("dc",)),
-            ("mm_grad", "MatMul", ("dc", "a"), ("dw",)),
-        ],
-        outputs=("dw",),
-        wide=frozenset({"dc"}),
-    )
+    wide_gradient = node_graph(STEP_NODES, outputs=("dw",), wide=frozenset({"dc"}))
     assert ActivationSimulator(wide_gradient, {}).largest_buffer({"b": 2}) == 2 * 1024
     # the GPT sample's at 64: no buffer of the step is larger, and the step holds it
     simulator, _, dims, _ = _gpt_sample()
