@@ -107,7 +107,7 @@ def node_graph(
 
 
 # forward: x -> a (Gelu) -> c (MatMul) -> yield; backward reads a (stashed) and produces the gradient.
-STEP_NODES = [
+STEP_NODES: list[tuple[str, str, tuple[str, ...], tuple[str, ...]]] = [
     ("gelu", "Gelu", ("x",), ("a",)),
     ("mm", "MatMul", ("a", "w"), ("c",)),
     ("yield", "YieldOp", ("c",), ("dc",)),
