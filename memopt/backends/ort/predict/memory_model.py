@@ -154,13 +154,8 @@ class MemoryModel:
         return self.activation_scale * self._held(self.timeline(batch_size, plans, counts), plans)
 
     def _held(self, timeline: Timeline, plans: tuple[PlanKey, ...]) -> float:
-        """The reading of the simulated allocator a step with ``plans`` is predicted from: settled,
-        but with no config after the first steps where the model was fitted so (``early_arena``).
-        A config's real arena has been measured to go on growing as the simulated one does (a
-        Hugging Face Llama's first config: 456.7 MiB of arena pages, the settled simulation
-        440.9, after two steps 378.3; a BERT's one plan, settled +4.9%, after two steps −10.5%),
-        where the no-config run's stopped early."""
-        return timeline.early_held_bytes if self.early_arena and not plans else timeline.held_bytes
+        """The reading of the simulated allocator a step with ``plans`` is predicted from (``_reading``)."""
+        return _reading(timeline, plans, self.early_arena)
 
     def describe(self) -> str:
         """One line: what the model adds up."""
@@ -581,19 +576,27 @@ def _fit_simulated(
     # grows faster with the batch than the runs did (a slope under 1) is such an over-count: a fit
     # on it puts the over-count into the fixed part and under-predicts every config that drifts
     # less. The early reading of the no-config runs is taken then, where it does not grow faster
-    # than the runs (configs keep the settled reading: ``MemoryModel._held``).
+    # than the runs (configs keep the settled reading: ``_reading``).
     early_arena = False
     x = np.array([timeline.held_bytes for timeline in timelines])
     scale, slope = _scale_of(x, y)
     if slope is not None and slope < _SCALE_RANGE[0] - _SLOPE_TOLERANCE:
-        reading = replace(model, early_arena=True)
-        early = np.array([reading._held(t, o.plans) for t, o in zip(timelines, observations)])
+        early = np.array([_reading(t, o.plans, early=True) for t, o in zip(timelines, observations)])
         early_scale, early_slope = _scale_of(early, y)
         if early_slope is not None and early_slope >= _SCALE_RANGE[0] - _SLOPE_TOLERANCE:
             early_arena, x, scale = True, early, early_scale
     fixed = float(np.median(y - scale * x))
     outside = float(np.median([o.outside_bytes for o in observations]))
     return replace(model, static_bytes=fixed, activation_scale=scale, outside_bytes=outside, early_arena=early_arena)
+
+
+def _reading(timeline: Timeline, plans: tuple[PlanKey, ...], early: bool) -> float:
+    """The simulated allocator's figure a step with ``plans`` is read at: settled, but with no config
+    after the first steps where ``early`` (``MemoryModel.early_arena``). A config's real arena has
+    been measured to go on growing as the simulated one does (a Hugging Face Llama's first config:
+    456.7 MiB of arena pages, the settled simulation 440.9, after two steps 378.3; a BERT's one
+    plan, settled +4.9%, after two steps −10.5%), where the no-config run's stopped early."""
+    return timeline.early_held_bytes if early and not plans else timeline.held_bytes
 
 
 def _scale_of(x: np.ndarray, y: np.ndarray) -> tuple[float, float | None]:
